@@ -1,0 +1,217 @@
+"""``Config``: the frozen, validated settings of one processor, and the one place
+where they become librdkafka's dotted keys. Loading from TOML or the environment
+lives in the CLI, not here.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from typing import Any, Literal
+
+from kasper_py.exceptions import ConfigError
+from kasper_py.serdes import Serde, serde_for
+
+__all__ = ["Config"]
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_SECRET_MARKERS = ("password", "secret", "jaas", ".pem", "token", "credentials")
+_MAX_BATCH = 1_000_000  # confluent-kafka's cap on one consume() call
+
+ClientValue = str | int | float | bool
+
+
+def is_secret_key(key: str) -> bool:
+    """True for client settings whose values must never be printed (SASL, SSL keys)."""
+    lowered = key.lower()
+    return any(marker in lowered for marker in _SECRET_MARKERS)
+
+
+@dataclass(frozen=True, repr=False)
+class Config:
+    """Settings of one processor. Invalid values raise ``ConfigError`` naming the field."""
+
+    name: str
+    """Processor name: the consumer group, the client id, and the prefix of its state."""
+    bootstrap_servers: str
+    """Kafka bootstrap servers, ``host:port[,host:port...]``."""
+    input_topics: Sequence[str]
+    """Topics read together; they must have the same partition count."""
+    input_partitions: Sequence[int] | None = None
+    """Partition numbers this process owns across all input topics; ``None`` means all."""
+    batch_size: int = 1000
+    """A batch is released when it holds this many messages..."""
+    batch_wait: float = 1.0
+    """...or when this many seconds have passed, whichever comes first."""
+    auto_offset_reset: Literal["earliest", "latest"] = "earliest"
+    """Where to start on a partition that has no committed offset."""
+    key_serde: str | Serde = "bytes"
+    """Decodes input keys and encodes output keys: ``bytes``, ``str``, ``json`` or a Serde."""
+    value_serde: str | Serde = "bytes"
+    """Decodes input values and encodes output values: ``bytes``, ``str``, ``json`` or a Serde."""
+    group_id: str | None = None
+    """Consumer group for the committed offsets; defaults to ``name``."""
+    delivery_timeout: float = 120.0
+    """Seconds to wait for every output message's ack before the turn fails."""
+    state_dir: str = "kasper-state"
+    """Folder under which local RocksDB tables keep one database per partition."""
+    metrics_port: int | None = None
+    """Port serving ``/metrics`` and ``/health``; ``None`` disables the exporter."""
+    client_overrides: Mapping[str, ClientValue] = field(default_factory=dict)
+    """librdkafka settings applied to both consumer and producer (e.g. SASL)."""
+    consumer_overrides: Mapping[str, ClientValue] = field(default_factory=dict)
+    """librdkafka settings for the consumer only."""
+    producer_overrides: Mapping[str, ClientValue] = field(default_factory=dict)
+    """librdkafka settings for the producer only."""
+
+    def __post_init__(self) -> None:
+        self._check_identity()
+        self._check_topics()
+        self._check_batching()
+        self._check_serdes()
+        self._check_overrides()
+
+    def _set(self, name: str, value: Any) -> None:
+        object.__setattr__(self, name, value)
+
+    def _check_identity(self) -> None:
+        if not isinstance(self.name, str) or not _NAME.match(self.name):
+            raise ConfigError("name", f"must match {_NAME.pattern}, got {self.name!r}")
+        if not isinstance(self.bootstrap_servers, str) or not self.bootstrap_servers.strip():
+            raise ConfigError("bootstrap_servers", "must be a non-empty 'host:port' list")
+        if self.group_id is not None and not (isinstance(self.group_id, str) and self.group_id):
+            raise ConfigError("group_id", f"must be a non-empty string, got {self.group_id!r}")
+        if not isinstance(self.state_dir, str) or not self.state_dir:
+            raise ConfigError("state_dir", "must be a non-empty path")
+        port = self.metrics_port
+        if port is not None and (isinstance(port, bool) or not isinstance(port, int)
+                                 or not 0 <= port <= 65535):
+            raise ConfigError("metrics_port", f"must be a port 0..65535 or None, got {port!r}")
+
+    def _check_topics(self) -> None:
+        topics = self.input_topics
+        if isinstance(topics, str) or not isinstance(topics, Sequence) or not topics:
+            raise ConfigError("input_topics", "must be a non-empty list of topic names")
+        for topic in topics:
+            if not isinstance(topic, str) or not topic:
+                raise ConfigError("input_topics", f"invalid topic name {topic!r}")
+        if len(set(topics)) != len(topics):
+            raise ConfigError("input_topics", f"lists a topic twice: {list(topics)}")
+        self._set("input_topics", tuple(topics))
+        partitions = self.input_partitions
+        if partitions is None:
+            return
+        if isinstance(partitions, str) or not isinstance(partitions, Sequence) or not partitions:
+            raise ConfigError("input_partitions", "must be a non-empty list of ints, or None")
+        for partition in partitions:
+            if isinstance(partition, bool) or not isinstance(partition, int) or partition < 0:
+                raise ConfigError("input_partitions", f"invalid partition {partition!r}")
+        if len(set(partitions)) != len(partitions):
+            raise ConfigError("input_partitions", f"lists a partition twice: {list(partitions)}")
+        self._set("input_partitions", tuple(sorted(partitions)))
+
+    def _check_batching(self) -> None:
+        size = self.batch_size
+        if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= _MAX_BATCH:
+            raise ConfigError("batch_size", f"must be an int in 1..{_MAX_BATCH}, got {size!r}")
+        for name in ("batch_wait", "delivery_timeout"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+                raise ConfigError(name, f"must be a positive number of seconds, got {value!r}")
+        if self.auto_offset_reset not in ("earliest", "latest"):
+            raise ConfigError("auto_offset_reset",
+                              f"must be 'earliest' or 'latest', got {self.auto_offset_reset!r}")
+
+    def _check_serdes(self) -> None:
+        for name in ("key_serde", "value_serde"):
+            try:
+                self._set(name, serde_for(getattr(self, name)))
+            except ValueError as exc:
+                raise ConfigError(name, str(exc)) from None
+
+    def _check_overrides(self) -> None:
+        for name in ("client_overrides", "consumer_overrides", "producer_overrides"):
+            overrides = getattr(self, name)
+            if not isinstance(overrides, Mapping):
+                raise ConfigError(name, "must be a mapping of librdkafka keys to values")
+            for key, value in overrides.items():
+                if not isinstance(key, str) or not isinstance(value, str | int | float | bool):
+                    raise ConfigError(name, f"{key!r} must map a str key to str/int/float/bool")
+            self._set(name, dict(overrides))
+        self._refuse_unsafe_overrides()
+
+    def _refuse_unsafe_overrides(self) -> None:
+        """Overrides may tune the clients, never weaken the commit contract."""
+        consumer = {**self.client_overrides, **self.consumer_overrides}
+        producer = {**self.client_overrides, **self.producer_overrides}
+        where = "consumer_overrides"
+        if str(consumer.get("enable.auto.commit", "false")).lower() != "false":
+            raise ConfigError(where, "enable.auto.commit must stay false: the loop commits")
+        if "group.id" in consumer:
+            raise ConfigError(where, "set the group with the 'group_id' field, not group.id")
+        where = "producer_overrides"
+        if str(producer.get("acks", "all")).lower() not in ("all", "-1"):
+            raise ConfigError(where, "acks must stay 'all' for at-least-once delivery")
+        if str(producer.get("enable.idempotence", "true")).lower() != "true":
+            raise ConfigError(where, "enable.idempotence must stay true")
+
+    @property
+    def group(self) -> str:
+        """The consumer group that holds this processor's committed offsets."""
+        return self.group_id or self.name
+
+    @property
+    def key_decoder(self) -> Serde:
+        """The key serde, resolved (``key_serde`` may be given as a name)."""
+        return serde_for(self.key_serde)
+
+    @property
+    def value_decoder(self) -> Serde:
+        """The value serde, resolved (``value_serde`` may be given as a name)."""
+        return serde_for(self.value_serde)
+
+    def to_consumer_conf(self) -> dict[str, ClientValue]:
+        """librdkafka consumer settings: manual commits of processed offsets only."""
+        conf: dict[str, ClientValue] = {
+            "bootstrap.servers": self.bootstrap_servers,
+            "group.id": self.group,
+            "client.id": f"{self.name}-consumer",
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "auto.offset.reset": self.auto_offset_reset,
+            "isolation.level": "read_committed",
+            "enable.partition.eof": False,
+        }
+        conf.update(self.client_overrides)
+        conf.update(self.consumer_overrides)
+        return conf
+
+    def to_producer_conf(self) -> dict[str, ClientValue]:
+        """librdkafka producer settings: acks=all, idempotent, Java-compatible partitioning."""
+        conf: dict[str, ClientValue] = {
+            "bootstrap.servers": self.bootstrap_servers,
+            "client.id": f"{self.name}-producer",
+            "acks": "all",
+            "enable.idempotence": True,
+            # murmur2 matches the Java client, so keyed outputs land where Java producers
+            # would put them and stay co-partitioned with topics those producers write.
+            "partitioner": "murmur2_random",
+            "linger.ms": 5,
+            "queue.buffering.max.messages": 1_000_000,
+            "message.timeout.ms": int(self.delivery_timeout * 1000),
+        }
+        conf.update(self.client_overrides)
+        conf.update(self.producer_overrides)
+        return conf
+
+    def __repr__(self) -> str:
+        parts = []
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name.endswith("_overrides"):
+                value = {k: ("***" if is_secret_key(k) else v) for k, v in value.items()}
+            elif isinstance(value, Serde):
+                value = value.name
+            parts.append(f"{f.name}={value!r}")
+        return f"Config({', '.join(parts)})"

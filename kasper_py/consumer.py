@@ -1,0 +1,108 @@
+"""``InputConsumer`` wraps confluent_kafka.Consumer: checks the input topics,
+assigns a static partition set, polls, and commits synchronously. Kafka's
+exceptions become kasper_py's here and nowhere else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from confluent_kafka import OFFSET_INVALID, Consumer, KafkaException, TopicPartition
+
+from kasper_py.config import Config
+from kasper_py.exceptions import CommitError, ConsumeError, TopicError
+
+__all__ = ["InputConsumer"]
+
+TopicPartitionKey = tuple[str, int]
+_METADATA_TIMEOUT = 30.0
+
+
+class InputConsumer:
+    """The consumer of one TopicProcessor; never commits on its own."""
+
+    def __init__(self, config: Config) -> None:
+        self._config = config
+        self._consumer = Consumer(config.to_consumer_conf())
+        self.assigned: list[TopicPartitionKey] = []
+
+    def partition_count(self) -> int:
+        """Check every input topic exists and all have one partition count; return it."""
+        try:
+            metadata = self._consumer.list_topics(timeout=_METADATA_TIMEOUT)
+        except KafkaException as exc:
+            raise TopicError(f"cannot read metadata from {self._config.bootstrap_servers}: "
+                             f"{exc.args[0]}") from exc
+        counts: dict[str, int] = {}
+        for topic in self._config.input_topics:
+            meta = metadata.topics.get(topic)
+            if meta is None or meta.error is not None:
+                reason = "does not exist" if meta is None else meta.error.str()
+                raise TopicError(f"input topic {topic!r}: {reason}")
+            counts[topic] = len(meta.partitions)
+        if len(set(counts.values())) > 1:
+            listed = ", ".join(f"{t}={n}" for t, n in counts.items())
+            raise TopicError(
+                f"input topics must have the same partition count to be processed "
+                f"partition-wise; found {listed}"
+            )
+        return next(iter(counts.values()))
+
+    def assign(self, partitions: Sequence[int]) -> None:
+        """Assign ``partitions`` of every input topic, resuming from committed offsets."""
+        self.assigned = [(t, p) for t in self._config.input_topics for p in partitions]
+        self._consumer.assign([TopicPartition(t, p) for t, p in self.assigned])
+
+    def consume(self, max_count: int, timeout: float) -> list[Any]:
+        """Up to ``max_count`` raw records within ``timeout`` seconds."""
+        try:
+            return self._consumer.consume(num_messages=max_count, timeout=timeout)
+        except KafkaException as exc:
+            raise ConsumeError(f"consume failed: {exc.args[0]}") from exc
+
+    def commit(self, next_offsets: dict[TopicPartitionKey, int]) -> None:
+        """Commit synchronously; raise ``CommitError`` if any partition was refused."""
+        offsets = [TopicPartition(t, p, o) for (t, p), o in next_offsets.items()]
+        try:
+            results = self._consumer.commit(offsets=offsets, asynchronous=False)
+        except KafkaException as exc:
+            error = exc.args[0]
+            raise CommitError(f"commit failed: {error.str()}", code=error.code()) from exc
+        for tp in results or ():
+            if tp.error is not None:
+                raise CommitError(
+                    f"commit of {tp.topic}[{tp.partition}] offset {tp.offset} failed: "
+                    f"{tp.error.str()}", code=tp.error.code(),
+                )
+
+    def committed(
+        self, keys: Iterable[TopicPartitionKey] | None = None
+    ) -> dict[TopicPartitionKey, int | None]:
+        """The group's committed next offsets (``None`` where nothing is committed)."""
+        tps = [TopicPartition(t, p) for t, p in (keys if keys is not None else self.assigned)]
+        try:
+            result = self._consumer.committed(tps, timeout=_METADATA_TIMEOUT)
+        except KafkaException as exc:
+            raise ConsumeError(f"reading committed offsets failed: {exc.args[0]}") from exc
+        return {(tp.topic, tp.partition): (None if tp.offset < 0 else tp.offset) for tp in result}
+
+    def positions(self) -> dict[TopicPartitionKey, int | None]:
+        """Next offset the application will read, per assigned partition, if known."""
+        result = self._consumer.position([TopicPartition(t, p) for t, p in self.assigned])
+        return {(tp.topic, tp.partition): (None if tp.offset == OFFSET_INVALID or tp.offset < 0
+                                           else tp.offset) for tp in result}
+
+    def watermarks(self, key: TopicPartitionKey, cached: bool = False) -> tuple[int, int]:
+        """(low, high) watermark of one partition; cached values come from fetch responses."""
+        tp = TopicPartition(*key)
+        try:
+            low, high = self._consumer.get_watermark_offsets(
+                tp, timeout=_METADATA_TIMEOUT, cached=cached)
+        except KafkaException as exc:
+            raise ConsumeError(f"watermarks of {key[0]}[{key[1]}]: {exc.args[0]}") from exc
+        return int(low), int(high)
+
+    def close(self) -> None:
+        """Leave without committing: only the loop commits."""
+        self._consumer.close()

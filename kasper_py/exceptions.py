@@ -1,0 +1,113 @@
+"""The exceptions kasper_py raises; users catch these, never confluent_kafka's.
+
+    KasperError
+    ├── ConfigError          a Config field (or a TOML/env value) is invalid
+    ├── TopicError           an input topic is missing or partition counts differ
+    ├── SerdeError           a key or value could not be decoded or encoded
+    ├── ProcessingError      MessageProcessor.process() raised
+    ├── ConsumeError         the consumer returned an error for a partition
+    ├── ProduceError         an output or changelog message was not delivered
+    ├── CommitError          the offset commit failed
+    ├── OffsetError          an offset would move backwards
+    ├── StoreError           a state store operation failed
+    │   └── StoreUnavailableError   the store server could not be reached
+    ├── RestoreError         a changelog restore did not complete
+    └── ReprocessError       a reprocessing job or its handoff failed
+
+Every error raised from a turn of the loop says which batch was left
+uncommitted (partitions and offset ranges) and chains the original cause.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "CommitError",
+    "ConfigError",
+    "ConsumeError",
+    "KasperError",
+    "OffsetError",
+    "ProcessingError",
+    "ProduceError",
+    "ReprocessError",
+    "RestoreError",
+    "SerdeError",
+    "StoreError",
+    "StoreUnavailableError",
+    "TopicError",
+]
+
+
+class KasperError(Exception):
+    """Root of every error kasper_py raises.
+
+    ``code`` keeps the Kafka error code (``confluent_kafka.KafkaError.code()``)
+    when the cause came from Kafka, else ``None``.
+    """
+
+    def __init__(self, message: str, *, code: int | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.uncommitted: str | None = None
+        """The batch left uncommitted (partitions and offset ranges), when raised by a turn."""
+
+    def __str__(self) -> str:
+        text = super().__str__()
+        if self.uncommitted:
+            return f"{text} [batch not committed: {self.uncommitted}]"
+        return text
+
+
+class ConfigError(KasperError, ValueError):
+    """A configuration value is invalid; ``field`` names it."""
+
+    def __init__(self, field: str, problem: str) -> None:
+        super().__init__(f"config field {field!r}: {problem}")
+        self.field = field
+
+
+class TopicError(KasperError):
+    """An input topic is missing, or the input topics disagree on partitions."""
+
+
+class SerdeError(KasperError):
+    """A key or value could not be decoded (input) or encoded (output)."""
+
+
+class ProcessingError(KasperError):
+    """``MessageProcessor.process()`` raised; the batch was not committed."""
+
+    def __init__(self, message: str, *, partition: int) -> None:
+        super().__init__(message)
+        self.partition = partition
+
+
+class ConsumeError(KasperError):
+    """The consumer reported an error for an input partition."""
+
+
+class ProduceError(KasperError):
+    """A message was not delivered; the batch was not committed."""
+
+
+class CommitError(KasperError):
+    """Committing input offsets failed; the batch will be replayed."""
+
+
+class OffsetError(KasperError):
+    """An offset would move backwards: a reordering bug made loud."""
+
+
+class StoreError(KasperError):
+    """A state store operation failed; the batch was not committed."""
+
+
+class StoreUnavailableError(StoreError):
+    """The store server could not be reached after the configured retries."""
+
+
+class RestoreError(KasperError):
+    """Restoring a local table from its changelog did not complete."""
+
+
+class ReprocessError(KasperError):
+    """A reprocessing job, its range, or its offset handoff failed."""

@@ -1,0 +1,63 @@
+"""What the loop reports after each turn, and the no-op observer used when
+metrics are off. Prometheus lives in ``metrics.py`` and is imported only there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from kasper_py.batching import Batch
+
+__all__ = ["LoopObserver", "NoopObserver", "TurnStats"]
+
+STEPS = ("process", "flush", "produce", "commit")
+
+
+@dataclass
+class TurnStats:
+    """One completed (committed) turn: its input, its output and how long each step took."""
+
+    batch: Batch
+    produced: int
+    durations: dict[str, float] = field(default_factory=dict)
+    """Seconds per step: process, flush, produce, commit."""
+
+
+class LoopObserver(Protocol):
+    """Receives the loop's events; metrics and health implement it."""
+
+    def on_start(self, assigned: list[tuple[str, int]]) -> None:
+        """Partitions are assigned and stores restored; processing begins."""
+
+    def on_turn(self, stats: TurnStats) -> None:
+        """A turn was committed."""
+
+    def on_idle(self) -> None:
+        """A poll returned nothing; the loop is alive."""
+
+    def on_error(self, error: BaseException) -> None:
+        """The loop is stopping on ``error``."""
+
+    def on_stop(self) -> None:
+        """The loop has stopped."""
+
+
+class NoopObserver:
+    """Observes nothing: the default when metrics are disabled."""
+
+    def on_start(self, assigned: list[tuple[str, int]]) -> None:
+        pass
+
+    def on_turn(self, stats: TurnStats) -> None:
+        pass
+
+    def on_idle(self) -> None:
+        pass
+
+    def on_error(self, error: BaseException) -> None:
+        pass
+
+    def on_stop(self) -> None:
+        pass

@@ -1,0 +1,129 @@
+"""``OutputProducer`` wraps confluent_kafka.Producer: produces a turn's buffered
+messages (``produce_batch`` per topic where it can), keeps the first delivery
+error, and raises it when the turn waits for its acks.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException, Producer
+
+from kasper_py.config import Config
+from kasper_py.exceptions import ProduceError
+from kasper_py.message import OutgoingMessage
+
+__all__ = ["OutputProducer"]
+
+_QUEUE_FULL_PAUSE = 0.05
+
+
+class OutputProducer:
+    """Idempotent, acks=all producer; a failed delivery fails the turn that sent it."""
+
+    def __init__(self, config: Config) -> None:
+        self._delivery_timeout = config.delivery_timeout
+        self._producer = Producer(config.to_producer_conf())
+        self._error: ProduceError | None = None
+        self.produced = 0
+
+    def produce(self, messages: Iterable[OutgoingMessage]) -> None:
+        """Enqueue ``messages``; acks arrive later, see ``wait_for_acks``."""
+        by_topic: dict[str, list[dict[str, Any]]] = {}
+        for message in messages:
+            if message.headers:
+                self._produce_one(message)
+                continue
+            entry: dict[str, Any] = {"value": message.value, "key": message.key}
+            if message.partition is not None:
+                entry["partition"] = message.partition
+            by_topic.setdefault(message.topic, []).append(entry)
+        for topic, entries in by_topic.items():
+            self._produce_batch(topic, entries)
+
+    def wait_for_acks(self) -> None:
+        """Block until every enqueued message is acknowledged; raise the first failure."""
+        remaining = self._producer.flush(self._delivery_timeout)
+        self._raise_for_error()
+        if remaining:
+            raise ProduceError(
+                f"{remaining} messages were not acknowledged within {self._delivery_timeout}s",
+                code=KafkaError._MSG_TIMED_OUT,
+            )
+
+    def close(self) -> None:
+        """Deliver what is still queued (bounded by the delivery timeout)."""
+        self._producer.flush(self._delivery_timeout)
+
+    def _on_delivery(self, error: KafkaError | None, message: Any) -> None:
+        if error is None:
+            return
+        if self._error is None:
+            self._error = ProduceError(
+                f"delivery to {message.topic()}[{message.partition()}] failed: {error.str()}",
+                code=error.code(),
+            )
+
+    def _raise_for_error(self) -> None:
+        error, self._error = self._error, None
+        if error is not None:
+            raise error
+
+    def _produce_batch(self, topic: str, entries: list[dict[str, Any]]) -> None:
+        pending = entries
+        while pending:
+            try:
+                queued = self._producer.produce_batch(topic, pending, on_delivery=self._on_delivery)
+            except BufferError:
+                queued = 0
+                for entry in pending:
+                    entry["_error"] = KafkaError(KafkaError._QUEUE_FULL)
+            except KafkaException as exc:
+                raise _enqueue_error(topic, exc.args[0]) from exc
+            self.produced += queued
+            if queued == len(pending):
+                return
+            pending = self._failed_to_enqueue(topic, pending)
+
+    def _failed_to_enqueue(
+        self, topic: str, entries: Sequence[dict[str, Any]]
+    ) -> list[dict[str, Any]]:
+        """Entries that failed only because the queue was full, to try again after a poll."""
+        retry = []
+        for entry in entries:
+            error = entry.pop("_error", None)
+            if error is None:
+                continue
+            if error.code() != KafkaError._QUEUE_FULL:
+                raise _enqueue_error(topic, error)
+            retry.append(entry)
+        self._producer.poll(_QUEUE_FULL_PAUSE)
+        return retry
+
+    def _produce_one(self, message: OutgoingMessage) -> None:
+        kwargs: dict[str, Any] = {"value": message.value, "key": message.key,
+                                  "headers": list(message.headers or ()),
+                                  "on_delivery": self._on_delivery}
+        if message.partition is not None:
+            kwargs["partition"] = message.partition
+        deadline = time.monotonic() + self._delivery_timeout
+        while True:
+            try:
+                self._producer.produce(message.topic, **kwargs)
+                self.produced += 1
+                return
+            except BufferError:
+                if time.monotonic() > deadline:
+                    raise ProduceError(f"producer queue stayed full for {message.topic!r}",
+                                       code=KafkaError._QUEUE_FULL) from None
+                self._producer.poll(_QUEUE_FULL_PAUSE)
+            except KafkaException as exc:
+                raise _enqueue_error(message.topic, exc.args[0]) from exc
+
+
+def _enqueue_error(topic: str, error: Any) -> ProduceError:
+    text = error.str() if isinstance(error, KafkaError) else str(error)
+    code = error.code() if isinstance(error, KafkaError) else None
+    return ProduceError(f"cannot produce to {topic!r}: {text}", code=code)

@@ -1,0 +1,79 @@
+"""``Sender``: where ``process()`` puts output. It only buffers and encodes; the
+loop produces the buffer after ``process()`` returns, so a failed turn leaves
+nothing half-sent by the processor itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from kasper_py.exceptions import SerdeError
+from kasper_py.message import Headers, OutgoingMessage
+from kasper_py.serdes import BYTES, Serde
+
+__all__ = ["Sender"]
+
+HeaderInput = Mapping[str, bytes | str | None] | Iterable[tuple[str, bytes | str | None]]
+
+
+class Sender:
+    """Buffers output messages, encoding keys and values with the configured serdes."""
+
+    __slots__ = ("_buffer", "_key_serde", "_value_serde")
+
+    def __init__(self, key_serde: Serde = BYTES, value_serde: Serde = BYTES) -> None:
+        self._key_serde = key_serde
+        self._value_serde = value_serde
+        self._buffer: list[OutgoingMessage] = []
+
+    def send(
+        self,
+        topic: str,
+        value: Any,
+        key: Any = None,
+        partition: int | None = None,
+        headers: HeaderInput | None = None,
+    ) -> None:
+        """Buffer one message for ``topic``; bytes pass through, others go through the serde.
+
+        ``partition=None`` lets the producer choose by key (murmur2, like the Java client).
+        Raises ``SerdeError`` naming the topic when the key or value cannot be encoded.
+        """
+        if not isinstance(topic, str) or not topic:
+            raise ValueError(f"send() needs a topic name, got {topic!r}")
+        if partition is not None and (not isinstance(partition, int) or partition < 0):
+            raise ValueError(f"send() partition must be a non-negative int, got {partition!r}")
+        try:
+            value_bytes = value if type(value) is bytes else self._value_serde.encode(value)
+            key_bytes = key if key is None or type(key) is bytes else self._key_serde.encode(key)
+        except SerdeError as exc:
+            raise SerdeError(f"cannot encode message for topic {topic!r}: {exc}") from exc
+        self._buffer.append(
+            OutgoingMessage(topic, value_bytes, key_bytes, partition, _headers(headers))
+        )
+
+    @property
+    def messages(self) -> list[OutgoingMessage]:
+        """The buffered messages, in the order they were sent."""
+        return self._buffer
+
+    def __len__(self) -> int:
+        return len(self._buffer)
+
+    def drain(self) -> list[OutgoingMessage]:
+        """Return the buffer and start a new one."""
+        buffered, self._buffer = self._buffer, []
+        return buffered
+
+
+def _headers(headers: HeaderInput | None) -> Headers | None:
+    if headers is None:
+        return None
+    pairs = headers.items() if isinstance(headers, Mapping) else headers
+    result = []
+    for name, value in pairs:
+        if not isinstance(name, str):
+            raise ValueError(f"header names must be str, got {name!r}")
+        result.append((name, value.encode() if isinstance(value, str) else value))
+    return tuple(result)

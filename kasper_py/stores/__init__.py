@@ -1,0 +1,1 @@
+"""State stores: one protocol, one module per backend."""

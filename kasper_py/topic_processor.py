@@ -1,0 +1,308 @@
+"""``TopicProcessor``: the loop. Each turn, in this order (the order is the guarantee):
+
+1. process every partition's batch (``MessageProcessor.process``)
+2. flush the state stores
+3. produce the buffered output and wait for every ack
+4. commit the input offsets (last processed + 1), synchronously
+5. report the turn (metrics, one log line)
+
+A failure in any step stops the loop before step 4, so the batch is replayed on
+restart: at-least-once, with duplicates bounded by one batch.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import structlog
+
+from kasper_py.batching import Batch, build_batch, collect
+from kasper_py.config import Config
+from kasper_py.consumer import InputConsumer
+from kasper_py.exceptions import KasperError, ProcessingError, StoreError, TopicError
+from kasper_py.message import OutgoingMessage
+from kasper_py.observe import LoopObserver, NoopObserver, TurnStats
+from kasper_py.offsets import OffsetTracker
+from kasper_py.processor import MessageProcessor, ProcessorContext, ProcessorFactory
+from kasper_py.producer import OutputProducer
+from kasper_py.sender import Sender
+from kasper_py.stores.base import KeyValueStore, StoreRuntime, StoreSpec
+
+__all__ = ["TopicProcessor"]
+
+_log = structlog.get_logger("kasper_py")
+T = TypeVar("T")
+
+
+class TopicProcessor:
+    """Runs one processor name over a static set of input partitions."""
+
+    def __init__(
+        self,
+        config: Config,
+        factory: ProcessorFactory,
+        *,
+        stores: Sequence[StoreSpec] = (),
+        observer: LoopObserver | None = None,
+    ) -> None:
+        names = [spec.name for spec in stores]
+        if len(set(names)) != len(names):
+            raise ValueError(f"store names must be unique, got {names}")
+        self.config = config
+        self._factory = factory
+        self._store_specs = list(stores)
+        self._observer: LoopObserver = observer or NoopObserver()
+        self._consumer = InputConsumer(config)
+        self._producer = OutputProducer(config)
+        self._offsets = OffsetTracker()
+        self._processors: dict[int, MessageProcessor] = {}
+        self._stores: dict[int, dict[str, KeyValueStore]] = {}
+        self._skip_below: dict[tuple[str, int], int] = {}
+        self._closing = threading.Event()
+        self._stopped = threading.Event()
+        self._loop_thread: int | None = None
+        self._shutdown_lock = threading.Lock()
+        self._shut = False
+        self._started = False
+        self._outputs_first = False
+
+    # -- public ---------------------------------------------------------------
+
+    def run_loop(self, until_caught_up: bool = False) -> None:
+        """Process batches until ``close()``; with ``until_caught_up``, also return once
+        every assigned partition is consumed to its high watermark (clients stay open).
+
+        Raises a ``KasperError`` subclass when a turn fails; nothing of that batch is
+        committed and the processor is closed.
+        """
+        if self._shut:
+            raise KasperError(f"processor {self.config.name!r} is closed")
+        self._loop_thread = threading.get_ident()
+        self._stopped.clear()
+        try:
+            self._start()
+            self._loop(until_caught_up)
+        except BaseException as exc:
+            self._fail(exc)
+            raise
+        finally:
+            self._loop_thread = None
+            self._stopped.set()
+        if self._closing.is_set():
+            self._shutdown()
+
+    def close(self, timeout: float | None = None) -> None:
+        """Stop after the batch in hand is committed, then close the clients.
+
+        Safe from another thread (waits up to ``timeout`` for the loop to stop) and
+        from a signal handler (returns at once; the loop closes when the turn ends).
+        """
+        self._closing.set()
+        loop_thread = self._loop_thread
+        if loop_thread is None:
+            self._shutdown()
+        elif loop_thread != threading.get_ident():
+            self._stopped.wait(timeout)
+
+    def has_consumed_all(self) -> bool:
+        """True when every assigned partition's next offset reached its high watermark."""
+        if not self._consumer.assigned:
+            self._consumer.assign(self._partitions(self._consumer.partition_count()))
+        positions = self._consumer.positions()
+        unknown = [tp for tp, pos in positions.items() if pos is None]
+        committed = self._consumer.committed(unknown) if unknown else {}
+        for tp, consumed_to in positions.items():
+            low, high = self._consumer.watermarks(tp)
+            position = consumed_to if consumed_to is not None else committed.get(tp)
+            if position is None:
+                position = low if self.config.auto_offset_reset == "earliest" else high
+            if position < high:
+                return False
+        return True
+
+    @property
+    def assigned(self) -> list[tuple[str, int]]:
+        """(topic, partition) pairs this process consumes."""
+        return list(self._consumer.assigned)
+
+    # -- the loop -------------------------------------------------------------
+
+    def _start(self) -> None:
+        if self._started:
+            return
+        count = self._consumer.partition_count()
+        partitions = self._partitions(count)
+        for partition in partitions:
+            stores = self._open_stores(partition)
+            context = ProcessorContext(partition, self.config, stores)
+            self._processors[partition] = self._factory(context)
+        self._consumer.assign(partitions)
+        self._outputs_first = any(
+            store.effectively_once for stores in self._stores.values() for store in stores.values())
+        self._started = True
+        self._observer.on_start(self._consumer.assigned)
+        _log.info("kasper.started", processor=self.config.name, partitions=list(partitions),
+                  topics=list(self.config.input_topics), group=self.config.group)
+
+    def _loop(self, until_caught_up: bool) -> None:
+        while not self._closing.is_set():
+            batch = self._next_batch()
+            if batch.ranges:
+                self._turn(batch)
+            else:
+                self._observer.on_idle()
+            full = len(batch) >= self.config.batch_size
+            if until_caught_up and not full and self.has_consumed_all():
+                return
+
+    def _next_batch(self) -> Batch:
+        records = collect(self._consumer.consume, self.config.batch_size, self.config.batch_wait)
+        batch = build_batch(records, self.config.key_decoder, self.config.value_decoder)
+        if self._skip_below:
+            self._drop_applied(batch)
+        return batch
+
+    def _turn(self, batch: Batch) -> None:
+        durations: dict[str, float] = {}
+        try:
+            sender = self._timed(durations, "process", self._process, batch)   # 1
+            produced = len(sender)
+            if self._outputs_first:
+                # Effectively-once stores skip replayed input, so its output must be
+                # acked before the store records the offsets as applied.
+                self._timed(durations, "produce", self._produce, sender.drain())
+            self._timed(durations, "flush", self._flush_stores, batch)         # 2
+            self._timed(durations, "produce", self._produce, sender.drain())   # 3
+            self._timed(durations, "commit", self._commit, batch)              # 4
+        except KasperError as exc:
+            exc.uncommitted = batch.describe()
+            raise
+        self._report(TurnStats(batch, produced, durations))                    # 5
+
+    # -- the steps ------------------------------------------------------------
+
+    def _process(self, batch: Batch) -> Sender:
+        sender = Sender(self.config.key_decoder, self.config.value_decoder)
+        for partition, messages in batch.by_partition.items():
+            try:
+                self._processors[partition].process(messages, sender)
+            except KasperError:
+                raise
+            except Exception as exc:
+                raise ProcessingError(
+                    f"process() of partition {partition} raised {type(exc).__name__}: {exc} "
+                    f"({batch.describe(partition)})", partition=partition,
+                ) from exc
+        return sender
+
+    def _flush_stores(self, batch: Batch) -> None:
+        next_offsets = batch.next_offsets()
+        for partition, stores in self._stores.items():
+            mine = {tp: o for tp, o in next_offsets.items() if tp[1] == partition}
+            for name, store in stores.items():
+                self._store_call(name, partition, store.flush, mine)
+
+    def _produce(self, messages: list[OutgoingMessage]) -> None:
+        self._producer.produce(messages)
+        self._producer.wait_for_acks()
+        for partition, stores in self._stores.items():
+            for name, store in stores.items():
+                self._store_call(name, partition, store.after_delivery)
+
+    def _commit(self, batch: Batch) -> None:
+        next_offsets = batch.next_offsets()
+        self._offsets.check(next_offsets)
+        self._consumer.commit(next_offsets)
+        self._offsets.mark_committed(next_offsets)
+
+    def _report(self, stats: TurnStats) -> None:
+        self._observer.on_turn(stats)
+        for (topic, partition), offsets in stats.batch.ranges.items():
+            _log.info("kasper.batch", processor=self.config.name, topic=topic,
+                      partition=partition, first_offset=offsets.first,
+                      last_offset=offsets.last, consumed=offsets.count,
+                      produced=stats.produced,
+                      **{f"{step}_ms": round(s * 1000, 2) for step, s in stats.durations.items()})
+
+    # -- helpers --------------------------------------------------------------
+
+    def _partitions(self, count: int) -> list[int]:
+        wanted = self.config.input_partitions
+        if wanted is None:
+            return list(range(count))
+        missing = [p for p in wanted if p >= count]
+        if missing:
+            raise TopicError(f"input_partitions {missing} do not exist: the input topics "
+                             f"{list(self.config.input_topics)} have {count} partitions")
+        return list(wanted)
+
+    def _open_stores(self, partition: int) -> dict[str, Any]:
+        stores: dict[str, KeyValueStore] = {}
+        for spec in self._store_specs:
+            runtime = StoreRuntime(self.config, partition, self._producer)
+            store = self._store_call(spec.name, partition, spec.open, runtime)
+            stores[spec.name] = store
+            for tp, offset in store.applied_offsets().items():
+                self._skip_below[tp] = max(offset, self._skip_below.get(tp, 0))
+        self._stores[partition] = stores
+        return dict(stores)
+
+    def _drop_applied(self, batch: Batch) -> None:
+        """Effectively-once stores already hold these messages' effects: skip them."""
+        for partition, messages in list(batch.by_partition.items()):
+            kept = [m for m in messages
+                    if m.offset >= self._skip_below.get((m.topic, partition), -1)]
+            skipped = len(messages) - len(kept)
+            if skipped:
+                _log.info("kasper.skipped_applied", processor=self.config.name,
+                          partition=partition, skipped=skipped)
+            if kept:
+                batch.by_partition[partition] = kept
+            else:
+                del batch.by_partition[partition]
+        for tp, next_offset in batch.next_offsets().items():
+            if next_offset >= self._skip_below.get(tp, next_offset + 1):
+                del self._skip_below[tp]
+
+    def _store_call(self, name: str, partition: int, method: Callable[..., T], *args: Any) -> T:
+        try:
+            return method(*args)
+        except KasperError:
+            raise
+        except Exception as exc:
+            raise StoreError(f"store {name!r} of partition {partition}: "
+                             f"{type(exc).__name__}: {exc}") from exc
+
+    @staticmethod
+    def _timed(durations: dict[str, float], step: str, fn: Callable[..., T], *args: Any) -> T:
+        started = time.perf_counter()
+        result = fn(*args)
+        durations[step] = durations.get(step, 0.0) + time.perf_counter() - started
+        return result
+
+    def _fail(self, exc: BaseException) -> None:
+        self._observer.on_error(exc)
+        if isinstance(exc, KasperError):
+            _log.error("kasper.stopped", processor=self.config.name, error=str(exc),
+                       error_type=type(exc).__name__)
+        self._shutdown()
+
+    def _shutdown(self) -> None:
+        with self._shutdown_lock:
+            if self._shut:
+                return
+            self._shut = True
+        for processor in self._processors.values():
+            processor.close()
+        for stores in self._stores.values():
+            for store in stores.values():
+                store.close()
+        for spec in self._store_specs:
+            spec.close()
+        self._producer.close()
+        self._consumer.close()
+        self._observer.on_stop()
+        _log.info("kasper.closed", processor=self.config.name)
