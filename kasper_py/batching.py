@@ -26,6 +26,7 @@ class OffsetRange:
     first: int
     last: int
     count: int = 1
+    first_timestamp: int | None = None
     last_timestamp: int | None = None
 
 
@@ -115,7 +116,7 @@ def _extend_range(
 ) -> None:
     current = ranges.get(tp)
     if current is None:
-        ranges[tp] = OffsetRange(offset, offset, 1, timestamp)
+        ranges[tp] = OffsetRange(offset, offset, 1, timestamp, timestamp)
         return
     if offset <= current.last:
         raise OffsetError(

@@ -23,6 +23,10 @@ class TurnStats:
     produced: int
     durations: dict[str, float] = field(default_factory=dict)
     """Seconds per step: process, flush, produce, commit."""
+    committed: dict[tuple[str, int], int] = field(default_factory=dict)
+    """Next offset to read per assigned (topic, partition), as committed so far."""
+    high_watermarks: dict[tuple[str, int], int] = field(default_factory=dict)
+    """Latest known high watermark per assigned (topic, partition), from fetch responses."""
 
 
 class LoopObserver(Protocol):

@@ -31,17 +31,18 @@ class OutputProducer:
 
     def produce(self, messages: Iterable[OutgoingMessage]) -> None:
         """Enqueue ``messages``; acks arrive later, see ``wait_for_acks``."""
-        by_topic: dict[str, list[dict[str, Any]]] = {}
+        # produce_batch ignores a per-message partition, so one call per topic and
+        # partition; -1 (unassigned) runs the partitioner on each message's key.
+        groups: dict[tuple[str, int], list[dict[str, Any]]] = {}
         for message in messages:
             if message.headers:
                 self._produce_one(message)
                 continue
-            entry: dict[str, Any] = {"value": message.value, "key": message.key}
-            if message.partition is not None:
-                entry["partition"] = message.partition
-            by_topic.setdefault(message.topic, []).append(entry)
-        for topic, entries in by_topic.items():
-            self._produce_batch(topic, entries)
+            partition = -1 if message.partition is None else message.partition
+            entry = {"value": message.value, "key": message.key}
+            groups.setdefault((message.topic, partition), []).append(entry)
+        for (topic, partition), entries in groups.items():
+            self._produce_batch(topic, partition, entries)
 
     def wait_for_acks(self) -> None:
         """Block until every enqueued message is acknowledged; raise the first failure."""
@@ -71,11 +72,12 @@ class OutputProducer:
         if error is not None:
             raise error
 
-    def _produce_batch(self, topic: str, entries: list[dict[str, Any]]) -> None:
+    def _produce_batch(self, topic: str, partition: int, entries: list[dict[str, Any]]) -> None:
         pending = entries
         while pending:
             try:
-                queued = self._producer.produce_batch(topic, pending, on_delivery=self._on_delivery)
+                queued = self._producer.produce_batch(
+                    topic, pending, partition=partition, on_delivery=self._on_delivery)
             except BufferError:
                 queued = 0
                 for entry in pending:

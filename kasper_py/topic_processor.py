@@ -180,7 +180,7 @@ class TopicProcessor:
         except KasperError as exc:
             exc.uncommitted = batch.describe()
             raise
-        self._report(TurnStats(batch, produced, durations))                    # 5
+        self._report(TurnStats(batch, produced, durations, *self._progress()))  # 5
 
     # -- the steps ------------------------------------------------------------
 
@@ -228,6 +228,19 @@ class TopicProcessor:
                       **{f"{step}_ms": round(s * 1000, 2) for step, s in stats.durations.items()})
 
     # -- helpers --------------------------------------------------------------
+
+    def _progress(self) -> tuple[dict[tuple[str, int], int], dict[tuple[str, int], int]]:
+        """Committed offsets and cached high watermarks of the assigned partitions."""
+        committed: dict[tuple[str, int], int] = {}
+        highs: dict[tuple[str, int], int] = {}
+        for tp in self._consumer.assigned:
+            offset = self._offsets.committed(*tp)
+            if offset is not None:
+                committed[tp] = offset
+            high = self._consumer.watermarks(tp, cached=True)[1]
+            if high >= 0:
+                highs[tp] = high
+        return committed, highs
 
     def _partitions(self, count: int) -> list[int]:
         wanted = self.config.input_partitions

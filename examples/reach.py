@@ -1,0 +1,138 @@
+"""Reach: join two co-partitioned topics partition-wise, the Kasper way.
+
+`followers` holds each user's follower count and `tweets` each tweet, both keyed by
+user, with the same partition count; so partition p of both topics holds every
+record of the same users, and one MessageProcessor per partition joins them with a
+plain dict, no shuffle and no remote lookup. For every tweet it sends
+{"tweet_id", "user", "reach"} to `reach`, where reach is the user's follower count.
+
+Delivery: at-least-once. After a crash the last uncommitted batch is replayed, so a
+tweet's reach can be sent twice; the follower table is plain memory and is rebuilt
+from `followers` only for records not yet committed (use a RocksDB table, see
+rocksdb_wordcount.py, to keep it across restarts).
+
+    python examples/reach.py --bootstrap 127.0.0.1:19092 --sample 1000 --until-caught-up
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import signal
+import sys
+import uuid
+from collections import Counter
+from typing import Any
+
+from kasper_py import Config, Message, MessageProcessor, ProcessorContext, Sender, TopicProcessor
+
+TWEETS, FOLLOWERS, REACH = "tweets", "followers", "reach"
+
+
+class ReachProcessor(MessageProcessor):
+    """Keeps one partition's follower counts and sends each tweet's reach."""
+
+    def __init__(self, context: ProcessorContext, reach_topic: str = REACH) -> None:
+        self.partition = context.partition
+        self.followers: dict[str, int] = {}
+        self.reach_topic = reach_topic
+
+    def process(self, messages: list[Message], sender: Sender) -> None:
+        # Within a batch, topics arrive interleaved in no fixed order; applying the
+        # follower updates first makes the result independent of that order.
+        for message in messages:
+            if message.topic.startswith(FOLLOWERS):
+                self.followers[message.value["user"]] = message.value["followers"]
+        for message in messages:
+            if message.topic.startswith(TWEETS):
+                user = message.value["user"]
+                reach = {"tweet_id": message.value["tweet_id"], "user": user,
+                         "reach": self.followers.get(user, 0)}
+                sender.send(self.reach_topic, reach, key=user)
+
+
+def make_config(args: argparse.Namespace) -> Config:
+    return Config(
+        name=args.name, bootstrap_servers=args.bootstrap,
+        input_topics=(args.prefix + TWEETS, args.prefix + FOLLOWERS),
+        batch_size=args.batch_size, batch_wait=args.batch_wait,
+        key_serde="str", value_serde="json", metrics_port=args.metrics_port,
+    )
+
+
+def produce_sample(bootstrap: str, prefix: str, partitions: int, tweets: int) -> dict[str, int]:
+    """Create the topics and write `tweets` tweets by 50 users; return followers per user."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    topics = [prefix + t for t in (TWEETS, FOLLOWERS, REACH)]
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.create_topics([NewTopic(t, partitions, 1) for t in topics]).values():
+        future.result(30)
+    rng = random.Random(7)
+    followers = {f"user{i}": rng.randint(0, 10_000) for i in range(50)}
+    producer = Producer({"bootstrap.servers": bootstrap, "partitioner": "murmur2_random"})
+    for user, count in followers.items():
+        producer.produce(prefix + FOLLOWERS, json.dumps({"user": user, "followers": count}),
+                         key=user)
+    producer.flush(30)  # followers first, so every tweet finds its user's count
+    for n in range(tweets):
+        user = rng.choice(list(followers))
+        producer.produce(prefix + TWEETS, json.dumps({"tweet_id": n, "user": user}), key=user)
+        if n % 10_000 == 0:
+            producer.poll(0)
+    producer.flush(60)
+    return followers
+
+
+def summarise(bootstrap: str, topic: str, count: int) -> dict[str, Any]:
+    """Read `count` reach messages back and summarise them."""
+    from confluent_kafka import Consumer
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"summary-{uuid.uuid4()}",
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer.subscribe([topic])
+    reach: list[dict[str, Any]] = []
+    while len(reach) < count:
+        batch = consumer.consume(10_000, 10)
+        if not batch:
+            break
+        reach.extend(json.loads(m.value()) for m in batch if m.error() is None)
+    consumer.close()
+    top = Counter({r["user"]: r["reach"] for r in reach}).most_common(3)
+    return {"reach_messages": len(reach), "total_reach": sum(r["reach"] for r in reach),
+            "users": len({r["user"] for r in reach}), "top_users_by_reach": top}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--bootstrap", default="127.0.0.1:19092")
+    parser.add_argument("--name", default="reach")
+    parser.add_argument("--prefix", default="", help="prefix for the three topic names")
+    parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--sample", type=int, default=0, help="produce this many sample tweets")
+    parser.add_argument("--batch-size", type=int, default=1000)
+    parser.add_argument("--batch-wait", type=float, default=0.5)
+    parser.add_argument("--metrics-port", type=int, default=None)
+    parser.add_argument("--until-caught-up", action="store_true",
+                        help="stop once every input partition is consumed")
+    args = parser.parse_args(argv)
+    if args.sample:
+        produce_sample(args.bootstrap, args.prefix, args.partitions, args.sample)
+    reach_topic = args.prefix + REACH
+    processor = TopicProcessor(make_config(args), lambda c: ReachProcessor(c, reach_topic))
+    signal.signal(signal.SIGTERM, lambda *_: processor.close())
+    try:
+        processor.run_loop(until_caught_up=args.until_caught_up)
+    except KeyboardInterrupt:
+        return 130
+    finally:
+        processor.close()
+    if args.sample:
+        print(json.dumps(summarise(args.bootstrap, args.prefix + REACH, args.sample), indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,482 @@
+"""Prometheus metrics and health endpoints of a TopicProcessor, and the small API
+stores call to report their latency and changelog restores.
+
+``PrometheusObserver`` implements ``LoopObserver``: it keeps its collectors in its own
+``CollectorRegistry`` and serves ``/metrics``, ``/health/live`` and ``/health/ready``.
+prometheus_client is imported here only, and only when an observer is built, so the
+store API below (``observe_store_op``, ``report_restore_progress``) costs nothing and
+needs no extra when metrics are off.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import weakref
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import TYPE_CHECKING, Any
+
+from kasper_py import exceptions
+from kasper_py.observe import STEPS, LoopObserver, NoopObserver, TurnStats
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.metrics_core import Metric
+
+    from kasper_py.config import Config
+
+__all__ = [
+    "MetricsServer",
+    "PrometheusObserver",
+    "RestoreListener",
+    "add_restore_listener",
+    "observe_store_op",
+    "observer_for",
+    "report_restore_progress",
+    "timed_store_op",
+]
+
+NAMESPACE = "kasper"
+INSTALL_HINT = "pip install 'kasper-py[prometheus]'"
+TopicPartitionKey = tuple[str, int]
+RestoreListener = Callable[[str, str, int, int, int], None]
+"""Called with (processor, store, partition, restored, total) on restore progress."""
+
+_BATCH_BUCKETS = (1, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 50000, 100000)
+_SECONDS_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+                    1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+_LIVE_FLOOR = 30.0  # seconds: a slow turn (a big batch, a slow store) must not look dead
+
+
+# -- the API stores call --------------------------------------------------------------
+
+_observers: dict[str, weakref.WeakSet[PrometheusObserver]] = {}
+_restore_listeners: list[RestoreListener] = []
+_registry_lock = threading.Lock()
+
+
+def observe_store_op(processor: str, store: str, op: str, seconds: float,
+                     round_trips: int = 1) -> None:
+    """Record one store operation of ``processor`` (``Config.name``): its latency and
+    how many server round trips it cost. A no-op when no observer runs for it."""
+    for observer in _observers_of(processor):
+        observer.collectors.observe_store_op(store, op, seconds, round_trips)
+
+
+@contextmanager
+def timed_store_op(processor: str, store: str, op: str, round_trips: int = 1) -> Iterator[None]:
+    """Time the ``with`` body as one store operation (see ``observe_store_op``)."""
+    started = time.perf_counter()
+    try:
+        yield
+    finally:
+        observe_store_op(processor, store, op, time.perf_counter() - started, round_trips)
+
+
+def report_restore_progress(processor: str, store: str, partition: int,
+                            restored: int, total: int) -> None:
+    """A changelog restore of ``store`` for ``partition`` has applied ``restored`` of
+    ``total`` messages. Updates the restore gauges and any progress display."""
+    for observer in _observers_of(processor):
+        observer.on_restore_progress(store, partition, restored, total)
+    with _registry_lock:
+        listeners = list(_restore_listeners)
+    for listener in listeners:
+        listener(processor, store, partition, restored, total)
+
+
+def add_restore_listener(listener: RestoreListener) -> Callable[[], None]:
+    """Call ``listener`` on every restore progress report; returns its remover."""
+    with _registry_lock:
+        _restore_listeners.append(listener)
+
+    def remove() -> None:
+        with _registry_lock:
+            if listener in _restore_listeners:
+                _restore_listeners.remove(listener)
+
+    return remove
+
+
+def _observers_of(processor: str) -> list[PrometheusObserver]:
+    with _registry_lock:
+        return list(_observers.get(processor, ()))
+
+
+def _register(observer: PrometheusObserver) -> None:
+    with _registry_lock:
+        _observers.setdefault(observer.processor, weakref.WeakSet()).add(observer)
+
+
+def _unregister(observer: PrometheusObserver) -> None:
+    with _registry_lock:
+        _observers.get(observer.processor, weakref.WeakSet()).discard(observer)
+
+
+# -- collectors -----------------------------------------------------------------------
+
+def _import_prometheus() -> Any:
+    try:
+        import prometheus_client  # noqa: PLC0415 - optional extra, imported on use
+    except ImportError as exc:
+        raise ImportError(
+            f"kasper_py metrics need prometheus-client, which is not installed: {INSTALL_HINT}"
+        ) from exc
+    return prometheus_client
+
+
+class _Collectors:
+    """The counters, histograms and gauges of one processor, in one registry."""
+
+    def __init__(self, processor: str, registry: CollectorRegistry | None) -> None:
+        prom = _import_prometheus()
+        self.processor = processor
+        self.registry: CollectorRegistry = registry or prom.CollectorRegistry()
+        common: dict[str, Any] = {"namespace": NAMESPACE, "registry": self.registry}
+        tp = ["processor", "topic", "partition"]
+        self.consumed = prom.Counter(
+            "messages_consumed", "Input messages processed and committed.", tp, **common)
+        self.produced = prom.Counter(
+            "messages_produced", "Output messages produced and acked.", ["processor"], **common)
+        self.turns = prom.Counter(
+            "turns", "Committed turns of the loop.", ["processor"], **common)
+        self.errors = prom.Counter(
+            "errors", "Errors that stopped the loop or were skipped, by type.",
+            ["processor", "type"], **common)
+        self.batch_size = prom.Histogram(
+            "batch_size_messages", "Messages per committed turn.", ["processor"],
+            buckets=_BATCH_BUCKETS, **common)
+        self.step_seconds = prom.Histogram(
+            "step_duration_seconds", "Seconds per step of a turn: process, flush, produce, "
+            "commit.", ["processor", "step"], buckets=_SECONDS_BUCKETS, **common)
+        self.last_turn = prom.Gauge(
+            "last_turn_timestamp_seconds", "Unix time of the last committed turn.",
+            ["processor"], **common)
+        self._add_store_collectors(prom, common)
+        self._initialize()
+
+    def _add_store_collectors(self, prom: Any, common: dict[str, Any]) -> None:
+        store = ["processor", "store", "op"]
+        self.store_seconds = prom.Histogram(
+            "store_operation_seconds", "Latency of state store operations.", store,
+            buckets=_SECONDS_BUCKETS, **common)
+        self.store_round_trips = prom.Counter(
+            "store_round_trips", "Server round trips made by state store operations.",
+            store, **common)
+        restore = ["processor", "store", "partition"]
+        self.restore_ratio = prom.Gauge(
+            "restore_progress_ratio", "Changelog restore progress, 0 to 1.", restore, **common)
+        self.restore_remaining = prom.Gauge(
+            "restore_remaining_messages", "Changelog messages left to restore.", restore,
+            **common)
+
+    def _initialize(self) -> None:
+        """Create the label sets known in advance, so a dashboard shows 0, not 'no data'."""
+        self.produced.labels(self.processor)
+        self.turns.labels(self.processor)
+        for name in exceptions.__all__:
+            if name != "KasperError":
+                self.errors.labels(self.processor, name)
+        for step in STEPS:
+            self.step_seconds.labels(self.processor, step)
+
+    def observe_turn(self, stats: TurnStats, now: float) -> None:
+        """Count one committed turn."""
+        for (topic, partition), offsets in stats.batch.ranges.items():
+            self.consumed.labels(self.processor, topic, str(partition)).inc(offsets.count)
+        self.produced.labels(self.processor).inc(stats.produced)
+        self.turns.labels(self.processor).inc()
+        self.batch_size.labels(self.processor).observe(len(stats.batch))
+        for step, seconds in stats.durations.items():
+            self.step_seconds.labels(self.processor, step).observe(seconds)
+        self.last_turn.labels(self.processor).set(now)
+
+    def observe_store_op(self, store: str, op: str, seconds: float, round_trips: int) -> None:
+        """Record one store operation."""
+        self.store_seconds.labels(self.processor, store, op).observe(seconds)
+        self.store_round_trips.labels(self.processor, store, op).inc(round_trips)
+
+    def set_restore(self, store: str, partition: int, restored: int, total: int) -> None:
+        """Set the restore gauges of one store partition."""
+        labels = (self.processor, store, str(partition))
+        self.restore_ratio.labels(*labels).set(restored / total if total > 0 else 1.0)
+        self.restore_remaining.labels(*labels).set(max(total - restored, 0))
+
+
+@dataclass
+class _PartitionState:
+    """What the observer knows of one input (topic, partition)."""
+
+    committed: int | None = None
+    high_watermark: int | None = None
+    last_timestamp_ms: int | None = None
+
+
+class _ProgressCollector:
+    """Lag gauges computed when scraped, so time-based lag keeps growing between turns."""
+
+    def __init__(self, observer: PrometheusObserver) -> None:
+        self._observer = observer
+
+    def describe(self) -> list[Metric]:
+        """Nothing: the names are only known when collected (skips registry checks)."""
+        return []
+
+    def collect(self) -> Iterable[Metric]:
+        """Lag in messages and seconds, per input (topic, partition), and readiness."""
+        from prometheus_client.core import GaugeMetricFamily  # noqa: PLC0415 - optional extra
+
+        tp = ["processor", "topic", "partition"]
+        families = {
+            "lag": GaugeMetricFamily(
+                "kasper_consumer_lag_messages",
+                "High watermark minus committed offset.", labels=tp),
+            "timestamp": GaugeMetricFamily(
+                "kasper_last_processed_timestamp_seconds",
+                "Timestamp of the last processed message.", labels=tp),
+            "lag_seconds": GaugeMetricFamily(
+                "kasper_lag_seconds",
+                "Now minus the timestamp of the last processed message.", labels=tp),
+            "oldest": GaugeMetricFamily(
+                "kasper_oldest_unprocessed_age_seconds",
+                "Age of the oldest unprocessed message (0 when caught up).", labels=tp),
+        }
+        self._fill(families, self._observer.clock())
+        ready = GaugeMetricFamily("kasper_ready", "1 when partitions are assigned and "
+                                  "tables restored.", labels=["processor"])
+        ready.add_metric([self._observer.processor], 1.0 if self._observer.ready else 0.0)
+        return [*families.values(), ready]
+
+    def _fill(self, families: dict[str, Any], now: float) -> None:
+        for (topic, partition), state in self._observer.partition_states().items():
+            labels = [self._observer.processor, topic, str(partition)]
+            lag = None
+            if state.committed is not None and state.high_watermark is not None:
+                lag = max(state.high_watermark - state.committed, 0)
+                families["lag"].add_metric(labels, lag)
+            if state.last_timestamp_ms is None:
+                if lag == 0:
+                    families["oldest"].add_metric(labels, 0.0)
+                continue
+            seconds = state.last_timestamp_ms / 1000
+            behind = max(now - seconds, 0.0)
+            families["timestamp"].add_metric(labels, seconds)
+            families["lag_seconds"].add_metric(labels, behind)
+            if lag is not None:
+                # The next unprocessed message was written at or after the last processed
+                # one, so its age is at most ``behind``; exact while the topic is steady.
+                families["oldest"].add_metric(labels, behind if lag > 0 else 0.0)
+
+
+# -- health ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class HealthReport:
+    """One answer of a health endpoint."""
+
+    ok: bool
+    detail: dict[str, Any]
+
+    def body(self) -> bytes:
+        """The JSON body served with 200 (ok) or 503."""
+        return json.dumps({"status": "ok" if self.ok else "fail", **self.detail}).encode()
+
+
+# -- the observer ---------------------------------------------------------------------
+
+class PrometheusObserver(LoopObserver):
+    """Metrics and health of one TopicProcessor; pass it as ``observer=``.
+
+    Liveness: the loop started, turned, idled or reported restore progress within
+    ``live_timeout`` seconds (default ``max(5 * batch_wait, 30)``) and has not stopped.
+    Readiness: partitions are assigned and tables restored (``on_start``), not stopped.
+    """
+
+    def __init__(self, config: Config, *, registry: CollectorRegistry | None = None,
+                 live_timeout: float | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.processor = config.name
+        self.collectors = _Collectors(config.name, registry)
+        self.clock = clock
+        self.live_timeout = live_timeout or max(5 * config.batch_wait, _LIVE_FLOOR)
+        self._lock = threading.Lock()
+        self._partitions: dict[TopicPartitionKey, _PartitionState] = {}
+        self._last_activity = clock()
+        self._assigned = 0
+        self._started = False
+        self._stopped = False
+        self._error: str | None = None
+        self._server: MetricsServer | None = None
+        self.registry.register(_ProgressCollector(self))
+        _register(self)
+
+    @property
+    def registry(self) -> CollectorRegistry:
+        """The registry holding this observer's collectors (one per observer)."""
+        return self.collectors.registry
+
+    @property
+    def ready(self) -> bool:
+        """Partitions assigned, tables restored, and not stopped."""
+        return self._started and not self._stopped
+
+    # -- LoopObserver ---------------------------------------------------------
+
+    def on_start(self, assigned: list[tuple[str, int]]) -> None:
+        """Partitions are assigned and tables restored: ready."""
+        with self._lock:
+            for tp in assigned:
+                self._partitions.setdefault(tp, _PartitionState())
+            self._assigned = len(assigned)
+            self._started = True
+            self._last_activity = self.clock()
+
+    def on_turn(self, stats: TurnStats) -> None:
+        """Count the turn and update what is known of each partition's progress."""
+        now = self.clock()
+        self.collectors.observe_turn(stats, now)
+        with self._lock:
+            self._last_activity = now
+            for tp, offsets in stats.batch.ranges.items():
+                state = self._partitions.setdefault(tp, _PartitionState())
+                if offsets.last_timestamp is not None:
+                    state.last_timestamp_ms = offsets.last_timestamp
+            for tp, offset in stats.committed.items():
+                self._partitions.setdefault(tp, _PartitionState()).committed = offset
+            for tp, high in stats.high_watermarks.items():
+                self._partitions.setdefault(tp, _PartitionState()).high_watermark = high
+
+    def on_idle(self) -> None:
+        """A poll came back empty: the loop is alive."""
+        with self._lock:
+            self._last_activity = self.clock()
+
+    def on_error(self, error: BaseException) -> None:
+        """Count the error by type; the loop is stopping."""
+        self.collectors.errors.labels(self.processor, type(error).__name__).inc()
+        with self._lock:
+            self._error = f"{type(error).__name__}: {error}"
+
+    def on_stop(self) -> None:
+        """The loop stopped: neither live nor ready from now on."""
+        with self._lock:
+            self._stopped = True
+
+    def on_restore_progress(self, store: str, partition: int, restored: int, total: int) -> None:
+        """A restore made progress: set its gauges; restoring counts as alive."""
+        self.collectors.set_restore(store, partition, restored, total)
+        with self._lock:
+            self._last_activity = self.clock()
+
+    # -- health ---------------------------------------------------------------
+
+    def liveness(self) -> HealthReport:
+        """Live while the loop turns (or idles, or restores) within ``live_timeout``."""
+        with self._lock:
+            quiet = self.clock() - self._last_activity
+            ok = not self._stopped and self._error is None and quiet <= self.live_timeout
+            detail: dict[str, Any] = {
+                "processor": self.processor, "seconds_since_last_turn": round(quiet, 3),
+                "live_timeout": self.live_timeout, "stopped": self._stopped}
+            if self._error:
+                detail["error"] = self._error
+        return HealthReport(ok, detail)
+
+    def readiness(self) -> HealthReport:
+        """Ready once partitions are assigned and tables restored, until stopped."""
+        with self._lock:
+            detail = {"processor": self.processor, "assigned_partitions": self._assigned,
+                      "started": self._started, "stopped": self._stopped}
+            return HealthReport(self._started and not self._stopped, detail)
+
+    def partition_states(self) -> dict[TopicPartitionKey, _PartitionState]:
+        """A copy of what is known per input (topic, partition)."""
+        with self._lock:
+            return {tp: _PartitionState(s.committed, s.high_watermark, s.last_timestamp_ms)
+                    for tp, s in self._partitions.items()}
+
+    # -- exporter -------------------------------------------------------------
+
+    def serve(self, port: int, host: str = "0.0.0.0") -> MetricsServer:
+        """Serve ``/metrics`` and ``/health/*`` on ``port`` (0: any free port)."""
+        if self._server is None:
+            self._server = MetricsServer(self, host, port)
+        return self._server
+
+    def close(self) -> None:
+        """Stop serving and stop receiving store reports."""
+        _unregister(self)
+        if self._server is not None:
+            self._server.close()
+            self._server = None
+
+
+class MetricsServer:
+    """A background HTTP server: ``/metrics``, ``/health/live``, ``/health/ready``."""
+
+    def __init__(self, observer: PrometheusObserver, host: str, port: int) -> None:
+        self._httpd = ThreadingHTTPServer((host, port), _handler_for(observer))
+        self._httpd.daemon_threads = True
+        self._thread = threading.Thread(target=self._httpd.serve_forever,
+                                        name="kasper-metrics", daemon=True)
+        self._thread.start()
+
+    @property
+    def port(self) -> int:
+        """The port actually bound (useful when asked for port 0)."""
+        return int(self._httpd.server_address[1])
+
+    def close(self) -> None:
+        """Stop the server and release the port."""
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join(5)
+
+
+def _handler_for(observer: PrometheusObserver) -> type[BaseHTTPRequestHandler]:
+    from prometheus_client import (  # noqa: PLC0415 - optional extra
+        CONTENT_TYPE_LATEST,
+        generate_latest,
+    )
+
+    class Handler(BaseHTTPRequestHandler):
+        """Routes the three paths; anything else is 404."""
+
+        def do_GET(self) -> None:
+            path = self.path.split("?", 1)[0]
+            if path == "/metrics":
+                self._send(200, CONTENT_TYPE_LATEST, generate_latest(observer.registry))
+            elif path in ("/health/live", "/health/ready"):
+                report = observer.liveness() if path.endswith("live") else observer.readiness()
+                self._send(200 if report.ok else 503, "application/json", report.body())
+            else:
+                self._send(404, "text/plain", b"try /metrics, /health/live, /health/ready\n")
+
+        def _send(self, status: int, content_type: str, body: bytes) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            """Scrapes every second would flood stderr; stay quiet."""
+
+    return Handler
+
+
+def observer_for(config: Config, host: str = "0.0.0.0") -> LoopObserver:
+    """A serving ``PrometheusObserver`` when ``config.metrics_port`` is set, else a no-op."""
+    if config.metrics_port is None:
+        return NoopObserver()
+    observer = PrometheusObserver(config)
+    try:
+        observer.serve(config.metrics_port, host)
+    except BaseException:
+        observer.close()
+        raise
+    return observer

@@ -1,0 +1,143 @@
+"""Shared fixtures. Integration tests use the broker from `kasper stack up` (or the
+cluster named by KASPER_BOOTSTRAP_SERVERS) with a fresh topic and group per test."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+
+def _bootstrap() -> str:
+    env = os.environ.get("KASPER_BOOTSTRAP_SERVERS")
+    if env:
+        return env
+    from kasper_py.stack import kafka_bootstrap
+
+    return kafka_bootstrap()
+
+
+@pytest.fixture(scope="session")
+def bootstrap() -> str:
+    """Bootstrap servers of the test broker; fails (not skips) when none answers."""
+    from confluent_kafka.admin import AdminClient
+
+    servers = _bootstrap()
+    try:
+        AdminClient({"bootstrap.servers": servers}).list_topics(timeout=15)
+    except Exception as exc:  # noqa: BLE001 - any failure means no broker
+        pytest.fail(f"no Kafka broker at {servers}: run `make stack` first ({exc})")
+    return servers
+
+
+@pytest.fixture
+def unique_name() -> Callable[[str], str]:
+    """Makes names unique to this test run: topics, groups, processor names."""
+    run = uuid.uuid4().hex[:10]
+    return lambda prefix: f"{prefix}-{run}"
+
+
+@pytest.fixture
+def new_topic(bootstrap: str, unique_name: Callable[[str], str]) -> Iterator[Callable[..., str]]:
+    """Creates fresh topics and deletes them after the test."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    created: list[str] = []
+
+    def create(prefix: str = "topic", partitions: int = 1, **config: str) -> str:
+        name = unique_name(prefix)
+        futures = admin.create_topics(
+            [NewTopic(name, num_partitions=partitions, replication_factor=1, config=config)])
+        futures[name].result(30)
+        created.append(name)
+        return name
+
+    yield create
+    if created:
+        for future in admin.delete_topics(created).values():
+            try:
+                future.result(30)
+            except Exception:  # noqa: BLE001, S110 - cleanup of a test topic is best-effort
+                pass
+
+
+@pytest.fixture
+def kafka(bootstrap: str) -> KafkaHelper:
+    """Produce test input, read output, and read a group's committed offsets."""
+    return KafkaHelper(bootstrap)
+
+
+class KafkaHelper:
+    """Small, synchronous helpers over confluent-kafka for assertions in tests."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self.bootstrap = bootstrap
+
+    def produce(self, topic: str, records: list[tuple[Any, Any]] | list[Any],
+                partition: int | None = None) -> None:
+        """Produce values (or (key, value) pairs) and wait for every ack."""
+        from confluent_kafka import Producer
+
+        producer = Producer({"bootstrap.servers": self.bootstrap, "linger.ms": 5,
+                             "partitioner": "murmur2_random"})
+        errors: list[Any] = []
+        for record in records:
+            key, value = record if isinstance(record, tuple) else (None, record)
+            kwargs: dict[str, Any] = {"key": key, "value": value,
+                                      "on_delivery": lambda err, _m: err and errors.append(err)}
+            if partition is not None:
+                kwargs["partition"] = partition
+            while True:
+                try:
+                    producer.produce(topic, **kwargs)
+                    break
+                except BufferError:
+                    producer.poll(0.1)
+        assert producer.flush(60) == 0
+        assert not errors, errors
+
+    def read_all(self, topic: str, timeout: float = 30.0) -> list[Any]:
+        """Every message of ``topic`` up to its current high watermarks."""
+        from confluent_kafka import Consumer, TopicPartition
+
+        consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": "kasper-tests-reader",
+                             "enable.auto.commit": False})
+        try:
+            meta = consumer.list_topics(topic, timeout=timeout).topics[topic]
+            ends: dict[int, int] = {}
+            tps = []
+            for p in meta.partitions:
+                low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout)
+                if high > low:
+                    ends[p] = high
+                    tps.append(TopicPartition(topic, p, low))
+            consumer.assign(tps)
+            out: list[Any] = []
+            while ends:
+                batch = consumer.consume(10000, timeout)
+                assert batch, f"timed out reading {topic}: still waiting on {ends}"
+                for msg in batch:
+                    assert msg.error() is None, msg.error()
+                    out.append(msg)
+                    if msg.offset() + 1 >= ends.get(msg.partition(), 0):
+                        ends.pop(msg.partition(), None)
+            return out
+        finally:
+            consumer.close()
+
+    def committed(self, group: str, topic: str, partitions: int = 1) -> dict[int, int | None]:
+        """The group's committed next offset per partition (None when nothing is committed)."""
+        from confluent_kafka import Consumer, TopicPartition
+
+        consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": group,
+                             "enable.auto.commit": False})
+        try:
+            result = consumer.committed([TopicPartition(topic, p) for p in range(partitions)],
+                                        timeout=30)
+            return {tp.partition: (tp.offset if tp.offset >= 0 else None) for tp in result}
+        finally:
+            consumer.close()

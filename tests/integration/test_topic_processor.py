@@ -1,0 +1,275 @@
+"""The loop on a real broker: outputs, commits, restarts, and every failure path."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from kasper_py import (
+    CommitError,
+    Config,
+    Message,
+    MessageProcessor,
+    ProcessingError,
+    ProcessorContext,
+    ProduceError,
+    Sender,
+    TopicError,
+    TopicProcessor,
+)
+
+pytestmark = pytest.mark.integration
+WORKER = Path(__file__).with_name("passthrough_worker.py")
+
+
+class Upper(MessageProcessor):
+    """Sends each value upper-cased to `output`, on the input's partition."""
+
+    def __init__(self, context: ProcessorContext, output: str, fail_on: bytes | None = None,
+                 big: bool = False) -> None:
+        self.output, self.fail_on, self.big = output, fail_on, big
+
+    def process(self, messages: list[Message], sender: Sender) -> None:
+        for message in messages:
+            if message.value == self.fail_on:
+                raise ValueError(f"cannot handle {message.value!r}")
+            value = message.value.upper() * (500 if self.big else 1)
+            sender.send(self.output, value, key=message.key, partition=message.partition)
+
+
+def config(bootstrap: str, name: str, topics: list[str], **kwargs: object) -> Config:
+    values: dict[str, object] = {"batch_size": 100, "batch_wait": 0.2}
+    values.update(kwargs)
+    return Config(name=name, bootstrap_servers=bootstrap, input_topics=topics, **values)  # type: ignore[arg-type]
+
+
+def run(cfg: Config, output: str, **kwargs: object) -> None:
+    processor = TopicProcessor(cfg, lambda c: Upper(c, output, **kwargs))  # type: ignore[arg-type]
+    try:
+        processor.run_loop(until_caught_up=True)
+    finally:
+        processor.close()
+
+
+def test_happy_path_outputs_exactly_and_commits(bootstrap, new_topic, kafka, unique_name) -> None:
+    """Every input yields exactly one output on its partition; commits reach the end."""
+    source, output = new_topic("in", partitions=3), new_topic("out", partitions=3)
+    sent = {p: [f"p{p}-m{i}".encode() for i in range(120 + p)] for p in range(3)}
+    for p, values in sent.items():
+        kafka.produce(source, values, partition=p)
+    name = unique_name("happy")
+    run(config(bootstrap, name, [source]), output)
+    received = kafka.read_all(output)
+    assert Counter((m.partition(), m.value()) for m in received) == Counter(
+        (p, v.upper()) for p, values in sent.items() for v in values)
+    for p in range(3):
+        in_order = [m.value() for m in received if m.partition() == p]
+        assert in_order == [v.upper() for v in sent[p]]
+    assert kafka.committed(name, source, 3) == {0: 120, 1: 121, 2: 122}
+
+
+def test_restart_resumes_from_committed_offsets(bootstrap, new_topic, kafka, unique_name) -> None:
+    """A second run with the same name processes only what arrived after the first."""
+    source, output = new_topic("in"), new_topic("out")
+    name = unique_name("restart")
+    kafka.produce(source, [b"a%d" % i for i in range(50)])
+    run(config(bootstrap, name, [source]), output)
+    kafka.produce(source, [b"b%d" % i for i in range(30)])
+    run(config(bootstrap, name, [source]), output)
+    values = [m.value() for m in kafka.read_all(output)]
+    assert values == [b"A%d" % i for i in range(50)] + [b"B%d" % i for i in range(30)]
+    assert kafka.committed(name, source) == {0: 80}
+
+
+def test_processor_error_leaves_offsets_unchanged(bootstrap, new_topic, kafka, unique_name) -> None:
+    """process() raising stops the loop with ProcessingError; that batch is not committed."""
+    source, output = new_topic("in"), new_topic("out")
+    name = unique_name("raises")
+    kafka.produce(source, [b"ok%d" % i for i in range(10)])
+    run(config(bootstrap, name, [source]), output)
+    kafka.produce(source, [b"x", b"poison", b"y"])
+    with pytest.raises(ProcessingError) as info:
+        run(config(bootstrap, name, [source]), output, fail_on=b"poison")
+    text = str(info.value)
+    assert "partition 0" in text and "ValueError" in text
+    assert f"{source}[0] offsets 10..12" in text
+    assert isinstance(info.value.__cause__, ValueError)
+    assert kafka.committed(name, source) == {0: 10}
+    # Fixed code replays the uncommitted batch and reaches the end.
+    run(config(bootstrap, name, [source]), output)
+    assert kafka.committed(name, source) == {0: 13}
+    assert [m.value() for m in kafka.read_all(output)][-3:] == [b"X", b"POISON", b"Y"]
+
+
+def test_delivery_failure_is_not_committed(bootstrap, new_topic, kafka, unique_name) -> None:
+    """An output the broker rejects (over max.message.bytes) fails the turn uncommitted."""
+    source = new_topic("in")
+    output = new_topic("out", **{"max.message.bytes": "1000"})
+    name = unique_name("delivery")
+    kafka.produce(source, [b"0123456789"] * 5)
+    with pytest.raises(ProduceError) as info:
+        run(config(bootstrap, name, [source]), output, big=True)
+    assert f"delivery to {output}" in str(info.value)
+    assert f"{source}[0] offsets 0..4" in str(info.value)
+    assert info.value.code is not None
+    assert kafka.committed(name, source) == {0: None}
+
+
+def test_commit_failure_raises_commit_error(bootstrap, new_topic, kafka, unique_name) -> None:
+    """If the group is held by another active member, the commit is refused: CommitError."""
+    from confluent_kafka import Consumer
+
+    source, output = new_topic("in"), new_topic("out")
+    name = unique_name("commit")
+    member = Consumer({"bootstrap.servers": bootstrap, "group.id": name,
+                       "session.timeout.ms": 30000})
+    member.subscribe([new_topic("other")])
+    deadline = time.monotonic() + 30
+    while not member.assignment() and time.monotonic() < deadline:
+        member.poll(0.2)
+    try:
+        kafka.produce(source, [b"a", b"b"])
+        with pytest.raises(CommitError) as info:
+            run(config(bootstrap, name, [source]), output)
+        assert "commit" in str(info.value) and info.value.code is not None
+    finally:
+        member.close()
+    assert kafka.committed(name, source) == {0: None}
+
+
+def test_mismatched_partition_counts_fail_at_start(bootstrap, new_topic, unique_name) -> None:
+    """Input topics with different partition counts are refused before anything runs."""
+    a, b = new_topic("a", partitions=2), new_topic("b", partitions=3)
+    processor = TopicProcessor(config(bootstrap, unique_name("mismatch"), [a, b]),
+                               lambda c: Upper(c, "unused"))
+    with pytest.raises(TopicError) as info:
+        processor.run_loop()
+    assert f"{a}=2" in str(info.value) and f"{b}=3" in str(info.value)
+    assert "same partition count" in str(info.value)
+
+
+def test_missing_topic_and_partition_are_named(bootstrap, new_topic, unique_name) -> None:
+    """A missing input topic, or an input partition past the count, is named in the error."""
+    missing = unique_name("missing")
+    processor = TopicProcessor(config(bootstrap, unique_name("m"), [missing]),
+                               lambda c: Upper(c, "unused"))
+    with pytest.raises(TopicError, match=f"input topic '{missing}': does not exist"):
+        processor.run_loop()
+    source = new_topic("in", partitions=2)
+    processor = TopicProcessor(config(bootstrap, unique_name("m"), [source], input_partitions=[5]),
+                               lambda c: Upper(c, "unused"))
+    with pytest.raises(TopicError, match=r"input_partitions \[5\] do not exist"):
+        processor.run_loop()
+
+
+def test_partition_subset_and_copartitioned_join(bootstrap, new_topic, kafka, unique_name) -> None:
+    """Only the configured partitions are consumed, and each call sees every input topic."""
+    left, right = new_topic("left", partitions=2), new_topic("right", partitions=2)
+    seen: list[tuple[int, list[str]]] = []
+
+    class Recorder(MessageProcessor):
+        def __init__(self, context: ProcessorContext) -> None:
+            self.partition = context.partition
+
+        def process(self, messages: list[Message], sender: Sender) -> None:
+            seen.append((self.partition, sorted(m.topic for m in messages)))
+
+    kafka.produce(left, [b"l"], partition=1)
+    kafka.produce(right, [b"r"], partition=1)
+    kafka.produce(left, [b"skipped"], partition=0)
+    name = unique_name("subset")
+    processor = TopicProcessor(
+        config(bootstrap, name, [left, right], input_partitions=[1], batch_wait=1.0), Recorder)
+    processor.run_loop(until_caught_up=True)
+    processor.close()
+    assert {p for p, _ in seen} == {1}
+    assert sorted(t for _, topics in seen for t in topics) == sorted([left, right])
+    assert kafka.committed(name, left, 2) == {0: None, 1: 1}
+
+
+def test_close_from_another_thread_commits_batch_in_hand(bootstrap, new_topic, kafka,
+                                                          unique_name) -> None:
+    """close() from another thread lets the current turn finish and commit, then stops."""
+    source, output = new_topic("in"), new_topic("out")
+    name = unique_name("close")
+    kafka.produce(source, [b"v%d" % i for i in range(20)])
+    started = threading.Event()
+
+    class Slow(MessageProcessor):
+        def __init__(self, context: ProcessorContext) -> None:
+            pass
+
+        def process(self, messages: list[Message], sender: Sender) -> None:
+            started.set()
+            time.sleep(1.0)
+            for m in messages:
+                sender.send(output, m.value)
+
+    processor = TopicProcessor(config(bootstrap, name, [source], batch_size=1000,
+                                      batch_wait=0.5), Slow)
+    loop = threading.Thread(target=processor.run_loop)
+    loop.start()
+    assert started.wait(30)
+    processor.close(timeout=30)
+    loop.join(30)
+    assert not loop.is_alive()
+    assert kafka.committed(name, source) == {0: 20}
+    assert len(kafka.read_all(output)) == 20
+
+
+def test_kill_minus_nine_loses_nothing(bootstrap, new_topic, kafka, unique_name) -> None:
+    """SIGKILL at random moments: every input gets its output, and duplicates are at most
+    one batch per kill."""
+    source, output = new_topic("in", partitions=2), new_topic("out", partitions=2)
+    name, batch_size, kills = unique_name("kill"), 200, 3
+    values = [b"m%06d" % i for i in range(20_000)]
+    kafka.produce(source, [(v, v) for v in values])
+    args = [sys.executable, str(WORKER), bootstrap, name, source, output, str(batch_size)]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    rng = random.Random()
+    for _ in range(kills):
+        worker = subprocess.Popen(args, env=env, stdout=subprocess.PIPE)
+        assert worker.stdout is not None and worker.stdout.readline() == b"started\n"
+        time.sleep(rng.uniform(0.3, 1.5))
+        worker.kill()
+        worker.wait(30)
+    subprocess.run([*args, "--until-caught-up"], env=env, check=True, timeout=300,
+                   stdout=subprocess.DEVNULL)
+    produced = Counter(m.value() for m in kafka.read_all(output, timeout=60))
+    assert set(produced) == set(values)
+    duplicates = sum(produced.values()) - len(values)
+    # Each kill can replay one uncommitted batch of at most batch_size messages.
+    assert duplicates <= kills * batch_size, duplicates
+    assert sum(kafka.committed(name, source, 2).values()) == len(values)
+
+
+def test_json_serde_end_to_end(bootstrap, new_topic, kafka, unique_name) -> None:
+    """Values decode as JSON on the way in and encode on the way out."""
+    source, output = new_topic("in"), new_topic("out")
+    kafka.produce(source, [json.dumps({"n": i}).encode() for i in range(5)])
+
+    class Double(MessageProcessor):
+        def __init__(self, context: ProcessorContext) -> None:
+            pass
+
+        def process(self, messages: list[Message], sender: Sender) -> None:
+            for m in messages:
+                sender.send(output, {"n": m.value["n"] * 2})
+
+    processor = TopicProcessor(config(bootstrap, unique_name("json"), [source],
+                                      value_serde="json"), Double)
+    processor.run_loop(until_caught_up=True)
+    processor.close()
+    assert [json.loads(m.value()) for m in kafka.read_all(output)] == [
+        {"n": 2 * i} for i in range(5)]
+
+

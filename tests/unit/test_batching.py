@@ -1,0 +1,101 @@
+"""Batching: release at batch_size or batch_wait, grouping by partition across topics,
+decoding with context, and offsets that must only go forward."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+from confluent_kafka import KafkaError
+from confluent_kafka import Message as RawMessage
+
+from kasper_py import BYTES, JSON, ConsumeError, OffsetError, SerdeError
+from kasper_py.batching import build_batch, collect
+from kasper_py.offsets import OffsetTracker
+
+
+def raw(topic: str, partition: int, offset: int, value: bytes = b"v",
+        timestamp: int = 1000) -> RawMessage:
+    return RawMessage(topic=topic, partition=partition, offset=offset, key=None, value=value,
+                      timestamp=(1, timestamp))
+
+
+class FakeClock:
+    """A clock the consume stand-in advances, so waits are deterministic."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_collect_releases_at_batch_size() -> None:
+    """With records always available, a batch holds exactly batch_size records."""
+    clock = FakeClock()
+    calls: list[tuple[int, float]] = []
+
+    def consume(max_count: int, timeout: float) -> Sequence[int]:
+        calls.append((max_count, timeout))
+        return list(range(min(max_count, 3)))
+
+    assert len(collect(consume, 10, 5.0, clock)) == 10
+    assert [c[0] for c in calls] == [10, 7, 4, 1]
+
+
+def test_collect_releases_at_batch_wait() -> None:
+    """When records trickle in, the batch is released once batch_wait has passed."""
+    clock = FakeClock()
+
+    def consume(max_count: int, timeout: float) -> Sequence[int]:
+        clock.now += min(timeout, 0.4)
+        return [1]
+
+    records = collect(consume, 1000, 1.0, clock)
+    assert len(records) == 3  # polls end at 0.4, 0.8 and 1.0 seconds
+    assert clock.now == pytest.approx(1.0)
+
+
+def test_build_batch_groups_partitions_across_topics() -> None:
+    """Messages of partition p from every input topic reach one list, in offset order."""
+    records = [raw("tweets", 0, 5), raw("followers", 0, 1), raw("tweets", 1, 9),
+               raw("tweets", 0, 6, timestamp=2000)]
+    batch = build_batch(records, BYTES, BYTES)
+    assert [(m.topic, m.offset) for m in batch.by_partition[0]] == [
+        ("tweets", 5), ("followers", 1), ("tweets", 6)]
+    assert [m.offset for m in batch.by_partition[1]] == [9]
+    assert batch.next_offsets() == {("tweets", 0): 7, ("followers", 0): 2, ("tweets", 1): 10}
+    assert batch.ranges[("tweets", 0)].last_timestamp == 2000
+    assert len(batch) == 4
+    assert batch.describe(0) == "followers[0] offsets 1..1, tweets[0] offsets 5..6"
+
+
+def test_build_batch_decodes_and_names_the_bad_record() -> None:
+    """A value that does not decode raises SerdeError naming topic, partition and offset."""
+    batch = build_batch([raw("t", 0, 1, b'{"a":1}')], BYTES, JSON)
+    assert batch.by_partition[0][0].value == {"a": 1}
+    with pytest.raises(SerdeError, match=r"t\[0\] offset 2"):
+        build_batch([raw("t", 0, 1, b"{}"), raw("t", 0, 2, b"{oops")], BYTES, JSON)
+
+
+def test_build_batch_raises_on_record_errors() -> None:
+    """A record carrying a Kafka error stops the batch with ConsumeError and its code."""
+    bad = RawMessage(topic="t", partition=0, offset=-1,
+                     error=KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED))
+    with pytest.raises(ConsumeError) as info:
+        build_batch([bad], BYTES, BYTES)
+    assert info.value.code == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    assert "t[0]" in str(info.value)
+
+
+def test_offsets_going_backwards_are_refused() -> None:
+    """Within a batch, and against what was committed, offsets only move forward."""
+    with pytest.raises(OffsetError, match="went backwards"):
+        build_batch([raw("t", 0, 5), raw("t", 0, 5)], BYTES, BYTES)
+    tracker = OffsetTracker()
+    tracker.check({("t", 0): 10})
+    tracker.mark_committed({("t", 0): 10})
+    tracker.check({("t", 0): 10})
+    with pytest.raises(OffsetError, match=r"t\[0\] offset 9: 10 was already committed"):
+        tracker.check({("t", 0): 9})
+    assert tracker.committed("t", 0) == 10

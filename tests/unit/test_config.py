@@ -1,0 +1,112 @@
+"""Config: validation names the field, conversion to librdkafka settings, secret masking."""
+
+from __future__ import annotations
+
+import pytest
+
+from kasper_py import Config, ConfigError
+from kasper_py.serdes import JSON
+
+
+def make(**overrides: object) -> Config:
+    values: dict[str, object] = {
+        "name": "reach", "bootstrap_servers": "127.0.0.1:9092", "input_topics": ["tweets"]}
+    values.update(overrides)
+    return Config(**values)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "text"),
+    [
+        ("name", "", "name"),
+        ("name", "has space", "name"),
+        ("bootstrap_servers", " ", "bootstrap_servers"),
+        ("input_topics", [], "input_topics"),
+        ("input_topics", "tweets", "input_topics"),
+        ("input_topics", ["a", "a"], "twice"),
+        ("input_partitions", [0, -1], "invalid partition -1"),
+        ("input_partitions", [1, 1], "twice"),
+        ("batch_size", 0, "batch_size"),
+        ("batch_size", 2_000_000, "batch_size"),
+        ("batch_size", True, "batch_size"),
+        ("batch_wait", 0, "batch_wait"),
+        ("batch_wait", "1", "batch_wait"),
+        ("auto_offset_reset", "middle", "auto_offset_reset"),
+        ("value_serde", "avro", "unknown serde 'avro'"),
+        ("metrics_port", 70000, "metrics_port"),
+        ("delivery_timeout", -1, "delivery_timeout"),
+    ],
+)
+def test_invalid_value_names_the_field(field: str, value: object, text: str) -> None:
+    """Each bad value raises ConfigError whose field and message name what is wrong."""
+    with pytest.raises(ConfigError) as info:
+        make(**{field: value})
+    assert info.value.field == field
+    assert field in str(info.value)
+    assert text in str(info.value)
+
+
+def test_config_is_frozen_and_normalised() -> None:
+    """Lists become tuples, partitions are sorted, serde names resolve, fields are read-only."""
+    config = make(input_topics=["a", "b"], input_partitions=[3, 1], value_serde="json")
+    assert config.input_topics == ("a", "b")
+    assert config.input_partitions == (1, 3)
+    assert config.value_serde is JSON
+    with pytest.raises(AttributeError):
+        config.batch_size = 5  # type: ignore[misc]
+
+
+def test_consumer_conf_commits_manually_and_passes_overrides() -> None:
+    """The consumer never auto-commits; user librdkafka keys pass through."""
+    config = make(client_overrides={"security.protocol": "PLAINTEXT"},
+                  consumer_overrides={"fetch.min.bytes": 1024}, auto_offset_reset="latest")
+    conf = config.to_consumer_conf()
+    assert conf["group.id"] == "reach"
+    assert conf["enable.auto.commit"] is False
+    assert conf["enable.auto.offset.store"] is False
+    assert conf["auto.offset.reset"] == "latest"
+    assert conf["security.protocol"] == "PLAINTEXT"
+    assert conf["fetch.min.bytes"] == 1024
+
+
+def test_group_id_overrides_name() -> None:
+    """An explicit group_id is the consumer group; by default it is the name."""
+    assert make().group == "reach"
+    assert make(group_id="other").to_consumer_conf()["group.id"] == "other"
+
+
+def test_producer_conf_is_idempotent_acks_all() -> None:
+    """The producer waits for all in-sync replicas and is idempotent."""
+    conf = make(producer_overrides={"linger.ms": 20}).to_producer_conf()
+    assert conf["acks"] == "all"
+    assert conf["enable.idempotence"] is True
+    assert conf["linger.ms"] == 20
+    assert conf["partitioner"] == "murmur2_random"
+
+
+@pytest.mark.parametrize(
+    ("field", "overrides", "text"),
+    [
+        ("consumer_overrides", {"enable.auto.commit": True}, "enable.auto.commit"),
+        ("consumer_overrides", {"group.id": "x"}, "group_id"),
+        ("producer_overrides", {"acks": "1"}, "acks"),
+        ("producer_overrides", {"enable.idempotence": False}, "enable.idempotence"),
+    ],
+)
+def test_overrides_cannot_weaken_the_guarantee(field: str, overrides: dict[str, object],
+                                                text: str) -> None:
+    """Overrides that would break at-least-once are refused, naming the key."""
+    with pytest.raises(ConfigError) as info:
+        make(**{field: overrides})
+    assert text in str(info.value)
+
+
+def test_repr_masks_secrets() -> None:
+    """SASL passwords and SSL key material never appear in the repr."""
+    config = make(client_overrides={"sasl.password": "hunter2", "ssl.key.pem": "PRIVATE",
+                                    "sasl.username": "bob"})
+    text = repr(config)
+    assert "hunter2" not in text
+    assert "PRIVATE" not in text
+    assert "bob" in text
+    assert "'sasl.password': '***'" in text

@@ -1,0 +1,37 @@
+"""Sender: buffers encoded messages in order and refuses what it cannot encode."""
+
+from __future__ import annotations
+
+import pytest
+
+from kasper_py import JSON, STRING, OutgoingMessage, Sender, SerdeError
+
+
+def test_buffers_in_order_with_serdes() -> None:
+    """Keys and values go through the serdes; bytes pass through; order is kept."""
+    sender = Sender(key_serde=STRING, value_serde=JSON)
+    sender.send("out", {"n": 1}, key="k1")
+    sender.send("out", b"raw", key=b"k2", partition=3, headers={"h": "v"})
+    assert sender.messages == [
+        OutgoingMessage("out", b'{"n":1}', b"k1", None, None),
+        OutgoingMessage("out", b"raw", b"k2", 3, (("h", b"v"),)),
+    ]
+    assert len(sender) == 2
+    assert len(sender.drain()) == 2
+    assert len(sender) == 0
+
+
+def test_encoding_error_names_the_topic() -> None:
+    """A value the serde cannot encode raises SerdeError naming the topic."""
+    sender = Sender()
+    with pytest.raises(SerdeError, match="topic 'out'"):
+        sender.send("out", "text, but the serde is bytes")
+
+
+def test_bad_arguments_are_refused() -> None:
+    """An empty topic or a negative partition is a programming error, raised at once."""
+    sender = Sender()
+    with pytest.raises(ValueError, match="topic"):
+        sender.send("", b"x")
+    with pytest.raises(ValueError, match="partition"):
+        sender.send("out", b"x", partition=-2)
