@@ -1,0 +1,97 @@
+"""A real local stack for kasper_py: Kafka, Redis, Cassandra and Prometheus on 127.0.0.1.
+
+``python -m kasper_py.stack up|down|status [components...]`` (and later ``kasper stack``)
+starts pinned servers as plain local processes, no Docker: Kafka and Cassandra from
+Maven Central jars, Redis and Prometheus from Debian packages. Everything lives under
+``$KASPER_STACK_DIR`` (default ``./.kasper-stack``); ports come from ``KASPER_*_PORT``.
+Tests and examples find the servers through the address helpers below.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+
+from kasper_py.stack import _lifecycle
+from kasper_py.stack._cli import main
+from kasper_py.stack._components import Prometheus
+from kasper_py.stack._errors import StackError
+from kasper_py.stack._lifecycle import ComponentStatus
+from kasper_py.stack._settings import LOOPBACK, Settings
+from kasper_py.stack._spark import spark_jars
+
+__all__ = [
+    "ComponentStatus",
+    "StackError",
+    "cassandra_contact",
+    "down",
+    "kafka_bootstrap",
+    "main",
+    "prometheus_url",
+    "redis_url",
+    "set_prometheus_targets",
+    "spark_jars",
+    "status",
+    "up",
+]
+
+StackDir = str | os.PathLike[str] | None
+
+
+def up(components: Sequence[str] = (), stack_dir: StackDir = None) -> list[ComponentStatus]:
+    """Start ``components`` (default kafka and redis; ``"all"`` for every one).
+
+    Returns once each answers a real request; already running ones are left alone.
+    Raises StackError naming the log file when a component fails to start.
+    """
+    return _lifecycle.up(components, Settings.load(stack_dir), report=_print)
+
+
+def down(components: Sequence[str] = (), stack_dir: StackDir = None,
+         purge: bool = False) -> None:
+    """Stop the components this stack started (default all); ``purge`` deletes their data."""
+    _lifecycle.down(components, Settings.load(stack_dir), purge, report=_print)
+
+
+def status(stack_dir: StackDir = None) -> list[ComponentStatus]:
+    """Running or stopped, pid and address of every component."""
+    return _lifecycle.status(Settings.load(stack_dir))
+
+
+def kafka_bootstrap() -> str:
+    """``$KASPER_BOOTSTRAP_SERVERS`` if set (an existing cluster), else the local broker."""
+    return os.environ.get("KASPER_BOOTSTRAP_SERVERS") or (
+        f"{LOOPBACK}:{Settings.load().kafka_port}")
+
+
+def redis_url() -> str:
+    """``redis://127.0.0.1:<port>/0`` of the local Redis."""
+    return f"redis://{LOOPBACK}:{Settings.load().redis_port}/0"
+
+
+def cassandra_contact() -> tuple[str, int]:
+    """(host, native port) of the local Cassandra, as cassandra-driver's Cluster wants them."""
+    return LOOPBACK, Settings.load().cassandra_port
+
+
+def prometheus_url() -> str:
+    """Base URL of the local Prometheus (its HTTP API is under ``/api/v1``)."""
+    return f"http://{LOOPBACK}:{Settings.load().prometheus_port}"
+
+
+def set_prometheus_targets(targets: Sequence[str], stack_dir: StackDir = None) -> None:
+    """Make the local Prometheus scrape exactly ``targets`` (``"host:port"``), within ~1 s.
+
+    Rewrites the ``file_sd_configs`` file Prometheus watches; the write goes through a
+    rename so Prometheus never reads a half-written file.
+    """
+    targets_file = Prometheus(Settings.load(stack_dir)).targets_file
+    targets_file.parent.mkdir(parents=True, exist_ok=True)
+    partial = targets_file.with_suffix(".json.tmp")
+    partial.write_text(json.dumps([{"targets": list(targets)}], indent=2) + "\n")
+    partial.replace(targets_file)
+
+
+def _print(line: str) -> None:
+    print(line, flush=True)

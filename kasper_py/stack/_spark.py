@@ -1,0 +1,66 @@
+"""Jars that let the pyspark wheel read and write Kafka: spark-sql-kafka and its runtime deps.
+
+The connector's version follows ``pyspark.__version__``; jars that pyspark already ships
+(slf4j, compression codecs, Spark itself ...) are left out so no class exists twice on
+Spark's classpath.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from pathlib import Path
+
+from kasper_py.stack._errors import StackError
+from kasper_py.stack._install import is_resolved, resolve_jars, template
+from kasper_py.stack._settings import Settings
+
+# Maven Central mirrors have been seen without spark-token-provider-kafka for recent Spark
+# releases. Its classes that spark-sql-kafka calls (KafkaConfigUpdater, KafkaTokenUtil,
+# KafkaRedactionUtil) are unchanged since this release, so it stands in; the delegation
+# token paths (Kerberos clusters) are the only ones that would notice the difference.
+TOKEN_PROVIDER_FALLBACK = "4.1.0-preview1"
+
+# "zstd-jni-1.5.7-6.jar" -> "zstd-jni": the version starts at the first "-<digit>".
+_ARTIFACT_ID = re.compile(r"^(?P<artifact>.+?)-\d[^/]*\.jar$")
+
+
+def spark_jars(stack_dir: str | os.PathLike[str] | None = None) -> list[str]:
+    """Resolve (once) and list the connector jars to add to pyspark's ``spark.jars``."""
+    try:
+        import pyspark  # noqa: PLC0415 - optional extra
+    except ImportError:
+        raise StackError("spark jars need pyspark: pip install 'kasper-py[spark]'") from None
+    version = str(pyspark.__version__)
+    wheel_jars = Path(pyspark.__file__).parent / "jars"
+    lib_dir = Settings.load(stack_dir).lib_dir("spark")
+    exclude = [f"-DexcludeArtifactIds={','.join(sorted(_artifact_ids(wheel_jars)))}"]
+    exact, fallback = _pom(version, version), _pom(version, TOKEN_PROVIDER_FALLBACK)
+    if is_resolved(fallback, lib_dir, exclude):  # the exact one failed before: don't retry
+        return [str(jar) for jar in resolve_jars(fallback, lib_dir, exclude)]
+    try:
+        jars = resolve_jars(exact, lib_dir, exclude)
+    except StackError as exact_failure:
+        reason = [line for line in str(exact_failure).splitlines() if "Could not" in line]
+        print(f"spark-jars: using spark-token-provider-kafka {TOKEN_PROVIDER_FALLBACK}, as "
+              f"{version} could not be resolved: {(reason or ['?'])[0].strip()}",
+              file=sys.stderr)
+        jars = resolve_jars(fallback, lib_dir, exclude)
+    return [str(jar) for jar in jars]
+
+
+def _pom(spark_version: str, token_provider_version: str) -> str:
+    return (template("spark-pom.xml")
+            .replace("@SPARK_VERSION@", spark_version)
+            .replace("@TOKEN_PROVIDER_VERSION@", token_provider_version))
+
+
+def _artifact_ids(jars_dir: Path) -> set[str]:
+    """Maven artifact ids of the jars in ``jars_dir`` (from their file names)."""
+    ids = set()
+    for jar in jars_dir.glob("*.jar"):
+        match = _ARTIFACT_ID.match(jar.name)
+        if match:
+            ids.add(match["artifact"])
+    return ids
