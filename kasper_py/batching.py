@@ -76,68 +76,58 @@ def collect(
 def build_batch(records: Sequence[Any], key_serde: Serde, value_serde: Serde) -> Batch:
     """Decode confluent-kafka records into a ``Batch``; errors name topic, partition, offset.
 
-    Raises ``ConsumeError`` for a record carrying an error, ``SerdeError`` for one that
-    does not decode, ``OffsetError`` when a topic-partition's offsets go backwards.
+    Messages of one partition number are grouped topic by topic (in the order the
+    topics first arrived), each topic's in offset order. Raises ``ConsumeError`` for a
+    record carrying an error, ``SerdeError`` for one that does not decode, and
+    ``OffsetError`` when a topic-partition's offsets are not increasing.
     """
-    batch = Batch()
-    by_partition = batch.by_partition
-    ranges = batch.ranges
-    decode_key = None if key_serde.name == "bytes" else key_serde.decode
-    decode_value = None if value_serde.name == "bytes" else value_serde.decode
+    decode = key_serde.name != "bytes" or value_serde.name != "bytes"
+    by_tp: dict[TopicPartitionKey, list[Message]] = {}
+    new = tuple.__new__  # Message is a NamedTuple; this skips its Python-level __new__
+    run_topic, run_partition, run = "", -1, []  # records come in runs of one partition
     for record in records:
-        error = record.error()
-        if error is not None:
-            raise ConsumeError(
-                f"consuming {record.topic()}[{record.partition()}] failed: {error.str()}",
-                code=error.code(),
-            )
-        topic, partition, offset = record.topic(), record.partition(), record.offset()
+        if record.error() is not None:
+            raise _consume_error(record)
+        topic, partition = record.topic(), record.partition()
         key, value = record.key(), record.value()
-        if decode_key is not None or decode_value is not None:
-            key, value = _decode(record, key, value, decode_key, decode_value)
+        if decode:
+            key, value = _decode(record, key, value, key_serde, value_serde)
         ts_type, ts = record.timestamp()
-        timestamp = ts if ts_type else None
         headers = record.headers()
-        message = Message(
-            topic, partition, offset, key, value, timestamp, tuple(headers) if headers else ()
-        )
-        messages = by_partition.get(partition)
-        if messages is None:
-            by_partition[partition] = [message]
-        else:
-            messages.append(message)
-        _extend_range(ranges, (topic, partition), offset, timestamp)
+        message = new(Message, (topic, partition, record.offset(), key, value,
+                                ts if ts_type else None, tuple(headers) if headers else ()))
+        if partition != run_partition or topic != run_topic:
+            run_topic, run_partition = topic, partition
+            run = by_tp.setdefault((topic, partition), [])
+        run.append(message)
+    return _group(by_tp)
+
+
+def _group(by_tp: dict[TopicPartitionKey, list[Message]]) -> Batch:
+    batch = Batch()
+    for (topic, partition), messages in by_tp.items():
+        first, last = messages[0], messages[-1]
+        # Offsets are unique and increasing, so n messages span at least n offsets.
+        if last.offset - first.offset + 1 < len(messages):
+            raise OffsetError(f"{topic}[{partition}] offsets are not increasing within a batch "
+                              f"({len(messages)} messages in {first.offset}..{last.offset})")
+        batch.ranges[(topic, partition)] = OffsetRange(
+            first.offset, last.offset, len(messages), first.timestamp, last.timestamp)
+        batch.by_partition.setdefault(partition, []).extend(messages)
     return batch
 
 
-def _extend_range(
-    ranges: dict[TopicPartitionKey, OffsetRange], tp: TopicPartitionKey, offset: int,
-    timestamp: int | None,
-) -> None:
-    current = ranges.get(tp)
-    if current is None:
-        ranges[tp] = OffsetRange(offset, offset, 1, timestamp, timestamp)
-        return
-    if offset <= current.last:
-        raise OffsetError(
-            f"{tp[0]}[{tp[1]}] offset {offset} arrived after {current.last}: offsets went backwards"
-        )
-    current.last = offset
-    current.count += 1
-    if timestamp is not None:
-        current.last_timestamp = timestamp
+def _consume_error(record: Any) -> ConsumeError:
+    error = record.error()
+    return ConsumeError(f"consuming {record.topic()}[{record.partition()}] failed: {error.str()}",
+                        code=error.code())
 
 
-def _decode(
-    record: Any, key: Any, value: Any,
-    decode_key: Callable[[bytes | None], Any] | None,
-    decode_value: Callable[[bytes | None], Any] | None,
-) -> tuple[Any, Any]:
+def _decode(record: Any, key: Any, value: Any, key_serde: Serde,
+            value_serde: Serde) -> tuple[Any, Any]:
     try:
-        if decode_key is not None:
-            key = decode_key(key)
-        if decode_value is not None:
-            value = decode_value(value)
+        key = key_serde.decode(key)
+        value = value_serde.decode(value)
     except SerdeError as exc:
         raise SerdeError(
             f"cannot decode {record.topic()}[{record.partition()}] offset {record.offset()}: {exc}"

@@ -42,8 +42,8 @@ class MessageProcessor(ABC):
 
     @abstractmethod
     def process(self, messages: list[Message], sender: Sender) -> None:
-        """Handle one batch: every input topic's messages for this partition, in offset
-        order per topic (topics follow each other in the order they arrived).
+        """Handle one batch: every input topic's messages for this partition, grouped
+        topic by topic (in the order the topics first arrived), each in offset order.
 
         Put output with ``sender.send``; it is produced after this returns. Raising
         stops the loop and leaves the batch uncommitted, so it is processed again.

@@ -34,13 +34,15 @@ class OutputProducer:
         # produce_batch ignores a per-message partition, so one call per topic and
         # partition; -1 (unassigned) runs the partitioner on each message's key.
         groups: dict[tuple[str, int], list[dict[str, Any]]] = {}
-        for message in messages:
-            if message.headers:
-                self._produce_one(message)
+        for topic, value, key, partition, headers in messages:
+            if headers:
+                self._produce_one(OutgoingMessage(topic, value, key, partition, headers))
                 continue
-            partition = -1 if message.partition is None else message.partition
-            entry = {"value": message.value, "key": message.key}
-            groups.setdefault((message.topic, partition), []).append(entry)
+            group_key = (topic, -1 if partition is None else partition)
+            entries = groups.get(group_key)
+            if entries is None:
+                entries = groups[group_key] = []
+            entries.append({"value": value, "key": key})
         for (topic, partition), entries in groups.items():
             self._produce_batch(topic, partition, entries)
 

@@ -40,18 +40,25 @@ class Sender:
         ``partition=None`` lets the producer choose by key (murmur2, like the Java client).
         Raises ``SerdeError`` naming the topic when the key or value cannot be encoded.
         """
-        if not isinstance(topic, str) or not topic:
+        if type(value) is not bytes and value is not None:
+            value = self._encode(self._value_serde, topic, value)
+        if type(key) is not bytes and key is not None:
+            key = self._encode(self._key_serde, topic, key)
+        if type(topic) is not str or not topic:
             raise ValueError(f"send() needs a topic name, got {topic!r}")
-        if partition is not None and (not isinstance(partition, int) or partition < 0):
+        if partition is not None and (type(partition) is not int or partition < 0):
             raise ValueError(f"send() partition must be a non-negative int, got {partition!r}")
+        encoded_headers = None if headers is None else _headers(headers)
+        # OutgoingMessage is a NamedTuple; tuple.__new__ skips its Python-level __new__.
+        self._buffer.append(
+            tuple.__new__(OutgoingMessage, (topic, value, key, partition, encoded_headers)))
+
+    @staticmethod
+    def _encode(serde: Serde, topic: str, value: Any) -> bytes | None:
         try:
-            value_bytes = value if type(value) is bytes else self._value_serde.encode(value)
-            key_bytes = key if key is None or type(key) is bytes else self._key_serde.encode(key)
+            return serde.encode(value)
         except SerdeError as exc:
             raise SerdeError(f"cannot encode message for topic {topic!r}: {exc}") from exc
-        self._buffer.append(
-            OutgoingMessage(topic, value_bytes, key_bytes, partition, _headers(headers))
-        )
 
     @property
     def messages(self) -> list[OutgoingMessage]:
