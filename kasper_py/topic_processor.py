@@ -123,6 +123,10 @@ class TopicProcessor:
                 return False
         return True
 
+    def committed_offsets(self) -> dict[tuple[str, int], int | None]:
+        """The group's committed next offset per assigned partition, read from the broker."""
+        return self._consumer.committed()
+
     @property
     def assigned(self) -> list[tuple[str, int]]:
         """(topic, partition) pairs this process consumes."""

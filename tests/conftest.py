@@ -4,6 +4,7 @@ cluster named by KASPER_BOOTSTRAP_SERVERS) with a fresh topic and group per test
 from __future__ import annotations
 
 import os
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -117,9 +118,11 @@ class KafkaHelper:
                     tps.append(TopicPartition(topic, p, low))
             consumer.assign(tps)
             out: list[Any] = []
+            deadline = time.monotonic() + timeout
             while ends:
-                batch = consumer.consume(10000, timeout)
-                assert batch, f"timed out reading {topic}: still waiting on {ends}"
+                # consume() waits for a full batch or its timeout, so poll in short steps.
+                batch = consumer.consume(10000, 0.5)
+                assert time.monotonic() < deadline, f"timed out reading {topic}: {ends} left"
                 for msg in batch:
                     assert msg.error() is None, msg.error()
                     out.append(msg)

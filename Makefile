@@ -1,0 +1,46 @@
+# The README's two commands: `make demo` and `make test`. Each sets up the venv,
+# starts the local stack (kasper_py.stack) and runs. Set KASPER_BOOTSTRAP_SERVERS to
+# use an existing Kafka cluster instead of the local broker.
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+STACK_COMPONENTS := $(if $(KASPER_BOOTSTRAP_SERVERS),redis cassandra prometheus,kafka redis cassandra prometheus)
+PYTEST_ARGS ?=
+
+.PHONY: setup stack demo test unit lint bench down clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[all,dev]'
+	touch $(STAMP)
+
+stack: setup
+	$(BIN)/python -m kasper_py.stack up $(STACK_COMPONENTS)
+	$(BIN)/python -m kasper_py.stack spark-jars > /dev/null
+
+demo: stack
+	$(BIN)/python examples/demo.py
+
+lint: setup
+	$(BIN)/ruff check kasper_py
+	$(BIN)/mypy kasper_py
+
+unit: setup
+	$(BIN)/pytest tests/unit -q
+
+test: stack lint
+	$(BIN)/pytest tests -q --timeout 900 --durations 15 $(PYTEST_ARGS)
+
+bench: stack
+	$(BIN)/python bench/bench_passthrough.py
+
+down:
+	$(BIN)/python -m kasper_py.stack down all
+
+clean: down
+	rm -rf $(VENV) .kasper-stack kasper-state
