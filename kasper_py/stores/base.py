@@ -6,7 +6,7 @@ modules and import their client libraries there only.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -16,9 +16,30 @@ if TYPE_CHECKING:
     from kasper_py.config import Config
     from kasper_py.producer import OutputProducer
 
-__all__ = ["KeyValueStore", "StoreRuntime", "StoreSpec", "TopicPartitionKey"]
+__all__ = ["KeyValueStore", "StoreRuntime", "StoreSpec", "TopicPartitionKey", "read_pending"]
 
 TopicPartitionKey = tuple[str, int]
+
+
+def read_pending(pending: Mapping[bytes, bytes | None], keys: Iterable[Any],
+                 encode_key: Callable[[Any], bytes],
+                 decode: Callable[[bytes], Any]) -> tuple[dict[Any, Any], dict[bytes, Any]]:
+    """Serve reads from a store's buffered writes (``None`` marks a delete).
+
+    Returns the values found in ``pending``, decoded, and the keys it does not hold, as
+    ``{encoded key: key}``, which the store then reads from its backend in one go.
+    """
+    found: dict[Any, Any] = {}
+    missing: dict[bytes, Any] = {}
+    for key in keys:
+        encoded = encode_key(key)
+        if encoded in pending:
+            value = pending[encoded]
+            if value is not None:
+                found[key] = decode(value)
+        else:
+            missing[encoded] = key
+    return found, missing
 
 
 @dataclass(frozen=True)

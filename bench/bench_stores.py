@@ -1,0 +1,268 @@
+"""Stateful word count throughput per store against passthrough, round trips per batch,
+and RocksDB restore speed, all in the same run on the same broker.
+
+Every loop reads the same input (lines of five words from a 1000-word vocabulary), each
+in its own process. Passthrough sends every line on; the word counts add each batch's
+counts to a table (one get_many, one put_many per partition per batch) and send every
+changed total on. Then a changelog of --restore-records records is restored into an
+empty RocksDB folder. A benchmark, not a test: it asserts nothing.
+
+    python bench/bench_stores.py --messages 200000 --partitions 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections import Counter
+from typing import Any
+
+import redis
+import structlog
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from kasper_py import Config, Message, MessageProcessor, ProcessorContext, Sender, TopicProcessor
+from kasper_py.observe import NoopObserver, TurnStats
+from kasper_py.producer import OutputProducer
+from kasper_py.stores.base import StoreRuntime, StoreSpec
+from kasper_py.stores.cassandra import CassandraTable
+from kasper_py.stores.memory import MemoryTable
+from kasper_py.stores.redis import RedisTable
+from kasper_py.stores.rocksdb import RocksDBTable
+
+KINDS = ("passthrough", "memory", "rocksdb", "redis", "redis-eo", "cassandra", "cassandra-eo")
+
+
+def create_topics(bootstrap: str, names: list[str], partitions: int, **config: str) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    new = [NewTopic(n, partitions, 1, config=config) for n in names]
+    for future in admin.create_topics(new).values():
+        future.result(60)
+
+
+def delete_topics(bootstrap: str, names: list[str]) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.delete_topics(names).values():
+        future.result(60)
+
+
+def fill(bootstrap: str, topic: str, partitions: int, records: list[dict[str, Any]]) -> None:
+    """Write ``records`` (produce_batch entries) round-robin over the partitions."""
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20,
+                         "batch.num.messages": 10000, "queue.buffering.max.messages": 1_000_000})
+    for start in range(0, len(records), 10_000):
+        chunk = records[start:start + 10_000]
+        while True:
+            try:
+                producer.produce_batch(topic, chunk, partition=(start // 10_000) % partitions)
+                break
+            except BufferError:
+                producer.poll(0.1)
+        producer.poll(0)
+    producer.flush(120)
+
+
+def lines(count: int) -> list[dict[str, Any]]:
+    words = [f"w{i}" for i in range(1000)]
+    step = 7919  # a prime: the words of consecutive lines look shuffled, deterministically
+    return [{"value": " ".join(words[(n * 5 + k) * step % 1000] for k in range(5)).encode()}
+            for n in range(count)]
+
+
+class Passthrough(MessageProcessor):
+    def __init__(self, output: str) -> None:
+        self.output = output
+
+    def process(self, messages: list[Message], sender: Sender) -> None:
+        send = sender.send
+        for m in messages:
+            send(self.output, m.value, m.key, m.partition)
+
+
+class WordCount(MessageProcessor):
+    def __init__(self, context: ProcessorContext, output: str) -> None:
+        self.counts = context.store("counts")
+        self.output = output
+
+    def process(self, messages: list[Message], sender: Sender) -> None:
+        batch = Counter(word for m in messages for word in m.value.split())
+        totals = self.counts.get_many(batch)
+        for word, count in batch.items():
+            totals[word] = totals.get(word, 0) + count
+        self.counts.put_many(totals)
+        for word, total in totals.items():
+            sender.send(self.output, str(total), key=word)
+
+
+class StopWhenDone(NoopObserver):
+    """Stops the loop after the turn that commits the last message; counts batches."""
+
+    def __init__(self, total: int) -> None:
+        self.total, self.done, self.partition_batches = total, 0, 0
+        self.processor: TopicProcessor | None = None
+
+    def on_turn(self, stats: TurnStats) -> None:
+        self.done += len(stats.batch)
+        self.partition_batches += len({p for _, p in stats.batch.ranges})
+        if self.done >= self.total and self.processor is not None:
+            self.processor.close()
+
+
+def store_spec(kind: str, args: argparse.Namespace) -> StoreSpec:
+    effectively_once = kind.endswith("-eo")
+    if kind == "memory":
+        return MemoryTable("counts")
+    if kind == "rocksdb":
+        return RocksDBTable("counts")
+    if kind.startswith("redis"):
+        return RedisTable("counts", url=args.redis_url, effectively_once=effectively_once)
+    host, port = args.cassandra.rsplit(":", 1)
+    return CassandraTable("counts", contact_points=[host], port=int(port),
+                          keyspace="kasper_bench", effectively_once=effectively_once)
+
+
+def loop_child(args: argparse.Namespace) -> dict[str, Any]:
+    kind = args.child
+    config = Config(name=f"bench-{kind}-{uuid.uuid4().hex[:8]}", bootstrap_servers=args.bootstrap,
+                    input_topics=[args.source], batch_size=args.batch_size, batch_wait=1.0,
+                    value_serde="bytes" if kind == "passthrough" else "str", key_serde="str",
+                    state_dir=args.state_dir)
+    opened: list[Any] = []
+
+    def factory(context: ProcessorContext) -> MessageProcessor:
+        if kind == "passthrough":
+            return Passthrough(args.output)
+        processor = WordCount(context, args.output)
+        opened.append(processor.counts)
+        return processor
+
+    observer = StopWhenDone(args.messages)
+    stores = [] if kind == "passthrough" else [store_spec(kind, args)]
+    processor = TopicProcessor(config, factory, stores=stores, observer=observer)
+    observer.processor = processor
+    started = time.perf_counter()
+    processor.run_loop()
+    elapsed = time.perf_counter() - started
+    round_trips = sum(getattr(store, "round_trips", 0) for store in opened)
+    return {"kind": kind, "name": config.name, "seconds": elapsed,
+            "msgs_per_s": args.messages / elapsed,
+            "round_trips_per_batch": round_trips / max(observer.partition_batches, 1)}
+
+
+def restore_child(args: argparse.Namespace) -> dict[str, Any]:
+    config = Config(name=f"bench-restore-{uuid.uuid4().hex[:8]}", bootstrap_servers=args.bootstrap,
+                    input_topics=[args.source], state_dir=args.state_dir)
+    table = RocksDBTable("counts", changelog_topic=args.output)
+    producer = OutputProducer(config)
+    partitions = AdminClient({"bootstrap.servers": args.bootstrap}).list_topics(
+        args.output, timeout=30).topics[args.output].partitions
+    started = time.perf_counter()
+    for partition in partitions:
+        table.open(StoreRuntime(config, partition, producer)).close()
+    elapsed = time.perf_counter() - started
+    table.close()
+    return {"kind": "restore", "seconds": elapsed,
+            "records_per_s": args.restore_records / elapsed}
+
+
+def run_child(kind: str, args: argparse.Namespace, source: str, output: str) -> dict[str, Any]:
+    state_dir = tempfile.mkdtemp(prefix="kasper-bench-")
+    cmd = [sys.executable, __file__, "--child", kind, "--bootstrap", args.bootstrap,
+           "--source", source, "--output", output, "--messages", str(args.messages),
+           "--batch-size", str(args.batch_size), "--restore-records", str(args.restore_records),
+           "--redis-url", args.redis_url, "--cassandra", args.cassandra, "--state-dir", state_dir]
+    try:
+        result = subprocess.run(cmd, check=True, capture_output=True, text=True)
+    finally:
+        shutil.rmtree(state_dir, ignore_errors=True)
+    return dict(json.loads(result.stdout.strip().splitlines()[-1]))
+
+
+def clean_up(args: argparse.Namespace, result: dict[str, Any]) -> None:
+    """Delete what a word count left behind: its changelog topic or its Redis keys."""
+    if result["kind"] == "rocksdb":
+        delete_topics(args.bootstrap, [f"{result['name']}-counts-changelog"])
+    elif result["kind"].startswith("redis"):
+        client = redis.Redis.from_url(args.redis_url)
+        for pattern in (f"{result['name']}/counts/*", f"{result['name']}/counts#*"):
+            keys = list(client.scan_iter(pattern, count=1000))
+            if keys:
+                client.unlink(*keys)
+
+
+def restore_bench(args: argparse.Namespace, source: str) -> dict[str, Any]:
+    changelog = f"bench-changelog-{uuid.uuid4().hex[:8]}"
+    create_topics(args.bootstrap, [changelog], args.partitions, **{"cleanup.policy": "compact"})
+    distinct = max(args.restore_records // 10, 1)  # ten versions of each key, like counters
+    fill(args.bootstrap, changelog, args.partitions,
+         [{"key": b"word%07d" % (n % distinct), "value": b"%d" % n}
+          for n in range(args.restore_records)])
+    try:
+        return run_child("restore", args, source, changelog)
+    finally:
+        delete_topics(args.bootstrap, [changelog])
+
+
+def report(results: dict[str, list[dict[str, Any]]], restore: dict[str, Any]) -> None:
+    best = {k: max(v, key=lambda r: r["msgs_per_s"]) for k, v in results.items()}
+    base = best["passthrough"]["msgs_per_s"]
+    print(f"\n{'loop':14} {'lines/s':>10} {'x passthrough':>14} {'round trips/batch':>18}")
+    for kind, r in best.items():
+        trips = "" if kind == "passthrough" else f"{r['round_trips_per_batch']:.2f}"
+        print(f"{kind:14} {r['msgs_per_s']:>10,.0f} {r['msgs_per_s'] / base:>14.2f} {trips:>18}")
+    print(f"rocksdb restore: {restore['records_per_s']:,.0f} records/s "
+          f"({restore['seconds']:.2f} s; target >= 100,000)")
+    ratio = best["rocksdb"]["msgs_per_s"] / base if "rocksdb" in best else float("nan")
+    print(f"rocksdb word count / passthrough: {ratio:.2f} (target >= 0.5)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--bootstrap", default=os.environ.get("KASPER_BOOTSTRAP_SERVERS",
+                                                              "127.0.0.1:19092"))
+    parser.add_argument("--redis-url", default="redis://127.0.0.1:16379/0")
+    parser.add_argument("--cassandra", default="127.0.0.1:19042", help="host:port")
+    parser.add_argument("--messages", type=int, default=200_000)
+    parser.add_argument("--partitions", type=int, default=2)
+    parser.add_argument("--batch-size", type=int, default=10_000)
+    parser.add_argument("--restore-records", type=int, default=1_000_000)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--kinds", default=",".join(KINDS))
+    parser.add_argument("--child", choices=[*KINDS, "restore"])
+    for internal in ("--source", "--output", "--state-dir"):
+        parser.add_argument(internal)
+    args = parser.parse_args()
+    if args.child:
+        structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+        run = restore_child if args.child == "restore" else loop_child
+        print(json.dumps(run(args)))
+        return
+    source = f"bench-lines-{uuid.uuid4().hex[:8]}"
+    output = f"bench-out-{uuid.uuid4().hex[:8]}"
+    create_topics(args.bootstrap, [source, output], args.partitions)
+    fill(args.bootstrap, source, args.partitions, lines(args.messages))
+    print(f"input: {args.messages} lines of 5 words on {args.partitions} partitions, "
+          f"batch_size {args.batch_size}")
+    results: dict[str, list[dict[str, Any]]] = {}
+    for _ in range(args.rounds):  # alternate, so every loop sees the same machine conditions
+        for kind in args.kinds.split(","):
+            r = run_child(kind, args, source, output)
+            clean_up(args, r)
+            results.setdefault(kind, []).append(r)
+            print(f"  {kind:14} {r['msgs_per_s']:>10,.0f} lines/s")
+    restore = restore_bench(args, source)
+    report(results, restore)
+    delete_topics(args.bootstrap, [source, output])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,330 @@
+"""Cassandra-backed state (cassandra-driver): ``CassandraTable`` declares a table,
+``CassandraStore`` is one partition's view of it. A batch costs one wave of prepared
+statements run concurrently per ``get_many`` and per ``flush``.
+
+Rows live in ``<keyspace>.<table>``, one Cassandra partition per processor and input
+partition, so a batch's reads and writes stay on one replica set::
+
+    CREATE TABLE <keyspace>.<table> (
+        prefix text, partition int, key blob, value blob,
+        offsets map<text, bigint> static,     -- effectively-once: next offset per topic
+        PRIMARY KEY ((prefix, partition), key))
+
+``prefix`` is the processor name unless given; ``key`` and ``value`` are the serdes' bytes.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, TypeVar
+
+from kasper_py.exceptions import StoreError, StoreUnavailableError
+from kasper_py.metrics import observe_store_op
+from kasper_py.serdes import Serde, serde_for
+from kasper_py.stores.base import (
+    KeyValueStore,
+    StoreRuntime,
+    StoreSpec,
+    TopicPartitionKey,
+    read_pending,
+)
+
+try:
+    from cassandra import (
+        ConsistencyLevel,
+        CoordinationFailure,
+        OperationTimedOut,
+        ReadTimeout,
+        Unavailable,
+        WriteTimeout,
+    )
+    from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, NoHostAvailable
+    from cassandra.connection import ConnectionException
+    from cassandra.policies import (
+        DCAwareRoundRobinPolicy,
+        ExponentialReconnectionPolicy,
+        TokenAwarePolicy,
+    )
+    from cassandra.query import BatchStatement, BatchType
+except ImportError as exc:  # pragma: no cover - depends on the installed extras
+    raise ImportError("kasper_py.stores.cassandra needs cassandra-driver: "
+                      "pip install kasper-py[cassandra]") from exc
+
+__all__ = ["CassandraStore", "CassandraTable"]
+
+T = TypeVar("T")
+_IDENTIFIER = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,47}$")
+_RETRIABLE = (NoHostAvailable, OperationTimedOut, Unavailable, ReadTimeout, WriteTimeout,
+              CoordinationFailure, ConnectionException)
+
+
+class _Statements:
+    """The prepared statements of one table."""
+
+    def __init__(self, session: Any, table: str) -> None:
+        where = "WHERE prefix = ? AND partition = ?"
+        self.select = session.prepare(f"SELECT key, value FROM {table} {where} AND key IN ?")
+        self.update = session.prepare(f"UPDATE {table} SET value = ? {where} AND key = ?")
+        self.delete = session.prepare(f"DELETE FROM {table} {where} AND key = ?")
+        self.offsets = session.prepare(f"SELECT offsets FROM {table} {where} LIMIT 1")
+        self.set_offsets = session.prepare(
+            f"UPDATE {table} SET offsets = ? {where} IF offsets = ?")
+
+
+class CassandraTable(StoreSpec):
+    """Declares a Cassandra table ``name`` (in ``keyspace``, created when absent with
+    ``replication``); all partitions share one cluster session.
+
+    ``consistency`` applies to reads and writes (``serial_consistency`` to the
+    effectively-once condition). ``effectively_once=True`` writes each batch and its
+    input offsets in one conditional batch, so replayed input is skipped. Failures to
+    reach Cassandra are retried ``retries`` times with doubling backoff, then raise
+    ``StoreUnavailableError``.
+    """
+
+    def __init__(self, name: str, *, contact_points: Sequence[str] = ("127.0.0.1",),
+                 port: int = 9042, keyspace: str = "kasper", table: str | None = None,
+                 replication: Mapping[str, str | int] | None = None,
+                 consistency: str = "LOCAL_QUORUM", serial_consistency: str = "LOCAL_SERIAL",
+                 key_serde: str | Serde = "str", value_serde: str | Serde = "json",
+                 prefix: str | None = None, effectively_once: bool = False, retries: int = 3,
+                 backoff: float = 0.2, max_backoff: float = 2.0, timeout: float = 10.0,
+                 chunk_size: int = 100, cluster_options: Mapping[str, Any] | None = None) -> None:
+        self.name = name
+        self.keyspace, self.table = _identifier("keyspace", keyspace), _identifier(
+            "table", table or name)
+        self.contact_points, self.port = list(contact_points), port
+        self.replication = dict(replication or {"class": "SimpleStrategy",
+                                                "replication_factor": 1})
+        self.consistency = _consistency("consistency", consistency)
+        self.serial_consistency = _consistency("serial_consistency", serial_consistency)
+        self.key_serde, self.value_serde = serde_for(key_serde), serde_for(value_serde)
+        self.prefix = prefix
+        self.effectively_once = effectively_once
+        self.retries, self.backoff, self.max_backoff = retries, backoff, max_backoff
+        self.timeout = timeout
+        self.chunk_size = chunk_size
+        self.cluster_options = dict(cluster_options or {})
+        self._cluster: Any = None
+        self._session: Any = None
+        self._statements: _Statements | None = None
+
+    @property
+    def address(self) -> str:
+        """Contact points and port, for error messages."""
+        return f"cassandra {','.join(self.contact_points)}:{self.port}"
+
+    def open(self, runtime: StoreRuntime) -> CassandraStore:
+        """Connect once (creating the keyspace and table when absent), then return
+        partition ``runtime.partition``'s store."""
+        statements = self._statements or retry(self, "connect", self._connect)
+        return CassandraStore(self, self._session, statements, runtime.config.name,
+                              runtime.partition)
+
+    def close(self) -> None:
+        """Shut the cluster connection down."""
+        if self._cluster is not None:
+            self._cluster.shutdown()
+        self._cluster = self._session = self._statements = None
+
+    def _connect(self) -> _Statements:
+        profile = ExecutionProfile(
+            consistency_level=self.consistency, serial_consistency_level=self.serial_consistency,
+            request_timeout=self.timeout,
+            load_balancing_policy=TokenAwarePolicy(DCAwareRoundRobinPolicy()))
+        options: dict[str, Any] = {
+            "port": self.port, "execution_profiles": {EXEC_PROFILE_DEFAULT: profile},
+            "reconnection_policy": ExponentialReconnectionPolicy(0.5, 10.0),
+            "connect_timeout": self.timeout, **self.cluster_options}
+        cluster = Cluster(self.contact_points, **options)
+        try:
+            session = cluster.connect()
+            replication = ", ".join(f"'{k}': '{v}'" for k, v in self.replication.items())
+            session.execute(f"CREATE KEYSPACE IF NOT EXISTS {self.keyspace} "
+                            f"WITH replication = {{{replication}}}")
+            table = f"{self.keyspace}.{self.table}"
+            session.execute(
+                f"CREATE TABLE IF NOT EXISTS {table} (prefix text, partition int, key blob, "
+                "value blob, offsets map<text, bigint> static, "
+                "PRIMARY KEY ((prefix, partition), key))")
+            statements = _Statements(session, table)
+        except BaseException:
+            cluster.shutdown()
+            raise
+        self._cluster, self._session, self._statements = cluster, session, statements
+        return statements
+
+
+class CassandraStore(KeyValueStore):
+    """One partition of a Cassandra table: rows ``(prefix, partition, key)`` of the
+    Cassandra partition ``(prefix, partition)``."""
+
+    def __init__(self, table: CassandraTable, session: Any, statements: _Statements,
+                 processor: str, partition: int) -> None:
+        self.key_serde, self.value_serde = table.key_serde, table.value_serde
+        self.effectively_once = table.effectively_once
+        self.processor, self.partition = processor, partition
+        self.prefix = table.prefix or processor
+        self.round_trips = 0
+        """Waves of requests that waited on Cassandra (concurrent statements count once)."""
+        self._table, self._session, self._statements = table, session, statements
+        self._pending: dict[bytes, bytes | None] = {}
+        self._applied: dict[str, int] = {}
+        if self.effectively_once:
+            self._applied = self._read_offsets()
+
+    def get_many(self, keys: Iterable[Any]) -> dict[Any, Any]:
+        """Buffered writes first, then prepared ``SELECT key, value ... WHERE prefix = ?
+        AND partition = ? AND key IN ?`` per chunk of keys, all chunks concurrently."""
+        decode = self.value_serde.decode
+        found, missing = read_pending(self._pending, keys, self._key, decode)
+        if missing:
+            select, scope = self._statements.select, (self.prefix, self.partition)
+            requests = [(select, (*scope, chunk)) for chunk in self._chunks(list(missing))]
+            for result in self._call("get_many", "SELECT",
+                                     lambda: self._concurrently(requests)):
+                for row in result:
+                    found[missing[row.key]] = decode(row.value)
+        return found
+
+    def put_many(self, items: Mapping[Any, Any]) -> None:
+        """Buffer ``UPDATE``s until ``flush``; a ``None`` value deletes the key."""
+        encode = self.value_serde.encode
+        for key, value in items.items():
+            self._pending[self._key(key)] = encode(value)
+
+    def delete_many(self, keys: Iterable[Any]) -> None:
+        """Buffer ``DELETE``s until ``flush``."""
+        for key in keys:
+            self._pending[self._key(key)] = None
+
+    def flush(self, next_offsets: Mapping[TopicPartitionKey, int]) -> None:
+        """Write the buffer as unlogged single-partition ``BATCH``es of prepared
+        ``UPDATE``/``DELETE`` statements, one per chunk, run concurrently.
+
+        Effectively-once: one ``BATCH`` of every write plus ``UPDATE ... SET offsets = ?
+        IF offsets = ?`` (a lightweight transaction on the static column), so the
+        writes and the offsets apply together, and only over the offsets this store read.
+        """
+        if not self.effectively_once:
+            if self._pending:
+                statements = self._write_statements()
+                batches = [_batch(BatchType.UNLOGGED, c) for c in self._chunks(statements)]
+                self._call("flush", "BATCH",
+                           lambda: self._concurrently([(b, None) for b in batches]))
+        elif not self._already_applied(next_offsets) and (self._pending or next_offsets):
+            offsets = {**self._applied, **{topic: o for (topic, _), o in next_offsets.items()}}
+            self._call("flush", "conditional BATCH", lambda: self._apply_with_offsets(offsets))
+            self._applied = offsets
+        self._pending.clear()  # a replayed batch's writes are dropped: Cassandra holds them
+
+    def applied_offsets(self) -> Mapping[TopicPartitionKey, int]:
+        """Next input offsets whose effects this partition already holds (the static
+        ``offsets`` column read at ``SERIAL`` consistency when opened, then kept by ``flush``)."""
+        return {(topic, self.partition): offset for topic, offset in self._applied.items()}
+
+    def _already_applied(self, next_offsets: Mapping[TopicPartitionKey, int]) -> bool:
+        """True when every offset of the batch is at or below what the store applied."""
+        return bool(next_offsets) and all(
+            self._applied.get(topic, -1) >= offset for (topic, _), offset in next_offsets.items())
+
+    def _key(self, key: Any) -> bytes:
+        encoded = self.key_serde.encode(key)
+        if encoded is None:
+            raise StoreError("a store key cannot be None")
+        return bytes(encoded)
+
+    def _chunks(self, items: list[T]) -> list[list[T]]:
+        size = self._table.chunk_size
+        return [items[i:i + size] for i in range(0, len(items), size)]
+
+    def _write_statements(self) -> list[tuple[Any, tuple[Any, ...]]]:
+        update, delete = self._statements.update, self._statements.delete
+        scope = (self.prefix, self.partition)
+        return [(delete, (*scope, key)) if value is None else (update, (value, *scope, key))
+                for key, value in self._pending.items()]
+
+    def _apply_with_offsets(self, offsets: dict[str, int]) -> None:
+        batch = _batch(BatchType.LOGGED, self._write_statements())
+        batch.add(self._statements.set_offsets,
+                  (offsets, self.prefix, self.partition, self._applied or None))
+        result = self._session.execute(batch)
+        if result.was_applied:
+            return
+        current = dict(result.one().offsets or {})
+        if current != offsets:  # equal: a retried batch whose first reply was lost
+            raise StoreError(
+                f"{self._table.address}: table {self._table.table!r} partition "
+                f"{self.partition} is fenced: its offsets are {current}, expected "
+                f"{self._applied}; another process writes this partition")
+
+    def _read_offsets(self) -> dict[str, int]:
+        bound = self._statements.offsets.bind((self.prefix, self.partition))
+        bound.consistency_level = self._table.serial_consistency
+        row = self._call("open", "SELECT offsets", lambda: self._session.execute(bound).one())
+        return dict(row.offsets or {}) if row is not None else {}
+
+    def _concurrently(self, requests: list[tuple[Any, Any]]) -> list[Any]:
+        futures = [self._session.execute_async(statement, params)
+                   for statement, params in requests]
+        return [future.result() for future in futures]
+
+    def _call(self, op: str, what: str, request: Callable[[], T]) -> T:
+        """Run ``request`` with retries; count and report each attempt as a round trip."""
+        started, attempts = time.perf_counter(), [0]
+        try:
+            return retry(self._table, f"{what} of partition {self.partition}", request,
+                         attempts)
+        finally:
+            self.round_trips += attempts[0]
+            observe_store_op(self.processor, self._table.name, op,
+                             time.perf_counter() - started, attempts[0])
+
+
+def retry(table: CassandraTable, what: str, request: Callable[[], T],
+          attempts: list[int] | None = None) -> T:
+    """Run ``request``; retry unreachable/timed-out failures with doubling backoff,
+    then raise ``StoreUnavailableError``. Other driver errors raise ``StoreError``.
+    ``attempts[0]`` counts the requests made."""
+    counter = attempts if attempts is not None else [0]
+    for attempt in range(table.retries + 1):
+        counter[0] += 1
+        try:
+            return request()
+        except _RETRIABLE as exc:
+            if attempt == table.retries:
+                raise StoreUnavailableError(
+                    f"{table.address} unreachable: {what} of table {table.keyspace}."
+                    f"{table.table} failed {attempt + 1} times: {exc}") from exc
+            time.sleep(min(table.max_backoff, table.backoff * 2 ** attempt))
+        except StoreError:
+            raise
+        except Exception as exc:
+            raise StoreError(f"{table.address}: {what} of table {table.keyspace}.{table.table} "
+                             f"failed: {type(exc).__name__}: {exc}") from exc
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _batch(kind: Any, statements: Iterable[tuple[Any, Any]]) -> Any:
+    batch = BatchStatement(kind)
+    for statement, params in statements:
+        batch.add(statement, params)
+    return batch
+
+
+def _identifier(field: str, name: str) -> str:
+    if not _IDENTIFIER.match(name):
+        raise ValueError(f"{field} {name!r} is not a CQL identifier "
+                         f"(letters, digits, '_', at most 48)")
+    return name.lower()
+
+
+def _consistency(field: str, name: str) -> int:
+    try:
+        level: int = ConsistencyLevel.name_to_value[name.upper()]
+    except KeyError:
+        names = ", ".join(sorted(ConsistencyLevel.name_to_value))
+        raise ValueError(f"{field} {name!r} is not one of {names}") from None
+    return level

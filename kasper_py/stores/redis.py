@@ -1,0 +1,255 @@
+"""Redis-backed state (redis-py): ``RedisTable`` declares a table, ``RedisStore`` is one
+partition's view of it. One batch costs one ``MGET`` per ``get_many`` and one
+``MULTI``/``EXEC`` (or one ``EVALSHA``, effectively-once) per ``flush``.
+
+Keys: ``<prefix>/<table>/<partition>/<key>``, or ``<prefix>/<table>/<key>`` for a shared
+table; ``<prefix>`` is the processor name unless given. Values are the value serde's
+bytes in plain Redis strings. Effectively-once tables keep the next input offset of each
+topic in the hash ``<prefix>/<table>#offsets/<partition>`` (field = topic).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+from kasper_py.exceptions import StoreError, StoreUnavailableError
+from kasper_py.metrics import observe_store_op
+from kasper_py.serdes import Serde, serde_for
+from kasper_py.stores.base import (
+    KeyValueStore,
+    StoreRuntime,
+    StoreSpec,
+    TopicPartitionKey,
+    read_pending,
+)
+
+try:
+    import redis
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+except ImportError as exc:  # pragma: no cover - depends on the installed extras
+    raise ImportError(
+        "kasper_py.stores.redis needs redis-py: pip install kasper-py[redis]") from exc
+
+__all__ = ["RedisStore", "RedisTable"]
+
+T = TypeVar("T")
+
+# Applies one batch atomically with its input offsets, fenced on the offsets it expects.
+# KEYS[1] offsets hash, then ARGV[1] keys to SET, then the keys to DEL.
+# ARGV: n_set, n_offsets, the n_set values, then per topic: topic, expected, next.
+# Replies 1 when applied, 0 when this batch was already applied (a retried call whose
+# reply was lost), and an error when another writer moved the offsets.
+_APPLY_BATCH = """
+local n_set, n_off = tonumber(ARGV[1]), tonumber(ARGV[2])
+local base = 2 + n_set
+local done = n_off > 0
+for i = 0, n_off - 1 do
+  if redis.call('HGET', KEYS[1], ARGV[base + 3 * i + 1]) ~= ARGV[base + 3 * i + 3] then
+    done = false
+  end
+end
+if done then return 0 end
+for i = 0, n_off - 1 do
+  local topic, expected = ARGV[base + 3 * i + 1], ARGV[base + 3 * i + 2]
+  local current = redis.call('HGET', KEYS[1], topic) or ''
+  if current ~= expected then
+    return redis.error_reply('kasper fenced: offset of ' .. topic .. ' is ' .. current ..
+      ', expected ' .. expected .. '; another process writes this partition')
+  end
+end
+for i = 1, n_set do redis.call('SET', KEYS[1 + i], ARGV[2 + i]) end
+for i = 2 + n_set, #KEYS do redis.call('DEL', KEYS[i]) end
+for i = 0, n_off - 1 do
+  redis.call('HSET', KEYS[1], ARGV[base + 3 * i + 1], ARGV[base + 3 * i + 3])
+end
+return 1
+"""
+
+_RETRIABLE = (redis.ConnectionError, redis.TimeoutError)
+
+
+def _already_applied(applied: Mapping[TopicPartitionKey, int],
+                     next_offsets: Mapping[TopicPartitionKey, int]) -> bool:
+    """True when every offset of the batch is at or below what the store applied."""
+    return bool(next_offsets) and all(
+        applied.get(tp, -1) >= offset for tp, offset in next_offsets.items())
+
+
+class RedisTable(StoreSpec):
+    """Declares a Redis table ``name``; every partition's store shares one connection pool.
+
+    ``shared=True`` drops the partition from keys, for tables whose keys are co-partitioned
+    with the input (or only read). ``effectively_once=True`` stores each partition's
+    input offsets atomically with its writes, so replayed input is skipped. Connection
+    failures are retried ``retries`` times, backing off from ``backoff`` seconds doubling
+    up to ``max_backoff``, then raise ``StoreUnavailableError``.
+    """
+
+    def __init__(self, name: str, *, url: str = "redis://127.0.0.1:6379/0",
+                 key_serde: str | Serde = "str", value_serde: str | Serde = "json",
+                 prefix: str | None = None, shared: bool = False,
+                 effectively_once: bool = False, retries: int = 5, backoff: float = 0.1,
+                 max_backoff: float = 2.0, timeout: float = 5.0) -> None:
+        if not name or "/" in name:
+            raise ValueError(f"table name must be non-empty with no '/', got {name!r}")
+        self.name = name
+        self.url = url
+        self.key_serde, self.value_serde = serde_for(key_serde), serde_for(value_serde)
+        self.prefix = prefix
+        self.shared = shared
+        self.effectively_once = effectively_once
+        self.retries, self.backoff, self.max_backoff = retries, backoff, max_backoff
+        self.timeout = timeout
+        self._client: redis.Redis | None = None
+
+    def open(self, runtime: StoreRuntime) -> RedisStore:
+        """Return partition ``runtime.partition``'s store (effectively-once stores read
+        their applied offsets here, with ``HGETALL``)."""
+        if self._client is None:
+            # Retries are ours (bounded, with backoff, counted), not the client's.
+            self._client = redis.Redis.from_url(
+                self.url, retry=Retry(NoBackoff(), 0), socket_timeout=self.timeout,
+                socket_connect_timeout=self.timeout)
+        return RedisStore(self, self._client, runtime.config.name, runtime.partition)
+
+    def close(self) -> None:
+        """Disconnect the pool."""
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    @property
+    def address(self) -> str:
+        """The server's address, without credentials, for error messages."""
+        parts = urlsplit(self.url)
+        return f"{parts.scheme}://{parts.hostname}:{parts.port or 6379}{parts.path}"
+
+
+class RedisStore(KeyValueStore):
+    """One partition of a Redis table. Keys ``<prefix>/<table>/<partition>/<key>``
+    (``<prefix>/<table>/<key>`` when shared), values the value serde's bytes."""
+
+    def __init__(self, table: RedisTable, client: redis.Redis, processor: str,
+                 partition: int) -> None:
+        self.key_serde, self.value_serde = table.key_serde, table.value_serde
+        self.effectively_once = table.effectively_once
+        self.processor, self.partition = processor, partition
+        self.round_trips = 0
+        """Requests that waited on Redis (a pipeline or script counts once)."""
+        self._table, self._client = table, client
+        prefix = table.prefix or processor
+        scope = "" if table.shared else f"{partition}/"
+        self._prefix = f"{prefix}/{table.name}/{scope}".encode()
+        self.offsets_key = f"{prefix}/{table.name}#offsets/{partition}"
+        self._pending: dict[bytes, bytes | None] = {}
+        self._applied: dict[TopicPartitionKey, int] = {}
+        if self.effectively_once:
+            self._script = client.register_script(_APPLY_BATCH)
+            self._applied = self._read_offsets()
+
+    def key(self, key: Any) -> bytes:
+        """The Redis key of ``key``: ``<prefix>/<table>/[<partition>/]<encoded key>``."""
+        encoded = self.key_serde.encode(key)
+        if encoded is None:
+            raise StoreError("a store key cannot be None")
+        return self._prefix + encoded
+
+    def get_many(self, keys: Iterable[Any]) -> dict[Any, Any]:
+        """Buffered writes first, then one ``MGET`` of the other keys."""
+        decode = self.value_serde.decode
+        found, missing = read_pending(self._pending, keys, self.key, decode)
+        if missing:
+            values: list[Any] = self._call(
+                "get_many", "MGET", lambda: self._client.mget(list(missing)))
+            for key, value in zip(missing.values(), values, strict=True):
+                if value is not None:
+                    found[key] = decode(value)
+        return found
+
+    def put_many(self, items: Mapping[Any, Any]) -> None:
+        """Buffer ``SET``s until ``flush``; a ``None`` value deletes the key."""
+        encode = self.value_serde.encode
+        for key, value in items.items():
+            self._pending[self.key(key)] = encode(value)
+
+    def delete_many(self, keys: Iterable[Any]) -> None:
+        """Buffer ``DEL``s until ``flush``."""
+        for key in keys:
+            self._pending[self.key(key)] = None
+
+    def flush(self, next_offsets: Mapping[TopicPartitionKey, int]) -> None:
+        """Write the buffer in one round trip: ``MULTI``, ``MSET``, ``DEL``, ``EXEC``.
+        Effectively-once: one ``EVALSHA`` of a script that applies the writes and
+        ``HSET``s the offsets hash atomically, refusing if another writer moved it."""
+        if not self.effectively_once:
+            if self._pending:
+                self._call("flush", "MULTI/EXEC", self._apply)
+        elif not _already_applied(self._applied, next_offsets) and (
+                self._pending or next_offsets):
+            self._call("flush", "EVALSHA", lambda: self._apply_with_offsets(next_offsets))
+            self._applied.update(next_offsets)
+        self._pending.clear()  # a replayed batch's writes are dropped: Redis holds them
+
+    def applied_offsets(self) -> Mapping[TopicPartitionKey, int]:
+        """Next input offsets whose effects this partition already holds (``HGETALL``
+        of the offsets hash when opened, then kept by ``flush``)."""
+        return dict(self._applied)
+
+    def _apply(self) -> None:
+        sets = {k: v for k, v in self._pending.items() if v is not None}
+        deletes = [k for k, v in self._pending.items() if v is None]
+        pipe = self._client.pipeline(transaction=True)
+        if sets:
+            pipe.mset(sets)
+        if deletes:
+            pipe.delete(*deletes)
+        pipe.execute()
+
+    def _apply_with_offsets(self, next_offsets: Mapping[TopicPartitionKey, int]) -> Any:
+        sets = [(k, v) for k, v in self._pending.items() if v is not None]
+        deletes = [k for k, v in self._pending.items() if v is None]
+        triples: list[Any] = []
+        for (topic, partition), offset in next_offsets.items():
+            expected = self._applied.get((topic, partition))
+            triples += [topic, "" if expected is None else str(expected), str(offset)]
+        keys = [self.offsets_key.encode(), *(k for k, _ in sets), *deletes]
+        args = [len(sets), len(next_offsets), *(v for _, v in sets), *triples]
+        return self._script(keys=keys, args=args)
+
+    def _read_offsets(self) -> dict[TopicPartitionKey, int]:
+        stored: dict[Any, Any] = self._call(
+            "open", "HGETALL", lambda: self._client.hgetall(self.offsets_key))
+        return {(bytes(topic).decode(), self.partition): int(offset)
+                for topic, offset in stored.items()}
+
+    def _call(self, op: str, command: str, request: Callable[[], T]) -> T:
+        """Run ``request``, retrying connection failures with exponential backoff; count
+        and report each attempt as a round trip of ``op``."""
+        started, attempts = time.perf_counter(), 0
+        try:
+            while True:
+                attempts += 1
+                try:
+                    return request()
+                except _RETRIABLE as exc:
+                    self._backoff_or_raise(command, attempts, exc)
+                except redis.RedisError as exc:
+                    raise StoreError(
+                        f"redis {self._table.address}: {command} for table "
+                        f"{self._table.name!r} partition {self.partition} failed: {exc}") from exc
+        finally:
+            self.round_trips += attempts
+            observe_store_op(self.processor, self._table.name, op,
+                             time.perf_counter() - started, attempts)
+
+    def _backoff_or_raise(self, command: str, attempts: int, exc: Exception) -> None:
+        table = self._table
+        if attempts > table.retries:
+            raise StoreUnavailableError(
+                f"redis {table.address} unreachable: {command} for table {table.name!r} "
+                f"partition {self.partition} failed {attempts} times: {exc}") from exc
+        time.sleep(min(table.max_backoff, table.backoff * 2 ** (attempts - 1)))

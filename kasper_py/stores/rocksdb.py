@@ -1,0 +1,435 @@
+"""Local RocksDB tables (rocksdict), one database per input partition under
+``Config.state_dir``, each backed by a compacted Kafka changelog it is restored from.
+Changelog topics and restores are in changelog.py; the loop's order is in topic_processor.py.
+
+A turn writes a table like this: ``flush()`` produces the buffered writes to the
+changelog partition (deletes as tombstones) with the loop's producer; the loop waits
+for their acks with the outputs'; ``after_delivery()`` then applies them locally in one
+``WriteBatch`` together with the next changelog offset. A crash in between leaves the
+local copy behind its changelog, and the next start reads the difference back.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from kasper_py.config import Config
+from kasper_py.exceptions import StoreError
+from kasper_py.message import OutgoingMessage
+from kasper_py.metrics import timed_store_op
+from kasper_py.serdes import Serde, serde_for
+from kasper_py.stores.base import (
+    KeyValueStore,
+    StoreRuntime,
+    StoreSpec,
+    TopicPartitionKey,
+    read_pending,
+)
+from kasper_py.stores.changelog import (
+    ChangelogReader,
+    changelog_topic,
+    ensure_changelog,
+    restore_plan,
+)
+
+try:
+    from rocksdict import Options, Rdict, WriteBatch
+except ImportError as exc:  # pragma: no cover - depends on the installed extras
+    raise ImportError(
+        "kasper_py.stores.rocksdb needs rocksdict: pip install kasper-py[rocksdb]") from exc
+
+__all__ = ["GlobalTableStore", "LocalDB", "RocksDBStore", "RocksDBTable"]
+
+_META = "kasper_meta"
+_TOPIC_KEY = b"changelog_topic"
+
+
+def _options() -> Options:
+    options = Options(raw_mode=True)
+    options.create_if_missing(True)
+    options.create_missing_column_families(True)
+    return options
+
+
+class LocalDB:
+    """One RocksDB folder: table data in the default column family (encoded key ->
+    encoded value), and in ``kasper_meta`` the changelog topic and, per changelog
+    partition, ``changelog_offset/<p>`` = the next changelog offset already applied."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.round_trips = 0
+        """Native calls made: multi-gets and ``WriteBatch`` writes."""
+        self._open()
+
+    def _open(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            # Raw mode stores bytes as they are; rocksdict's stubs type its pickling mode.
+            self._db: Any = Rdict(str(self.path), _options(), column_families={_META: _options()})
+        except Exception as exc:
+            raise StoreError(f"cannot open RocksDB at {self.path} (is another process using "
+                             f"this partition?): {exc}") from exc
+        self._meta: Any = self._db.get_column_family_handle(_META)
+        self._meta_db: Any = self._db.get_column_family(_META)
+
+    def topic(self) -> str | None:
+        """The changelog these files were written from, if recorded."""
+        value = self._meta_db.get(_TOPIC_KEY)
+        return None if value is None else bytes(value).decode()
+
+    def changelog_offset(self, partition: int) -> int | None:
+        """Next changelog offset of ``partition`` applied here, if recorded."""
+        value = self._meta_db.get(_offset_key(partition))
+        return None if value is None else int(value)
+
+    def get_many(self, keys: list[bytes]) -> list[bytes | None]:
+        """RocksDB ``MultiGet`` of encoded keys, in order."""
+        self.round_trips += 1
+        values: list[bytes | None] = self._db.get(keys)
+        return values
+
+    def write(self, writes: Mapping[bytes, bytes | None],
+              offsets: Mapping[int, int] | None = None) -> None:
+        """One atomic ``WriteBatch``: puts, deletes (``None``), and changelog offsets."""
+        batch = WriteBatch(raw_mode=True)
+        for key, value in writes.items():
+            if value is None:
+                batch.delete(key)
+            else:
+                batch.put(key, value)
+        for partition, offset in (offsets or {}).items():
+            batch.put(_offset_key(partition), str(offset).encode(), self._meta)
+        self.round_trips += 1
+        self._db.write(batch)
+
+    def apply_records(self, partition: int, records: list[Any]) -> None:
+        """Apply changelog records (confluent-kafka messages) and their next offset in
+        one ``WriteBatch``; a ``None`` value is a tombstone."""
+        batch = WriteBatch(raw_mode=True)
+        for record in records:
+            value = record.value()
+            if value is None:
+                batch.delete(record.key())
+            else:
+                batch.put(record.key(), value)
+        next_offset = records[-1].offset() + 1
+        batch.put(_offset_key(partition), str(next_offset).encode(), self._meta)
+        self.round_trips += 1
+        self._db.write(batch)
+
+    def items(self) -> Iterator[tuple[bytes, bytes]]:
+        """Every (encoded key, encoded value) in key order."""
+        for key, value in self._db.items():
+            yield bytes(key), bytes(value)
+
+    def reset(self, topic: str) -> None:
+        """Delete every key and offset, then record ``topic`` as the changelog."""
+        self.close()
+        shutil.rmtree(self.path, ignore_errors=True)
+        self._open()
+        self._meta_db[_TOPIC_KEY] = topic.encode()
+
+    def close(self) -> None:
+        """Flush and close; the folder's LOCK is released once no handle is left."""
+        if self._db is not None:
+            self._db.close()
+        # Column family handles keep the database open: drop every reference.
+        self._db = self._meta = self._meta_db = None
+
+
+def _offset_key(partition: int) -> bytes:
+    return b"changelog_offset/%d" % partition
+
+
+def _encoded_key(encode: Any, key: Any) -> bytes:
+    encoded = encode(key)
+    if encoded is None:
+        raise StoreError("a store key cannot be None")
+    return bytes(encoded)
+
+
+class RocksDBStore(KeyValueStore):
+    """One partition of a local table: a RocksDB folder ``<state_dir>/<processor>/<table>/<p>``
+    whose every write is also produced to changelog partition ``p``."""
+
+    def __init__(self, table: RocksDBTable, db: LocalDB, runtime: StoreRuntime, *,
+                 changelog_offset: int = 0) -> None:
+        self.key_serde, self.value_serde = table.key_serde, table.value_serde
+        self.db = db
+        self.processor, self.table = runtime.config.name, table.name
+        self.partition = runtime.partition
+        self.changelog_topic = table.topic(runtime.config) if table.changelog else None
+        self._producer = runtime.producer if table.changelog else None
+        self._changelog_offset = changelog_offset
+        self._pending: dict[bytes, bytes | None] = {}
+        self._in_flight: dict[bytes, bytes | None] = {}
+        self._in_flight_count = 0
+
+    @property
+    def round_trips(self) -> int:
+        """Native calls into RocksDB: one ``MultiGet`` per ``get_many``, one ``WriteBatch``
+        per applied turn. The changelog produce adds no wait of its own: the loop
+        waits for its acks together with the outputs'."""
+        return self.db.round_trips
+
+    def get_many(self, keys: Iterable[Any]) -> dict[Any, Any]:
+        """Buffered writes first, then one RocksDB ``MultiGet`` of the encoded keys
+        (key format: the key serde's bytes, no prefix: the folder is the namespace)."""
+        encode_key, decode = self.key_serde.encode, self.value_serde.decode
+        found, missing = read_pending(self._pending, keys,
+                                      lambda key: _encoded_key(encode_key, key), decode)
+        if missing:
+            with timed_store_op(self.processor, self.table, "get_many"):
+                values = self.db.get_many(list(missing))
+            for key, value in zip(missing.values(), values, strict=True):
+                if value is not None:
+                    found[key] = decode(value)
+        return found
+
+    def put_many(self, items: Mapping[Any, Any]) -> None:
+        """Buffer writes until ``flush``; a ``None`` value deletes the key."""
+        encode_key, encode_value = self.key_serde.encode, self.value_serde.encode
+        for key, value in items.items():
+            self._pending[_encoded_key(encode_key, key)] = encode_value(value)
+
+    def delete_many(self, keys: Iterable[Any]) -> None:
+        """Buffer deletes until ``flush`` (tombstones in the changelog)."""
+        encode_key = self.key_serde.encode
+        for key in keys:
+            self._pending[_encoded_key(encode_key, key)] = None
+
+    def flush(self, next_offsets: Mapping[TopicPartitionKey, int]) -> None:
+        """Produce the buffered writes to ``<changelog>[p]`` (key and value as stored;
+        a delete is a tombstone); they are applied locally in ``after_delivery``. Without
+        a changelog the ``WriteBatch`` is written here."""
+        if not self._pending:
+            return
+        writes, self._pending = self._pending, {}
+        if self._producer is None or self.changelog_topic is None:
+            with timed_store_op(self.processor, self.table, "flush"):
+                self.db.write(writes)
+            return
+        topic, partition = self.changelog_topic, self.partition
+        self._producer.produce([OutgoingMessage(topic, value, key, partition)
+                                for key, value in writes.items()])
+        self._in_flight.update(writes)
+        self._in_flight_count += len(writes)
+
+    def after_delivery(self) -> None:
+        """Every changelog record of the turn is acked: apply them in one ``WriteBatch``
+        with ``changelog_offset/<p>`` moved past them."""
+        if not self._in_flight:
+            return
+        self._changelog_offset += self._in_flight_count
+        with timed_store_op(self.processor, self.table, "flush"):
+            self.db.write(self._in_flight, {self.partition: self._changelog_offset})
+        self._in_flight, self._in_flight_count = {}, 0
+
+    @property
+    def changelog_offset(self) -> int:
+        """Next changelog offset this partition's files have applied."""
+        return self._changelog_offset
+
+    def items(self) -> Iterator[tuple[Any, Any]]:
+        """Iterate the table in key-byte order (a RocksDB iterator), buffered writes
+        overlaid; buffered new keys come last."""
+        decode_key, decode_value = self.key_serde.decode, self.value_serde.decode
+        pending = dict(self._pending)
+        for key, value in self.db.items():
+            current: bytes | None = pending.pop(key, value)
+            if current is not None:
+                yield decode_key(key), decode_value(current)
+        for key, new in pending.items():
+            if new is not None:
+                yield decode_key(key), decode_value(new)
+
+    def close(self) -> None:
+        """Close the database (buffered, unflushed writes are dropped)."""
+        self.db.close()
+
+
+class _GlobalState:
+    """All partitions of a changelog in one RocksDB folder, followed between turns."""
+
+    def __init__(self, db: LocalDB, reader: ChangelogReader) -> None:
+        self.db = db
+        self.reader = reader
+        self.stale = False
+
+    def catch_up(self) -> int:
+        """Apply the changelog records that arrived since the last call."""
+        self.stale = False
+        return self.reader.read_available(self.db.apply_records)
+
+    def close(self) -> None:
+        self.reader.close()
+        self.db.close()
+
+
+class GlobalTableStore(KeyValueStore):
+    """A read-only view of a global table: every partition of its changelog, applied
+    to ``<state_dir>/<processor>/<table>/global`` and kept current between batches."""
+
+    def __init__(self, state: _GlobalState, key_serde: Serde, value_serde: Serde) -> None:
+        self.key_serde, self.value_serde = key_serde, value_serde
+        self._state = state
+
+    @property
+    def round_trips(self) -> int:
+        """Native RocksDB calls of the shared database (reads and changelog applies)."""
+        return self._state.db.round_trips
+
+    def get_many(self, keys: Iterable[Any]) -> dict[Any, Any]:
+        """Apply changelog records that arrived since the last turn, then one RocksDB
+        ``MultiGet`` of the encoded keys."""
+        if self._state.stale:
+            self._state.catch_up()
+        encoded = {_encoded_key(self.key_serde.encode, key): key for key in keys}
+        values = self._state.db.get_many(list(encoded))
+        decode = self.value_serde.decode
+        return {key: decode(value) for key, value in zip(encoded.values(), values, strict=True)
+                if value is not None}
+
+    def put_many(self, items: Mapping[Any, Any]) -> None:
+        """Refused: a global table is written by its changelog's owner."""
+        raise _read_only()
+
+    def delete_many(self, keys: Iterable[Any]) -> None:
+        """Refused: a global table is written by its changelog's owner."""
+        raise _read_only()
+
+    def flush(self, next_offsets: Mapping[TopicPartitionKey, int]) -> None:
+        """Nothing to write; the next read first applies what the changelog gained."""
+        self._state.stale = True
+
+    def items(self) -> Iterator[tuple[Any, Any]]:
+        """Iterate every partition's keys, in key-byte order."""
+        for key, value in self._state.db.items():
+            yield self.key_serde.decode(key), self.value_serde.decode(value)
+
+
+def _read_only() -> StoreError:
+    return StoreError("a global table is read-only: write to the table that owns its changelog")
+
+
+class RocksDBTable(StoreSpec):
+    """Declares a local table ``name``: one RocksDB per input partition, restored from
+    the compacted changelog ``<processor>-<name>-changelog`` before any processing.
+
+    ``global_table=True`` instead keeps every partition of ``changelog_topic`` (written
+    by another processor) in one read-only database, current between batches.
+    ``changelog=False`` keeps the table local only: lost with its folder.
+    """
+
+    def __init__(self, name: str, *, key_serde: str | Serde = "str",
+                 value_serde: str | Serde = "json", changelog: bool = True,
+                 changelog_topic: str | None = None, global_table: bool = False,
+                 replication_factor: int = -1, topic_config: Mapping[str, str] | None = None,
+                 restore_timeout: float = 600.0) -> None:
+        if not name or "/" in name:
+            raise ValueError(f"table name must be non-empty with no '/', got {name!r}")
+        if global_table and not changelog:
+            raise ValueError("a global table is read from its changelog: changelog=True")
+        self.name = name
+        self.key_serde, self.value_serde = serde_for(key_serde), serde_for(value_serde)
+        self.changelog = changelog
+        self.global_table = global_table
+        self.replication_factor = replication_factor
+        self.topic_config = dict(topic_config or {})
+        self.restore_timeout = restore_timeout
+        self._topic = changelog_topic
+        self._reader: ChangelogReader | None = None
+        self._global: _GlobalState | None = None
+
+    def topic(self, config: Config) -> str:
+        """The changelog topic of this table for processor ``config.name``."""
+        return self._topic or changelog_topic(config.name, self.name)
+
+    def path(self, config: Config, partition: int | str) -> Path:
+        """``<state_dir>/<processor>/<table>/<partition>``."""
+        return Path(config.state_dir) / config.name / self.name / str(partition)
+
+    def open(self, runtime: StoreRuntime) -> KeyValueStore:
+        """Open partition ``runtime.partition``'s database, restoring it first when its
+        files are missing or behind the changelog."""
+        if self.global_table:
+            return GlobalTableStore(self._open_global(runtime.config), self.key_serde,
+                                    self.value_serde)
+        if self.changelog and runtime.producer is None:
+            raise StoreError(f"table {self.name!r} writes a changelog with the loop's "
+                             "producer: run it in a TopicProcessor, or pass changelog=False")
+        db = LocalDB(self.path(runtime.config, runtime.partition))
+        try:
+            offset = self._restore(runtime, db) if self.changelog else 0
+        except BaseException:
+            db.close()
+            raise
+        return RocksDBStore(self, db, runtime, changelog_offset=offset)
+
+    def _restore(self, runtime: StoreRuntime, db: LocalDB) -> int:
+        """Bring ``db`` level with its changelog partition; return the next offset."""
+        reader = self._changelog_reader(runtime.config)
+        topic, partition = self.topic(runtime.config), runtime.partition
+        low, high = reader.watermarks(partition)
+        recorded = db.changelog_offset(partition) if db.topic() == topic else None
+        start, wipe, reason = restore_plan(recorded, low, high)
+        if wipe:
+            db.reset(topic)
+        reader.assign({partition: start})
+        try:
+            reader.read_until({partition: high}, db.apply_records,
+                              processor=runtime.config.name, table=self.name, reason=reason)
+            return reader.positions[partition]
+        finally:
+            reader.unassign()
+
+    def _changelog_reader(self, config: Config) -> ChangelogReader:
+        if self._reader is None:
+            topic = self.topic(config)
+            ensure_changelog(config, topic, replication_factor=self.replication_factor,
+                             topic_config=self.topic_config)
+            self._reader = ChangelogReader(config, topic, timeout=self.restore_timeout)
+        return self._reader
+
+    def _open_global(self, config: Config) -> _GlobalState:
+        if self._global is not None:
+            return self._global
+        topic = self.topic(config)
+        reader = ChangelogReader(config, topic, timeout=self.restore_timeout)
+        db = LocalDB(self.path(config, "global"))
+        try:
+            starts, ends = self._global_plan(reader, db, topic)
+            reader.assign(starts)
+            reader.read_until(ends, db.apply_records, processor=config.name, table=self.name,
+                              reason="global table")
+        except BaseException:
+            reader.close()
+            db.close()
+            raise
+        self._global = _GlobalState(db, reader)
+        return self._global
+
+    def _global_plan(self, reader: ChangelogReader, db: LocalDB,
+                     topic: str) -> tuple[dict[int, int], dict[int, int]]:
+        """Start and end offsets per changelog partition; any stale partition wipes all."""
+        marks = {p: reader.watermarks(p) for p in range(reader.partition_count())}
+        same_topic = db.topic() == topic
+        plans = {p: restore_plan(db.changelog_offset(p) if same_topic else None, low, high)
+                 for p, (low, high) in marks.items()}
+        if any(wipe for _, wipe, _ in plans.values()):
+            db.reset(topic)
+            return {p: low for p, (low, _) in marks.items()}, {p: m[1] for p, m in marks.items()}
+        return {p: plan[0] for p, plan in plans.items()}, {p: m[1] for p, m in marks.items()}
+
+    def close(self) -> None:
+        """Close the changelog reader and the global table's database, if open."""
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+        if self._global is not None:
+            self._global.close()
+            self._global = None

@@ -1,0 +1,239 @@
+"""Fixtures and helpers of the store tests (loaded with ``pytest_plugins``): the stack's
+Redis and Cassandra, a dedicated Redis server a test may stop, a TCP proxy that makes
+Cassandra "go down", and the kill -9 harness around stores_worker.py."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from cassandra.cluster import Cluster
+from confluent_kafka.admin import AdminClient
+
+from kasper_py import Config
+from kasper_py.producer import OutputProducer
+from kasper_py.stack import cassandra_contact as stack_cassandra_contact
+from kasper_py.stack import redis_url as stack_redis_url
+from kasper_py.stores.base import StoreRuntime, StoreSpec
+
+WORKER = Path(__file__).with_name("stores_worker.py")
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> str:
+    """URL of the stack's Redis (or ``$KASPER_REDIS_URL``); fails when it does not answer."""
+    url = os.environ.get("KASPER_REDIS_URL") or stack_redis_url()
+    try:
+        redis.Redis.from_url(url, socket_connect_timeout=5).ping()
+    except redis.RedisError as exc:
+        pytest.fail(f"no Redis at {url}: run `make stack` first ({exc})")
+    return url
+
+
+@pytest.fixture(scope="session")
+def cassandra_contact() -> tuple[str, int]:
+    """(host, port) of the stack's Cassandra; fails when CQL does not answer."""
+    host, port = stack_cassandra_contact()
+    cluster = Cluster([host], port=port, connect_timeout=10)
+    try:
+        cluster.connect().execute("SELECT release_version FROM system.local")
+    except Exception as exc:  # any failure means no Cassandra
+        pytest.fail(f"no Cassandra at {host}:{port}: run `make stack` first ({exc})")
+    finally:
+        cluster.shutdown()
+    return host, port
+
+
+class RedisServer:
+    """A redis-server of the test's own (append-only file, fsync always), so a test
+    can stop and restart it without touching the shared one."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.port = free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self._process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        binary = shutil.which("redis-server") or "/usr/bin/redis-server"
+        self._process = subprocess.Popen(
+            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.folder),
+             "--appendonly", "yes", "--appendfsync", "always", "--save", ""],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        client = redis.Redis.from_url(self.url)
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                client.ping()
+                return
+            except redis.ConnectionError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+
+    def stop(self) -> None:
+        """SIGTERM (Redis syncs its AOF and exits) and wait."""
+        if self._process is not None and self._process.poll() is None:
+            self._process.send_signal(signal.SIGTERM)
+            self._process.wait(20)
+        self._process = None
+
+
+@pytest.fixture
+def dedicated_redis(tmp_path: Path) -> Iterator[RedisServer]:
+    """A started Redis on a free port, stopped after the test."""
+    server = RedisServer(tmp_path)
+    server.start()
+    yield server
+    server.stop()
+
+
+class TcpProxy:
+    """Forwards a local port to ``upstream``; ``stop()`` drops every connection and
+    refuses new ones (the server looks down), ``start()`` serves again."""
+
+    def __init__(self, upstream: tuple[str, int]) -> None:
+        self.upstream = upstream
+        self.port = free_port()
+        self._listener: socket.socket | None = None
+        self._sockets: list[socket.socket] = []
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        listener = socket.socket()
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", self.port))
+        listener.listen(64)
+        self._listener = listener
+        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
+
+    def stop(self) -> None:
+        listener, self._listener = self._listener, None
+        with self._lock:
+            sockets, self._sockets = self._sockets, []
+        for sock in ([listener] if listener else []) + sockets:
+            _close(sock)
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+                server = socket.create_connection(self.upstream)
+            except OSError:
+                if self._listener is not listener:
+                    return
+                continue
+            with self._lock:
+                self._sockets += [client, server]
+            for source, target in ((client, server), (server, client)):
+                threading.Thread(target=_pump, args=(source, target), daemon=True).start()
+
+
+def _pump(source: socket.socket, target: socket.socket) -> None:
+    try:
+        while data := source.recv(65536):
+            target.sendall(data)
+    except OSError:
+        pass
+    finally:
+        _close(source)
+        _close(target)
+
+
+def _close(sock: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RDWR)
+    sock.close()
+
+
+@pytest.fixture
+def cassandra_proxy(cassandra_contact: tuple[str, int]) -> Iterator[TcpProxy]:
+    """A started proxy in front of the stack's Cassandra."""
+    proxy = TcpProxy(cassandra_contact)
+    proxy.start()
+    yield proxy
+    proxy.stop()
+
+
+@pytest.fixture
+def delete_changelogs(bootstrap: str, unique_name: Callable[[str], str]) -> Iterator[None]:
+    """Deletes the changelog topics that the test's processors created."""
+    yield
+    run = unique_name("")  # "-<run id>", the suffix of every name made in this test
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    topics = [t for t in admin.list_topics(timeout=30).topics
+              if run in t and t.endswith("-changelog")]
+    for future in (admin.delete_topics(topics).values() if topics else ()):
+        with contextlib.suppress(Exception):  # cleanup is best-effort
+            future.result(30)
+
+
+def produce_words(kafka: Any, topic: str, words: Sequence[str], partitions: int) -> None:
+    """One word per message, dealt round-robin over ``partitions``."""
+    for partition in range(partitions):
+        kafka.produce(topic, [w.encode() for w in words[partition::partitions]],
+                      partition=partition)
+
+
+def worker_args(kind: str, bootstrap: str, name: str, topic: str, batch_size: int,
+                *options: str) -> list[str]:
+    return [sys.executable, str(WORKER), kind, bootstrap, name, topic, str(batch_size),
+            *options]
+
+
+def kill_randomly_then_finish(args: list[str], kills: int, committed: Callable[[], int],
+                              total: int, *, seed: int | None = None) -> list[int]:
+    """Start the worker ``kills`` times, SIGKILL it at a random moment each time, then run
+    it to the end of its input. ``committed()`` reads the group's committed total after
+    each kill; returns those totals, and fails unless a kill landed mid-run (some of the
+    ``total`` input committed, not all), so the test cannot pass without a real crash."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    rng = random.Random(seed)
+    at_kill = []
+    for _ in range(kills):
+        worker = subprocess.Popen(args, env=env, stdout=subprocess.PIPE)
+        assert worker.stdout is not None and worker.stdout.readline() == b"started\n"
+        time.sleep(rng.uniform(0.3, 1.5))
+        worker.kill()
+        worker.wait(30)
+        at_kill.append(committed())
+    assert any(0 < c < total for c in at_kill), f"no kill landed mid-run: {at_kill}"
+    subprocess.run([*args, "--until-caught-up"], env=env, check=True, timeout=300,
+                   stdout=subprocess.DEVNULL)
+    return at_kill
+
+
+def read_counts(spec: StoreSpec, config: Config, partitions: int,
+                words: Sequence[str]) -> Counter[str]:
+    """Every partition's counts of ``words`` summed, read through ``spec`` itself."""
+    producer = OutputProducer(config)
+    totals: Counter[str] = Counter()
+    try:
+        for partition in range(partitions):
+            store = spec.open(StoreRuntime(config, partition, producer))
+            totals.update(store.get_many(set(words)))
+            store.close()
+    finally:
+        spec.close()
+        producer.close()
+    return totals

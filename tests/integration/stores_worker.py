@@ -1,0 +1,93 @@
+"""A word count over a durable store, run as its own process so tests can kill -9 it.
+
+    python stores_worker.py KIND BOOTSTRAP NAME TOPIC BATCH_SIZE [--until-caught-up]
+        [--effectively-once] [--state-dir DIR] [--redis-url URL]
+        [--cassandra HOST:PORT] [--keyspace KS] [--pause SECONDS]
+
+KIND is redis, cassandra or rocksdb. The store is called "counts"; each input value is
+one or more words, and a word written "-word" deletes that word's count.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import time
+from collections.abc import Callable
+from typing import Any
+
+from kasper_py import Config, Message, MessageProcessor, ProcessorContext, Sender, TopicProcessor
+from kasper_py.stores.base import StoreSpec
+
+
+class WordCount(MessageProcessor):
+    """Adds each batch's word counts to the store "counts" with one get_many and one
+    put_many; ``hook(messages)`` runs between the read and the writes."""
+
+    def __init__(self, context: ProcessorContext, pause: float = 0.0,
+                 hook: Callable[[list[Message]], None] | None = None) -> None:
+        self.counts = context.store("counts")
+        self.pause = pause
+        self.hook = hook
+
+    def process(self, messages: list[Message], sender: Sender) -> None:
+        words = [word for m in messages for word in m.value.split()]
+        totals: dict[str, Any] = self.counts.get_many({w.lstrip("-") for w in words})
+        if self.hook is not None:
+            self.hook(messages)
+        for word in words:
+            if word.startswith("-"):
+                totals[word[1:]] = None
+            else:
+                totals[word] = (totals.get(word) or 0) + 1
+        self.counts.put_many({w: n for w, n in totals.items() if n is not None})
+        self.counts.delete_many([w for w, n in totals.items() if n is None])
+        if self.pause:
+            time.sleep(self.pause)
+
+
+def store_spec(kind: str, args: argparse.Namespace) -> StoreSpec:
+    """The "counts" table of ``kind`` as the options describe it."""
+    if kind == "redis":
+        from kasper_py.stores.redis import RedisTable  # noqa: PLC0415 - only the backend in use
+
+        return RedisTable("counts", url=args.redis_url, effectively_once=args.effectively_once)
+    if kind == "cassandra":
+        from kasper_py.stores.cassandra import CassandraTable  # noqa: PLC0415
+
+        host, port = args.cassandra.split(":")
+        return CassandraTable("counts", contact_points=[host], port=int(port),
+                              keyspace=args.keyspace, effectively_once=args.effectively_once)
+    from kasper_py.stores.rocksdb import RocksDBTable  # noqa: PLC0415
+
+    return RocksDBTable("counts")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    for positional in ("kind", "bootstrap", "name", "topic"):
+        parser.add_argument(positional)
+    parser.add_argument("batch_size", type=int)
+    parser.add_argument("--until-caught-up", action="store_true")
+    parser.add_argument("--effectively-once", action="store_true")
+    parser.add_argument("--state-dir", default="kasper-state")
+    parser.add_argument("--redis-url", default="redis://127.0.0.1:16379/0")
+    parser.add_argument("--cassandra", default="127.0.0.1:19042")
+    parser.add_argument("--keyspace", default="kasper_tests")
+    parser.add_argument("--pause", type=float, default=0.0)
+    args = parser.parse_args()
+    config = Config(name=args.name, bootstrap_servers=args.bootstrap, input_topics=[args.topic],
+                    batch_size=args.batch_size, batch_wait=0.2, state_dir=args.state_dir,
+                    value_serde="str")
+    processor = TopicProcessor(config, lambda c: WordCount(c, args.pause),
+                               stores=[store_spec(args.kind, args)])
+    signal.signal(signal.SIGTERM, lambda *_: processor.close())
+    print("started", flush=True)
+    try:
+        processor.run_loop(until_caught_up=args.until_caught_up)
+    finally:
+        processor.close()
+
+
+if __name__ == "__main__":
+    main()

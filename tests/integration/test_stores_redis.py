@@ -1,0 +1,171 @@
+"""Redis tables on a real Redis and Kafka: exact word counts, kill -9 bounds with and
+without effectively-once, the server going down mid-turn, and fencing."""
+# ruff: noqa: PLR0917 - pytest passes fixtures positionally; tests take several
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import redis
+
+from kasper_py import (
+    Config,
+    Message,
+    ProcessorContext,
+    StoreError,
+    StoreUnavailableError,
+    TopicProcessor,
+)
+from kasper_py.observe import NoopObserver, TurnStats
+from kasper_py.stores.base import StoreRuntime
+from kasper_py.stores.redis import RedisTable
+
+pytest.register_assert_rewrite("conftest_stores")
+from conftest_stores import (  # isort: skip  # noqa: E402 - after register_assert_rewrite
+    RedisServer, kill_randomly_then_finish, produce_words, read_counts, worker_args)
+from stores_worker import WordCount  # isort: skip  # noqa: E402
+
+pytest_plugins = ["conftest_stores"]
+pytestmark = pytest.mark.integration
+
+WORDS = [f"w{i % 37}" for i in range(3000)]
+
+
+def config(bootstrap: str, name: str, topic: str, **kwargs: Any) -> Config:
+    values: dict[str, Any] = {"batch_size": 200, "batch_wait": 0.2, "value_serde": "str"}
+    values.update(kwargs)
+    return Config(name=name, bootstrap_servers=bootstrap, input_topics=[topic], **values)
+
+
+def run(cfg: Config, table: RedisTable, hook: Callable[[list[Message]], None] | None = None
+        ) -> None:
+    processor = TopicProcessor(cfg, lambda c: WordCount(c, hook=hook), stores=[table])
+    try:
+        processor.run_loop(until_caught_up=True)
+    finally:
+        processor.close()
+
+
+class TurnCounter(NoopObserver):
+    def __init__(self) -> None:
+        self.turns = 0
+
+    def on_turn(self, stats: TurnStats) -> None:
+        self.turns += 1
+
+
+@pytest.mark.parametrize("effectively_once", [False, True])
+def test_word_count_is_exact(bootstrap, new_topic, kafka, unique_name, redis_url,
+                             effectively_once) -> None:
+    """Counts over two partitions equal the input's, under ``<name>/counts/<p>/<word>``,
+    deletes remove keys, and a turn costs at most two round trips per partition."""
+    topic, name = new_topic("words", partitions=2), unique_name("redis-wc")
+    produce_words(kafka, topic, WORDS, 2)
+    kafka.produce(topic, [b"gone", b"-gone"], partition=0)
+    opened: list[Any] = []
+
+    def factory(context: ProcessorContext) -> WordCount:
+        processor = WordCount(context)
+        opened.append(processor.counts)
+        return processor
+
+    table = RedisTable("counts", url=redis_url, effectively_once=effectively_once)
+    cfg, observer = config(bootstrap, name, topic), TurnCounter()
+    processor = TopicProcessor(cfg, factory, stores=[table], observer=observer)
+    processor.run_loop(until_caught_up=True)
+    processor.close()
+    counts = read_counts(RedisTable("counts", url=redis_url), cfg, 2, [*WORDS, "gone"])
+    assert counts == Counter(WORDS)
+    client = redis.Redis.from_url(redis_url)
+    assert client.get(f"{name}/counts/0/w0") is not None
+    assert not client.exists(f"{name}/counts/0/gone", f"{name}/counts/1/gone")
+    # One MGET and one MULTI/EXEC (or EVALSHA) per partition per turn, plus the
+    # effectively-once HGETALL of each partition's offsets when opened.
+    opening = 2 if effectively_once else 0
+    assert sum(s.round_trips for s in opened) <= 2 * 2 * observer.turns + opening
+    if effectively_once:
+        assert client.hgetall(f"{name}/counts#offsets/0") == {topic.encode(): b"1502"}
+
+
+@pytest.mark.parametrize("effectively_once", [False, True])
+def test_kill_minus_nine_never_undercounts(bootstrap, new_topic, kafka, unique_name, redis_url,
+                                           effectively_once) -> None:
+    """SIGKILL at random moments, then run to the end: no word is undercounted; the
+    overcount is at most one batch per kill, and zero with effectively-once."""
+    topic, name, batch_size, kills = new_topic("words", partitions=2), unique_name("kill"), 100, 3
+    words = [f"w{i % 53}" for i in range(6000)]
+    produce_words(kafka, topic, words, 2)
+    options = ["--redis-url", redis_url, "--pause", "0.02"]
+    args = worker_args("redis", bootstrap, name, topic, batch_size, *options,
+                       *(["--effectively-once"] if effectively_once else []))
+    kill_randomly_then_finish(
+        args, kills, lambda: sum(o or 0 for o in kafka.committed(name, topic, 2).values()),
+        len(words))
+    counts = read_counts(RedisTable("counts", url=redis_url), config(bootstrap, name, topic), 2,
+                         words)
+    expected = Counter(words)
+    assert all(counts[w] >= n for w, n in expected.items()), counts - expected
+    overcount = sum(counts.values()) - len(words)
+    if effectively_once:
+        assert counts == expected
+    else:
+        assert overcount <= kills * batch_size, overcount
+    assert sum(kafka.committed(name, topic, 2).values()) == len(words)
+
+
+@pytest.mark.parametrize("effectively_once", [False, True])
+def test_server_down_mid_turn_stops_uncommitted(bootstrap, new_topic, kafka, unique_name,
+                                               dedicated_redis: RedisServer,
+                                               effectively_once) -> None:
+    """Redis stops between a turn's reads and its flush: the loop raises
+    StoreUnavailableError naming the server, commits nothing of that batch, and once
+    Redis is back a new run finishes with exact counts."""
+    topic, name = new_topic("words"), unique_name("down")
+    words = [f"w{i % 11}" for i in range(600)]
+    produce_words(kafka, topic, words, 1)
+    failed_at: list[int] = []
+
+    def stop_redis_once(messages: list[Message]) -> None:
+        if not failed_at and messages[0].offset >= 200:
+            failed_at.append(messages[0].offset)
+            dedicated_redis.stop()
+
+    def table() -> RedisTable:
+        return RedisTable("counts", url=dedicated_redis.url, effectively_once=effectively_once,
+                          retries=2, backoff=0.05)
+
+    cfg = config(bootstrap, name, topic, batch_size=100)
+    with pytest.raises(StoreUnavailableError) as info:
+        run(cfg, table(), stop_redis_once)
+    text = str(info.value)
+    assert f"redis {dedicated_redis.url} unreachable" in text
+    assert "batch not committed" in text and f"{topic}[0] offsets {failed_at[0]}.." in text
+    assert kafka.committed(name, topic) == {0: failed_at[0]}
+    dedicated_redis.start()
+    run(cfg, table())
+    assert kafka.committed(name, topic) == {0: 600}
+    assert read_counts(table(), cfg, 1, words) == Counter(words)
+
+
+def test_effectively_once_fences_a_stale_writer(redis_url, unique_name) -> None:
+    """A store whose offsets are stale (another process applied batches since it
+    opened) is refused with a "fenced" StoreError and writes nothing; a batch whose
+    offsets are already applied (a replay, or a retry whose reply was lost) is a no-op."""
+    cfg = Config(name=unique_name("fence"), bootstrap_servers="unused:0", input_topics=["t"])
+    specs = [RedisTable("counts", url=redis_url, effectively_once=True) for _ in range(3)]
+    current, stale = (spec.open(StoreRuntime(cfg, 0)) for spec in specs[:2])
+    current.put("k", 1)
+    current.flush({("t", 0): 10})
+    stale.put("k", 99)
+    with pytest.raises(StoreError, match="fenced"):
+        stale.flush({("t", 0): 20})
+    replay = specs[2].open(StoreRuntime(cfg, 0))
+    assert replay.applied_offsets() == {("t", 0): 10}
+    replay.put("k", 1000)
+    replay.flush({("t", 0): 10})
+    assert replay.get("k") == 1
+    for spec in specs:
+        spec.close()

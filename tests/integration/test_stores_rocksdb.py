@@ -1,0 +1,270 @@
+"""Local RocksDB tables on a real Kafka: exact counts and their changelog, restores after
+the folder is deleted or left behind, kill -9 bounds, a failed changelog write, and
+global tables kept current between batches."""
+
+
+from __future__ import annotations
+
+import shutil
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka.admin import AdminClient, ConfigResource
+from structlog.testing import capture_logs
+
+from kasper_py import (
+    Config,
+    Message,
+    MessageProcessor,
+    ProcessorContext,
+    ProduceError,
+    Sender,
+    TopicProcessor,
+)
+from kasper_py.observe import NoopObserver, TurnStats
+from kasper_py.stores.rocksdb import LocalDB, RocksDBTable
+
+pytest.register_assert_rewrite("conftest_stores")
+from conftest_stores import (  # isort: skip  # noqa: E402 - after register_assert_rewrite
+    kill_randomly_then_finish, produce_words, read_counts, worker_args)
+from stores_worker import WordCount  # isort: skip  # noqa: E402
+
+pytest_plugins = ["conftest_stores"]
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("delete_changelogs")]
+
+WORDS = [f"w{i % 37}" for i in range(3000)]
+
+
+def config(bootstrap: str, name: str, topic: str, state_dir: Path, **kwargs: Any) -> Config:
+    values: dict[str, Any] = {"batch_size": 200, "batch_wait": 0.2, "value_serde": "str",
+                              "state_dir": str(state_dir)}
+    values.update(kwargs)
+    return Config(name=name, bootstrap_servers=bootstrap, input_topics=[topic], **values)
+
+
+def run(cfg: Config, processor_class: Any = WordCount, table: RocksDBTable | None = None,
+        **kwargs: Any) -> None:
+    processor = TopicProcessor(cfg, processor_class, stores=[table or RocksDBTable("counts")],
+                               **kwargs)
+    try:
+        processor.run_loop(until_caught_up=True)
+    finally:
+        processor.close()
+
+
+class TurnCounter(NoopObserver):
+    def __init__(self) -> None:
+        self.turns = 0
+
+    def on_turn(self, stats: TurnStats) -> None:
+        self.turns += 1
+
+
+def test_word_count_is_exact_and_mirrored_in_a_compacted_changelog(
+        bootstrap, new_topic, kafka, unique_name, tmp_path) -> None:
+    """Counts equal the input's; the changelog ``<name>-counts-changelog`` is created
+    compacted with the input's partition count, holds every write (deletes as
+    tombstones) on the write's partition, and its latest values equal the table."""
+    topic, name = new_topic("words", partitions=2), unique_name("rocks-wc")
+    produce_words(kafka, topic, WORDS, 2)
+    kafka.produce(topic, [b"gone", b"-gone"], partition=0)
+    opened: list[Any] = []
+
+    def factory(context: ProcessorContext) -> WordCount:
+        processor = WordCount(context)
+        opened.append(processor.counts)
+        return processor
+
+    cfg, observer = config(bootstrap, name, topic, tmp_path), TurnCounter()
+    run(cfg, factory, observer=observer)
+    # One MultiGet and one WriteBatch per partition per turn; the changelog produce
+    # waits with the loop's outputs and adds no round trip of its own.
+    assert sum(s.round_trips for s in opened) <= 2 * 2 * observer.turns
+    assert read_counts(RocksDBTable("counts"), cfg, 2, [*WORDS, "gone"]) == Counter(WORDS)
+    changelog = f"{name}-counts-changelog"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    assert len(admin.list_topics(changelog, timeout=30).topics[changelog].partitions) == 2
+    resource = ConfigResource("topic", changelog)
+    settings = admin.describe_configs([resource])[resource].result(30)
+    assert settings["cleanup.policy"].value == "compact"
+    latest: dict[tuple[int, bytes], bytes | None] = {}
+    records = kafka.read_all(changelog)
+    for record in records:
+        latest[(record.partition(), record.key())] = record.value()
+    assert latest[(0, b"gone")] is None
+    totals: Counter[str] = Counter()
+    for (_, key), value in latest.items():
+        if value is not None:
+            totals[key.decode()] += int(value)
+    assert totals == Counter(WORDS)
+    per_partition = Counter(record.partition() for record in records)
+    for partition in (0, 1):
+        db = LocalDB(tmp_path / name / "counts" / str(partition))
+        assert db.changelog_offset(partition) == per_partition[partition]
+        db.close()
+
+
+def test_deleted_folder_is_restored_from_the_changelog(bootstrap, new_topic, kafka,
+                                                      unique_name, tmp_path) -> None:
+    """Delete the state folder and restart: the restored table equals the table before,
+    restore progress is logged, and processing carries on from it."""
+    topic, name = new_topic("words", partitions=2), unique_name("restore")
+    produce_words(kafka, topic, WORDS, 2)
+    cfg = config(bootstrap, name, topic, tmp_path)
+    run(cfg)
+    before = read_counts(RocksDBTable("counts"), cfg, 2, WORDS)
+    assert before == Counter(WORDS)
+    shutil.rmtree(tmp_path / name)
+    with capture_logs() as logs:
+        after = read_counts(RocksDBTable("counts"), cfg, 2, WORDS)
+    assert after == before
+    done = [e for e in logs if e["event"] == "kasper.restore_done"]
+    started = [e for e in logs if e["event"] == "kasper.restore_started"]
+    assert {e["reason"] for e in started} == {"missing"} and len(done) == 2
+    assert sum(e["applied"] for e in done) == sum(e["records"] for e in started) > 0
+    shutil.rmtree(tmp_path / name)
+    produce_words(kafka, topic, ["w0", "new"], 2)
+    run(cfg)
+    assert read_counts(RocksDBTable("counts"), cfg, 2, [*WORDS, "new"]) == Counter(
+        [*WORDS, "w0", "new"])
+
+
+def test_folder_behind_its_changelog_reads_only_the_tail(bootstrap, new_topic, kafka,
+                                                        unique_name, tmp_path) -> None:
+    """Files older than the changelog (restored from a backup, or a crash after the
+    acks) resume from their recorded offset and end equal to the changelog."""
+    topic, name = new_topic("words"), unique_name("behind")
+    produce_words(kafka, topic, WORDS[:1000], 1)
+    cfg = config(bootstrap, name, topic, tmp_path)
+    run(cfg)
+    shutil.copytree(tmp_path / name, tmp_path / "backup")
+    produce_words(kafka, topic, WORDS[1000:], 1)
+    run(cfg)
+    shutil.rmtree(tmp_path / name)
+    shutil.copytree(tmp_path / "backup", tmp_path / name)
+    with capture_logs() as logs:
+        counts = read_counts(RocksDBTable("counts"), cfg, 1, WORDS)
+    assert counts == Counter(WORDS)
+    started = [e for e in logs if e["event"] == "kasper.restore_started"]
+    assert [e["reason"] for e in started] == ["behind"]
+    first, end = started[0]["partitions"][0]
+    assert 0 < first < end
+
+
+def test_kill_minus_nine_never_undercounts(bootstrap, new_topic, kafka, unique_name,
+                                           tmp_path) -> None:
+    """SIGKILL at random moments, then run to the end: no word is undercounted, the
+    overcount is at most one batch per kill, and the changelog agrees with the files."""
+    topic, name, batch_size, kills = new_topic("words", partitions=2), unique_name("kill"), 100, 3
+    words = [f"w{i % 53}" for i in range(6000)]
+    produce_words(kafka, topic, words, 2)
+    args = worker_args("rocksdb", bootstrap, name, topic, batch_size, "--state-dir",
+                       str(tmp_path), "--pause", "0.02")
+    kill_randomly_then_finish(
+        args, kills, lambda: sum(o or 0 for o in kafka.committed(name, topic, 2).values()),
+        len(words))
+    cfg = config(bootstrap, name, topic, tmp_path)
+    counts = read_counts(RocksDBTable("counts"), cfg, 2, words)
+    expected = Counter(words)
+    assert all(counts[w] >= n for w, n in expected.items()), expected - counts
+    assert sum(counts.values()) - len(words) <= kills * batch_size
+    shutil.rmtree(tmp_path / name)
+    assert read_counts(RocksDBTable("counts"), cfg, 2, words) == counts
+
+
+class BigValue(MessageProcessor):
+    def __init__(self, context: ProcessorContext) -> None:
+        self.counts = context.store("counts")
+
+    def process(self, messages: list[Message], sender: Sender) -> None:
+        self.counts.put_many({m.value: "x" * 500 for m in messages})
+
+
+def test_failed_changelog_write_is_not_committed_nor_applied(bootstrap, new_topic, kafka,
+                                                            unique_name, tmp_path) -> None:
+    """A changelog record the broker refuses fails the turn with ProduceError: the
+    input offset is not committed and the local files do not take the write."""
+    topic, name = new_topic("words"), unique_name("refused")
+    changelog = new_topic("changelog", **{"cleanup.policy": "compact",
+                                          "max.message.bytes": "200"})
+    kafka.produce(topic, [b"a", b"b"])
+    cfg = config(bootstrap, name, topic, tmp_path)
+    processor = TopicProcessor(cfg, BigValue,
+                               stores=[RocksDBTable("counts", changelog_topic=changelog)])
+    with pytest.raises(ProduceError) as info:
+        processor.run_loop(until_caught_up=True)
+    assert f"delivery to {changelog}[0] failed" in str(info.value)
+    assert kafka.committed(name, topic) == {0: None}
+    db = LocalDB(tmp_path / name / "counts" / "0")
+    assert list(db.items()) == [] and db.changelog_offset(0) is None
+    db.close()
+
+
+class Upsert(MessageProcessor):
+    """Writes each message's key -> value into "profiles"."""
+
+    def __init__(self, context: ProcessorContext) -> None:
+        self.profiles = context.store("profiles")
+
+    def process(self, messages: list[Message], sender: Sender) -> None:
+        self.profiles.put_many({m.key: m.value for m in messages})
+
+
+class Lookup(MessageProcessor):
+    """Looks every message's value up in "profiles"; appends the answers to ``seen``."""
+
+    def __init__(self, context: ProcessorContext, seen: list[dict[str, Any]]) -> None:
+        self.profiles = context.store("profiles")
+        self.seen = seen
+
+    def process(self, messages: list[Message], sender: Sender) -> None:
+        self.seen.append(self.profiles.get_many([m.value for m in messages]))
+
+
+def test_global_table_holds_every_partition_and_stays_current(bootstrap, new_topic, kafka,
+                                                              unique_name, tmp_path) -> None:
+    """A global table of another processor's changelog holds the keys of all its
+    partitions, and a running processor sees that changelog's new writes on a later
+    batch, without a restart."""
+    users, lookups = new_topic("users", partitions=3), new_topic("lookups")
+    owner = config(bootstrap, unique_name("owner"), users, tmp_path, key_serde="str")
+    kafka.produce(users, [(f"u{i}".encode(), f"name{i}".encode()) for i in range(12)])
+    run(owner, Upsert, table=RocksDBTable("profiles"))
+    seen: list[dict[str, Any]] = []
+    table = RocksDBTable("profiles", global_table=True,
+                         changelog_topic=f"{owner.name}-profiles-changelog")
+    reader = TopicProcessor(config(bootstrap, unique_name("reader"), lookups, tmp_path),
+                            lambda c: Lookup(c, seen), stores=[table])
+    loop = threading.Thread(target=reader.run_loop)
+    loop.start()
+    try:
+        kafka.produce(lookups, [f"u{i}".encode() for i in range(12)])
+        wait_for(lambda: sum(len(s) for s in seen) == 12)
+        assert {k: v for s in seen for k, v in s.items()} == {
+            f"u{i}": f"name{i}" for i in range(12)}
+        kafka.produce(users, [(b"u3", b"renamed"), (b"u12", b"newcomer")])
+        run(owner, Upsert, table=RocksDBTable("profiles"))
+
+        def renamed_seen() -> bool:
+            # The reader follows the changelog in the background; ask until it shows.
+            if seen and seen[-1] == {"u3": "renamed", "u12": "newcomer"}:
+                return True
+            kafka.produce(lookups, [b"u3", b"u12"])
+            time.sleep(0.3)
+            return False
+
+        wait_for(renamed_seen)
+    finally:
+        reader.close(timeout=30)
+        loop.join(30)
+
+
+def wait_for(condition: Any, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.05)
