@@ -26,9 +26,24 @@ from datetime import UTC, datetime
 from typing import Any, TextIO
 
 import structlog
+from confluent_kafka import (
+    Consumer,
+    ConsumerGroupTopicPartitions,
+    KafkaError,
+    KafkaException,
+    TopicPartition,
+)
+from confluent_kafka.admin import AdminClient
 
+import kasper_py
 from kasper_py.config import Config
-from kasper_py.exceptions import ConfigError, KasperError, TopicError
+from kasper_py.exceptions import ConfigError, KasperError
+from kasper_py.logging import configure_logging
+from kasper_py.metrics import PrometheusObserver, add_restore_listener, observer_for
+from kasper_py.observe import LoopObserver
+from kasper_py.processor import ProcessorFactory
+from kasper_py.stores.base import StoreSpec
+from kasper_py.topic_processor import TopicProcessor
 
 __all__ = ["EXIT_BROKER", "EXIT_CONFIG", "EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_REFUSED",
            "CliError", "load_config", "main"]
@@ -47,7 +62,6 @@ _OVERRIDE_ENV = {"CLIENT": "client_overrides", "CONSUMER": "consumer_overrides",
 _INT_FIELDS = {"batch_size", "metrics_port"}
 _FLOAT_FIELDS = {"batch_wait", "delivery_timeout"}
 _NULLABLE = {"metrics_port", "input_partitions", "group_id"}
-_ADMIN_TIMEOUT = 15.0
 
 _log = structlog.get_logger("kasper_py.cli")
 
@@ -81,8 +95,9 @@ def load_config(path: str | None, env: Mapping[str, str],
                 raise CliError(EXIT_CONFIG, f"{source}: unknown config field {name!r}; known "
                                f"fields: {', '.join(_FIELDS)}")
             if name.endswith("_overrides"):
-                value = {**values.get(name, {}), **_mapping(name, value, source)}
-            values[name] = value
+                values[name] = {**values.get(name, {}), **_mapping(name, value, source)}
+            else:
+                values[name] = value
             sources[name] = source or "config file"
     return _build(values, sources)
 
@@ -187,13 +202,15 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--stores", metavar="MODULE:ATTR",
                      help="StoreSpecs to open: a sequence, or a callable taking the Config")
     run.add_argument("--app-dir", default=".", help="prepended to sys.path (default: .)")
-    run.add_argument("--metrics-host", default="0.0.0.0",  # noqa: S104 - scraped from outside
+    run.add_argument("--metrics-host", default="0.0.0.0",
                      help="address the metrics server binds (default: 0.0.0.0)")
     run.add_argument("--until-caught-up", action="store_true",
                      help="exit 0 once every partition is consumed to its end")
     _add_config_flags(run)
     commands.add_parser("stack", help="start/stop the local stack (see `kasper stack -h`)",
                         add_help=False)
+    commands.add_parser("reprocess", add_help=False,
+                        help="run a processor over history with Spark (see `kasper reprocess -h`)")
     _add_offsets_parser(commands)
     _add_config_flags(commands.add_parser("lag", help="the group's lag per partition"))
     return parser
@@ -214,6 +231,8 @@ def _add_config_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", "-c", metavar="FILE", help="TOML file of Config fields")
     for name, (parse, text) in _CONFIG_FLAGS.items():
         parser.add_argument(f"--{_flag(name)}", dest=name, type=parse, help=text)
+    parser.add_argument("--connect-timeout", type=float, default=10.0, metavar="SECONDS",
+                        help="how long to wait for Kafka before giving up (default: 10)")
     parser.add_argument("--log-format", choices=("auto", "json", "console"), default="auto",
                         help="auto: JSON unless stderr is a terminal")
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ERROR")
@@ -236,9 +255,7 @@ def _reset_target(text: str) -> str | int:
 
 
 def _version() -> str:
-    from kasper_py import __version__  # noqa: PLC0415 - avoids a cycle at import time
-
-    return __version__
+    return str(kasper_py.__version__)
 
 
 # -- entry point --------------------------------------------------------------------
@@ -248,17 +265,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     if args_list[:1] == ["stack"]:
         return _stack(args_list[1:])
+    if args_list[:1] == ["reprocess"]:
+        return _reprocess(args_list[1:])
     args = _parser().parse_args(args_list)
     try:
         return _dispatch(args)
     except CliError as exc:
         _error(str(exc))
         return exc.code
+    except Exception as exc:
+        _log.exception("kasper.cli_failed", command=args.command)
+        _error(f"{type(exc).__name__}: {exc}")
+        return EXIT_FAILED
 
 
 def _dispatch(args: argparse.Namespace) -> int:
-    from kasper_py.logging import configure_logging  # noqa: PLC0415 - configures nothing on import
-
     json_logs = {"auto": None, "json": True, "console": False}[args.log_format]
     try:
         configure_logging(json=json_logs, level=args.log_level)
@@ -268,9 +289,11 @@ def _dispatch(args: argparse.Namespace) -> int:
     config = load_config(args.config, os.environ, flags)
     if args.command == "run":
         return _run(config, args)
-    from kasper_py import _cli_offsets as offsets  # type: ignore[attr-defined]
-
-    return int(offsets.dispatch(config, args))
+    if args.command == "lag":
+        return _lag(config, args.connect_timeout)
+    if args.action == "show":
+        return _offsets_show(config, args.connect_timeout)
+    return _offsets_reset(config, args.to, args.dry_run, args.connect_timeout)
 
 
 def _stack(argv: list[str]) -> int:
@@ -279,5 +302,413 @@ def _stack(argv: list[str]) -> int:
     return int(stack.main(argv))
 
 
+def _reprocess(argv: list[str]) -> int:
+    from kasper_py.reprocess import main as reprocess_main  # noqa: PLC0415 - needs PySpark
+
+    return int(reprocess_main(argv, prog="kasper reprocess"))
+
+
 def _error(message: str) -> None:
     print(f"kasper: error: {message}", file=sys.stderr, flush=True)
+
+
+# -- kasper run ---------------------------------------------------------------------
+
+def _run(config: Config, args: argparse.Namespace) -> int:
+    factory = _load_attr(args.target, args.app_dir, "target")
+    if not callable(factory):
+        raise CliError(EXIT_CONFIG, f"target {args.target!r} is not callable: it must build "
+                       "a MessageProcessor from a ProcessorContext")
+    stores = _load_stores(args.stores, args.app_dir, config) if args.stores else []
+    _input_partitions(config, _probe(config, args.connect_timeout))  # topics exist?
+    observer = _observer(config, args.metrics_host)
+    remove_listener = add_restore_listener(_RestoreDisplay())
+    try:
+        processor = _build_processor(config, factory, stores, observer)
+        _log.info("kasper.run", processor=config.name, target=args.target, config=repr(config))
+        return _run_loop(processor, args.until_caught_up)
+    finally:
+        remove_listener()
+        if isinstance(observer, PrometheusObserver):
+            observer.close()
+
+
+def _load_attr(spec: str, app_dir: str, what: str) -> Any:
+    """Import ``module:attr`` (attr may be dotted), with ``app_dir`` on sys.path."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise CliError(EXIT_CONFIG, f"{what} {spec!r} must look like module:attribute")
+    path = os.path.abspath(app_dir)
+    if path not in sys.path:
+        sys.path.insert(0, path)
+    try:
+        target: Any = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        raise CliError(EXIT_CONFIG, f"{what} {spec!r}: no module named {exc.name!r} "
+                       f"(searched {path} and sys.path)") from None
+    except Exception as exc:
+        raise CliError(EXIT_CONFIG, f"{what} {spec!r}: importing {module_name!r} raised "
+                       f"{type(exc).__name__}: {exc}") from None
+    for part in attr.split("."):
+        if not hasattr(target, part):
+            raise CliError(EXIT_CONFIG, f"{what} {spec!r}: {module_name!r} has no "
+                           f"attribute {attr!r}")
+        target = getattr(target, part)
+    return target
+
+
+def _load_stores(spec: str, app_dir: str, config: Config) -> list[StoreSpec]:
+    stores = _load_attr(spec, app_dir, "--stores")
+    if callable(stores):
+        stores = stores(config)
+    if not isinstance(stores, Sequence) or not all(isinstance(s, StoreSpec) for s in stores):
+        raise CliError(EXIT_CONFIG, f"--stores {spec!r} must give a sequence of StoreSpec")
+    return list(stores)
+
+
+def _observer(config: Config, host: str) -> LoopObserver:
+    try:
+        observer = observer_for(config, host)
+    except ImportError as exc:
+        raise CliError(EXIT_CONFIG, f"config field 'metrics_port': {exc}") from None
+    except OSError as exc:
+        raise CliError(EXIT_CONFIG, f"config field 'metrics_port': cannot listen on "
+                       f"{host}:{config.metrics_port}: {exc.strerror or exc}") from None
+    if isinstance(observer, PrometheusObserver) and observer.server is not None:
+        _log.info("kasper.metrics_serving", processor=config.name, host=host,
+                  port=observer.server.port)
+    return observer
+
+
+def _build_processor(config: Config, factory: ProcessorFactory, stores: list[StoreSpec],
+                     observer: LoopObserver) -> TopicProcessor:
+    try:
+        return TopicProcessor(config, factory, stores=stores, observer=observer)
+    except KafkaException as exc:
+        raise CliError(EXIT_CONFIG, "librdkafka refused the client settings "
+                       f"(client_overrides, consumer_overrides, producer_overrides): "
+                       f"{_reason(exc)}") from None
+
+
+def _run_loop(processor: TopicProcessor, until_caught_up: bool) -> int:
+    caught: list[str] = []
+    restore_signals = _close_on_signals(processor, caught)
+    try:
+        processor.run_loop(until_caught_up=until_caught_up)
+    except KeyboardInterrupt:
+        _log.warning("kasper.interrupted", processor=processor.config.name)
+        return EXIT_INTERRUPTED
+    except KasperError as exc:
+        raise CliError(EXIT_FAILED, f"processor {processor.config.name!r} stopped: {exc}") from None
+    except Exception as exc:
+        _log.exception("kasper.crashed", processor=processor.config.name)
+        raise CliError(EXIT_FAILED, f"processor {processor.config.name!r} crashed: "
+                       f"{type(exc).__name__}: {exc}") from None
+    finally:
+        restore_signals()
+        processor.close()
+    if caught:
+        _log.info("kasper.stopped_by_signal", processor=processor.config.name, signal=caught[0])
+    return EXIT_OK
+
+
+def _close_on_signals(processor: TopicProcessor, caught: list[str]) -> Callable[[], None]:
+    """SIGTERM/SIGINT close the processor after the batch in hand; a second one forces
+    a stop. The handler only sets state: writing to a stream here could re-enter it."""
+
+    def handle(signum: int, _frame: Any) -> None:
+        if caught:
+            raise KeyboardInterrupt
+        caught.append(signal.Signals(signum).name)
+        processor.close()
+
+    previous = {sig: signal.signal(sig, handle) for sig in (signal.SIGTERM, signal.SIGINT)}
+
+    def restore() -> None:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+    return restore
+
+
+# -- Kafka access for the operating commands ----------------------------------------
+
+def _client_conf(config: Config, errors: list[str]) -> dict[str, Any]:
+    """Admin/consumer settings: the user's client overrides, quiet librdkafka logs (the
+    first error is kept for the message instead), and the group."""
+    return {"log_level": 2, **config.client_overrides,
+            "bootstrap.servers": config.bootstrap_servers,
+            "error_cb": lambda error: errors.append(error.str())}
+
+
+def _admin(config: Config, errors: list[str]) -> Any:
+    try:
+        return AdminClient(_client_conf(config, errors))
+    except KafkaException as exc:
+        raise CliError(EXIT_CONFIG,
+                       f"librdkafka refused client_overrides: {_reason(exc)}") from None
+
+
+def _probe(config: Config, timeout: float) -> Any:
+    """Cluster metadata, or ``CliError(EXIT_BROKER)`` when no broker answers."""
+    errors: list[str] = []
+    admin = _admin(config, errors)
+    try:
+        return admin.list_topics(timeout=timeout)
+    except KafkaException as exc:
+        admin.poll(0)  # serves error_cb, which holds the cause (refused, DNS, TLS, SASL)
+        detail = errors[0] if errors else _reason(exc)
+        raise CliError(EXIT_BROKER, f"cannot reach Kafka at {config.bootstrap_servers} "
+                       f"within {timeout:g}s: {detail}") from None
+
+
+def _reason(exc: BaseException) -> str:
+    error = exc.args[0] if exc.args else exc
+    text = error.str() if hasattr(error, "str") else str(error)
+    return str(text)
+
+
+@dataclass
+class PartitionOffsets:
+    """The group's committed offset and the watermarks of one input partition."""
+
+    topic: str
+    partition: int
+    committed: int | None
+    low: int
+    high: int
+
+    def lag(self, auto_offset_reset: str) -> int:
+        """Messages left to process; from the reset policy when nothing is committed."""
+        start = self.committed
+        if start is None:
+            start = self.low if auto_offset_reset == "earliest" else self.high
+        return max(self.high - start, 0)
+
+
+def _input_partitions(config: Config, metadata: Any) -> list[tuple[str, int]]:
+    found: list[tuple[str, int]] = []
+    for topic in config.input_topics:
+        meta = metadata.topics.get(topic)
+        if meta is None or meta.error is not None:
+            raise CliError(EXIT_CONFIG, f"config field 'input_topics': topic {topic!r} "
+                           f"does not exist on {config.bootstrap_servers}")
+        wanted = config.input_partitions
+        found += [(topic, p) for p in sorted(meta.partitions) if wanted is None or p in wanted]
+    return found
+
+
+def _read_offsets(config: Config, metadata: Any, timeout: float) -> list[PartitionOffsets]:
+    keys = _input_partitions(config, metadata)
+    errors: list[str] = []
+    consumer = Consumer({**_client_conf(config, errors), **config.consumer_overrides,
+                         "group.id": config.group, "enable.auto.commit": False})
+    progress = Progress("reading offsets", len(keys))
+    try:
+        committed = consumer.committed([TopicPartition(t, p) for t, p in keys], timeout=timeout)
+        rows = []
+        for tp in committed:
+            low, high = consumer.get_watermark_offsets(tp, timeout=timeout)
+            rows.append(PartitionOffsets(tp.topic, tp.partition,
+                                         tp.offset if tp.offset >= 0 else None, low, high))
+            progress.advance()
+        return rows
+    except KafkaException as exc:
+        raise CliError(EXIT_BROKER, f"reading offsets of group {config.group!r} failed: "
+                       f"{_reason(exc)}") from None
+    finally:
+        progress.finish()
+        consumer.close()
+
+
+# -- kasper offsets show / kasper lag ------------------------------------------------
+
+def _offsets_show(config: Config, timeout: float) -> int:
+    metadata = _probe(config, timeout)
+    state, members = _group_state(config, timeout)
+    rows = _read_offsets(config, metadata, timeout)
+    print(f"group {config.group} ({state.lower()}, {len(members)} members)")
+    table = [["TOPIC", "PARTITION", "COMMITTED", "LOW", "HIGH", "LAG"]]
+    table += [[r.topic, str(r.partition), "-" if r.committed is None else str(r.committed),
+               str(r.low), str(r.high), str(r.lag(config.auto_offset_reset))] for r in rows]
+    print(_format_table(table))
+    return EXIT_OK
+
+
+def _lag(config: Config, timeout: float) -> int:
+    rows = _read_offsets(config, _probe(config, timeout), timeout)
+    lags = [r.lag(config.auto_offset_reset) for r in rows]
+    table = [["TOPIC", "PARTITION", "LAG"]]
+    table += [[r.topic, str(r.partition), str(lag)] for r, lag in zip(rows, lags, strict=True)]
+    print(_format_table(table))
+    print(f"total lag of group {config.group}: {sum(lags)} messages")
+    return EXIT_OK
+
+
+def _format_table(rows: list[list[str]]) -> str:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True))
+                     .rstrip() for row in rows)
+
+
+# -- kasper offsets reset -------------------------------------------------------------
+
+_IDLE_STATES = ("EMPTY", "DEAD", "UNKNOWN")
+_ACTIVE_CODES = (KafkaError.UNKNOWN_MEMBER_ID, KafkaError.REBALANCE_IN_PROGRESS,
+                 KafkaError.ILLEGAL_GENERATION, KafkaError.NON_EMPTY_GROUP)
+
+
+def _offsets_reset(config: Config, to: str | int, dry_run: bool, timeout: float) -> int:
+    metadata = _probe(config, timeout)
+    _refuse_if_active(config, timeout)
+    current = _read_offsets(config, metadata, timeout)
+    targets = _targets(config, current, to, timeout)
+    table = [["TOPIC", "PARTITION", "COMMITTED", "NEW"]]
+    table += [[r.topic, str(r.partition), "-" if r.committed is None else str(r.committed),
+               str(targets[r.topic, r.partition])] for r in current]
+    print(_format_table(table))
+    if dry_run:
+        print(f"dry run: group {config.group} unchanged")
+        return EXIT_OK
+    _alter_offsets(config, targets, timeout)
+    print(f"group {config.group}: {len(targets)} partitions reset to {_describe_target(to)}")
+    return EXIT_OK
+
+
+def _describe_target(to: str | int) -> str:
+    if isinstance(to, str):
+        return to
+    moment = datetime.fromtimestamp(to / 1000, tz=UTC)
+    return f"{moment.isoformat(timespec='milliseconds')} ({to} ms)"
+
+
+def _group_state(config: Config, timeout: float) -> tuple[str, list[str]]:
+    """The group's state name and its members' client ids."""
+    admin = _admin(config, [])  # must outlive the future, or the future never completes
+    future = admin.describe_consumer_groups([config.group], request_timeout=timeout)
+    try:
+        description = future[config.group].result(timeout=timeout + 5)
+    except KafkaException as exc:
+        raise CliError(EXIT_BROKER, f"describing group {config.group!r} failed: "
+                       f"{_reason(exc)}") from None
+    return description.state.name, [m.client_id for m in description.members]
+
+
+def _refuse_if_active(config: Config, timeout: float) -> None:
+    state, members = _group_state(config, timeout)
+    if members or state not in _IDLE_STATES:
+        raise CliError(EXIT_REFUSED, f"group {config.group!r} is active ({state.lower()}, "
+                       f"members: {', '.join(members) or 'none'}): stop its processors first")
+
+
+def _targets(config: Config, current: list[PartitionOffsets], to: str | int,
+             timeout: float) -> dict[tuple[str, int], int]:
+    if to == "earliest":
+        return {(r.topic, r.partition): r.low for r in current}
+    if to == "latest":
+        return {(r.topic, r.partition): r.high for r in current}
+    errors: list[str] = []
+    consumer = Consumer({**_client_conf(config, errors), "group.id": config.group})
+    progress = Progress(f"finding offsets at {to} ms", len(current))
+    try:
+        targets = {}
+        for row in current:  # one request per partition, so progress is visible
+            found = consumer.offsets_for_times(
+                [TopicPartition(row.topic, row.partition, int(to))], timeout=timeout)[0]
+            # -1: no message at or after the time; start after the last one.
+            targets[row.topic, row.partition] = found.offset if found.offset >= 0 else row.high
+            progress.advance()
+        return targets
+    except KafkaException as exc:
+        raise CliError(EXIT_BROKER, f"offsets_for_times failed: {_reason(exc)}") from None
+    finally:
+        progress.finish()
+        consumer.close()
+
+
+def _alter_offsets(config: Config, targets: dict[tuple[str, int], int], timeout: float) -> None:
+    request = ConsumerGroupTopicPartitions(
+        config.group, [TopicPartition(t, p, o) for (t, p), o in sorted(targets.items())])
+    admin = _admin(config, [])  # must outlive the future, or the future never completes
+    future = admin.alter_consumer_group_offsets([request], request_timeout=timeout)
+    try:
+        result = future[config.group].result(timeout=timeout + 5)
+    except KafkaException as exc:
+        code = exc.args[0].code() if exc.args and hasattr(exc.args[0], "code") else None
+        if code in _ACTIVE_CODES:
+            raise CliError(EXIT_REFUSED, f"group {config.group!r} became active: "
+                           f"{_reason(exc)}") from None
+        raise CliError(EXIT_FAILED, f"resetting offsets failed: {_reason(exc)}") from None
+    refused = [tp for tp in result.topic_partitions if tp.error is not None]
+    if refused:
+        active = all(tp.error.code() in _ACTIVE_CODES for tp in refused)
+        causes = "; ".join(f"{tp.topic}[{tp.partition}]: {tp.error.str()}" for tp in refused)
+        if active:
+            raise CliError(EXIT_REFUSED, f"group {config.group!r} became active: {causes}")
+        raise CliError(EXIT_FAILED, f"resetting offsets failed for {causes}")
+
+
+# -- progress display ------------------------------------------------------------------
+
+class Progress:
+    """Progress of long work: one line redrawn in place on a terminal; elsewhere a
+    ``kasper.progress`` log line at most every ``log_every`` seconds and at the end."""
+
+    def __init__(self, label: str, total: int, stream: TextIO | None = None,
+                 log_every: float = 10.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.label, self.total, self.done = label, total, 0
+        self._stream = stream or sys.stderr
+        self._tty = bool(getattr(self._stream, "isatty", lambda: False)())
+        self._clock, self._log_every = clock, log_every
+        self._last_shown = clock()
+        self._finished = False
+
+    def advance(self, count: int = 1) -> None:
+        """``count`` more units are done."""
+        self.update(self.done + count)
+
+    def update(self, done: int, total: int | None = None) -> None:
+        """``done`` of ``total`` units are done; redraws when worth it."""
+        self.done, self.total = done, self.total if total is None else total
+        now = self._clock()
+        interval = 0.1 if self._tty else self._log_every
+        if now - self._last_shown >= interval or self.done >= self.total:
+            self._last_shown = now
+            self._show()
+
+    def finish(self) -> None:
+        """End the display (a newline on a terminal, a last log line elsewhere)."""
+        if self._finished:
+            return
+        self._finished = True
+        if self._tty:
+            self._show()
+            self._stream.write("\n")
+            self._stream.flush()
+        elif self.total >= 100:
+            _log.info("kasper.progress", task=self.label, done=self.done, total=self.total)
+
+    def _show(self) -> None:
+        percent = 100 * self.done / self.total if self.total else 100.0
+        if self._tty:
+            self._stream.write(f"\r{self.label}: {self.done}/{self.total} ({percent:.0f}%)")
+            self._stream.flush()
+        elif 0 < self.done < self.total:
+            _log.info("kasper.progress", task=self.label, done=self.done, total=self.total)
+
+
+class _RestoreDisplay:
+    """Shows changelog restores reported through ``metrics.report_restore_progress``."""
+
+    def __init__(self) -> None:
+        self._bars: dict[tuple[str, str, int], Progress] = {}
+
+    def __call__(self, processor: str, store: str, partition: int, restored: int,
+                 total: int) -> None:
+        key = (processor, store, partition)
+        bar = self._bars.get(key)
+        if bar is None:
+            bar = self._bars[key] = Progress(f"restoring {store}[{partition}]", total)
+        bar.update(restored, total)
+        if restored >= total:
+            bar.finish()

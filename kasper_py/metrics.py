@@ -320,6 +320,11 @@ class PrometheusObserver(LoopObserver):
         return self.collectors.registry
 
     @property
+    def server(self) -> MetricsServer | None:
+        """The HTTP server started by ``serve()``, if any."""
+        return self._server
+
+    @property
     def ready(self) -> bool:
         """Partitions assigned, tables restored, and not stopped."""
         return self._started and not self._stopped

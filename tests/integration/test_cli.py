@@ -1,0 +1,194 @@
+"""`kasper run | offsets | lag` as a user runs them: a subprocess against the stack's
+Kafka, with the tiny processor in examples_module.py. Fresh topics and group per test."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, Producer
+
+pytestmark = pytest.mark.integration
+
+HERE = Path(__file__).parent
+SECRET = "cli-secret-never-printed"
+N = 30
+
+
+def kasper_command() -> list[str]:
+    """The installed console script, else ``python -m kasper_py``."""
+    script = Path(sys.executable).parent / "kasper"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "kasper_py"]
+
+
+def cli_env(bootstrap: str, output_topic: str = "", **extra: str) -> dict[str, str]:
+    """The environment of a CLI run: the broker, the example's output topic, a secret."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KASPER_")}
+    env.update(KASPER_BOOTSTRAP_SERVERS=bootstrap, EXAMPLE_OUTPUT_TOPIC=output_topic,
+               KASPER_CLIENT__SASL_PASSWORD=SECRET, **extra)
+    return env
+
+
+def kasper(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """Run one CLI command to completion."""
+    return subprocess.run([*kasper_command(), *args], capture_output=True, text=True, env=env,
+                          timeout=90, check=False)
+
+
+def write_config(tmp_path: Path, name: str, topic: str, **fields: Any) -> str:
+    """A kasper.toml for ``name`` reading ``topic``."""
+    lines = [f'name = "{name}"', f'input_topics = ["{topic}"]', "batch_wait = 0.5"]
+    lines += [f"{key} = {json.dumps(value)}" for key, value in fields.items()]
+    path = tmp_path / "kasper.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return str(path)
+
+
+def run_args(config: str, *extra: str) -> list[str]:
+    """`kasper run` of the example processor with its store."""
+    return ["run", "examples_module:factory", "--stores", "examples_module:stores",
+            "--app-dir", str(HERE), "--config", config, *extra]
+
+
+def json_lines(text: str) -> list[dict[str, Any]]:
+    """The JSON log lines of a run's stderr (other lines are skipped)."""
+    return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+
+
+def wait_for(condition: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
+    """Poll ``condition`` until true; fail naming ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        time.sleep(0.2)
+
+
+def test_run_processes_input_and_commits(bootstrap: str, new_topic: Callable[..., str],
+                                         kafka: Any, unique_name: Callable[[str], str],
+                                         tmp_path: Path) -> None:
+    """`kasper run --until-caught-up` upper-cases every input message to the output
+    topic, commits every input offset, logs one JSON batch line per partition per turn,
+    and never prints the SASL password given through the environment."""
+    source, sink = new_topic("cli-in", partitions=2), new_topic("cli-out", partitions=2)
+    kafka.produce(source, [(f"k{i % 3}".encode(), f"v{i}".encode()) for i in range(N)])
+    name = unique_name("cli-run")
+    config = write_config(tmp_path, name, source, batch_size=7)
+    result = kasper(*run_args(config, "--until-caught-up"), env=cli_env(bootstrap, sink))
+    assert result.returncode == 0, result.stderr
+    outputs = sorted(m.value() for m in kafka.read_all(sink))
+    assert outputs == sorted(f"V{i}".encode() for i in range(N))
+    committed = kafka.committed(name, source, partitions=2)
+    assert sum(offset or 0 for offset in committed.values()) == N
+    batches = [e for e in json_lines(result.stderr) if e["event"] == "kasper.batch"]
+    assert sum(e["consumed"] for e in batches) == N
+    assert {e["processor"] for e in batches} == {name}
+    assert SECRET not in result.stderr + result.stdout
+
+
+def test_sigterm_closes_gracefully(bootstrap: str, new_topic: Callable[..., str], kafka: Any,
+                                   unique_name: Callable[[str], str], tmp_path: Path) -> None:
+    """SIGTERM during `kasper run` finishes the batch in hand, commits, closes, exits 0."""
+    source, sink = new_topic("sig-in"), new_topic("sig-out")
+    kafka.produce(source, [f"m{i}".encode() for i in range(N)])
+    name = unique_name("cli-sig")
+    log_path = tmp_path / "stderr.log"
+    with log_path.open("w") as log:
+        process = subprocess.Popen([*kasper_command(), *run_args(
+            write_config(tmp_path, name, source))], stderr=log, env=cli_env(bootstrap, sink))
+    try:
+        wait_for(lambda: kafka.committed(name, source)[0] == N, "the input to be committed")
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=60) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+    events = [e["event"] for e in json_lines(log_path.read_text())]
+    assert events[-2:] == ["kasper.closed", "kasper.stopped_by_signal"]
+
+
+def test_processor_failure_exits_1_without_committing(
+        bootstrap: str, new_topic: Callable[..., str], kafka: Any,
+        unique_name: Callable[[str], str], tmp_path: Path) -> None:
+    """A process() that raises stops the run with exit 1 and one line naming the
+    partition and the cause; the failing batch stays uncommitted."""
+    source, sink = new_topic("fail-in"), new_topic("fail-out")
+    kafka.produce(source, [f"m{i}".encode() for i in range(10)])
+    name = unique_name("cli-fail")
+    result = kasper(*run_args(write_config(tmp_path, name, source), "--until-caught-up"),
+                    env=cli_env(bootstrap, sink, EXAMPLE_FAIL_ON="m3"))
+    assert result.returncode == 1
+    [error_line] = [line for line in result.stderr.splitlines() if line.startswith("kasper:")]
+    assert "partition 0" in error_line and "ValueError" in error_line
+    assert "Traceback" not in result.stderr
+    committed = kafka.committed(name, source)[0]
+    assert committed is None or committed <= 3
+
+
+def produce_at(bootstrap: str, topic: str, timestamps_ms: list[int]) -> None:
+    """One message per timestamp (CreateTime), in order, to partition 0."""
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for i, timestamp in enumerate(timestamps_ms):
+        producer.produce(topic, value=f"t{i}".encode(), partition=0, timestamp=timestamp)
+    assert producer.flush(30) == 0
+
+
+def test_offsets_show_lag_and_reset(bootstrap: str, new_topic: Callable[..., str], kafka: Any,
+                                    unique_name: Callable[[str], str], tmp_path: Path) -> None:
+    """After a run, `lag` is 0; `offsets reset` moves the group to earliest, to a time
+    (offsets_for_times) and, with --dry-run, nowhere; `offsets show` and `lag` agree."""
+    source, sink = new_topic("off-in"), new_topic("off-out")
+    base = 1_700_000_000_000
+    produce_at(bootstrap, source, [base + i * 1000 for i in range(20)])
+    name = unique_name("cli-off")
+    config = write_config(tmp_path, name, source)
+    env = cli_env(bootstrap, sink)
+    assert kasper(*run_args(config, "--until-caught-up"), env=env).returncode == 0
+    assert f"total lag of group {name}: 0 messages" in kasper("lag", "-c", config, env=env).stdout
+
+    reset = kasper("offsets", "reset", "--to", "earliest", "-c", config, env=env)
+    assert reset.returncode == 0, reset.stderr
+    assert kafka.committed(name, source)[0] == 0
+    assert "total lag" in (lag := kasper("lag", "-c", config, env=env).stdout) and ": 20 " in lag
+
+    moment = datetime.fromtimestamp((base + 10_000) / 1000, tz=UTC).isoformat()
+    assert kasper("offsets", "reset", "--to", moment, "-c", config, env=env).returncode == 0
+    assert kafka.committed(name, source)[0] == 10
+
+    dry = kasper("offsets", "reset", "--to", "latest", "--dry-run", "-c", config, env=env)
+    assert dry.returncode == 0 and "dry run" in dry.stdout
+    assert kafka.committed(name, source)[0] == 10
+    show = kasper("offsets", "show", "-c", config, env=env).stdout.splitlines()
+    assert show[2].split() == [source, "0", "10", "0", "20", "10"]
+
+
+def test_reset_refused_while_the_group_has_members(
+        bootstrap: str, new_topic: Callable[..., str], kafka: Any,
+        unique_name: Callable[[str], str], tmp_path: Path) -> None:
+    """While a consumer is a member of the group, `offsets reset` exits 5 and names the
+    member; the committed offsets do not move."""
+    source = new_topic("busy-in")
+    kafka.produce(source, [b"x"] * 3)
+    name = unique_name("cli-busy")
+    member = Consumer({"bootstrap.servers": bootstrap, "group.id": name,
+                       "client.id": "busy-member", "enable.auto.commit": False})
+    assigned: list[Any] = []
+    member.subscribe([source], on_assign=lambda _c, partitions: assigned.extend(partitions))
+    try:
+        wait_for(lambda: bool(member.poll(0.2) or assigned), "the member's assignment")
+        result = kasper("offsets", "reset", "--to", "latest", "-c",
+                        write_config(tmp_path, name, source), env=cli_env(bootstrap))
+    finally:
+        member.close()
+    assert result.returncode == 5, result.stderr
+    assert "is active" in result.stderr and "busy-member" in result.stderr
+    assert kafka.committed(name, source)[0] is None

@@ -1,0 +1,303 @@
+"""The ``kasper`` CLI without a broker: configuration precedence (TOML, environment,
+flags), errors that name the field, exit codes, argument parsing and progress."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import subprocess
+import sys
+from concurrent.futures import Future
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError
+
+import kasper_py.stack
+from kasper_py import Config, cli
+from kasper_py.cli import (
+    EXIT_BROKER,
+    EXIT_CONFIG,
+    CliError,
+    PartitionOffsets,
+    Progress,
+    load_config,
+)
+
+TOML = """
+name = "orders"
+bootstrap_servers = "file:9092"
+input_topics = ["orders", "payments"]
+batch_size = 100
+batch_wait = 2.5
+
+[client_overrides]
+"sasl.username" = "app"
+"sasl.password" = "from-file"
+"""
+
+
+@pytest.fixture
+def toml_file(tmp_path: Path) -> str:
+    """A valid kasper.toml."""
+    path = tmp_path / "kasper.toml"
+    path.write_text(TOML)
+    return str(path)
+
+
+def test_toml_file_alone(toml_file: str) -> None:
+    """Every TOML key becomes the Config field of that name."""
+    config = load_config(toml_file, {})
+    assert config.name == "orders" and config.input_topics == ("orders", "payments")
+    assert config.batch_size == 100 and config.batch_wait == 2.5
+    assert config.client_overrides["sasl.username"] == "app"
+
+
+def test_environment_overrides_file_and_flags_override_both(toml_file: str) -> None:
+    """KASPER_* variables beat the file; flags beat both."""
+    env = {"KASPER_BATCH_SIZE": "200", "KASPER_BOOTSTRAP_SERVERS": "env:9092",
+           "KASPER_BATCH_WAIT": "0.5"}
+    config = load_config(toml_file, env, {"batch_size": 300, "batch_wait": None})
+    assert config.batch_size == 300
+    assert config.bootstrap_servers == "env:9092"
+    assert config.batch_wait == 0.5
+
+
+def test_environment_value_types() -> None:
+    """Lists are comma-separated, numbers parsed, 'none' clears an optional field."""
+    env = {"KASPER_NAME": "n", "KASPER_BOOTSTRAP_SERVERS": "b:1",
+           "KASPER_INPUT_TOPICS": "a, b", "KASPER_INPUT_PARTITIONS": "2,0",
+           "KASPER_METRICS_PORT": "none", "KASPER_DELIVERY_TIMEOUT": "30",
+           "KASPER_AUTO_OFFSET_RESET": "latest"}
+    config = load_config(None, env)
+    assert config.input_topics == ("a", "b") and config.input_partitions == (0, 2)
+    assert config.metrics_port is None and config.delivery_timeout == 30.0
+    assert config.auto_offset_reset == "latest"
+
+
+def test_client_override_variables_merge_per_key(toml_file: str) -> None:
+    """KASPER_CLIENT__SASL_PASSWORD sets client_overrides['sasl.password'] and keeps the
+    file's other keys; CONSUMER__ and PRODUCER__ fill their own mappings."""
+    env = {"KASPER_CLIENT__SASL_PASSWORD": "from-env",
+           "KASPER_CONSUMER__FETCH_MAX_BYTES": "1048576",
+           "KASPER_PRODUCER__LINGER_MS": "20"}
+    config = load_config(toml_file, env)
+    assert config.client_overrides == {"sasl.username": "app", "sasl.password": "from-env"}
+    assert config.consumer_overrides == {"fetch.max.bytes": "1048576"}
+    assert config.producer_overrides == {"linger.ms": "20"}
+
+
+def test_invalid_value_names_field_and_source(toml_file: str) -> None:
+    """A bad value is a CliError with the config exit code, the field and its origin."""
+    with pytest.raises(CliError) as caught:
+        load_config(toml_file, {"KASPER_BATCH_SIZE": "0"})
+    assert caught.value.code == EXIT_CONFIG
+    assert "'batch_size'" in str(caught.value) and "environment" in str(caught.value)
+
+
+def test_unparsable_environment_number_names_the_variable() -> None:
+    """KASPER_BATCH_SIZE=abc names the field and the variable."""
+    with pytest.raises(CliError, match=r"'batch_size'.*KASPER_BATCH_SIZE='abc'"):
+        load_config(None, {"KASPER_BATCH_SIZE": "abc"})
+
+
+def test_missing_required_field_says_how_to_set_it() -> None:
+    """Without a name the error names the field and its three sources."""
+    with pytest.raises(CliError, match=r"'name': missing.*KASPER_NAME.*--name"):
+        load_config(None, {"KASPER_BOOTSTRAP_SERVERS": "b:1", "KASPER_INPUT_TOPICS": "t"})
+
+
+def test_unknown_toml_key_is_named(tmp_path: Path) -> None:
+    """A misspelt key is refused rather than silently ignored."""
+    path = tmp_path / "k.toml"
+    path.write_text('name = "n"\nbatchsize = 5\n')
+    with pytest.raises(CliError, match="unknown config field 'batchsize'") as caught:
+        load_config(str(path), {})
+    assert caught.value.code == EXIT_CONFIG
+
+
+def test_invalid_toml_and_missing_file(tmp_path: Path) -> None:
+    """Unreadable configuration is a config error with the file name."""
+    path = tmp_path / "bad.toml"
+    path.write_text("name = \n")
+    with pytest.raises(CliError, match="not valid TOML") as caught:
+        load_config(str(path), {})
+    assert caught.value.code == EXIT_CONFIG
+    with pytest.raises(CliError, match="not found"):
+        load_config(str(tmp_path / "absent.toml"), {})
+
+
+def test_overrides_must_be_a_table(tmp_path: Path) -> None:
+    """client_overrides given as a string names the field."""
+    path = tmp_path / "k.toml"
+    path.write_text('client_overrides = "sasl.password=x"\n')
+    with pytest.raises(CliError, match="'client_overrides'"):
+        load_config(str(path), {})
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("earliest", "earliest"),
+    ("latest", "latest"),
+    ("1700000000000", 1_700_000_000_000),
+    ("2023-11-14T22:13:20+00:00", 1_700_000_000_000),
+    ("2023-11-14T22:13:20", 1_700_000_000_000),  # no zone: UTC
+    ("2023-11-14T23:13:20+01:00", 1_700_000_000_000),
+])
+def test_reset_targets(text: str, expected: str | int) -> None:
+    """--to takes earliest, latest, epoch milliseconds or an ISO-8601 time."""
+    assert cli._reset_target(text) == expected
+
+
+def test_reset_target_rejects_anything_else() -> None:
+    """Anything else is a usage error naming the accepted forms."""
+    with pytest.raises(argparse.ArgumentTypeError, match="ISO-8601"):
+        cli._reset_target("yesterday")
+
+
+def test_lag_without_a_commit_follows_the_reset_policy() -> None:
+    """With nothing committed, lag counts from the low watermark (earliest) or is 0."""
+    row = PartitionOffsets("t", 0, None, low=10, high=50)
+    assert row.lag("earliest") == 40 and row.lag("latest") == 0
+    assert PartitionOffsets("t", 0, 45, 10, 50).lag("earliest") == 5
+
+
+def test_stack_is_delegated(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`kasper stack ...` passes its arguments untouched to kasper_py.stack.main."""
+    seen: list[list[str]] = []
+    monkeypatch.setattr(kasper_py.stack, "main", lambda argv: seen.append(argv) or 7)
+    assert cli.main(["stack", "down", "--purge", "kafka"]) == 7
+    assert seen == [["down", "--purge", "kafka"]]
+
+
+def test_progress_redraws_one_line_on_a_terminal() -> None:
+    """On a terminal progress is redrawn in place and ends with a newline."""
+
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    stream, now = Tty(), [0.0]
+    progress = Progress("resetting", 4, stream=stream, clock=lambda: now[0])
+    for _ in range(4):
+        now[0] += 1
+        progress.advance()
+    progress.finish()
+    text = stream.getvalue()
+    assert "\rresetting: 2/4 (50%)" in text and text.endswith("4/4 (100%)\n")
+
+
+def test_progress_is_silent_off_a_terminal_for_quick_work() -> None:
+    """Off a terminal nothing is drawn (long work logs kasper.progress lines instead)."""
+    stream = io.StringIO()
+    progress = Progress("reading offsets", 2, stream=stream)
+    progress.advance(2)
+    progress.finish()
+    assert stream.getvalue() == ""
+
+
+def kasper(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run the CLI in a fresh interpreter, as a user would."""
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("KASPER_")}
+    full_env.update(env or {})
+    return subprocess.run([sys.executable, "-m", "kasper_py", *args], capture_output=True,
+                          text=True, env=full_env, timeout=60, check=False)
+
+
+BASE = ["--name", "p", "--bootstrap-servers", "127.0.0.1:1", "--input-topics", "t"]
+
+
+def test_bad_config_exit_code_and_message_without_traceback() -> None:
+    """A bad field exits with the config code and one line naming it, no traceback."""
+    result = kasper("run", "mod:factory", *BASE, env={"KASPER_BATCH_WAIT": "-1"})
+    assert result.returncode == EXIT_CONFIG
+    assert "config field 'batch_wait'" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_bad_target_is_a_config_error(tmp_path: Path) -> None:
+    """A target that does not import names the missing module."""
+    result = kasper("run", "no_such_module:factory", *BASE, "--app-dir", str(tmp_path))
+    assert result.returncode == EXIT_CONFIG
+    assert "no module named 'no_such_module'" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_unreachable_broker_has_its_own_exit_code(tmp_path: Path) -> None:
+    """No broker at the address: exit 4, the address and the cause, no traceback."""
+    (tmp_path / "proc.py").write_text("factory = print\n")
+    result = kasper("lag", *BASE, "--connect-timeout", "1")
+    assert result.returncode == EXIT_BROKER
+    assert "cannot reach Kafka at 127.0.0.1:1" in result.stderr
+    assert "Traceback" not in result.stderr
+    result = kasper("run", "proc:factory", *BASE, "--app-dir", str(tmp_path),
+                    "--connect-timeout", "1")
+    assert result.returncode == EXIT_BROKER
+
+
+def test_secret_from_the_environment_stays_out_of_errors() -> None:
+    """A failing run never prints a secret given through KASPER_CLIENT__*."""
+    result = kasper("run", "mod:factory", *BASE, "--batch-size", "0",
+                    env={"KASPER_CLIENT__SASL_PASSWORD": "hunter2-secret"})
+    assert result.returncode == EXIT_CONFIG
+    assert "hunter2-secret" not in result.stderr + result.stdout
+
+
+def test_usage_errors_exit_2() -> None:
+    """argparse's usage errors keep their conventional code."""
+    assert kasper("offsets", "reset", "--to", "yesterday", *BASE).returncode == 2
+
+
+class FakeAdmin:
+    """Stands in for AdminClient: a group description and a per-partition alter result."""
+
+    def __init__(self, state: str, members: list[str], alter_error: int | None) -> None:
+        self.state, self.members, self.alter_error = state, members, alter_error
+
+    def describe_consumer_groups(self, groups: list[str], **_: object) -> dict[str, Any]:
+        description = SimpleNamespace(
+            state=SimpleNamespace(name=self.state),
+            members=[SimpleNamespace(client_id=c) for c in self.members])
+        return {groups[0]: done(description)}
+
+    def alter_consumer_group_offsets(self, requests: list[Any], **_: object) -> dict[str, Any]:
+        error = None if self.alter_error is None else KafkaError(self.alter_error)
+        partitions = [SimpleNamespace(topic=tp.topic, partition=tp.partition, error=error)
+                      for tp in requests[0].topic_partitions]
+        return {requests[0].group_id: done(SimpleNamespace(topic_partitions=partitions))}
+
+
+def done(result: object) -> Future[object]:
+    """A future that already holds ``result``."""
+    future: Future[object] = Future()
+    future.set_result(result)
+    return future
+
+
+def config_for_reset() -> Config:
+    """A Config whose group the fake admin describes."""
+    return Config(name="grp", bootstrap_servers="127.0.0.1:1", input_topics=["t"])
+
+
+@pytest.mark.parametrize(("state", "members"), [("STABLE", ["c1"]),
+                                                ("PREPARING_REBALANCING", [])])
+def test_reset_refuses_an_active_group(monkeypatch: pytest.MonkeyPatch, state: str,
+                                       members: list[str]) -> None:
+    """Members, or a rebalance in progress, make the reset exit 5 naming the state."""
+    monkeypatch.setattr(cli, "AdminClient", lambda _conf: FakeAdmin(state, members, None))
+    with pytest.raises(CliError, match=f"is active \\({state.lower()}") as caught:
+        cli._refuse_if_active(config_for_reset(), 1.0)
+    assert caught.value.code == cli.EXIT_REFUSED
+
+
+def test_reset_refused_by_kafka_when_a_member_joins_in_between(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Kafka answers UNKNOWN_MEMBER_ID per partition when the group gained a member
+    after the check: that is a refusal (exit 5), not a generic failure."""
+    fake = FakeAdmin("EMPTY", [], KafkaError.UNKNOWN_MEMBER_ID)
+    monkeypatch.setattr(cli, "AdminClient", lambda _conf: fake)
+    with pytest.raises(CliError, match="became active") as caught:
+        cli._alter_offsets(config_for_reset(), {("t", 0): 5}, 1.0)
+    assert caught.value.code == cli.EXIT_REFUSED

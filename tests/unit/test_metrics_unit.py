@@ -1,0 +1,268 @@
+"""PrometheusObserver: counters, lag gauges, health and the store API, driven with
+hand-built TurnStats (no broker). Each test uses its own CollectorRegistry."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+
+import pytest
+
+from kasper_py import Config
+from kasper_py.batching import Batch, OffsetRange
+from kasper_py.exceptions import ProcessingError
+from kasper_py.metrics import (
+    PrometheusObserver,
+    add_restore_listener,
+    observe_store_op,
+    observer_for,
+    report_restore_progress,
+    timed_store_op,
+)
+from kasper_py.observe import NoopObserver, TurnStats
+
+
+class FakeClock:
+    """A settable clock in seconds since the epoch."""
+
+    def __init__(self, now: float = 1_700_000_000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def make_config(name: str = "orders", **fields: object) -> Config:
+    """A valid Config; nothing connects to it in these tests."""
+    return Config(name=name, bootstrap_servers="127.0.0.1:1", input_topics=["in"],
+                  **fields)  # type: ignore[arg-type]
+
+
+def make_stats(ranges: dict[tuple[str, int], OffsetRange], produced: int = 0,
+               high: dict[tuple[str, int], int] | None = None) -> TurnStats:
+    """TurnStats of one committed turn over ``ranges``."""
+    batch = Batch(ranges=ranges)
+    committed = {tp: r.last + 1 for tp, r in ranges.items()}
+    durations = {"process": 0.01, "flush": 0.002, "produce": 0.02, "commit": 0.005}
+    return TurnStats(batch, produced, durations, committed, high or dict(committed))
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    """The observer's clock, moved by hand."""
+    return FakeClock()
+
+
+@pytest.fixture
+def observer(clock: FakeClock) -> Iterator[PrometheusObserver]:
+    """An observer of processor 'orders' with its own registry."""
+    observer = PrometheusObserver(make_config(), clock=clock)
+    yield observer
+    observer.close()
+
+
+def value(observer: PrometheusObserver, name: str, **labels: str) -> float | None:
+    """One sample of the observer's registry."""
+    return observer.registry.get_sample_value(name, labels)
+
+
+def test_turn_counts_messages_turns_and_steps(observer: PrometheusObserver) -> None:
+    """A turn adds its messages per partition, its output, one turn, one batch size and
+    one observation per step."""
+    stats = make_stats({("in", 0): OffsetRange(0, 9, 10), ("in", 1): OffsetRange(5, 7, 3)},
+                       produced=4)
+    observer.on_turn(stats)
+    observer.on_turn(stats)
+    labels = {"processor": "orders"}
+    assert value(observer, "kasper_messages_consumed_total", **labels, topic="in",
+                 partition="0") == 20
+    assert value(observer, "kasper_messages_consumed_total", **labels, topic="in",
+                 partition="1") == 6
+    assert value(observer, "kasper_messages_produced_total", **labels) == 8
+    assert value(observer, "kasper_turns_total", **labels) == 2
+    assert value(observer, "kasper_batch_size_messages_sum", **labels) == 26
+    for step in ("process", "flush", "produce", "commit"):
+        assert value(observer, "kasper_step_duration_seconds_count", **labels, step=step) == 2
+
+
+def test_lag_in_messages_and_seconds(observer: PrometheusObserver, clock: FakeClock) -> None:
+    """Lag is high watermark minus committed; lag seconds is now minus the last processed
+    timestamp; the oldest unprocessed age is 0 once caught up."""
+    written_ms = int((clock.now - 30) * 1000)
+    behind = {("in", 0): OffsetRange(0, 9, 10, written_ms - 5000, written_ms)}
+    observer.on_turn(make_stats(behind, high={("in", 0): 25}))
+    clock.now += 10
+    labels = {"processor": "orders", "topic": "in", "partition": "0"}
+    assert value(observer, "kasper_consumer_lag_messages", **labels) == 15
+    assert value(observer, "kasper_lag_seconds", **labels) == pytest.approx(40)
+    assert value(observer, "kasper_oldest_unprocessed_age_seconds", **labels) == pytest.approx(40)
+    assert value(observer, "kasper_last_processed_timestamp_seconds", **labels) == written_ms / 1000
+
+    caught_up = {("in", 0): OffsetRange(10, 24, 15, written_ms, written_ms + 1000)}
+    observer.on_turn(make_stats(caught_up, high={("in", 0): 25}))
+    assert value(observer, "kasper_consumer_lag_messages", **labels) == 0
+    assert value(observer, "kasper_oldest_unprocessed_age_seconds", **labels) == 0
+    assert value(observer, "kasper_lag_seconds", **labels) == pytest.approx(39)
+
+
+def test_observers_have_separate_registries() -> None:
+    """Two observers (even of one processor name) never share a sample."""
+    first = PrometheusObserver(make_config("same"))
+    second = PrometheusObserver(make_config("same"))
+    try:
+        first.on_turn(make_stats({("in", 0): OffsetRange(0, 0, 1)}))
+        assert first.registry is not second.registry
+        assert value(first, "kasper_turns_total", processor="same") == 1
+        assert value(second, "kasper_turns_total", processor="same") == 0
+    finally:
+        first.close()
+        second.close()
+
+
+def test_errors_counted_by_type_and_known_types_start_at_zero(
+        observer: PrometheusObserver) -> None:
+    """Every kasper error type is exported as 0 before it happens, then counted."""
+    assert value(observer, "kasper_errors_total", processor="orders", type="CommitError") == 0
+    observer.on_error(ProcessingError("boom", partition=3))
+    observer.on_error(RuntimeError("bug"))
+    assert value(observer, "kasper_errors_total", processor="orders",
+                 type="ProcessingError") == 1
+    assert value(observer, "kasper_errors_total", processor="orders", type="RuntimeError") == 1
+
+
+def test_health_follows_the_loop(observer: PrometheusObserver, clock: FakeClock) -> None:
+    """Live while turning within live_timeout; ready between on_start and on_stop."""
+    assert observer.liveness().ok and not observer.readiness().ok
+    observer.on_start([("in", 0)])
+    assert observer.readiness().ok and observer.readiness().detail["assigned_partitions"] == 1
+    clock.now += observer.live_timeout + 1
+    assert not observer.liveness().ok
+    observer.on_idle()
+    assert observer.liveness().ok
+    observer.on_stop()
+    assert not observer.liveness().ok and not observer.readiness().ok
+
+
+def test_live_timeout_is_a_few_batch_waits() -> None:
+    """The default liveness window is 5 batch_waits, never under 30 s."""
+    slow = PrometheusObserver(make_config(batch_wait=20.0))
+    fast = PrometheusObserver(make_config(batch_wait=0.5))
+    try:
+        assert slow.live_timeout == 100.0
+        assert fast.live_timeout == 30.0
+    finally:
+        slow.close()
+        fast.close()
+
+
+def test_an_error_makes_the_loop_not_live(observer: PrometheusObserver) -> None:
+    """After on_error the liveness answer says why."""
+    observer.on_start([("in", 0)])
+    observer.on_error(ProcessingError("boom", partition=0))
+    report = observer.liveness()
+    assert not report.ok
+    assert "ProcessingError: boom" in report.detail["error"]
+
+
+def get(url: str) -> tuple[int, str]:
+    """Status and body of a GET, also for 4xx/5xx."""
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+
+
+def test_http_server_serves_metrics_and_health(observer: PrometheusObserver) -> None:
+    """/metrics is Prometheus text; /health/ready turns 200 after on_start; others 404."""
+    server = observer.serve(0, "127.0.0.1")
+    base = f"http://127.0.0.1:{server.port}"
+    status, body = get(f"{base}/metrics")
+    assert status == 200
+    assert 'kasper_turns_total{processor="orders"} 0.0' in body
+    assert get(f"{base}/health/ready")[0] == 503
+    observer.on_start([("in", 0)])
+    status, body = get(f"{base}/health/ready")
+    assert status == 200 and json.loads(body)["status"] == "ok"
+    assert get(f"{base}/health/live")[0] == 200
+    assert get(f"{base}/nothing")[0] == 404
+
+
+def test_metrics_disabled_is_a_noop() -> None:
+    """Without metrics_port there is nothing to serve: the no-op observer."""
+    assert isinstance(observer_for(make_config()), NoopObserver)
+
+
+def test_observer_for_serves_on_the_configured_port() -> None:
+    """With metrics_port (0: any free port) the observer is serving."""
+    observer = observer_for(make_config(metrics_port=0), host="127.0.0.1")
+    assert isinstance(observer, PrometheusObserver) and observer.server is not None
+    try:
+        assert get(f"http://127.0.0.1:{observer.server.port}/metrics")[0] == 200
+    finally:
+        observer.close()
+
+
+def test_store_ops_reach_the_observer_of_their_processor(observer: PrometheusObserver) -> None:
+    """observe_store_op / timed_store_op record latency and round trips, by processor."""
+    observe_store_op("orders", "totals", "get_many", 0.004, round_trips=2)
+    with timed_store_op("orders", "totals", "get_many"):
+        pass
+    observe_store_op("someone-else", "totals", "get_many", 1.0)
+    labels = {"processor": "orders", "store": "totals", "op": "get_many"}
+    assert value(observer, "kasper_store_operation_seconds_count", **labels) == 2
+    assert value(observer, "kasper_store_round_trips_total", **labels) == 3
+
+
+def test_store_calls_without_an_observer_do_nothing() -> None:
+    """Stores may always call the API; with metrics off it is a no-op."""
+    observe_store_op("no-observer-here", "s", "put_many", 0.1)
+    report_restore_progress("no-observer-here", "s", 0, 1, 2)
+
+
+def test_closed_observer_stops_receiving_store_reports(clock: FakeClock) -> None:
+    """close() unregisters: later store reports do not touch its registry."""
+    observer = PrometheusObserver(make_config("closing"), clock=clock)
+    observer.close()
+    observe_store_op("closing", "s", "get", 0.1)
+    assert value(observer, "kasper_store_round_trips_total", processor="closing", store="s",
+                 op="get") is None
+
+
+def test_restore_progress_sets_gauges_and_calls_listeners(observer: PrometheusObserver,
+                                                          clock: FakeClock) -> None:
+    """report_restore_progress sets ratio and remaining, keeps the loop live, and feeds
+    progress listeners such as the CLI's display."""
+    seen: list[tuple[str, str, int, int, int]] = []
+    remove = add_restore_listener(lambda *args: seen.append(args))
+    try:
+        clock.now += observer.live_timeout + 1
+        report_restore_progress("orders", "totals", 2, 250, 1000)
+    finally:
+        remove()
+    report_restore_progress("orders", "totals", 2, 1000, 1000)
+    labels = {"processor": "orders", "store": "totals", "partition": "2"}
+    assert value(observer, "kasper_restore_progress_ratio", **labels) == 1.0
+    assert value(observer, "kasper_restore_remaining_messages", **labels) == 0
+    assert seen == [("orders", "totals", 2, 250, 1000)]
+    assert observer.liveness().ok
+
+
+def test_missing_prometheus_client_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without prometheus-client, building an observer says which extra to install."""
+    monkeypatch.setitem(sys.modules, "prometheus_client", None)
+    with pytest.raises(ImportError, match=r"kasper-py\[prometheus\]"):
+        PrometheusObserver(make_config())
+
+
+def test_importing_metrics_does_not_import_prometheus() -> None:
+    """kasper_py.metrics (and the CLI) import prometheus_client only when metrics are on."""
+    code = ("import sys, kasper_py.metrics, kasper_py.cli; "
+            "print('prometheus_client' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == "False"
