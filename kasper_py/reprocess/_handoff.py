@@ -1,0 +1,79 @@
+"""Handing a finished job's end offsets to the live loop's consumer group, so
+``run_loop`` resumes exactly where reprocessing ended: no gap, no overlap.
+
+Refused while the group is active: a member would keep its own position and commit
+over the handoff. Two checks, before the job and again before the commit: the group has
+no members (a subscribed consumer), and its committed offsets did not move while the job
+ran (a loop with a static assignment is not a member, but it commits). ``force`` skips
+both; the broker still refuses a commit while the group has members.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from confluent_kafka import KafkaError
+
+from kasper_py.config import Config
+from kasper_py.exceptions import ReprocessError
+from kasper_py.reprocess._kafka import KafkaFacts
+
+__all__ = ["HandoffRefusedError", "check_group_idle", "commit_handoff"]
+
+TopicPartitionKey = tuple[str, int]
+
+_IDLE_STATES = ("EMPTY", "DEAD", "UNKNOWN")
+_ACTIVE_CODES = (KafkaError.UNKNOWN_MEMBER_ID, KafkaError.REBALANCE_IN_PROGRESS,
+                 KafkaError.ILLEGAL_GENERATION, KafkaError.NON_EMPTY_GROUP)
+
+
+class HandoffRefusedError(ReprocessError):
+    """The live group is active, so its offsets were not moved.
+
+    Raised after a successful job, ``result`` holds that job's ``ReprocessResult``.
+    """
+
+    result: Any = None
+
+
+def check_group_idle(config: Config, facts: KafkaFacts) -> None:
+    """Raise ``HandoffRefusedError`` when the live group has members or is rebalancing."""
+    state, members = facts.group_state()
+    if members or state not in _IDLE_STATES:
+        raise HandoffRefusedError(
+            f"refusing the handoff: the live group {config.group!r} is active "
+            f"({state.lower()}, members: {', '.join(members) or 'none'}); stop its "
+            "processors first, or pass force=True (--force) to skip this check")
+
+
+def commit_handoff(config: Config, facts: KafkaFacts, ends: Mapping[TopicPartitionKey, int],
+                   before: Mapping[TopicPartitionKey, int | None] | None) -> None:
+    """Commit ``ends`` as the live group's next offsets.
+
+    ``before`` is the group's committed offsets read when the job started; unless it is
+    ``None`` (forced), the group must still be idle and its offsets unchanged.
+    """
+    if before is not None:
+        check_group_idle(config, facts)
+        _check_unmoved(config, before, facts.committed(before))
+    try:
+        facts.commit(ends)
+    except ReprocessError as exc:
+        if exc.code in _ACTIVE_CODES:
+            raise HandoffRefusedError(
+                f"refusing the handoff: the broker says group {config.group!r} is active: "
+                f"{exc}") from exc
+        raise
+
+
+def _check_unmoved(config: Config, before: Mapping[TopicPartitionKey, int | None],
+                   now: Mapping[TopicPartitionKey, int | None]) -> None:
+    moved = [f"{topic}[{partition}] {before[topic, partition]} -> {offset}"
+             for (topic, partition), offset in sorted(now.items())
+             if offset != before.get((topic, partition))]
+    if moved:
+        raise HandoffRefusedError(
+            f"refusing the handoff: group {config.group!r} committed offsets while "
+            f"reprocessing ran ({', '.join(moved)}), so a live loop is running; stop it "
+            "and run the handoff again, or pass force=True (--force)")

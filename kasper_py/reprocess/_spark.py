@@ -1,0 +1,177 @@
+"""The Spark side of a job: the session (local by default, with the Kafka connector
+jars as ``spark.jars``), the Kafka batch read laid out partition-wise, and the
+``mapInArrow`` that runs ``_task.run_task`` in every task. pyspark is imported here
+and in no other kasper_py module.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from kasper_py.config import Config
+from kasper_py.exceptions import ReprocessError
+from kasper_py.reprocess._range import ReprocessRange
+from kasper_py.reprocess._task import COLUMNS, STATS_SCHEMA, PartitionStats, TaskSpec, run_task
+
+__all__ = ["read_input", "require_pyspark", "run_job", "session_for", "spark_session"]
+
+# Reader options that would split one Kafka partition over several tasks, which would
+# split the processor's state: refused.
+_SPLITTING_OPTIONS = ("minPartitions", "maxRecordsPerPartition")
+# Records per Arrow batch handed to a task. Bigger batches cost Spark more than they save.
+_ARROW_BATCH = "10000"
+_DEFAULT_READER_OPTIONS = {
+    "kafka.isolation.level": "read_committed",  # what the live loop's consumer reads
+    "kafka.max.poll.records": "20000",
+}
+
+
+def require_pyspark() -> Any:
+    """Import pyspark (and what ``mapInArrow`` needs); return ``SparkSession``, or raise
+    ImportError naming the extra to install."""
+    try:
+        # By name: pandas and pyarrow ship no type stubs, and mypy's config stays as is.
+        for module in ("pandas", "pyarrow", "pyspark"):
+            importlib.import_module(module)
+        from pyspark.sql import SparkSession  # noqa: PLC0415
+    except ImportError as exc:
+        raise ImportError(f"kasper_py.reprocess needs pyspark with pandas and pyarrow "
+                          f"({exc.name} is missing): pip install 'kasper-py[spark]'") from exc
+    return SparkSession
+
+
+def spark_session(master: str = "local[2]", jars: Sequence[str] | None = None,
+                  conf: Mapping[str, str] | None = None) -> Any:
+    """A SparkSession (local[2] by default) whose ``spark.jars`` are the Kafka connector's,
+    resolved by ``kasper_py.stack.spark_jars()`` (Maven Central through mvn, no Ivy).
+
+    Python workers run this interpreter unless ``PYSPARK_PYTHON`` says otherwise.
+    """
+    session_class = require_pyspark()
+    if jars is None:
+        from kasper_py.stack import spark_jars  # noqa: PLC0415 - resolves with mvn once
+
+        jars = spark_jars()
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    builder = (session_class.builder.master(master).appName("kasper-reprocess")
+               .config("spark.jars", ",".join(jars)))
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("WARN")
+    return session
+
+
+@contextmanager
+def session_for(spark: Any | None) -> Iterator[Any]:
+    """``spark`` as given, else a new local session that is stopped afterwards."""
+    if spark is not None:
+        yield spark
+        return
+    session_class = require_pyspark()
+    existing = session_class.getActiveSession()
+    session = existing or spark_session()
+    try:
+        yield session
+    finally:
+        if existing is None:
+            session.stop()
+
+
+def read_input(spark: Any, config: Config, plan: ReprocessRange,
+               kafka_options: Mapping[str, str]) -> Any:
+    """The range's records as a DataFrame of ``COLUMNS``, laid out partition-wise."""
+    require_pyspark()
+    from pyspark.sql import functions  # noqa: PLC0415
+    refused = [key for key in kafka_options if key in _SPLITTING_OPTIONS]
+    if refused:
+        raise ReprocessError(f"reader option {refused[0]!r} would split a Kafka partition "
+                             "over several tasks, and its processor state with it")
+    options = {**_DEFAULT_READER_OPTIONS, **kafka_options,
+               "kafka.bootstrap.servers": config.bootstrap_servers,
+               "assign": plan.spark_assign(), "startingOffsets": plan.spark_offsets("start"),
+               "endingOffsets": plan.spark_offsets("end"), "includeHeaders": "true",
+               "groupIdPrefix": f"kasper-reprocess-{config.name}"}
+    frame = spark.read.format("kafka").options(**options).load().select(
+        "topic", "partition", "offset", "key", "value",
+        functions.unix_millis("timestamp").alias("timestamp"), "timestampType",
+        # An array column costs Spark's Arrow writer far more than its JSON text.
+        functions.to_json("headers").alias("headers"))
+    if len(config.input_topics) == 1:
+        # The Kafka source reads each partition's range in one task, in offset order.
+        return frame
+    return _co_partitioned(frame, config, _spread(spark, plan.partitions), functions)
+
+
+def _spread(spark: Any, partitions: Sequence[int]) -> int:
+    """The fewest shuffle partitions that give each Kafka partition number its own task.
+
+    Spark's hash partitioning is ``pmod(hash(partition), n)``; colliding numbers would
+    share a task and run one after the other, so ``n`` grows until none collide.
+    """
+    from pyspark.sql import functions  # noqa: PLC0415
+
+    hashes = spark.range(1).select(*[functions.hash(functions.lit(p).cast("int"))
+                                     for p in partitions]).first()
+    for count in range(len(partitions), 8 * len(partitions) + 1):
+        if len({value % count for value in hashes}) == len(partitions):
+            return count
+    return len(partitions)
+
+
+def _co_partitioned(frame: Any, config: Config, partitions: int, functions: Any) -> Any:
+    """Every topic's records of a partition number in one task, interleaved by time.
+
+    Each topic keeps its offset order: the interleaving key is the running maximum of
+    the topic-partition's timestamps, ties broken by the order of ``input_topics``.
+    """
+    from pyspark.sql import Window  # noqa: PLC0415
+
+    topic_order = functions.array_position(
+        functions.array(*[functions.lit(t) for t in config.input_topics]), functions.col("topic"))
+    so_far = (Window.partitionBy("partition", "topic").orderBy("offset")
+              .rowsBetween(Window.unboundedPreceding, Window.currentRow))
+    return (frame.repartition(partitions, "partition")
+            .withColumn("_clock", functions.max("timestamp").over(so_far))
+            .withColumn("_topic_order", topic_order)
+            .sortWithinPartitions("partition", "_clock", "_topic_order", "offset")
+            .select(*COLUMNS))
+
+
+def run_job(spark: Any, spec: TaskSpec, frame: Any, report: Any) -> list[PartitionStats]:
+    """Run every task; return the stats of each partition processed."""
+    previous = spark.conf.get("spark.sql.execution.arrow.maxRecordsPerBatch")
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", _ARROW_BATCH)
+    add = report.add
+
+    def task(batches: Iterator[Any]) -> Iterator[Any]:
+        return run_task(spec, batches, add)
+
+    try:
+        rows = frame.mapInArrow(task, STATS_SCHEMA).collect()
+    except Exception as exc:
+        raise ReprocessError(f"reprocessing {spec.config.name!r} failed: "
+                             f"{_spark_reason(exc)}") from exc
+    finally:
+        spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", previous)
+    return [PartitionStats.from_row(row) for row in rows]
+
+
+def _spark_reason(exc: BaseException) -> str:
+    """The useful line of a Spark error: the Python exception a task raised, else the
+    first line, with a hint when the Kafka connector is missing."""
+    text = str(exc)
+    if "Failed to find data source: kafka" in text:
+        return ("Spark has no Kafka source: set spark.jars to the paths printed by "
+                "`python -m kasper_py.stack spark-jars` (" + text.splitlines()[0] + ")")
+    lines = [line.strip().lstrip(": ") for line in text.splitlines() if line.strip()]
+    raised = [line for line in lines if line.startswith("kasper_py.")]
+    if raised:
+        return raised[-1]
+    errors = [line for line in lines if "Error: " in line or "Exception: " in line]
+    return (errors or lines or [type(exc).__name__])[-1][:2000]

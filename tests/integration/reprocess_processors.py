@@ -1,0 +1,75 @@
+"""Processors the reprocessing tests run both through the live loop and through Spark.
+
+Spark's Python workers import this module by name: the tests ship it with
+``SparkContext.addPyFile``, as a user ships their processors with ``--py-files``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from kasper_py import Config, Message, MessageProcessor, ProcessorContext, Sender
+from kasper_py.stack import redis_url
+from kasper_py.stores.redis import RedisTable
+
+STORE = "counts"
+
+
+class Tagged(MessageProcessor):
+    """Sends each message to ``output`` as ``topic|partition|offset|timestamp|value``, keyed
+    and with headers as it came; the producer picks the output partition by key. Raises
+    ``ValueError`` on a message whose value is ``fail_on``."""
+
+    def __init__(self, context: ProcessorContext, output: str,
+                 fail_on: bytes | None = None) -> None:
+        self.output, self.fail_on = output, fail_on
+
+    def process(self, messages: list[Message], sender: Sender) -> None:
+        for m in messages:
+            if m.value == self.fail_on:
+                raise ValueError(f"cannot handle {m.value!r}")
+            value = b"%s|%d|%d|%d|%s" % (m.topic.encode(), m.partition, m.offset,
+                                         -1 if m.timestamp is None else m.timestamp, m.value)
+            sender.send(self.output, value, key=m.key, headers=m.headers or None)
+
+
+class WordCount(MessageProcessor):
+    """Counts the words of each line per partition in the ``counts`` store.
+
+    Also checks, on every batch, what both the loop and reprocessing promise: at most
+    ``batch_size`` messages, all of this partition, topic by topic (no topic twice), each
+    topic's offsets increasing across batches. A broken promise fails the run.
+    """
+
+    def __init__(self, context: ProcessorContext) -> None:
+        self.partition = context.partition
+        self.batch_size = context.config.batch_size
+        self.counts = context.store(STORE)
+        self.last_offsets: dict[str, int] = {}
+
+    def process(self, messages: list[Message], sender: Sender) -> None:
+        self._check(messages)
+        words = Counter(word for m in messages for word in m.value.split())
+        current = self.counts.get_many(list(words))
+        self.counts.put_many({w: current.get(w, 0) + n for w, n in words.items()})
+
+    def _check(self, messages: list[Message]) -> None:
+        if len(messages) > self.batch_size:
+            raise AssertionError(f"batch of {len(messages)} > batch_size {self.batch_size}")
+        topics = [m.topic for i, m in enumerate(messages) if i == 0 or
+                  messages[i - 1].topic != m.topic]
+        if len(topics) != len(set(topics)):
+            raise AssertionError(f"topics interleaved within a batch: {topics}")
+        for m in messages:
+            if m.partition != self.partition:
+                raise AssertionError(f"partition {m.partition} given to {self.partition}")
+            if m.offset <= self.last_offsets.get(m.topic, -1):
+                raise AssertionError(f"{m.topic} offset {m.offset} after "
+                                     f"{self.last_offsets[m.topic]}")
+            self.last_offsets[m.topic] = m.offset
+
+
+def word_count_stores(_config: Config) -> list[Any]:
+    """The word count's store: a Redis table whose keys start with the processor name."""
+    return [RedisTable(STORE, url=redis_url(), key_serde="str", value_serde="json")]

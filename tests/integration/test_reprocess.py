@@ -1,0 +1,261 @@
+"""Reprocessing with Spark on a real broker and a local[2] session: parity with the live
+loop (outputs and store state), the handoff to the live group, refusals and bad ranges."""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+import reprocess_processors as procs
+import structlog
+from confluent_kafka import Consumer, Producer
+
+from kasper_py import Config, ReprocessError, TopicProcessor
+from kasper_py.reprocess import (
+    HandoffRefusedError,
+    RangeError,
+    main,
+    reprocess,
+    spark_session,
+)
+from kasper_py.stack import redis_url
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark]
+
+NO_SPARK: Any = object()
+"""Passed as the session where the error must come before Spark is used at all."""
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[Any]:
+    """One local[2] session for the module, with the test processors shipped to it."""
+    session = spark_session("local[2]", conf={"spark.ui.enabled": "false",
+                                              "spark.ui.showConsoleProgress": "false"})
+    session.sparkContext.addPyFile(procs.__file__)
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def restore_logging() -> Iterator[None]:
+    """The CLI configures logging onto pytest's captured stream: undo it afterwards."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+    structlog.reset_defaults()
+
+
+def config(bootstrap: str, name: str, topics: list[str], **kwargs: Any) -> Config:
+    values: dict[str, Any] = {"batch_size": 500, "batch_wait": 0.2}
+    values.update(kwargs)
+    return Config(name=name, bootstrap_servers=bootstrap, input_topics=topics, **values)
+
+
+def run_live(cfg: Config, factory: Callable[..., Any], **kwargs: Any) -> None:
+    processor = TopicProcessor(cfg, factory, **kwargs)
+    try:
+        processor.run_loop(until_caught_up=True)
+    finally:
+        processor.close()
+
+
+def outputs(kafka: Any, topic: str) -> Counter[tuple[Any, ...]]:
+    return Counter((m.partition(), m.key(), m.value(), tuple(m.headers() or ()))
+                   for m in kafka.read_all(topic))
+
+
+def test_parity_200k_outputs_match_the_live_loop(bootstrap, new_topic, kafka, unique_name,
+                                                 spark) -> None:
+    """200k messages through the live loop and through reprocessing: same output multiset
+    (partition, key, value with its input coordinates and timestamp, headers)."""
+    source = new_topic("in", partitions=4)
+    live_out, spark_out = new_topic("live", partitions=4), new_topic("spark", partitions=4)
+    for p in range(4):
+        kafka.produce(source, [(b"k%d" % (i % 997), b"v%d-%d" % (p, i)) for i in range(50_000)],
+                      partition=p)
+    _produce_with_headers(kafka, source)
+    total = 200_000 + 8
+    run_live(config(bootstrap, unique_name("live"), [source], batch_size=2000),
+             partial(procs.Tagged, output=live_out))
+    result = reprocess(config(bootstrap, unique_name("spark"), [source], batch_size=2000),
+                       partial(procs.Tagged, output=spark_out), spark=spark)
+    assert (result.messages, result.produced) == (total, total)
+    assert sorted(p.partition for p in result.partitions) == [0, 1, 2, 3]
+    live, replayed = outputs(kafka, live_out), outputs(kafka, spark_out)
+    assert sum(live.values()) == total
+    assert replayed == live
+
+
+def _produce_with_headers(kafka: Any, topic: str) -> None:
+    producer = Producer({"bootstrap.servers": kafka.bootstrap})
+    for p in range(4):
+        for i in range(2):
+            producer.produce(topic, b"with-headers-%d" % i, key=b"h", partition=p,
+                             headers=[("trace", b"\x00\xff%d" % i), ("empty", None)])
+    assert producer.flush(30) == 0
+
+
+def test_word_count_reaches_the_same_state_both_ways(bootstrap, new_topic, kafka, unique_name,
+                                                     spark) -> None:
+    """A stateful word count over two co-partitioned topics leaves the same Redis state
+    when run live and when reprocessed, and both equal the counts computed here."""
+    topics = [new_topic("lines-a", partitions=2), new_topic("lines-b", partitions=2)]
+    vocabulary = [f"w{i}" for i in range(150)]
+    rng = random.Random(5)
+    expected: Counter[tuple[int, str]] = Counter()
+    for topic in topics:
+        for p in range(2):
+            lines = [" ".join(rng.choices(vocabulary, k=6)) for _ in range(10_000)]
+            expected.update((p, w) for line in lines for w in line.split())
+            kafka.produce(topic, [line.encode() for line in lines], partition=p)
+    live_name, spark_name = unique_name("wc-live"), unique_name("wc-spark")
+    for name in (live_name, spark_name):
+        cfg = config(bootstrap, name, topics, value_serde="str", batch_size=700)
+        if name == live_name:
+            run_live(cfg, procs.WordCount, stores=procs.word_count_stores(cfg))
+        else:
+            reprocess(cfg, procs.WordCount, stores=procs.word_count_stores(cfg),
+                      output="stores", spark=spark)
+    client = redis.Redis.from_url(redis_url())
+    assert _counts(client, live_name) == dict(expected)
+    assert _counts(client, spark_name) == dict(expected)
+
+
+def _counts(client: Any, name: str) -> dict[tuple[int, str], int]:
+    counts = {}
+    for key in client.scan_iter(match=f"{name}/{procs.STORE}/*", count=1000):
+        _, _, partition, word = key.decode().split("/", 3)
+        counts[int(partition), word] = json.loads(client.get(key))
+    client.delete(*client.keys(f"{name}/*"))
+    return counts
+
+
+def test_handoff_then_live_loop_processes_each_message_once(bootstrap, new_topic, kafka,
+                                                             unique_name, spark) -> None:
+    """Reprocess up to explicit offsets and hand off; the live loop then resumes exactly
+    there: every input message (old and new) is output exactly once across the two."""
+    source, output = new_topic("in", partitions=2), new_topic("out", partitions=2)
+    for p in range(2):
+        kafka.produce(source, [b"old-%d" % i for i in range(3000)], partition=p)
+    cfg = config(bootstrap, unique_name("handoff"), [source])
+    factory = partial(procs.Tagged, output=output)
+    ends = {(source, 0): 1000, (source, 1): 2500}
+    result = reprocess(cfg, factory, end=ends, handoff=True, spark=spark)
+    assert result.handed_off and result.messages == 3500
+    assert kafka.committed(cfg.group, source, 2) == {0: 1000, 1: 2500}
+    for p in range(2):
+        kafka.produce(source, [b"new-%d" % i for i in range(500)], partition=p)
+    run_live(cfg, factory)
+    seen = Counter(tuple(m.value().split(b"|")[1:3]) for m in kafka.read_all(output))
+    assert sum(seen.values()) == 7000
+    assert set(seen.values()) == {1}
+    assert set(seen) == {(b"%d" % p, b"%d" % o) for p in range(2) for o in range(3500)}
+    assert kafka.committed(cfg.group, source, 2) == {0: 3500, 1: 3500}
+
+
+def test_handoff_refused_while_the_group_is_active(bootstrap, new_topic, kafka, unique_name,
+                                                   spark) -> None:
+    """A member in the live group makes reprocess(handoff=True) refuse before any work:
+    nothing produced, offsets untouched, and the error names the group and member."""
+    source, output = new_topic("in"), new_topic("out")
+    kafka.produce(source, [b"m%d" % i for i in range(100)])
+    cfg = config(bootstrap, unique_name("active"), [source])
+    member = Consumer({"bootstrap.servers": bootstrap, "group.id": cfg.group,
+                       "client.id": "live-member", "enable.auto.commit": False})
+    member.subscribe([source])
+    try:
+        deadline = time.monotonic() + 30
+        while not member.assignment() and time.monotonic() < deadline:
+            member.poll(0.2)
+        assert member.assignment(), "the member never joined"
+        with pytest.raises(HandoffRefusedError) as info:
+            reprocess(cfg, partial(procs.Tagged, output=output), handoff=True, spark=NO_SPARK)
+    finally:
+        member.close()
+    text = str(info.value)
+    assert cfg.group in text and "is active" in text and "live-member" in text
+    assert "force=True" in text
+    assert kafka.committed(cfg.group, source) == {0: None}
+    assert kafka.read_all(output) == []
+
+
+def test_failing_processor_fails_the_job_without_handoff(bootstrap, new_topic, kafka,
+                                                          unique_name, spark) -> None:
+    """process() raising in a Spark task fails the job with a ReprocessError that names
+    the partition, offsets and cause; the live group's offsets are not moved."""
+    source, output = new_topic("in"), new_topic("out")
+    kafka.produce(source, [b"ok-%d" % i for i in range(20)] + [b"poison"])
+    cfg = config(bootstrap, unique_name("fails"), [source], batch_size=8)
+    with pytest.raises(ReprocessError) as info:
+        reprocess(cfg, partial(procs.Tagged, output=output, fail_on=b"poison"), handoff=True,
+                  spark=spark)
+    text = str(info.value)
+    assert "process() of partition 0 raised ValueError: cannot handle b'poison'" in text
+    assert f"{source}[0] offsets 16..20" in text
+    assert kafka.committed(cfg.group, source) == {0: None}
+
+
+def test_bad_ranges_fail_before_spark_with_clear_errors(bootstrap, new_topic, kafka,
+                                                        unique_name) -> None:
+    """End before start, an unknown topic, offsets outside the watermarks, a partition that
+    is not an input, and times in the wrong order: each a RangeError naming the problem."""
+    source = new_topic("in", partitions=2)
+    kafka.produce(source, [b"m%d" % i for i in range(100)], partition=0)
+    cfg = config(bootstrap, unique_name("bad"), [source])
+    factory = partial(procs.Tagged, output="unused")
+    cases = [
+        ({"start": {(source, 0): 50}, "end": {(source, 0): 10}},
+         f"end before start for {source}[0]: end offset 10 < start offset 50"),
+        ({"end": {(source, 0): 5000}},
+         f"end offset 5000 of {source}[0] is outside its watermarks 0 (earliest) to 100"),
+        ({"start": {(source, 7): 0}}, f"{source}[7], which is not an input partition"),
+        ({"start": datetime.now(UTC), "end": datetime.now(UTC) - timedelta(hours=1)},
+         f"end before start for {source}[0]: end offset 0 < start offset 100"),
+    ]
+    for kwargs, message in cases:
+        with pytest.raises(RangeError) as info:
+            reprocess(cfg, factory, spark=NO_SPARK, **kwargs)
+        assert message in str(info.value)
+    missing = unique_name("no-such-topic")
+    with pytest.raises(RangeError, match=f"unknown topic '{missing}'"):
+        reprocess(config(bootstrap, unique_name("bad"), [missing]), factory, spark=NO_SPARK)
+    with pytest.raises(ReprocessError, match="output='stores' needs the stores"):
+        reprocess(cfg, factory, output="stores", spark=NO_SPARK)
+
+
+@pytest.mark.usefixtures("spark", "restore_logging")
+def test_cli_reprocesses_into_stores_and_hands_off(bootstrap, new_topic, kafka, unique_name,
+                                                   capsys) -> None:
+    """`python -m kasper_py.reprocess` with --stores, --output stores, explicit --end
+    offsets and --handoff: exit 0, a summary line, the state written, the group moved."""
+    source = new_topic("lines")
+    kafka.produce(source, [b"a b", b"b c", b"c d", b"d e"])
+    name = unique_name("cli")
+    code = main([f"{procs.__name__}:WordCount", "--app-dir", str(Path(procs.__file__).parent),
+                 "--stores", f"{procs.__name__}:word_count_stores", "--output", "stores",
+                 "--end", f"{source}:0=3", "--handoff", "--name", name,
+                 "--bootstrap-servers", bootstrap, "--input-topics", source,
+                 "--log-format", "json"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "reprocessed 3 messages" in out and f"group {name} resumes at {source}[0] 3" in out
+    assert kafka.committed(name, source) == {0: 3}
+    client = redis.Redis.from_url(redis_url())
+    assert _counts(client, name) == {(0, "a"): 1, (0, "b"): 2, (0, "c"): 2, (0, "d"): 1}
+    code = main([f"{procs.__name__}:WordCount", "--app-dir", str(Path(procs.__file__).parent),
+                 "--end", f"{source}:0=99", "--name", name, "--bootstrap-servers", bootstrap,
+                 "--input-topics", source, "--log-format", "json"])
+    assert code == 3
+    assert f"end offset 99 of {source}[0] is outside its watermarks" in capsys.readouterr().err

@@ -1,0 +1,171 @@
+"""What a Spark task does with Arrow batches of Kafka records, without Spark or a broker:
+batches of batch_size across Arrow batch boundaries, one processor per partition, the
+loop's order with stores, headers/timestamps/serdes, and errors naming offsets."""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterable
+from typing import Any, ClassVar
+
+import pytest
+
+from kasper_py import Config, Message, MessageProcessor, OffsetError, ProcessingError, Sender
+from kasper_py.message import OutgoingMessage
+from kasper_py.processor import ProcessorContext
+from kasper_py.reprocess._task import COLUMNS, PartitionStats, TaskSpec, run_task
+from kasper_py.stores.memory import MemoryTable
+
+pa = pytest.importorskip("pyarrow")
+
+
+class FakeProducer:
+    """Records what was produced and when acks were awaited."""
+
+    def __init__(self, log: list[Any]) -> None:
+        self.log = log
+
+    def produce(self, messages: Iterable[OutgoingMessage]) -> None:
+        self.log.append(("produce", list(messages)))
+
+    def wait_for_acks(self) -> None:
+        self.log.append(("acks",))
+
+    def close(self) -> None:
+        self.log.append(("close",))
+
+
+class Recorder(MessageProcessor):
+    """Keeps every batch it was given; echoes each value upper-cased to ``out``."""
+
+    instances: ClassVar[list[Recorder]] = []
+
+    def __init__(self, context: ProcessorContext) -> None:
+        self.partition = context.partition
+        self.batches: list[list[Message]] = []
+        self.closed = False
+        self.store = context.stores.get("seen")
+        Recorder.instances.append(self)
+
+    def process(self, messages: list[Message], sender: Sender) -> None:
+        self.batches.append(messages)
+        for m in messages:
+            if m.value in ("boom", b"boom"):
+                raise ValueError("boom")
+            sender.send("out", m.value.upper(), key=m.key)
+        if self.store is not None:
+            self.store.put(len(self.batches), [m.offset for m in messages])
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def arrow(rows: list[tuple[Any, ...]]) -> Any:
+    """An Arrow batch of COLUMNS from (topic, partition, offset, value[, headers]) rows."""
+    columns: dict[str, list[Any]] = {name: [] for name in COLUMNS}
+    for topic, partition, offset, value, *headers in rows:
+        values = [topic, partition, offset, b"k%d" % offset, value, 1000 + offset,
+                  -1 if offset == 3 else 0, headers[0] if headers else None]
+        for name, cell in zip(COLUMNS, values, strict=True):
+            columns[name].append(cell)
+    return pa.RecordBatch.from_pydict(columns)
+
+
+def run(batches: list[Any], *, batch_size: int = 3, topics: tuple[str, ...] = ("t",),
+        stores: tuple[Any, ...] = (), output: str = "kafka", **config: Any
+        ) -> tuple[list[dict[str, Any]], list[Any], list[PartitionStats]]:
+    Recorder.instances.clear()
+    cfg = Config(name="unit", bootstrap_servers="in-memory:0", input_topics=topics,
+                 batch_size=batch_size, **config)
+    spec = TaskSpec(cfg, Recorder, stores, output)  # type: ignore[arg-type]
+    log: list[Any] = []
+    reported: list[PartitionStats] = []
+    results = list(run_task(spec, batches, reported.extend, lambda _c: FakeProducer(log)))
+    rows = [row for batch in results for row in batch.to_pylist()]
+    return rows, log, reported
+
+
+def test_batches_of_batch_size_span_arrow_batches() -> None:
+    """7 records in Arrow batches of 2 and 5 reach process() as 3, 3, 1; acks at the end."""
+    rows, log, reported = run([arrow([("t", 0, o, b"v%d" % o) for o in range(2)]),
+                               arrow([("t", 0, o, b"v%d" % o) for o in range(2, 7)])])
+    (processor,) = Recorder.instances
+    assert [[m.offset for m in b] for b in processor.batches] == [[0, 1, 2], [3, 4, 5], [6]]
+    assert processor.closed
+    assert [entry[0] for entry in log] == ["produce"] * 3 + ["acks", "close"]
+    assert [m.value for m in log[0][1]] == [b"V0", b"V1", b"V2"]
+    assert len(rows) == 1 and rows[0]["messages"] == 7 and rows[0]["produced"] == 7
+    assert rows[0]["batches"] == 3 and json.loads(rows[0]["ranges"]) == {"t": [0, 6]}
+    assert [s.partition for s in reported] == [0]
+
+
+def test_message_fields_headers_timestamps_and_serdes() -> None:
+    """Keys and values go through the serdes; headers come from Spark's JSON (base64
+    values, null kept); a timestampType of -1 means no timestamp."""
+    headers = json.dumps([{"key": "h", "value": base64.b64encode(b"\x00\xff").decode()},
+                          {"key": "n", "value": None}])
+    run([arrow([("t", 0, 2, b"two", headers), ("t", 0, 3, b"three")])], key_serde="str",
+        value_serde="str")
+    first, second = Recorder.instances[0].batches[0]
+    assert first == Message("t", 0, 2, "k2", "two", 1002, (("h", b"\x00\xff"), ("n", None)))
+    assert second == Message("t", 0, 3, "k3", "three", None, ())
+
+
+def test_one_processor_per_partition_in_turn() -> None:
+    """Runs of partitions 0 then 1 get their own processors, each closed when its run ends."""
+    rows, _, _ = run([arrow([("t", 0, 0, b"a"), ("t", 0, 1, b"b"), ("t", 1, 0, b"c")]),
+                      arrow([("t", 1, 1, b"d")])])
+    assert [(p.partition, [[m.value for m in b] for b in p.batches])
+            for p in Recorder.instances] == [(0, [[b"a", b"b"]]), (1, [[b"c", b"d"]])]
+    assert all(p.closed for p in Recorder.instances)
+    assert [(r["partition"], r["messages"]) for r in rows] == [(0, 2), (1, 2)]
+
+
+def test_partition_seen_twice_in_a_task_fails() -> None:
+    """A partition's records split in two runs would split its state: OffsetError."""
+    with pytest.raises(OffsetError, match="partition 0 reached this task in two separate runs"):
+        run([arrow([("t", 0, 0, b"a"), ("t", 1, 0, b"b"), ("t", 0, 1, b"c")])])
+
+
+def test_offsets_going_backwards_fail() -> None:
+    """Within a partition each topic's offsets must increase, across batches too."""
+    with pytest.raises(OffsetError, match=r"t\[0\] offsets are not increasing"):
+        run([arrow([("t", 0, 5, b"a"), ("t", 0, 6, b"b")]), arrow([("t", 0, 4, b"c")])],
+            batch_size=2)
+
+
+def test_several_topics_are_grouped_topic_by_topic() -> None:
+    """A batch interleaving two topics reaches process() topic by topic, in order of
+    first appearance, as the loop's batches do."""
+    run([arrow([("a", 0, 0, b"1"), ("b", 0, 0, b"2"), ("a", 0, 1, b"3"), ("b", 0, 1, b"4")])],
+        batch_size=4, topics=("a", "b"))
+    (batch,) = Recorder.instances[0].batches
+    assert [(m.topic, m.offset) for m in batch] == [("a", 0), ("a", 1), ("b", 0), ("b", 1)]
+
+
+def test_stores_flush_every_batch_and_output_stores_discards() -> None:
+    """With stores, each batch is flushed with its next offsets and acked before the next;
+    output='stores' produces nothing and counts what it discarded."""
+    table = MemoryTable("seen")
+    rows, log, _ = run([arrow([("t", 0, o, b"v") for o in range(5)])], batch_size=2,
+                       stores=(table,), output="stores")
+    store = table.partitions[0]
+    assert store.flushes == 3 and dict(store.items()) == {1: [0, 1], 2: [2, 3], 3: [4]}
+    assert [entry[0] for entry in log] == ["acks"] * 4 + ["close"]
+    assert rows[0]["produced"] == 0 and rows[0]["discarded"] == 5
+
+
+def test_processor_error_names_partition_and_offsets() -> None:
+    """process() raising becomes a ProcessingError naming the batch; processors close."""
+    with pytest.raises(ProcessingError) as info:
+        run([arrow([("t", 0, 0, b"ok"), ("t", 0, 1, b"ok"), ("t", 0, 2, b"boom")])])
+    assert "process() of partition 0 raised ValueError: boom (t[0] offsets 0..2)" in str(
+        info.value)
+    assert Recorder.instances[0].closed
+
+
+def test_empty_task_yields_no_rows() -> None:
+    """A task given no records returns no stats (Spark needs no empty, column-less batch)."""
+    rows, log, reported = run([])
+    assert rows == [] and reported == [] and log == [("close",)]
