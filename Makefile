@@ -38,6 +38,8 @@ test: stack lint
 
 bench: stack
 	$(BIN)/python bench/bench_passthrough.py
+	$(BIN)/python bench/bench_stores.py
+	$(BIN)/python bench/bench_reprocess.py
 
 down:
 	$(BIN)/python -m kasper_py.stack down all

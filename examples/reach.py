@@ -6,6 +6,10 @@ record of the same users, and one MessageProcessor per partition joins them with
 plain dict, no shuffle and no remote lookup. For every tweet it sends
 {"tweet_id", "user", "reach"} to `reach`, where reach is the user's follower count.
 
+A tweet is joined with the follower counts that arrived in its own batch or an
+earlier one: like any stream-table join without time alignment, a tweet that
+overtakes its user's first follower count gets reach 0.
+
 Delivery: at-least-once. After a crash the last uncommitted batch is replayed, so a
 tweet's reach can be sent twice; the follower table is plain memory and is rebuilt
 from `followers` only for records not yet committed (use a RocksDB table, see
@@ -33,19 +37,21 @@ TWEETS, FOLLOWERS, REACH = "tweets", "followers", "reach"
 class ReachProcessor(MessageProcessor):
     """Keeps one partition's follower counts and sends each tweet's reach."""
 
-    def __init__(self, context: ProcessorContext, reach_topic: str = REACH) -> None:
+    def __init__(self, context: ProcessorContext, prefix: str = "") -> None:
         self.partition = context.partition
         self.followers: dict[str, int] = {}
-        self.reach_topic = reach_topic
+        self.tweets_topic = prefix + TWEETS
+        self.followers_topic = prefix + FOLLOWERS
+        self.reach_topic = prefix + REACH
 
     def process(self, messages: list[Message], sender: Sender) -> None:
         # Within a batch, topics arrive interleaved in no fixed order; applying the
         # follower updates first makes the result independent of that order.
         for message in messages:
-            if message.topic.startswith(FOLLOWERS):
+            if message.topic == self.followers_topic:
                 self.followers[message.value["user"]] = message.value["followers"]
         for message in messages:
-            if message.topic.startswith(TWEETS):
+            if message.topic == self.tweets_topic:
                 user = message.value["user"]
                 reach = {"tweet_id": message.value["tweet_id"], "user": user,
                          "reach": self.followers.get(user, 0)}
@@ -86,23 +92,30 @@ def produce_sample(bootstrap: str, prefix: str, partitions: int, tweets: int) ->
     return followers
 
 
-def summarise(bootstrap: str, topic: str, count: int) -> dict[str, Any]:
-    """Read `count` reach messages back and summarise them."""
-    from confluent_kafka import Consumer
+def summarise(bootstrap: str, topic: str, count: int, timeout: float = 60.0,
+              followers: dict[str, int] | None = None) -> dict[str, Any]:
+    """Read `count` reach messages back (or what arrives within `timeout`) and summarise;
+    with `followers`, also count the messages whose reach differs from it."""
+    import time
+
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"summary-{uuid.uuid4()}",
-                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
-    consumer.subscribe([topic])
+                         "enable.auto.commit": False})
+    partitions = consumer.list_topics(topic, timeout=30).topics[topic].partitions
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
     reach: list[dict[str, Any]] = []
-    while len(reach) < count:
-        batch = consumer.consume(10_000, 10)
-        if not batch:
-            break
+    deadline = time.monotonic() + timeout
+    while len(reach) < count and time.monotonic() < deadline:
+        batch = consumer.consume(10_000, 0.5)
         reach.extend(json.loads(m.value()) for m in batch if m.error() is None)
     consumer.close()
     top = Counter({r["user"]: r["reach"] for r in reach}).most_common(3)
-    return {"reach_messages": len(reach), "total_reach": sum(r["reach"] for r in reach),
-            "users": len({r["user"] for r in reach}), "top_users_by_reach": top}
+    summary = {"reach_messages": len(reach), "total_reach": sum(r["reach"] for r in reach),
+               "users": len({r["user"] for r in reach}), "top_users_by_reach": top}
+    if followers is not None:
+        summary["wrong_reach"] = sum(r["reach"] != followers[r["user"]] for r in reach)
+    return summary
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -120,8 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.sample:
         produce_sample(args.bootstrap, args.prefix, args.partitions, args.sample)
-    reach_topic = args.prefix + REACH
-    processor = TopicProcessor(make_config(args), lambda c: ReachProcessor(c, reach_topic))
+    processor = TopicProcessor(make_config(args), lambda c: ReachProcessor(c, args.prefix))
     signal.signal(signal.SIGTERM, lambda *_: processor.close())
     try:
         processor.run_loop(until_caught_up=args.until_caught_up)

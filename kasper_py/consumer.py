@@ -5,10 +5,11 @@ exceptions become kasper_py's here and nowhere else.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from confluent_kafka import OFFSET_INVALID, Consumer, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException, TopicPartition
 
 from kasper_py.config import Config
 from kasper_py.exceptions import CommitError, ConsumeError, TopicError
@@ -17,6 +18,10 @@ __all__ = ["InputConsumer"]
 
 TopicPartitionKey = tuple[str, int]
 _METADATA_TIMEOUT = 30.0
+# The group coordinator moves or is still loading (a new broker, a new __consumer_offsets
+# partition): librdkafka reports these to committed() instead of retrying them.
+_COORDINATOR_BUSY = frozenset({KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+                               KafkaError.COORDINATOR_NOT_AVAILABLE})
 
 
 class InputConsumer:
@@ -81,10 +86,18 @@ class InputConsumer:
     ) -> dict[TopicPartitionKey, int | None]:
         """The group's committed next offsets (``None`` where nothing is committed)."""
         tps = [TopicPartition(t, p) for t, p in (keys if keys is not None else self.assigned)]
-        try:
-            result = self._consumer.committed(tps, timeout=_METADATA_TIMEOUT)
-        except KafkaException as exc:
-            raise ConsumeError(f"reading committed offsets failed: {exc.args[0]}") from exc
+        deadline = time.monotonic() + _METADATA_TIMEOUT
+        while True:
+            try:
+                result = self._consumer.committed(tps, timeout=_METADATA_TIMEOUT)
+                break
+            except KafkaException as exc:
+                busy = exc.args[0].code() in _COORDINATOR_BUSY
+                if not busy or time.monotonic() >= deadline:
+                    raise ConsumeError(
+                        f"reading committed offsets of group {self._config.group!r} failed: "
+                        f"{exc.args[0]}") from exc
+                time.sleep(0.2)
         return {(tp.topic, tp.partition): (None if tp.offset < 0 else tp.offset) for tp in result}
 
     def positions(self) -> dict[TopicPartitionKey, int | None]:

@@ -54,7 +54,8 @@ class TopicProcessor:
         self.config = config
         self._factory = factory
         self._store_specs = list(stores)
-        self._observer: LoopObserver = observer or NoopObserver()
+        self._owned_observer = observer is None and config.metrics_port is not None
+        self._observer: LoopObserver = observer or _default_observer(config)
         self._consumer = InputConsumer(config)
         self._producer = OutputProducer(config)
         self._offsets = OffsetTracker()
@@ -144,6 +145,9 @@ class TopicProcessor:
             context = ProcessorContext(partition, self.config, stores)
             self._processors[partition] = self._factory(context)
         self._consumer.assign(partitions)
+        for tp, offset in self._consumer.committed().items():
+            if offset is not None:
+                self._offsets.mark_committed({tp: offset})
         self._outputs_first = any(
             store.effectively_once for stores in self._stores.values() for store in stores.values())
         self._started = True
@@ -228,7 +232,7 @@ class TopicProcessor:
             _log.info("kasper.batch", processor=self.config.name, topic=topic,
                       partition=partition, first_offset=offsets.first,
                       last_offset=offsets.last, consumed=offsets.count,
-                      produced=stats.produced,
+                      turn_produced=stats.produced,
                       **{f"{step}_ms": round(s * 1000, 2) for step, s in stats.durations.items()})
 
     # -- helpers --------------------------------------------------------------
@@ -263,7 +267,15 @@ class TopicProcessor:
             store = self._store_call(spec.name, partition, spec.open, runtime)
             stores[spec.name] = store
             for tp, offset in store.applied_offsets().items():
-                self._skip_below[tp] = max(offset, self._skip_below.get(tp, 0))
+                self._skip_below[tp] = min(offset, self._skip_below.get(tp, offset))
+        exact = [name for name, store in stores.items() if store.effectively_once]
+        if exact and len(stores) > 1:
+            for store in stores.values():
+                store.close()
+            raise StoreError(
+                f"store {exact[0]!r} is effectively-once, so it must be the processor's only "
+                f"store (got {sorted(stores)}): replay skips input its offsets cover, which "
+                "the other stores may not have applied")
         self._stores[partition] = stores
         return dict(stores)
 
@@ -322,4 +334,17 @@ class TopicProcessor:
         self._producer.close()
         self._consumer.close()
         self._observer.on_stop()
+        if self._owned_observer:
+            close_observer = getattr(self._observer, "close", None)
+            if close_observer is not None:
+                close_observer()
         _log.info("kasper.closed", processor=self.config.name)
+
+
+def _default_observer(config: Config) -> LoopObserver:
+    """Prometheus metrics served on ``config.metrics_port`` when it is set, else none."""
+    if config.metrics_port is None:
+        return NoopObserver()
+    from kasper_py.metrics import observer_for  # noqa: PLC0415 - prometheus-client is optional
+
+    return observer_for(config)

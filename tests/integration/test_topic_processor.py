@@ -23,6 +23,7 @@ from kasper_py import (
     ProcessorContext,
     ProduceError,
     Sender,
+    StoreError,
     TopicError,
     TopicProcessor,
 )
@@ -238,7 +239,8 @@ def test_kill_minus_nine_loses_nothing(bootstrap, new_topic, kafka, unique_name)
     rng = random.Random()
     committed_at_kill = []
     for _ in range(kills):
-        worker = subprocess.Popen(args, env=env, stdout=subprocess.PIPE)
+        # ~30 ms per partition batch: a run takes seconds, so a kill lands mid-run.
+        worker = subprocess.Popen([*args, "--pause", "0.03"], env=env, stdout=subprocess.PIPE)
         assert worker.stdout is not None and worker.stdout.readline() == b"started\n"
         time.sleep(rng.uniform(0.3, 1.2))
         worker.kill()
@@ -277,3 +279,54 @@ def test_json_serde_end_to_end(bootstrap, new_topic, kafka, unique_name) -> None
         {"n": 2 * i} for i in range(5)]
 
 
+
+
+def test_effectively_once_store_must_be_the_only_store(bootstrap, new_topic, kafka,
+                                                       unique_name) -> None:
+    """Replay skipping would cover the other store's writes too: refused at start, with
+    nothing processed or committed."""
+    from kasper_py.stores.base import StoreRuntime
+    from kasper_py.stores.memory import MemoryStore, MemoryTable
+
+    class ExactTable(MemoryTable):
+        def open(self, runtime: StoreRuntime) -> MemoryStore:
+            store = super().open(runtime)
+            store.effectively_once = True
+            return store
+
+    source = new_topic("in")
+    name = unique_name("eo-mix")
+    kafka.produce(source, [b"a", b"b"])
+    processor = TopicProcessor(config(bootstrap, name, [source]), lambda c: Upper(c, source),
+                               stores=[ExactTable("exact"), MemoryTable("plain")])
+    with pytest.raises(StoreError, match=r"store 'exact' is effectively-once, so it must be "
+                                         r"the processor's only store \(got \['exact', 'plain'\]\)"):
+        processor.run_loop(until_caught_up=True)
+    assert kafka.committed(name, source) == {0: None}
+
+
+def test_metrics_port_serves_metrics_and_health_while_running(bootstrap, new_topic, kafka,
+                                                               unique_name) -> None:
+    """With metrics_port set and no observer given, the loop serves /metrics and /health
+    itself, counts what it consumed, and frees the port on close()."""
+    import socket
+    import urllib.request
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    source, output = new_topic("in"), new_topic("out")
+    name = unique_name("served")
+    kafka.produce(source, [b"v%d" % i for i in range(30)])
+    processor = TopicProcessor(config(bootstrap, name, [source], metrics_port=port),
+                               lambda c: Upper(c, output))
+    processor.run_loop(until_caught_up=True)
+    base = f"http://127.0.0.1:{port}"
+    metrics = urllib.request.urlopen(f"{base}/metrics", timeout=10).read().decode()
+    line = (f'kasper_messages_consumed_total{{partition="0",processor="{name}",'
+            f'topic="{source}"}} 30.0')
+    assert line in metrics
+    assert urllib.request.urlopen(f"{base}/health/ready", timeout=10).status == 200
+    processor.close()
+    with pytest.raises(OSError):
+        urllib.request.urlopen(f"{base}/metrics", timeout=5)

@@ -1,0 +1,150 @@
+"""Every example in examples/ runs end to end on the stack and produces exactly what
+its docstring promises. Each test uses its own topics, group and state folder."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import json
+import random
+import re
+import sys
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+pytest.register_assert_rewrite("conftest_stores")
+from conftest_stores import free_port  # isort: skip  # noqa: E402 - after register_assert_rewrite
+
+pytest_plugins = ["conftest_stores"]
+pytestmark = pytest.mark.integration
+
+EXAMPLES = Path(__file__).parents[2] / "examples"
+
+
+def example(name: str) -> ModuleType:
+    if str(EXAMPLES) not in sys.path:
+        sys.path.insert(0, str(EXAMPLES))
+    return importlib.import_module(name)
+
+
+def test_demo_joins_every_tweet_with_its_users_followers(
+        bootstrap: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    port = free_port()
+    monkeypatch.setenv("KASPER_BOOTSTRAP_SERVERS", bootstrap)
+    demo = example("demo")
+    monkeypatch.setattr(demo, "METRICS_PORT", port)
+    monkeypatch.setattr(demo, "TWEET_COUNT", 3000)
+
+    assert demo.main() == 0
+
+    out = capsys.readouterr().out
+    assert "every tweet has its reach: True (3000/3000)" in out
+    assert f"http://127.0.0.1:{port}/metrics" in out
+    summary = json.loads(out.split("output summary:", 1)[1].split("\nevery tweet", 1)[0])
+    assert summary["reach_messages"] == 3000 and summary["wrong_reach"] == 0
+    committed = re.findall(r"tweets\[\d\]=(\d+)", out)
+    assert sum(int(o) for o in committed) == 3000  # every tweet's offset is committed
+
+
+def test_word_count_sends_increments_that_sum_to_the_exact_counts(
+        bootstrap: str, new_topic: Callable[..., str], unique_name: Callable[[str], str],
+        kafka: Any) -> None:
+    lines_topic, counts_topic = new_topic("lines", partitions=2), new_topic("word-counts")
+    lines = [f"the {'kafka ' * (n % 3)}batch {n % 5}" for n in range(400)]
+    kafka.produce(lines_topic, [line.encode() for line in lines])
+    expected = Counter(word for line in lines for word in line.split())
+
+    assert example("word_count").main([
+        "--bootstrap", bootstrap, "--name", unique_name("wc"), "--input", lines_topic,
+        "--output", counts_topic, "--until-caught-up"]) == 0
+
+    totals: Counter[str] = Counter()
+    for message in kafka.read_all(counts_topic):
+        totals[message.key().decode()] += int(message.value())
+    assert totals == expected
+    assert kafka.committed(unique_name("wc"), lines_topic, 2) == {0: _high(kafka, lines_topic, 0),
+                                                                  1: _high(kafka, lines_topic, 1)}
+
+
+def test_rocksdb_wordcount_keeps_exact_totals_and_restores_them(
+        bootstrap: str, unique_name: Callable[[str], str], kafka: Any, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str], delete_changelogs: None) -> None:
+    module = example("rocksdb_wordcount")
+    lines_topic, totals_topic = unique_name("lines"), unique_name("word-totals")
+    rng = random.Random(7)  # the sample's own generator: the expected totals
+    expected = Counter(w for _ in range(500) for w in rng.choices(module.VOCABULARY, k=5))
+    args = ["--bootstrap", bootstrap, "--name", unique_name("rocks-wc"), "--input", lines_topic,
+            "--output", totals_topic, "--state-dir", str(tmp_path / "state"),
+            "--partitions", "1", "--until-caught-up"]
+
+    assert module.main([*args, "--sample", "500"]) == 0
+
+    last_total = {m.key().decode(): int(m.value()) for m in kafka.read_all(totals_topic)}
+    assert last_total == dict(expected)
+    assert_top_words(capsys.readouterr().out, expected)
+
+    # Lose the local folder: the next run restores the totals from the changelog first.
+    for path in sorted((tmp_path / "state").rglob("*"), reverse=True):
+        path.unlink() if path.is_file() else path.rmdir()
+    assert module.main(args) == 0
+    assert_top_words(capsys.readouterr().out, expected)
+
+
+def assert_top_words(out: str, expected: Counter[str]) -> None:
+    """The ``top words: [...]`` line lists five true totals, and the five highest ones
+    (which words among equal totals is not fixed)."""
+    line = next(line for line in out.splitlines() if line.startswith("top words: "))
+    printed = ast.literal_eval(line.removeprefix("top words: "))
+    assert all(expected[word] == total for word, total in printed), (printed, expected)
+    assert [total for _, total in printed] == [total for _, total in expected.most_common(5)]
+
+
+def test_redis_enrichment_attaches_every_clicks_profile(
+        bootstrap: str, unique_name: Callable[[str], str], kafka: Any, redis_url: str) -> None:
+    prefix, name = unique_name("enrich") + "-", unique_name("redis-enrichment")
+
+    assert example("redis_enrichment").main([
+        "--bootstrap", bootstrap, "--redis-url", redis_url, "--name", name, "--prefix", prefix,
+        "--sample", "300", "--until-caught-up"]) == 0
+
+    enriched = [json.loads(m.value()) for m in kafka.read_all(prefix + "enriched-clicks")]
+    assert len(enriched) == 300
+    wrong = [e for e in enriched if (e["profile"] or {}).get("name") != f"user {e['user'][1:]}"]
+    assert wrong == []
+
+
+@pytest.mark.cassandra
+def test_cassandra_aggregation_totals_equal_the_sample(
+        bootstrap: str, unique_name: Callable[[str], str], kafka: Any,
+        cassandra_contact: tuple[str, int], capsys: pytest.CaptureFixture[str]) -> None:
+    host, port = cassandra_contact
+    purchases, totals_topic = unique_name("purchases"), unique_name("customer-totals")
+
+    assert example("cassandra_aggregation").main([
+        "--bootstrap", bootstrap, "--cassandra", f"{host}:{port}",
+        "--name", unique_name("spend").replace("-", "_"), "--input", purchases,
+        "--output", totals_topic, "--sample", "300", "--until-caught-up"]) == 0
+
+    out = capsys.readouterr().out
+    spent = re.search(r"sample: 300 purchases, ([\d.]+) spent", out)
+    stored = re.search(r"in Cassandra: (\d+) purchases, ([\d.]+) spent", out)
+    assert spent is not None and stored is not None, out
+    assert stored.group(1) == "300"
+    assert float(stored.group(2)) == pytest.approx(float(spent.group(1)), abs=0.011)
+    last = {m.key().decode(): json.loads(m.value()) for m in kafka.read_all(totals_topic)}
+    assert sum(t["count"] for t in last.values()) == 300
+
+
+def _high(kafka: Any, topic: str, partition: int) -> int:
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": kafka.bootstrap, "group.id": "kasper-tests-high"})
+    try:
+        return int(consumer.get_watermark_offsets(TopicPartition(topic, partition), 10)[1])
+    finally:
+        consumer.close()
