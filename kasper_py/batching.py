@@ -73,8 +73,12 @@ def collect(
             return records
 
 
-def build_batch(records: Sequence[Any], key_serde: Serde, value_serde: Serde) -> Batch:
+def build_batch(records: Sequence[Any], key_serde: Serde, value_serde: Serde,
+                transient: Callable[[Any], bool] | None = None) -> Batch:
     """Decode confluent-kafka records into a ``Batch``; errors name topic, partition, offset.
+
+    A record carrying an error for which ``transient(record)`` is true (the client
+    retries it by itself) is left out; any other raises ``ConsumeError``.
 
     Messages of one partition number are grouped topic by topic (in the order the
     topics first arrived), each topic's in offset order. Raises ``ConsumeError`` for a
@@ -87,6 +91,8 @@ def build_batch(records: Sequence[Any], key_serde: Serde, value_serde: Serde) ->
     run_topic, run_partition, run = "", -1, []  # records come in runs of one partition
     for record in records:
         if record.error() is not None:
+            if transient is not None and transient(record):
+                continue
             raise _consume_error(record)
         topic, partition = record.topic(), record.partition()
         key, value = record.key(), record.value()

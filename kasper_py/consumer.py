@@ -9,6 +9,7 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+import structlog
 from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException, TopicPartition
 
 from kasper_py.config import Config
@@ -22,6 +23,12 @@ _METADATA_TIMEOUT = 30.0
 # partition): librdkafka reports these to committed() instead of retrying them.
 _COORDINATOR_BUSY = frozenset({KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
                                KafkaError.COORDINATOR_NOT_AVAILABLE})
+# Consumer errors that librdkafka retries by itself; the loop logs them and goes on.
+_TRANSIENT = _COORDINATOR_BUSY | {KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN,
+                                  KafkaError._TIMED_OUT, KafkaError.REQUEST_TIMED_OUT,
+                                  KafkaError.NETWORK_EXCEPTION}
+
+_log = structlog.get_logger("kasper_py")
 
 
 class InputConsumer:
@@ -65,6 +72,17 @@ class InputConsumer:
             return self._consumer.consume(num_messages=max_count, timeout=timeout)
         except KafkaException as exc:
             raise ConsumeError(f"consume failed: {exc.args[0]}") from exc
+
+    def transient_error(self, record: Any) -> bool:
+        """True (and logged) when ``record`` carries an error librdkafka recovers from by
+        itself: a moved or loading group coordinator, a lost connection, a timeout. No
+        message is skipped by ignoring it: the consumer's position does not move."""
+        error = record.error()
+        if error.fatal() or error.code() not in _TRANSIENT:
+            return False
+        _log.warning("kasper.consumer_error_retried", processor=self._config.name,
+                     error=error.str(), code=error.name())
+        return True
 
     def commit(self, next_offsets: dict[TopicPartitionKey, int]) -> None:
         """Commit synchronously; raise ``CommitError`` if any partition was refused."""

@@ -168,7 +168,8 @@ class TopicProcessor:
 
     def _next_batch(self) -> Batch:
         records = collect(self._consumer.consume, self.config.batch_size, self.config.batch_wait)
-        batch = build_batch(records, self.config.key_decoder, self.config.value_decoder)
+        batch = build_batch(records, self.config.key_decoder, self.config.value_decoder,
+                            self._consumer.transient_error)
         if self._skip_below:
             self._drop_applied(batch)
         return batch

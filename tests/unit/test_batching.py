@@ -89,6 +89,29 @@ def test_build_batch_raises_on_record_errors() -> None:
     assert "t[0]" in str(info.value)
 
 
+def test_transient_consumer_errors_are_retried_not_raised() -> None:
+    """A moved group coordinator (seen on a fresh broker) is left to librdkafka and the
+    batch goes on with the messages around it; an authorization error still stops it."""
+    from kasper_py import Config
+    from kasper_py.consumer import InputConsumer
+
+    consumer = InputConsumer(Config(name="n", bootstrap_servers="127.0.0.1:1",
+                                    input_topics=["t"]))
+    try:
+        busy = RawMessage(topic=None, partition=0, offset=-1,
+                          error=KafkaError(KafkaError.NOT_COORDINATOR))
+        batch = build_batch([raw("t", 0, 4), busy, raw("t", 0, 5)], BYTES, BYTES,
+                            consumer.transient_error)
+        assert [m.offset for m in batch.by_partition[0]] == [4, 5]
+        assert batch.next_offsets() == {("t", 0): 6}
+        denied = RawMessage(topic="t", partition=0, offset=-1,
+                            error=KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED))
+        with pytest.raises(ConsumeError, match=r"consuming t\[0\] failed"):
+            build_batch([raw("t", 0, 4), denied], BYTES, BYTES, consumer.transient_error)
+    finally:
+        consumer.close()
+
+
 def test_offsets_going_backwards_are_refused() -> None:
     """Within a batch, and against what was committed, offsets only move forward."""
     with pytest.raises(OffsetError, match="not increasing"):
