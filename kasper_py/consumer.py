@@ -10,7 +10,15 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import structlog
-from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    OFFSET_END,
+    OFFSET_INVALID,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    TopicPartition,
+)
 
 from kasper_py.config import Config
 from kasper_py.exceptions import CommitError, ConsumeError, TopicError
@@ -61,10 +69,21 @@ class InputConsumer:
             )
         return next(iter(counts.values()))
 
-    def assign(self, partitions: Sequence[int]) -> None:
-        """Assign ``partitions`` of every input topic, resuming from committed offsets."""
-        self.assigned = [(t, p) for t in self._config.input_topics for p in partitions]
-        self._consumer.assign([TopicPartition(t, p) for t, p in self.assigned])
+    def assign(self, partitions: Sequence[int]) -> dict[TopicPartitionKey, int | None]:
+        """Assign ``partitions`` of every input topic at their committed offsets (where
+        none is committed: ``auto_offset_reset``); returns the committed offsets.
+
+        The offsets are read here, with retries while the group coordinator moves or
+        loads, and handed to ``assign``: left to librdkafka, such a failure on a fresh
+        broker leaves the partitions without a start position and the loop idle.
+        """
+        keys = [(t, p) for t in self._config.input_topics for p in partitions]
+        committed = self.committed(keys)
+        reset = OFFSET_BEGINNING if self._config.auto_offset_reset == "earliest" else OFFSET_END
+        starts = {tp: reset if offset is None else offset for tp, offset in committed.items()}
+        self._consumer.assign([TopicPartition(t, p, starts[t, p]) for t, p in keys])
+        self.assigned = keys
+        return committed
 
     def consume(self, max_count: int, timeout: float) -> list[Any]:
         """Up to ``max_count`` raw records within ``timeout`` seconds."""

@@ -144,10 +144,8 @@ class TopicProcessor:
             stores = self._open_stores(partition)
             context = ProcessorContext(partition, self.config, stores)
             self._processors[partition] = self._factory(context)
-        self._consumer.assign(partitions)
-        for tp, offset in self._consumer.committed().items():
-            if offset is not None:
-                self._offsets.mark_committed({tp: offset})
+        committed = self._consumer.assign(partitions)
+        self._offsets.mark_committed({tp: o for tp, o in committed.items() if o is not None})
         self._outputs_first = any(
             store.effectively_once for stores in self._stores.values() for store in stores.values())
         self._started = True
