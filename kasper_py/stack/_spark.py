@@ -16,11 +16,12 @@ from kasper_py.stack._errors import StackError
 from kasper_py.stack._install import is_resolved, resolve_jars, template
 from kasper_py.stack._settings import Settings
 
-# Maven Central mirrors have been seen without spark-token-provider-kafka for recent Spark
-# releases. Its classes that spark-sql-kafka calls (KafkaConfigUpdater, KafkaTokenUtil,
-# KafkaRedactionUtil) are unchanged since this release, so it stands in; the delegation
-# token paths (Kerberos clusters) are the only ones that would notice the difference.
-TOKEN_PROVIDER_FALLBACK = "4.1.0-preview1"
+# Maven Central mirrors have been seen without spark-token-provider-kafka for some Spark
+# patch releases (4.1.3 among them). An earlier patch release of the same 4.1 line stands
+# in: spark-sql-kafka calls only its KafkaConfigUpdater, KafkaTokenUtil and
+# KafkaRedactionUtil, which patch releases keep compatible; the delegation-token paths
+# (Kerberos clusters) are the only ones that could notice the difference.
+TOKEN_PROVIDER_FALLBACK = "4.1.1"
 
 # "zstd-jni-1.5.7-6.jar" -> "zstd-jni": the version starts at the first "-<digit>".
 _ARTIFACT_ID = re.compile(r"^(?P<artifact>.+?)-\d[^/]*\.jar$")

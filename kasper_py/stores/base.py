@@ -10,15 +10,40 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from kasper_py.exceptions import StoreError
 from kasper_py.serdes import Serde
 
 if TYPE_CHECKING:
     from kasper_py.config import Config
     from kasper_py.producer import OutputProducer
 
-__all__ = ["KeyValueStore", "StoreRuntime", "StoreSpec", "TopicPartitionKey", "read_pending"]
+__all__ = [
+    "KeyValueStore",
+    "StoreRuntime",
+    "StoreSpec",
+    "TopicPartitionKey",
+    "already_applied",
+    "encode_key",
+    "read_pending",
+]
 
 TopicPartitionKey = tuple[str, int]
+
+
+def encode_key(serde: Serde, key: Any) -> bytes:
+    """``key`` as the key serde's bytes; a key that encodes to ``None`` is a StoreError."""
+    encoded = serde.encode(key)
+    if encoded is None:
+        raise StoreError("a store key cannot be None")
+    return bytes(encoded)
+
+
+def already_applied(applied: Mapping[TopicPartitionKey, int],
+                    next_offsets: Mapping[TopicPartitionKey, int]) -> bool:
+    """True when an effectively-once store already holds every offset of the batch
+    (a replayed batch, whose writes must not be applied twice)."""
+    return bool(next_offsets) and all(
+        applied.get(tp, -1) >= offset for tp, offset in next_offsets.items())
 
 
 def read_pending(pending: Mapping[bytes, bytes | None], keys: Iterable[Any],

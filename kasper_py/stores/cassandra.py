@@ -28,6 +28,8 @@ from kasper_py.stores.base import (
     StoreRuntime,
     StoreSpec,
     TopicPartitionKey,
+    already_applied,
+    encode_key,
     read_pending,
 )
 
@@ -214,7 +216,8 @@ class CassandraStore(KeyValueStore):
                 batches = [_batch(BatchType.UNLOGGED, c) for c in self._chunks(statements)]
                 self._call("flush", "BATCH",
                            lambda: self._concurrently([(b, None) for b in batches]))
-        elif not self._already_applied(next_offsets) and (self._pending or next_offsets):
+        elif not already_applied(self.applied_offsets(), next_offsets) and (
+                self._pending or next_offsets):
             offsets = {**self._applied, **{topic: o for (topic, _), o in next_offsets.items()}}
             self._call("flush", "conditional BATCH", lambda: self._apply_with_offsets(offsets))
             self._applied = offsets
@@ -225,16 +228,8 @@ class CassandraStore(KeyValueStore):
         ``offsets`` column read at ``SERIAL`` consistency when opened, then kept by ``flush``)."""
         return {(topic, self.partition): offset for topic, offset in self._applied.items()}
 
-    def _already_applied(self, next_offsets: Mapping[TopicPartitionKey, int]) -> bool:
-        """True when every offset of the batch is at or below what the store applied."""
-        return bool(next_offsets) and all(
-            self._applied.get(topic, -1) >= offset for (topic, _), offset in next_offsets.items())
-
     def _key(self, key: Any) -> bytes:
-        encoded = self.key_serde.encode(key)
-        if encoded is None:
-            raise StoreError("a store key cannot be None")
-        return bytes(encoded)
+        return encode_key(self.key_serde, key)
 
     def _chunks(self, items: list[T]) -> list[list[T]]:
         size = self._table.chunk_size

@@ -23,6 +23,8 @@ from kasper_py.stores.base import (
     StoreRuntime,
     StoreSpec,
     TopicPartitionKey,
+    already_applied,
+    encode_key,
     read_pending,
 )
 
@@ -70,13 +72,6 @@ return 1
 """
 
 _RETRIABLE = (redis.ConnectionError, redis.TimeoutError)
-
-
-def _already_applied(applied: Mapping[TopicPartitionKey, int],
-                     next_offsets: Mapping[TopicPartitionKey, int]) -> bool:
-    """True when every offset of the batch is at or below what the store applied."""
-    return bool(next_offsets) and all(
-        applied.get(tp, -1) >= offset for tp, offset in next_offsets.items())
 
 
 class RedisTable(StoreSpec):
@@ -153,10 +148,7 @@ class RedisStore(KeyValueStore):
 
     def key(self, key: Any) -> bytes:
         """The Redis key of ``key``: ``<prefix>/<table>/[<partition>/]<encoded key>``."""
-        encoded = self.key_serde.encode(key)
-        if encoded is None:
-            raise StoreError("a store key cannot be None")
-        return self._prefix + encoded
+        return self._prefix + encode_key(self.key_serde, key)
 
     def get_many(self, keys: Iterable[Any]) -> dict[Any, Any]:
         """Buffered writes first, then one ``MGET`` of the other keys."""
@@ -188,7 +180,7 @@ class RedisStore(KeyValueStore):
         if not self.effectively_once:
             if self._pending:
                 self._call("flush", "MULTI/EXEC", self._apply)
-        elif not _already_applied(self._applied, next_offsets) and (
+        elif not already_applied(self._applied, next_offsets) and (
                 self._pending or next_offsets):
             self._call("flush", "EVALSHA", lambda: self._apply_with_offsets(next_offsets))
             self._applied.update(next_offsets)

@@ -26,6 +26,7 @@ from kasper_py.stores.base import (
     StoreRuntime,
     StoreSpec,
     TopicPartitionKey,
+    encode_key,
     read_pending,
 )
 from kasper_py.stores.changelog import (
@@ -145,13 +146,6 @@ def _offset_key(partition: int) -> bytes:
     return b"changelog_offset/%d" % partition
 
 
-def _encoded_key(encode: Any, key: Any) -> bytes:
-    encoded = encode(key)
-    if encoded is None:
-        raise StoreError("a store key cannot be None")
-    return bytes(encoded)
-
-
 class RocksDBStore(KeyValueStore):
     """One partition of a local table: a RocksDB folder ``<state_dir>/<processor>/<table>/<p>``
     whose every write is also produced to changelog partition ``p``."""
@@ -179,9 +173,9 @@ class RocksDBStore(KeyValueStore):
     def get_many(self, keys: Iterable[Any]) -> dict[Any, Any]:
         """Buffered writes first, then one RocksDB ``MultiGet`` of the encoded keys
         (key format: the key serde's bytes, no prefix: the folder is the namespace)."""
-        encode_key, decode = self.key_serde.encode, self.value_serde.decode
+        key_serde, decode = self.key_serde, self.value_serde.decode
         found, missing = read_pending(self._pending, keys,
-                                      lambda key: _encoded_key(encode_key, key), decode)
+                                      lambda key: encode_key(key_serde, key), decode)
         if missing:
             with timed_store_op(self.processor, self.table, "get_many"):
                 values = self.db.get_many(list(missing))
@@ -192,15 +186,14 @@ class RocksDBStore(KeyValueStore):
 
     def put_many(self, items: Mapping[Any, Any]) -> None:
         """Buffer writes until ``flush``; a ``None`` value deletes the key."""
-        encode_key, encode_value = self.key_serde.encode, self.value_serde.encode
+        key_serde, encode_value = self.key_serde, self.value_serde.encode
         for key, value in items.items():
-            self._pending[_encoded_key(encode_key, key)] = encode_value(value)
+            self._pending[encode_key(key_serde, key)] = encode_value(value)
 
     def delete_many(self, keys: Iterable[Any]) -> None:
         """Buffer deletes until ``flush`` (tombstones in the changelog)."""
-        encode_key = self.key_serde.encode
         for key in keys:
-            self._pending[_encoded_key(encode_key, key)] = None
+            self._pending[encode_key(self.key_serde, key)] = None
 
     def flush(self, next_offsets: Mapping[TopicPartitionKey, int]) -> None:
         """Produce the buffered writes to ``<changelog>[p]`` (key and value as stored;
@@ -288,7 +281,7 @@ class GlobalTableStore(KeyValueStore):
         ``MultiGet`` of the encoded keys."""
         if self._state.stale:
             self._state.catch_up()
-        encoded = {_encoded_key(self.key_serde.encode, key): key for key in keys}
+        encoded = {encode_key(self.key_serde, key): key for key in keys}
         values = self._state.db.get_many(list(encoded))
         decode = self.value_serde.decode
         return {key: decode(value) for key, value in zip(encoded.values(), values, strict=True)

@@ -24,13 +24,45 @@ import redis
 from cassandra.cluster import Cluster
 from confluent_kafka.admin import AdminClient
 
-from kasper_py import Config
+from kasper_py import Config, TopicProcessor
+from kasper_py.observe import NoopObserver, TurnStats
 from kasper_py.producer import OutputProducer
 from kasper_py.stack import cassandra_contact as stack_cassandra_contact
 from kasper_py.stack import redis_url as stack_redis_url
 from kasper_py.stores.base import StoreRuntime, StoreSpec
 
+from stores_worker import WordCount  # isort: skip - a sibling script, not a package
+
 WORKER = Path(__file__).with_name("stores_worker.py")
+WORDS = [f"w{i % 37}" for i in range(3000)]
+"""The word-count input most store tests use: 37 distinct words."""
+
+
+def store_config(bootstrap: str, name: str, topic: str, **overrides: Any) -> Config:
+    """The store tests' Config: batches of 200 messages or 0.2 s, str values."""
+    values: dict[str, Any] = {"batch_size": 200, "batch_wait": 0.2, "value_serde": "str"}
+    values.update(overrides)
+    return Config(name=name, bootstrap_servers=bootstrap, input_topics=[topic], **values)
+
+
+def run_until_caught_up(config: Config, store: StoreSpec, factory: Any = WordCount,
+                        **kwargs: Any) -> None:
+    """Run a TopicProcessor with the one store to the end of its input, then close it."""
+    processor = TopicProcessor(config, factory, stores=[store], **kwargs)
+    try:
+        processor.run_loop(until_caught_up=True)
+    finally:
+        processor.close()
+
+
+class TurnCounter(NoopObserver):
+    """Counts the loop's turns, to bound round trips per turn."""
+
+    def __init__(self) -> None:
+        self.turns = 0
+
+    def on_turn(self, stats: TurnStats) -> None:
+        self.turns += 1
 
 
 def free_port() -> int:

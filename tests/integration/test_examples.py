@@ -16,6 +16,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+from confluent_kafka import Consumer, TopicPartition
 
 pytest.register_assert_rewrite("conftest_stores")
 from conftest_stores import free_port  # isort: skip  # noqa: E402 - after register_assert_rewrite
@@ -33,7 +34,8 @@ def example(name: str) -> ModuleType:
 
 
 def test_demo_joins_every_tweet_with_its_users_followers(
-        bootstrap: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+        bootstrap: str, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
     port = free_port()
     monkeypatch.setenv("KASPER_BOOTSTRAP_SERVERS", bootstrap)
     demo = example("demo")
@@ -71,7 +73,7 @@ def test_word_count_sends_increments_that_sum_to_the_exact_counts(
                                                                   1: _high(kafka, lines_topic, 1)}
 
 
-def test_rocksdb_wordcount_keeps_exact_totals_and_restores_them(
+def test_rocksdb_wordcount_keeps_exact_totals_and_restores_them(  # noqa: PLR0917 - fixtures
         bootstrap: str, unique_name: Callable[[str], str], kafka: Any, tmp_path: Path,
         capsys: pytest.CaptureFixture[str], delete_changelogs: None) -> None:
     module = example("rocksdb_wordcount")
@@ -141,8 +143,6 @@ def test_cassandra_aggregation_totals_equal_the_sample(
 
 
 def _high(kafka: Any, topic: str, partition: int) -> int:
-    from confluent_kafka import Consumer, TopicPartition
-
     consumer = Consumer({"bootstrap.servers": kafka.bootstrap, "group.id": "kasper-tests-high"})
     try:
         return int(consumer.get_watermark_offsets(TopicPartition(topic, partition), 10)[1])

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import uuid
 from collections import Counter
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -21,49 +20,23 @@ from kasper_py import (
     StoreUnavailableError,
     TopicProcessor,
 )
-from kasper_py.observe import NoopObserver, TurnStats
 from kasper_py.stores.base import StoreRuntime
 from kasper_py.stores.cassandra import CassandraTable
 
 pytest.register_assert_rewrite("conftest_stores")
 from conftest_stores import (  # isort: skip  # noqa: E402 - after register_assert_rewrite
-    TcpProxy, kill_randomly_then_finish, produce_words, read_counts, worker_args)
+    WORDS, TcpProxy, TurnCounter, kill_randomly_then_finish, produce_words, read_counts,
+    run_until_caught_up, store_config, worker_args)
 from stores_worker import WordCount  # isort: skip  # noqa: E402
 
 pytest_plugins = ["conftest_stores"]
 pytestmark = [pytest.mark.integration, pytest.mark.cassandra]
 
 KEYSPACE = "kasper_tests"
-WORDS = [f"w{i % 37}" for i in range(3000)]
-
-
-def config(bootstrap: str, name: str, topic: str, **kwargs: Any) -> Config:
-    values: dict[str, Any] = {"batch_size": 200, "batch_wait": 0.2, "value_serde": "str"}
-    values.update(kwargs)
-    return Config(name=name, bootstrap_servers=bootstrap, input_topics=[topic], **values)
-
-
 def table(contact: tuple[str, int], **kwargs: Any) -> CassandraTable:
     host, port = contact
     return CassandraTable("counts", contact_points=[host], port=port, keyspace=KEYSPACE,
                           **kwargs)
-
-
-def run(cfg: Config, spec: CassandraTable,
-        hook: Callable[[list[Message]], None] | None = None) -> None:
-    processor = TopicProcessor(cfg, lambda c: WordCount(c, hook=hook), stores=[spec])
-    try:
-        processor.run_loop(until_caught_up=True)
-    finally:
-        processor.close()
-
-
-class TurnCounter(NoopObserver):
-    def __init__(self) -> None:
-        self.turns = 0
-
-    def on_turn(self, stats: TurnStats) -> None:
-        self.turns += 1
 
 
 def test_keyspace_and_table_are_created_with_the_given_replication(cassandra_contact) -> None:
@@ -111,7 +84,7 @@ def test_word_count_is_exact(bootstrap, new_topic, kafka, unique_name, cassandra
         opened.append(processor.counts)
         return processor
 
-    cfg, observer = config(bootstrap, name, topic), TurnCounter()
+    cfg, observer = store_config(bootstrap, name, topic), TurnCounter()
     processor = TopicProcessor(cfg, factory, observer=observer,
                                stores=[table(cassandra_contact,
                                              effectively_once=effectively_once)])
@@ -142,7 +115,7 @@ def test_kill_minus_nine_never_undercounts(bootstrap, new_topic, kafka, unique_n
     kill_randomly_then_finish(
         args, kills, lambda: sum(o or 0 for o in kafka.committed(name, topic, 2).values()),
         len(words))
-    counts = read_counts(table(cassandra_contact), config(bootstrap, name, topic), 2, words)
+    counts = read_counts(table(cassandra_contact), store_config(bootstrap, name, topic), 2, words)
     expected = Counter(words)
     assert all(counts[w] >= n for w, n in expected.items()), expected - counts
     if effectively_once:
@@ -175,15 +148,15 @@ def test_server_down_mid_turn_stops_uncommitted(bootstrap, new_topic, kafka, uni
         return table(proxied, effectively_once=effectively_once, retries=2, backoff=0.05,
                      timeout=3.0)
 
-    cfg = config(bootstrap, name, topic, batch_size=100)
+    cfg = store_config(bootstrap, name, topic, batch_size=100)
     with pytest.raises(StoreUnavailableError) as info:
-        run(cfg, spec(), cut_cassandra_once)
+        run_until_caught_up(cfg, spec(), lambda c: WordCount(c, hook=cut_cassandra_once))
     text = str(info.value)
     assert f"cassandra 127.0.0.1:{cassandra_proxy.port} unreachable" in text
     assert "batch not committed" in text and f"{topic}[0] offsets {failed_at[0]}.." in text
     assert kafka.committed(name, topic) == {0: failed_at[0]}
     cassandra_proxy.start()
-    run(cfg, spec())
+    run_until_caught_up(cfg, spec())
     assert kafka.committed(name, topic) == {0: 600}
     assert read_counts(spec(), cfg, 1, words) == Counter(words)
 

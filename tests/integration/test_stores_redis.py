@@ -5,7 +5,6 @@ without effectively-once, the server going down mid-turn, and fencing."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -19,43 +18,17 @@ from kasper_py import (
     StoreUnavailableError,
     TopicProcessor,
 )
-from kasper_py.observe import NoopObserver, TurnStats
 from kasper_py.stores.base import StoreRuntime
 from kasper_py.stores.redis import RedisTable
 
 pytest.register_assert_rewrite("conftest_stores")
 from conftest_stores import (  # isort: skip  # noqa: E402 - after register_assert_rewrite
-    RedisServer, kill_randomly_then_finish, produce_words, read_counts, worker_args)
+    WORDS, RedisServer, TurnCounter, kill_randomly_then_finish, produce_words, read_counts,
+    run_until_caught_up, store_config, worker_args)
 from stores_worker import WordCount  # isort: skip  # noqa: E402
 
 pytest_plugins = ["conftest_stores"]
 pytestmark = pytest.mark.integration
-
-WORDS = [f"w{i % 37}" for i in range(3000)]
-
-
-def config(bootstrap: str, name: str, topic: str, **kwargs: Any) -> Config:
-    values: dict[str, Any] = {"batch_size": 200, "batch_wait": 0.2, "value_serde": "str"}
-    values.update(kwargs)
-    return Config(name=name, bootstrap_servers=bootstrap, input_topics=[topic], **values)
-
-
-def run(cfg: Config, table: RedisTable, hook: Callable[[list[Message]], None] | None = None
-        ) -> None:
-    processor = TopicProcessor(cfg, lambda c: WordCount(c, hook=hook), stores=[table])
-    try:
-        processor.run_loop(until_caught_up=True)
-    finally:
-        processor.close()
-
-
-class TurnCounter(NoopObserver):
-    def __init__(self) -> None:
-        self.turns = 0
-
-    def on_turn(self, stats: TurnStats) -> None:
-        self.turns += 1
-
 
 @pytest.mark.parametrize("effectively_once", [False, True])
 def test_word_count_is_exact(bootstrap, new_topic, kafka, unique_name, redis_url,
@@ -73,7 +46,7 @@ def test_word_count_is_exact(bootstrap, new_topic, kafka, unique_name, redis_url
         return processor
 
     table = RedisTable("counts", url=redis_url, effectively_once=effectively_once)
-    cfg, observer = config(bootstrap, name, topic), TurnCounter()
+    cfg, observer = store_config(bootstrap, name, topic), TurnCounter()
     processor = TopicProcessor(cfg, factory, stores=[table], observer=observer)
     processor.run_loop(until_caught_up=True)
     processor.close()
@@ -104,8 +77,8 @@ def test_kill_minus_nine_never_undercounts(bootstrap, new_topic, kafka, unique_n
     kill_randomly_then_finish(
         args, kills, lambda: sum(o or 0 for o in kafka.committed(name, topic, 2).values()),
         len(words))
-    counts = read_counts(RedisTable("counts", url=redis_url), config(bootstrap, name, topic), 2,
-                         words)
+    counts = read_counts(RedisTable("counts", url=redis_url),
+                         store_config(bootstrap, name, topic), 2, words)
     expected = Counter(words)
     assert all(counts[w] >= n for w, n in expected.items()), counts - expected
     overcount = sum(counts.values()) - len(words)
@@ -137,15 +110,15 @@ def test_server_down_mid_turn_stops_uncommitted(bootstrap, new_topic, kafka, uni
         return RedisTable("counts", url=dedicated_redis.url, effectively_once=effectively_once,
                           retries=2, backoff=0.05)
 
-    cfg = config(bootstrap, name, topic, batch_size=100)
+    cfg = store_config(bootstrap, name, topic, batch_size=100)
     with pytest.raises(StoreUnavailableError) as info:
-        run(cfg, table(), stop_redis_once)
+        run_until_caught_up(cfg, table(), lambda c: WordCount(c, hook=stop_redis_once))
     text = str(info.value)
     assert f"redis {dedicated_redis.url} unreachable" in text
     assert "batch not committed" in text and f"{topic}[0] offsets {failed_at[0]}.." in text
     assert kafka.committed(name, topic) == {0: failed_at[0]}
     dedicated_redis.start()
-    run(cfg, table())
+    run_until_caught_up(cfg, table())
     assert kafka.committed(name, topic) == {0: 600}
     assert read_counts(table(), cfg, 1, words) == Counter(words)
 

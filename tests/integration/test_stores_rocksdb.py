@@ -25,43 +25,24 @@ from kasper_py import (
     Sender,
     TopicProcessor,
 )
-from kasper_py.observe import NoopObserver, TurnStats
 from kasper_py.stores.rocksdb import LocalDB, RocksDBTable
 
 pytest.register_assert_rewrite("conftest_stores")
 from conftest_stores import (  # isort: skip  # noqa: E402 - after register_assert_rewrite
-    kill_randomly_then_finish, produce_words, read_counts, worker_args)
+    WORDS, TurnCounter, kill_randomly_then_finish, produce_words, read_counts,
+    run_until_caught_up, store_config, worker_args)
 from stores_worker import WordCount  # isort: skip  # noqa: E402
 
 pytest_plugins = ["conftest_stores"]
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("delete_changelogs")]
 
-WORDS = [f"w{i % 37}" for i in range(3000)]
-
-
 def config(bootstrap: str, name: str, topic: str, state_dir: Path, **kwargs: Any) -> Config:
-    values: dict[str, Any] = {"batch_size": 200, "batch_wait": 0.2, "value_serde": "str",
-                              "state_dir": str(state_dir)}
-    values.update(kwargs)
-    return Config(name=name, bootstrap_servers=bootstrap, input_topics=[topic], **values)
+    return store_config(bootstrap, name, topic, state_dir=str(state_dir), **kwargs)
 
 
 def run(cfg: Config, processor_class: Any = WordCount, table: RocksDBTable | None = None,
         **kwargs: Any) -> None:
-    processor = TopicProcessor(cfg, processor_class, stores=[table or RocksDBTable("counts")],
-                               **kwargs)
-    try:
-        processor.run_loop(until_caught_up=True)
-    finally:
-        processor.close()
-
-
-class TurnCounter(NoopObserver):
-    def __init__(self) -> None:
-        self.turns = 0
-
-    def on_turn(self, stats: TurnStats) -> None:
-        self.turns += 1
+    run_until_caught_up(cfg, table or RocksDBTable("counts"), processor_class, **kwargs)
 
 
 def test_word_count_is_exact_and_mirrored_in_a_compacted_changelog(

@@ -5,14 +5,17 @@ from __future__ import annotations
 import json
 import os
 import random
+import socket
 import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections import Counter
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Consumer
 
 from kasper_py import (
     CommitError,
@@ -27,6 +30,8 @@ from kasper_py import (
     TopicError,
     TopicProcessor,
 )
+from kasper_py.stores.base import StoreRuntime
+from kasper_py.stores.memory import MemoryStore, MemoryTable
 
 pytestmark = pytest.mark.integration
 WORKER = Path(__file__).with_name("passthrough_worker.py")
@@ -127,8 +132,6 @@ def test_delivery_failure_is_not_committed(bootstrap, new_topic, kafka, unique_n
 
 def test_commit_failure_raises_commit_error(bootstrap, new_topic, kafka, unique_name) -> None:
     """If the group is held by another active member, the commit is refused: CommitError."""
-    from confluent_kafka import Consumer
-
     source, output = new_topic("in"), new_topic("out")
     name = unique_name("commit")
     member = Consumer({"bootstrap.servers": bootstrap, "group.id": name,
@@ -285,8 +288,6 @@ def test_effectively_once_store_must_be_the_only_store(bootstrap, new_topic, kaf
                                                        unique_name) -> None:
     """Replay skipping would cover the other store's writes too: refused at start, with
     nothing processed or committed."""
-    from kasper_py.stores.base import StoreRuntime
-    from kasper_py.stores.memory import MemoryStore, MemoryTable
 
     class ExactTable(MemoryTable):
         def open(self, runtime: StoreRuntime) -> MemoryStore:
@@ -299,8 +300,9 @@ def test_effectively_once_store_must_be_the_only_store(bootstrap, new_topic, kaf
     kafka.produce(source, [b"a", b"b"])
     processor = TopicProcessor(config(bootstrap, name, [source]), lambda c: Upper(c, source),
                                stores=[ExactTable("exact"), MemoryTable("plain")])
-    with pytest.raises(StoreError, match=r"store 'exact' is effectively-once, so it must be "
-                                         r"the processor's only store \(got \['exact', 'plain'\]\)"):
+    only_store = (r"store 'exact' is effectively-once, so it must be the processor's only "
+                  r"store \(got \['exact', 'plain'\]\)")
+    with pytest.raises(StoreError, match=only_store):
         processor.run_loop(until_caught_up=True)
     assert kafka.committed(name, source) == {0: None}
 
@@ -309,9 +311,6 @@ def test_metrics_port_serves_metrics_and_health_while_running(bootstrap, new_top
                                                                unique_name) -> None:
     """With metrics_port set and no observer given, the loop serves /metrics and /health
     itself, counts what it consumed, and frees the port on close()."""
-    import socket
-    import urllib.request
-
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
