@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import resource
 import subprocess
 import sys
@@ -20,33 +19,8 @@ import time
 import uuid
 from typing import Any
 
+from benchkit import arguments, create_topics, delete_topics, fill, payloads
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
-
-
-def create_topics(bootstrap: str, names: list[str], partitions: int) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for future in admin.create_topics([NewTopic(n, partitions, 1) for n in names]).values():
-        future.result(60)
-
-
-def fill(bootstrap: str, topic: str, messages: int, size: int, partitions: int) -> None:
-    """Write `messages` values of `size` bytes, spread evenly over the partitions."""
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20,
-                         "batch.num.messages": 10000, "queue.buffering.max.messages": 1_000_000})
-    payload = os.urandom(size // 2).hex().encode()[:size]
-    chunk = [{"value": payload} for _ in range(10_000)]
-    sent = 0
-    while sent < messages:
-        n = min(len(chunk), messages - sent)
-        try:
-            producer.produce_batch(topic, chunk[:n], partition=(sent // 10_000) % partitions)
-        except BufferError:
-            producer.poll(0.1)
-            continue
-        sent += n
-        producer.poll(0)
-    producer.flush(120)
 
 
 def raw_loop(bootstrap: str, source: str, output: str, total: int, batch_size: int) -> None:
@@ -128,29 +102,21 @@ def run_child(kind: str, args: argparse.Namespace, source: str) -> dict[str, Any
            "--source", source, "--output", output, "--messages", str(args.messages),
            "--batch-size", str(args.batch_size)]
     result = subprocess.run(cmd, check=True, capture_output=True, text=True)
-    AdminClient({"bootstrap.servers": args.bootstrap}).delete_topics([output])
+    delete_topics(args.bootstrap, [output])
     return dict(json.loads(result.stdout.strip().splitlines()[-1]))
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--bootstrap", default=os.environ.get("KASPER_BOOTSTRAP_SERVERS",
-                                                              "127.0.0.1:19092"))
-    parser.add_argument("--messages", type=int, default=1_000_000)
+    parser = arguments(__doc__.splitlines()[0], messages=1_000_000, partitions=4)
     parser.add_argument("--size", type=int, default=100)
-    parser.add_argument("--partitions", type=int, default=4)
-    parser.add_argument("--batch-size", type=int, default=10_000)
-    parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--child", choices=["raw", "kasper"])
-    parser.add_argument("--source")
-    parser.add_argument("--output")
     args = parser.parse_args()
     if args.child:
         child(args)
         return
     source = f"bench-in-{uuid.uuid4().hex[:8]}"
     create_topics(args.bootstrap, [source], args.partitions)
-    fill(args.bootstrap, source, args.messages, args.size, args.partitions)
+    fill(args.bootstrap, source, args.partitions, payloads(args.messages, args.size))
     print(f"input: {args.messages} messages of {args.size} bytes on {args.partitions} "
           f"partitions, batch_size {args.batch_size}")
     results: dict[str, list[dict[str, Any]]] = {"raw": [], "kasper": []}
@@ -166,7 +132,7 @@ def main() -> None:
     print(f"best kasper_py:           {best['kasper']['msgs_per_s']:,.0f} msgs/s, "
           f"peak RSS {best['kasper']['peak_rss_mib']:.0f} MiB")
     print(f"ratio kasper/raw: {ratio:.2f} (target >= 0.8)")
-    AdminClient({"bootstrap.servers": args.bootstrap}).delete_topics([source])
+    delete_topics(args.bootstrap, [source])
 
 
 if __name__ == "__main__":

@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import subprocess
 import sys
 import time
@@ -29,8 +28,7 @@ from functools import partial
 from typing import Any
 
 import structlog
-from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from benchkit import arguments, create_topics, delete_topics, fill, payloads
 
 from kasper_py import Config, Message, MessageProcessor, ProcessorContext, Sender, TopicProcessor
 from kasper_py.reprocess import reprocess as run_reprocess
@@ -47,37 +45,6 @@ class Passthrough(MessageProcessor):
         send, output = sender.send, self.output
         for m in messages:
             send(output, m.value, m.key, m.partition)
-
-
-def create_topics(bootstrap: str, names: list[str], partitions: int) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for future in admin.create_topics([NewTopic(n, partitions, 1) for n in names]).values():
-        future.result(60)
-
-
-def delete_topics(bootstrap: str, names: list[str]) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for future in admin.delete_topics(names).values():
-        future.result(60)
-
-
-def fill(bootstrap: str, topic: str, messages: int, size: int, partitions: int) -> None:
-    """Write ``messages`` keyed values of ``size`` bytes, spread evenly over the partitions."""
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20,
-                         "batch.num.messages": 10000, "queue.buffering.max.messages": 1_000_000})
-    payload = os.urandom(size // 2).hex().encode()[:size]
-    chunk = [{"key": b"key-%d" % i, "value": payload} for i in range(10_000)]
-    sent = 0
-    while sent < messages:
-        n = min(len(chunk), messages - sent)
-        try:
-            producer.produce_batch(topic, chunk[:n], partition=(sent // 10_000) % partitions)
-        except BufferError:
-            producer.poll(0.1)
-            continue
-        sent += n
-        producer.poll(0)
-    producer.flush(120)
 
 
 def config(args: argparse.Namespace, kind: str) -> Config:
@@ -139,24 +106,17 @@ def report(results: dict[str, list[dict[str, Any]]], messages: int) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--bootstrap", default=os.environ.get("KASPER_BOOTSTRAP_SERVERS",
-                                                              "127.0.0.1:19092"))
-    parser.add_argument("--messages", type=int, default=3_000_000)
+    parser = arguments(__doc__.splitlines()[0], messages=3_000_000, partitions=4)
     parser.add_argument("--size", type=int, default=100)
-    parser.add_argument("--partitions", type=int, default=4)
-    parser.add_argument("--batch-size", type=int, default=10_000)
-    parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--child", choices=["live", "reprocess"])
-    parser.add_argument("--source")
-    parser.add_argument("--output")
     args = parser.parse_args()
     if args.child:
         child(args)
         return
     source = f"bench-in-{uuid.uuid4().hex[:8]}"
     create_topics(args.bootstrap, [source], args.partitions)
-    fill(args.bootstrap, source, args.messages, args.size, args.partitions)
+    fill(args.bootstrap, source, args.partitions,
+         payloads(args.messages, args.size, keyed=True))
     print(f"input: {args.messages} messages of {args.size} bytes on {args.partitions} "
           f"partitions, batch_size {args.batch_size}, Spark local[2]")
     results: dict[str, list[dict[str, Any]]] = {"live": [], "reprocess": []}

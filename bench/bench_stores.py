@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import shutil
 import subprocess
 import sys
@@ -27,8 +26,8 @@ from typing import Any
 
 import redis
 import structlog
-from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from benchkit import arguments, create_topics, delete_topics, fill
+from confluent_kafka.admin import AdminClient
 
 from kasper_py import Config, Message, MessageProcessor, ProcessorContext, Sender, TopicProcessor
 from kasper_py.observe import NoopObserver, TurnStats
@@ -40,35 +39,6 @@ from kasper_py.stores.redis import RedisTable
 from kasper_py.stores.rocksdb import RocksDBTable
 
 KINDS = ("passthrough", "memory", "rocksdb", "redis", "redis-eo", "cassandra", "cassandra-eo")
-
-
-def create_topics(bootstrap: str, names: list[str], partitions: int, **config: str) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    new = [NewTopic(n, partitions, 1, config=config) for n in names]
-    for future in admin.create_topics(new).values():
-        future.result(60)
-
-
-def delete_topics(bootstrap: str, names: list[str]) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for future in admin.delete_topics(names).values():
-        future.result(60)
-
-
-def fill(bootstrap: str, topic: str, partitions: int, records: list[dict[str, Any]]) -> None:
-    """Write ``records`` (produce_batch entries) round-robin over the partitions."""
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20,
-                         "batch.num.messages": 10000, "queue.buffering.max.messages": 1_000_000})
-    for start in range(0, len(records), 10_000):
-        chunk = records[start:start + 10_000]
-        while True:
-            try:
-                producer.produce_batch(topic, chunk, partition=(start // 10_000) % partitions)
-                break
-            except BufferError:
-                producer.poll(0.1)
-        producer.poll(0)
-    producer.flush(120)
 
 
 def lines(count: int) -> list[dict[str, Any]]:
@@ -226,20 +196,13 @@ def report(results: dict[str, list[dict[str, Any]]], restore: dict[str, Any]) ->
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--bootstrap", default=os.environ.get("KASPER_BOOTSTRAP_SERVERS",
-                                                              "127.0.0.1:19092"))
+    parser = arguments(__doc__.splitlines()[0], messages=200_000, partitions=2)
     parser.add_argument("--redis-url", default="redis://127.0.0.1:16379/0")
     parser.add_argument("--cassandra", default="127.0.0.1:19042", help="host:port")
-    parser.add_argument("--messages", type=int, default=200_000)
-    parser.add_argument("--partitions", type=int, default=2)
-    parser.add_argument("--batch-size", type=int, default=10_000)
     parser.add_argument("--restore-records", type=int, default=1_000_000)
-    parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--kinds", default=",".join(KINDS))
     parser.add_argument("--child", choices=[*KINDS, "restore"])
-    for internal in ("--source", "--output", "--state-dir"):
-        parser.add_argument(internal)
+    parser.add_argument("--state-dir", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))

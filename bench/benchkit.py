@@ -1,0 +1,68 @@
+"""What the bench scripts share: topic set-up and clean-up, filling an input topic, and
+the command-line options every bench takes. Not part of the library."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+CHUNK = 10_000
+"""Records per produce_batch call, and per partition turn when filling."""
+
+
+def create_topics(bootstrap: str, names: list[str], partitions: int, **config: str) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    new = [NewTopic(n, partitions, 1, config=config) for n in names]
+    for future in admin.create_topics(new).values():
+        future.result(60)
+
+
+def delete_topics(bootstrap: str, names: list[str]) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.delete_topics(names).values():
+        future.result(60)
+
+
+def payloads(messages: int, size: int, *, keyed: bool = False) -> list[dict[str, Any]]:
+    """``messages`` produce_batch records with one random value of ``size`` bytes; keyed
+    records carry keys ``key-0`` .. ``key-9999`` in turn."""
+    value = os.urandom(size // 2 + 1).hex().encode()[:size]
+    chunk = [{"key": b"key-%d" % i, "value": value} if keyed else {"value": value}
+             for i in range(CHUNK)]
+    return chunk * (messages // CHUNK) + chunk[:messages % CHUNK]
+
+
+def fill(bootstrap: str, topic: str, partitions: int, records: Sequence[dict[str, Any]]) -> None:
+    """Write ``records`` (produce_batch entries) in chunks dealt round-robin over the
+    partitions, and wait for every ack."""
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20,
+                         "batch.num.messages": CHUNK, "queue.buffering.max.messages": 1_000_000})
+    for start in range(0, len(records), CHUNK):
+        chunk = list(records[start:start + CHUNK])
+        while True:
+            try:
+                producer.produce_batch(topic, chunk, partition=(start // CHUNK) % partitions)
+                break
+            except BufferError:
+                producer.poll(0.1)
+        producer.poll(0)
+    producer.flush(120)
+
+
+def arguments(description: str, *, messages: int, partitions: int) -> argparse.ArgumentParser:
+    """A parser with the options every bench takes; each script adds its own."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--bootstrap", default=os.environ.get("KASPER_BOOTSTRAP_SERVERS",
+                                                              "127.0.0.1:19092"))
+    parser.add_argument("--messages", type=int, default=messages)
+    parser.add_argument("--partitions", type=int, default=partitions)
+    parser.add_argument("--batch-size", type=int, default=10_000)
+    parser.add_argument("--rounds", type=int, default=2)
+    for internal in ("--source", "--output"):  # set by the script for its child processes
+        parser.add_argument(internal, help=argparse.SUPPRESS)
+    return parser
