@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import signal
 import sys
 from typing import Any
 
@@ -107,15 +106,10 @@ def main(argv: list[str] | None = None) -> int:
         stores.append(processor.spend)
         return processor
 
-    processor = TopicProcessor(config, factory, stores=[table])
-    signal.signal(signal.SIGTERM, lambda *_: processor.close())
-    try:
-        processor.run_loop(until_caught_up=args.until_caught_up)
-        print_totals(stores)
-    except KeyboardInterrupt:
-        return 130
-    finally:
-        processor.close()
+    with TopicProcessor(config, factory, stores=[table]) as processor:
+        # SIGTERM or Ctrl-C: the batch in hand is committed, then the processor closes
+        if processor.run_until_stopped(until_caught_up=args.until_caught_up) is None:
+            print_totals(stores)
     return 0
 
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import signal
 import sys
 import uuid
 from collections import Counter
@@ -133,14 +132,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.sample:
         produce_sample(args.bootstrap, args.prefix, args.partitions, args.sample)
-    processor = TopicProcessor(make_config(args), lambda c: ReachProcessor(c, args.prefix))
-    signal.signal(signal.SIGTERM, lambda *_: processor.close())
-    try:
-        processor.run_loop(until_caught_up=args.until_caught_up)
-    except KeyboardInterrupt:
-        return 130
-    finally:
-        processor.close()
+    with TopicProcessor(make_config(args), lambda c: ReachProcessor(c, args.prefix)) as processor:
+        # SIGTERM or Ctrl-C: the batch in hand is committed, then the processor closes
+        processor.run_until_stopped(until_caught_up=args.until_caught_up)
     if args.sample:
         print(json.dumps(summarise(args.bootstrap, args.prefix + REACH, args.sample), indent=2))
     return 0

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import signal
 import sys
 from typing import Any
 
@@ -89,14 +88,9 @@ def main(argv: list[str] | None = None) -> int:
                     input_topics=[args.prefix + USERS, args.prefix + CLICKS],
                     batch_size=args.batch_size, key_serde="str", value_serde="json")
     table = RedisTable("profiles", url=args.redis_url, shared=True)
-    processor = TopicProcessor(config, lambda c: Enrich(c, args.prefix), stores=[table])
-    signal.signal(signal.SIGTERM, lambda *_: processor.close())
-    try:
-        processor.run_loop(until_caught_up=args.until_caught_up)
-    except KeyboardInterrupt:
-        return 130
-    finally:
-        processor.close()
+    with TopicProcessor(config, lambda c: Enrich(c, args.prefix), stores=[table]) as processor:
+        # SIGTERM or Ctrl-C: the batch in hand is committed, then the processor closes
+        processor.run_until_stopped(until_caught_up=args.until_caught_up)
     print_sample(args.redis_url, args.name)
     return 0
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import random
-import signal
 import sys
 from collections import Counter
 from typing import Any
@@ -88,18 +87,13 @@ def main(argv: list[str] | None = None) -> int:
         tables.append(processor.counts)
         return processor
 
-    processor = TopicProcessor(config, factory, stores=[RocksDBTable("counts")])
-    signal.signal(signal.SIGTERM, lambda *_: processor.close())
-    try:
-        processor.run_loop(until_caught_up=args.until_caught_up)
-        totals: Counter[str] = Counter()
-        for table in tables:  # a word has a total in each partition it occurs in
-            totals.update(dict(table.items()))
-        print("top words:", totals.most_common(5))
-    except KeyboardInterrupt:
-        return 130
-    finally:
-        processor.close()
+    with TopicProcessor(config, factory, stores=[RocksDBTable("counts")]) as processor:
+        # SIGTERM or Ctrl-C: the batch in hand is committed, then the processor closes
+        if processor.run_until_stopped(until_caught_up=args.until_caught_up) is None:
+            totals: Counter[str] = Counter()
+            for table in tables:  # a word has a total in each partition it occurs in
+                totals.update(dict(table.items()))
+            print("top words:", totals.most_common(5))
     return 0
 
 

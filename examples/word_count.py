@@ -14,7 +14,6 @@ increments can be sent twice: totals overcount by at most one batch per crash.
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 from collections import Counter
 
@@ -44,14 +43,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     config = Config(name=args.name, bootstrap_servers=args.bootstrap, input_topics=[args.input],
                     batch_size=args.batch_size, key_serde="str", value_serde="str")
-    processor = TopicProcessor(config, lambda c: WordCount(c, args.output))
-    signal.signal(signal.SIGTERM, lambda *_: processor.close())
-    try:
-        processor.run_loop(until_caught_up=args.until_caught_up)
-    except KeyboardInterrupt:
-        return 130
-    finally:
-        processor.close()
+    with TopicProcessor(config, lambda c: WordCount(c, args.output)) as processor:
+        # SIGTERM or Ctrl-C: the batch in hand is committed, then the processor closes
+        processor.run_until_stopped(until_caught_up=args.until_caught_up)
     return 0
 
 

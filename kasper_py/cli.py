@@ -16,7 +16,6 @@ import argparse
 import dataclasses
 import importlib
 import os
-import signal
 import sys
 import time
 import tomllib
@@ -391,10 +390,9 @@ def _build_processor(config: Config, factory: ProcessorFactory, stores: list[Sto
 
 
 def _run_loop(processor: TopicProcessor, until_caught_up: bool) -> int:
-    caught: list[str] = []
-    restore_signals = _close_on_signals(processor, caught)
     try:
-        processor.run_loop(until_caught_up=until_caught_up)
+        with processor:
+            processor.run_until_stopped(until_caught_up=until_caught_up)
     except KeyboardInterrupt:
         _log.warning("kasper.interrupted", processor=processor.config.name)
         return EXIT_INTERRUPTED
@@ -404,31 +402,7 @@ def _run_loop(processor: TopicProcessor, until_caught_up: bool) -> int:
         _log.exception("kasper.crashed", processor=processor.config.name)
         raise CliError(EXIT_FAILED, f"processor {processor.config.name!r} crashed: "
                        f"{type(exc).__name__}: {exc}") from None
-    finally:
-        restore_signals()
-        processor.close()
-    if caught:
-        _log.info("kasper.stopped_by_signal", processor=processor.config.name, signal=caught[0])
     return EXIT_OK
-
-
-def _close_on_signals(processor: TopicProcessor, caught: list[str]) -> Callable[[], None]:
-    """SIGTERM/SIGINT close the processor after the batch in hand; a second one forces
-    a stop. The handler only sets state: writing to a stream here could re-enter it."""
-
-    def handle(signum: int, _frame: Any) -> None:
-        if caught:
-            raise KeyboardInterrupt
-        caught.append(signal.Signals(signum).name)
-        processor.close()
-
-    previous = {sig: signal.signal(sig, handle) for sig in (signal.SIGTERM, signal.SIGINT)}
-
-    def restore() -> None:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-
-    return restore
 
 
 # -- Kafka access for the operating commands ----------------------------------------

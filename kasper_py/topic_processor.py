@@ -12,6 +12,7 @@ restart: at-least-once, with duplicates bounded by one batch.
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -95,6 +96,40 @@ class TopicProcessor:
         if self._closing.is_set():
             self._shutdown()
 
+    def run_until_stopped(self, until_caught_up: bool = False) -> str | None:
+        """``run_loop()`` with SIGTERM and SIGINT closing the processor gracefully: the
+        batch in hand is finished and committed, then the clients close. A second signal
+        stops at once (``KeyboardInterrupt``; that batch is not committed). The previous
+        handlers are restored on return.
+
+        Returns the name of the signal that stopped (and closed) the processor, or
+        ``None`` when the loop ended on its own (``until_caught_up``; the clients and
+        stores stay open, as with ``run_loop``). Call it from the main thread: Python
+        runs signal handlers only there.
+        """
+        if threading.current_thread() is not threading.main_thread():
+            raise KasperError(f"processor {self.config.name!r}: run_until_stopped() must be "
+                              "called from the main thread, where Python handles signals")
+        caught: list[str] = []
+
+        def handle(signum: int, _frame: Any) -> None:
+            # only state changes here: logging from a handler could re-enter a stream
+            if caught:
+                raise KeyboardInterrupt
+            caught.append(signal.Signals(signum).name)
+            self.close()
+
+        stopping = (signal.SIGTERM, signal.SIGINT)
+        previous = {sig: signal.signal(sig, handle) for sig in stopping}
+        try:
+            self.run_loop(until_caught_up=until_caught_up)
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        if caught:
+            _log.info("kasper.stopped_by_signal", processor=self.config.name, signal=caught[0])
+        return caught[0] if caught else None
+
     def close(self, timeout: float | None = None) -> None:
         """Stop after the batch in hand is committed, then close the clients.
 
@@ -107,6 +142,13 @@ class TopicProcessor:
             self._shutdown()
         elif loop_thread != threading.get_ident():
             self._stopped.wait(timeout)
+
+    def __enter__(self) -> TopicProcessor:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        """Leaving a ``with`` block closes the processor (see ``close``)."""
+        self.close()
 
     def has_consumed_all(self) -> bool:
         """True when every assigned partition's next offset reached its high watermark."""

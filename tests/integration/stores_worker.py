@@ -11,7 +11,6 @@ one or more words, and a word written "-word" deletes that word's count.
 from __future__ import annotations
 
 import argparse
-import signal
 import time
 from collections.abc import Callable
 from typing import Any
@@ -81,12 +80,9 @@ def main() -> None:
                     value_serde="str")
     processor = TopicProcessor(config, lambda c: WordCount(c, args.pause),
                                stores=[store_spec(args.kind, args)])
-    signal.signal(signal.SIGTERM, lambda *_: processor.close())
     print("started", flush=True)
-    try:
-        processor.run_loop(until_caught_up=args.until_caught_up)
-    finally:
-        processor.close()
+    with processor:
+        processor.run_until_stopped(until_caught_up=args.until_caught_up)
 
 
 if __name__ == "__main__":

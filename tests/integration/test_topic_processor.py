@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import signal
 import socket
 import subprocess
 import sys
@@ -12,6 +13,7 @@ import threading
 import time
 import urllib.request
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -20,6 +22,7 @@ from confluent_kafka import Consumer
 from kasper_py import (
     CommitError,
     Config,
+    KasperError,
     Message,
     MessageProcessor,
     ProcessingError,
@@ -329,3 +332,73 @@ def test_metrics_port_serves_metrics_and_health_while_running(bootstrap, new_top
     processor.close()
     with pytest.raises(OSError):
         urllib.request.urlopen(f"{base}/metrics", timeout=5)
+
+
+class SignalOnce(Upper):
+    """Upper, sending ``signum`` to its own process while handling the first batch."""
+
+    def __init__(self, context: ProcessorContext, output: str, signum: int) -> None:
+        super().__init__(context, output)
+        self.signum, self.batches = signum, []
+
+    def process(self, messages: list[Message], sender: Sender) -> None:
+        if not self.batches:
+            os.kill(os.getpid(), self.signum)  # the handler runs before the next bytecode
+        self.batches.append((messages[0].offset, messages[-1].offset))
+        super().process(messages, sender)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_run_until_stopped_commits_the_batch_in_hand_on_a_signal(
+        bootstrap, new_topic, kafka, unique_name, signum) -> None:
+    """A signal mid-batch: that batch is produced and committed, no further batch is
+    taken, the processor is closed, the signal's name is returned and the previous
+    handler is back."""
+    source, output = new_topic("in"), new_topic("out")
+    name = unique_name("signal")
+    kafka.produce(source, [b"m%d" % i for i in range(500)])
+    opened: list[SignalOnce] = []
+
+    def factory(context: ProcessorContext) -> SignalOnce:
+        opened.append(SignalOnce(context, output, signum))
+        return opened[-1]
+
+    before = signal.getsignal(signum)
+    processor = TopicProcessor(config(bootstrap, name, [source]), factory)
+    assert processor.run_until_stopped() == signal.Signals(signum).name
+    assert len(opened[0].batches) == 1 and opened[0].batches[0][0] == 0
+    end = opened[0].batches[0][1] + 1
+    assert 0 < end <= 100
+    assert kafka.committed(name, source) == {0: end}
+    assert [m.value() for m in kafka.read_all(output)] == [b"M%d" % i for i in range(end)]
+    assert signal.getsignal(signum) is before
+    with pytest.raises(KasperError, match="is closed"):
+        processor.run_loop()
+
+
+def test_run_until_stopped_returns_none_when_caught_up_and_refuses_other_threads(
+        bootstrap, new_topic, kafka, unique_name) -> None:
+    """Ending on its own returns None with the processor still usable until the ``with``
+    block closes it; from a thread other than the main one it refuses, naming why."""
+    source, output = new_topic("in"), new_topic("out")
+    name = unique_name("caught-up")
+    kafka.produce(source, [b"a", b"b"])
+    with TopicProcessor(config(bootstrap, name, [source]), lambda c: Upper(c, output)) as p:
+        assert p.run_until_stopped(until_caught_up=True) is None
+        assert p.has_consumed_all()
+        errors: list[BaseException] = []
+        worker = threading.Thread(target=lambda: _capture(errors, p.run_until_stopped))
+        worker.start()
+        worker.join(30)
+    assert len(errors) == 1 and isinstance(errors[0], KasperError)
+    assert "must be called from the main thread" in str(errors[0])
+    assert kafka.committed(name, source) == {0: 2}
+    with pytest.raises(KasperError, match="is closed"):
+        p.run_loop()
+
+
+def _capture(errors: list[BaseException], call: Callable[[], object]) -> None:
+    try:
+        call()
+    except BaseException as exc:
+        errors.append(exc)
