@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from kasper_py.dead_letters import Undecodable, undecodable_error
 from kasper_py.exceptions import ConsumeError, OffsetError, SerdeError
 from kasper_py.message import Message
 from kasper_py.serdes import Serde
@@ -36,6 +37,9 @@ class Batch:
 
     by_partition: dict[int, list[Message]] = field(default_factory=dict)
     ranges: dict[TopicPartitionKey, OffsetRange] = field(default_factory=dict)
+    undecodable: list[Undecodable] = field(default_factory=list)
+    """Records set aside by the decode policy: in ``ranges`` (so committed), not in
+    ``by_partition``."""
 
     def __len__(self) -> int:
         return sum(r.count for r in self.ranges.values())
@@ -74,7 +78,8 @@ def collect(
 
 
 def build_batch(records: Sequence[Any], key_serde: Serde, value_serde: Serde,
-                transient: Callable[[Any], bool] | None = None) -> Batch:
+                transient: Callable[[Any], bool] | None = None,
+                set_aside: bool = False) -> Batch:
     """Decode confluent-kafka records into a ``Batch``; errors name topic, partition, offset.
 
     A record carrying an error for which ``transient(record)`` is true (the client
@@ -83,10 +88,12 @@ def build_batch(records: Sequence[Any], key_serde: Serde, value_serde: Serde,
     Messages of one partition number are grouped topic by topic (in the order the
     topics first arrived), each topic's in offset order. Raises ``ConsumeError`` for a
     record carrying an error, ``SerdeError`` for one that does not decode, and
-    ``OffsetError`` when a topic-partition's offsets are not increasing.
+    ``OffsetError`` when a topic-partition's offsets are not increasing. With
+    ``set_aside``, a record that does not decode goes to ``Batch.undecodable`` instead.
     """
     decode = key_serde.name != "bytes" or value_serde.name != "bytes"
     by_tp: dict[TopicPartitionKey, list[Message]] = {}
+    aside: list[Undecodable] = []
     new = tuple.__new__  # Message is a NamedTuple; this skips its Python-level __new__
     run_topic, run_partition, run = "", -1, []  # records come in runs of one partition
     for record in records:
@@ -97,7 +104,13 @@ def build_batch(records: Sequence[Any], key_serde: Serde, value_serde: Serde,
         topic, partition = record.topic(), record.partition()
         key, value = record.key(), record.value()
         if decode:
-            key, value = _decode(record, key, value, key_serde, value_serde)
+            try:
+                key, value = key_serde.decode(key), value_serde.decode(value)
+            except SerdeError as exc:
+                if not set_aside:
+                    raise undecodable_error(topic, partition, record.offset(), exc) from exc
+                aside.append(_undecodable(record, exc))
+                continue
         ts_type, ts = record.timestamp()
         headers = record.headers()
         message = new(Message, (topic, partition, record.offset(), key, value,
@@ -106,11 +119,11 @@ def build_batch(records: Sequence[Any], key_serde: Serde, value_serde: Serde,
             run_topic, run_partition = topic, partition
             run = by_tp.setdefault((topic, partition), [])
         run.append(message)
-    return _group(by_tp)
+    return _group(by_tp, aside)
 
 
-def _group(by_tp: dict[TopicPartitionKey, list[Message]]) -> Batch:
-    batch = Batch()
+def _group(by_tp: dict[TopicPartitionKey, list[Message]], aside: list[Undecodable]) -> Batch:
+    batch = Batch(undecodable=aside)
     for (topic, partition), messages in by_tp.items():
         first, last = messages[0], messages[-1]
         # Offsets are unique and increasing, so n messages span at least n offsets.
@@ -120,6 +133,15 @@ def _group(by_tp: dict[TopicPartitionKey, list[Message]]) -> Batch:
         batch.ranges[(topic, partition)] = OffsetRange(
             first.offset, last.offset, len(messages), first.timestamp, last.timestamp)
         batch.by_partition.setdefault(partition, []).extend(messages)
+    for record in aside:  # committed with the batch, though no processor sees them
+        offsets = batch.ranges.get((record.topic, record.partition))
+        if offsets is None:
+            batch.ranges[(record.topic, record.partition)] = OffsetRange(
+                record.offset, record.offset, 1, record.timestamp, record.timestamp)
+        else:
+            offsets.first = min(offsets.first, record.offset)
+            offsets.last = max(offsets.last, record.offset)
+            offsets.count += 1
     return batch
 
 
@@ -129,13 +151,9 @@ def _consume_error(record: Any) -> ConsumeError:
                         code=error.code())
 
 
-def _decode(record: Any, key: Any, value: Any, key_serde: Serde,
-            value_serde: Serde) -> tuple[Any, Any]:
-    try:
-        key = key_serde.decode(key)
-        value = value_serde.decode(value)
-    except SerdeError as exc:
-        raise SerdeError(
-            f"cannot decode {record.topic()}[{record.partition()}] offset {record.offset()}: {exc}"
-        ) from exc
-    return key, value
+def _undecodable(record: Any, exc: SerdeError) -> Undecodable:
+    ts_type, ts = record.timestamp()
+    headers = record.headers()
+    return Undecodable(record.topic(), record.partition(), record.offset(), record.key(),
+                       record.value(), ts if ts_type else None,
+                       tuple(headers) if headers else (), str(exc))

@@ -60,7 +60,7 @@ _OVERRIDE_ENV = {"CLIENT": "client_overrides", "CONSUMER": "consumer_overrides",
                  "PRODUCER": "producer_overrides"}
 _INT_FIELDS = {"batch_size", "metrics_port"}
 _FLOAT_FIELDS = {"batch_wait", "delivery_timeout"}
-_NULLABLE = {"metrics_port", "input_partitions", "group_id"}
+_NULLABLE = {"metrics_port", "input_partitions", "group_id", "dead_letter_topic"}
 
 _log = structlog.get_logger("kasper_py.cli")
 

@@ -18,6 +18,7 @@ __all__ = ["Config"]
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _SECRET_MARKERS = ("password", "secret", "jaas", ".pem", "token", "credentials")
 _MAX_BATCH = 1_000_000  # confluent-kafka's cap on one consume() call
+_DECODE_POLICIES = ("fail", "skip", "dead_letter")
 
 ClientValue = str | int | float | bool
 
@@ -58,6 +59,12 @@ class Config:
     """Folder under which local RocksDB tables keep one database per partition."""
     metrics_port: int | None = None
     """Port serving ``/metrics`` and ``/health``; ``None`` disables the exporter."""
+    on_decode_error: Literal["fail", "skip", "dead_letter"] = "fail"
+    """An input message whose key or value does not decode: ``fail`` stops the loop
+    uncommitted; ``skip`` leaves it out of ``process()`` (logged, counted, committed);
+    ``dead_letter`` also produces its original bytes to ``dead_letter_topic``."""
+    dead_letter_topic: str | None = None
+    """Where ``on_decode_error="dead_letter"`` sends undecodable input; required by it."""
     client_overrides: Mapping[str, ClientValue] = field(default_factory=dict)
     """librdkafka settings applied to both consumer and producer (e.g. SASL)."""
     consumer_overrides: Mapping[str, ClientValue] = field(default_factory=dict)
@@ -70,6 +77,7 @@ class Config:
         self._check_topics()
         self._check_batching()
         self._check_serdes()
+        self._check_decode_policy()
         self._check_overrides()
 
     def _set(self, name: str, value: Any) -> None:
@@ -129,6 +137,22 @@ class Config:
                 self._set(name, serde_for(getattr(self, name)))
             except ValueError as exc:
                 raise ConfigError(name, str(exc)) from None
+
+    def _check_decode_policy(self) -> None:
+        policy, topic = self.on_decode_error, self.dead_letter_topic
+        if policy not in _DECODE_POLICIES:
+            raise ConfigError("on_decode_error",
+                              f"must be one of {', '.join(_DECODE_POLICIES)}, got {policy!r}")
+        if topic is not None and not (isinstance(topic, str) and topic):
+            raise ConfigError("dead_letter_topic", f"must be a topic name, got {topic!r}")
+        if policy == "dead_letter" and topic is None:
+            raise ConfigError("dead_letter_topic", "is required by on_decode_error='dead_letter'")
+        if policy != "dead_letter" and topic is not None:
+            raise ConfigError("dead_letter_topic", f"is only used with on_decode_error="
+                              f"'dead_letter', but on_decode_error is {policy!r}")
+        if topic in self.input_topics:
+            raise ConfigError("dead_letter_topic", f"{topic!r} is an input topic: undecodable "
+                              "messages would come back as input")
 
     def _check_overrides(self) -> None:
         for name in ("client_overrides", "consumer_overrides", "producer_overrides"):

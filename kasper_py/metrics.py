@@ -132,9 +132,11 @@ def _import_prometheus() -> Any:
 class _Collectors:
     """The counters, histograms and gauges of one processor, in one registry."""
 
-    def __init__(self, processor: str, registry: CollectorRegistry | None) -> None:
+    def __init__(self, processor: str, registry: CollectorRegistry | None,
+                 decode_policy: str = "fail") -> None:
         prom = _import_prometheus()
         self.processor = processor
+        self.decode_policy = decode_policy
         self.registry: CollectorRegistry = registry or prom.CollectorRegistry()
         common: dict[str, Any] = {"namespace": NAMESPACE, "registry": self.registry}
         tp = ["processor", "topic", "partition"]
@@ -147,6 +149,9 @@ class _Collectors:
         self.errors = prom.Counter(
             "errors", "Errors that stopped the loop or were skipped, by type.",
             ["processor", "type"], **common)
+        self.skipped = prom.Counter(
+            "messages_skipped", "Input messages that did not decode, committed without "
+            "processing by on_decode_error (skip or dead_letter).", [*tp, "policy"], **common)
         self.batch_size = prom.Histogram(
             "batch_size_messages", "Messages per committed turn.", ["processor"],
             buckets=_BATCH_BUCKETS, **common)
@@ -188,6 +193,10 @@ class _Collectors:
         """Count one committed turn."""
         for (topic, partition), offsets in stats.batch.ranges.items():
             self.consumed.labels(self.processor, topic, str(partition)).inc(offsets.count)
+        for record in stats.batch.undecodable:
+            self.skipped.labels(self.processor, record.topic, str(record.partition),
+                                self.decode_policy).inc()
+            self.errors.labels(self.processor, "SerdeError").inc()
         self.produced.labels(self.processor).inc(stats.produced)
         self.turns.labels(self.processor).inc()
         self.batch_size.labels(self.processor).observe(len(stats.batch))
@@ -300,7 +309,7 @@ class PrometheusObserver(LoopObserver):
                  live_timeout: float | None = None,
                  clock: Callable[[], float] = time.time) -> None:
         self.processor = config.name
-        self.collectors = _Collectors(config.name, registry)
+        self.collectors = _Collectors(config.name, registry, config.on_decode_error)
         self.clock = clock
         self.live_timeout = live_timeout or max(5 * config.batch_wait, _LIVE_FLOOR)
         self._lock = threading.Lock()

@@ -23,6 +23,7 @@ import structlog
 from kasper_py.batching import Batch, build_batch, collect
 from kasper_py.config import Config
 from kasper_py.consumer import InputConsumer
+from kasper_py.dead_letters import send_aside
 from kasper_py.exceptions import KasperError, ProcessingError, StoreError, TopicError
 from kasper_py.message import OutgoingMessage
 from kasper_py.observe import LoopObserver, NoopObserver, TurnStats
@@ -209,7 +210,8 @@ class TopicProcessor:
     def _next_batch(self) -> Batch:
         records = collect(self._consumer.consume, self.config.batch_size, self.config.batch_wait)
         batch = build_batch(records, self.config.key_decoder, self.config.value_decoder,
-                            self._consumer.transient_error)
+                            self._consumer.transient_error,
+                            set_aside=self.config.on_decode_error != "fail")
         if self._skip_below:
             self._drop_applied(batch)
         return batch
@@ -245,6 +247,8 @@ class TopicProcessor:
                     f"process() of partition {partition} raised {type(exc).__name__}: {exc} "
                     f"({batch.describe(partition)})", partition=partition,
                 ) from exc
+        if batch.undecodable:
+            send_aside(batch.undecodable, self.config, sender)
         return sender
 
     def _flush_stores(self, batch: Batch) -> None:
@@ -333,6 +337,8 @@ class TopicProcessor:
                 batch.by_partition[partition] = kept
             else:
                 del batch.by_partition[partition]
+        batch.undecodable = [r for r in batch.undecodable
+                             if r.offset >= self._skip_below.get((r.topic, r.partition), -1)]
         for tp, next_offset in batch.next_offsets().items():
             if next_offset >= self._skip_below.get(tp, next_offset + 1):
                 del self._skip_below[tp]

@@ -159,7 +159,9 @@ def _run(args: argparse.Namespace) -> int:
 def _summary(result: Any, group: str) -> None:
     rate = result.messages / result.seconds if result.seconds else 0.0
     print(f"reprocessed {result.messages} messages in {result.seconds:.1f} s "
-          f"({rate:,.0f} msgs/s), produced {result.produced}", flush=True)
+          f"({rate:,.0f} msgs/s), produced {result.produced}"
+          + (f", set aside {result.undecodable} undecodable" if result.undecodable else ""),
+          flush=True)
     if result.handed_off:
         ends = ", ".join(f"{t}[{p}] {o}" for (t, p), o in sorted(result.range.ends.items()))
         print(f"group {group} resumes at {ends}", flush=True)

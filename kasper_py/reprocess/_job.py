@@ -50,6 +50,11 @@ class ReprocessResult:
         """Output messages produced (and acknowledged)."""
         return sum(p.produced for p in self.partitions)
 
+    @property
+    def undecodable(self) -> int:
+        """Input messages that did not decode, set aside by ``Config.on_decode_error``."""
+        return sum(p.undecodable for p in self.partitions)
+
 
 def reprocess(
     config: Config,
@@ -157,7 +162,7 @@ def _run(spec: TaskSpec, plan: ReprocessRange, spark: Any | None,
     _check_partitions(result.partitions)
     _log.info("kasper.reprocess_finished", processor=spec.config.name,
               messages=result.messages, produced=result.produced,
-              seconds=round(result.seconds, 2))
+              undecodable=result.undecodable, seconds=round(result.seconds, 2))
     return result
 
 

@@ -16,10 +16,11 @@ import json
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from kasper_py.batching import Batch, OffsetRange
 from kasper_py.config import Config
+from kasper_py.dead_letters import Undecodable, send_aside, undecodable_error
 from kasper_py.exceptions import KasperError, OffsetError, ProcessingError, SerdeError, StoreError
 from kasper_py.message import Message, OutgoingMessage
 from kasper_py.processor import MessageProcessor, ProcessorContext, ProcessorFactory
@@ -31,13 +32,15 @@ __all__ = ["COLUMNS", "STATS_SCHEMA", "PartitionStats", "TaskSpec", "run_task"]
 
 TopicPartitionKey = tuple[str, int]
 Output = Literal["kafka", "stores"]
+Record = Message | Undecodable
+"""An input record as a task holds it: decoded, or set aside by the decode policy."""
 
 COLUMNS = ("topic", "partition", "offset", "key", "value", "timestamp", "timestampType",
            "headers")
 """The columns a task reads, in order; ``timestamp`` in epoch ms, ``headers`` as JSON."""
 
-STATS_SCHEMA = ("partition long, messages long, produced long, discarded long, batches long, "
-                "seconds double, ranges string")
+STATS_SCHEMA = ("partition long, messages long, produced long, discarded long, "
+                "undecodable long, batches long, seconds double, ranges string")
 """The Spark schema of what a task returns: one row per partition it processed."""
 
 
@@ -60,6 +63,8 @@ class PartitionStats:
     produced: int = 0
     discarded: int = 0
     """Messages sent by the processor but not produced (``output="stores"``)."""
+    undecodable: int = 0
+    """Input messages that did not decode, set aside by ``Config.on_decode_error``."""
     batches: int = 0
     seconds: float = 0.0
     ranges: dict[str, list[int]] = field(default_factory=dict)
@@ -143,7 +148,7 @@ class PartitionRunner:
         self.stats = PartitionStats(partition)
         self._config, self._spec, self._producer = config, spec, producer
         self._started = time.perf_counter()
-        self._pending: list[Message] = []
+        self._pending: list[Record] = []
         self._stores = _open_stores(spec, partition, producer)
         self._outputs_first = any(s.effectively_once for s in self._stores.values())
         self._skip_below = _applied_offsets(self._stores.values())
@@ -152,7 +157,7 @@ class PartitionRunner:
         self._first: dict[str, int] = {}
         self._last: dict[str, int] = {}
 
-    def feed(self, messages: list[Message]) -> None:
+    def feed(self, messages: list[Record]) -> None:
         """Buffer ``messages``; process every full batch."""
         size = self._config.batch_size
         buffer = self._pending + messages if self._pending else messages
@@ -179,16 +184,20 @@ class PartitionRunner:
         for store in self._stores.values():
             store.close()
 
-    def _turn(self, messages: list[Message]) -> None:
+    def _turn(self, records: list[Record]) -> None:
         if self._multi_topic:
-            messages = _grouped_by_topic(messages)
-        batch = self._batch(messages)
+            records = _grouped_by_topic(records)
+        batch = self._batch(records)
         if self._skip_below:
-            messages = [m for m in messages
-                        if m.offset >= self._skip_below.get((m.topic, m.partition), -1)]
+            records = [m for m in records
+                       if m.offset >= self._skip_below.get((m.topic, m.partition), -1)]
+        messages, aside = _split(records, self._config.on_decode_error != "fail")
         sender = Sender(self._config.key_decoder, self._config.value_decoder)
         if messages:
             self._process(messages, sender, batch)
+        if aside:
+            send_aside(aside, self._config, sender)
+            self.stats.undecodable += len(aside)
         if self._stores:
             self._apply_with_stores(sender, batch)
         else:
@@ -231,11 +240,11 @@ class PartitionRunner:
         else:
             self.stats.discarded += len(messages)
 
-    def _batch(self, messages: list[Message]) -> Batch:
+    def _batch(self, messages: list[Record]) -> Batch:
         """The batch's offset ranges; checks each topic's offsets keep increasing."""
-        batch = Batch({self.partition: messages})
-        firsts: dict[str, Message] = {}
-        lasts: dict[str, Message] = {}
+        batch = Batch()
+        firsts: dict[str, Record] = {}
+        lasts: dict[str, Record] = {}
         counts: dict[str, int] = {}
         for topic, messages_of_topic in _topic_runs(messages, self._multi_topic):
             firsts.setdefault(topic, messages_of_topic[0])
@@ -294,8 +303,17 @@ def _applied_offsets(stores: Iterable[KeyValueStore]) -> dict[TopicPartitionKey,
     return skip
 
 
-def _topic_runs(messages: list[Message], multi_topic: bool
-                ) -> Iterator[tuple[str, list[Message]]]:
+def _split(records: list[Record], set_aside: bool) -> tuple[list[Message], list[Undecodable]]:
+    """Messages for ``process()``, and the records the decode policy set aside."""
+    if not set_aside:  # nothing was set aside: every record is a Message
+        return cast(list[Message], records), []
+    messages = [r for r in records if type(r) is Message]
+    aside = [r for r in records if type(r) is Undecodable]
+    return messages, aside
+
+
+def _topic_runs(messages: list[Record], multi_topic: bool
+                ) -> Iterator[tuple[str, list[Record]]]:
     if not multi_topic:
         yield messages[0].topic, messages
         return
@@ -306,9 +324,9 @@ def _topic_runs(messages: list[Message], multi_topic: bool
             start = index
 
 
-def _grouped_by_topic(messages: list[Message]) -> list[Message]:
+def _grouped_by_topic(messages: list[Record]) -> list[Record]:
     """Topic by topic, in the order the topics first appear, as the loop's batches are."""
-    by_topic: dict[str, list[Message]] = {}
+    by_topic: dict[str, list[Record]] = {}
     for message in messages:
         by_topic.setdefault(message.topic, []).append(message)
     if len(by_topic) == 1:
@@ -316,7 +334,7 @@ def _grouped_by_topic(messages: list[Message]) -> list[Message]:
     return [message for group in by_topic.values() for message in group]
 
 
-def _runs(messages: Sequence[Message]) -> Iterator[tuple[int, int, int]]:
+def _runs(messages: Sequence[Record]) -> Iterator[tuple[int, int, int]]:
     """(partition, start, stop) of each run of one partition number."""
     if not messages:
         return
@@ -331,29 +349,35 @@ def _runs(messages: Sequence[Message]) -> Iterator[tuple[int, int, int]]:
             start = index
 
 
-def _messages(batch: Any, config: Config) -> list[Message]:
+def _messages(batch: Any, config: Config) -> list[Record]:
     """Arrow batch of ``COLUMNS`` -> Messages, decoded with the configured serdes."""
     topics, partitions, offsets, keys, values, stamps, kinds, headers = (
         batch.column(i).to_pylist() for i in range(len(COLUMNS)))
     new = tuple.__new__  # Message is a NamedTuple; this skips its Python-level __new__
-    messages = [new(Message, (topic, partition, offset, key, value,
-                              None if kind < 0 else stamp, _headers(header) if header else ()))
-                for topic, partition, offset, key, value, stamp, kind, header
-                in zip(topics, partitions, offsets, keys, values, stamps, kinds, headers,
-                       strict=True)]
+    messages: list[Any] = [new(Message, (topic, partition, offset, key, value,
+                                         None if kind < 0 else stamp,
+                                         _headers(header) if header else ()))
+                           for topic, partition, offset, key, value, stamp, kind, header
+                           in zip(topics, partitions, offsets, keys, values, stamps, kinds,
+                                  headers, strict=True)]
     key_serde, value_serde = config.key_decoder, config.value_decoder
     if key_serde.name != "bytes" or value_serde.name != "bytes":
-        messages = [_decoded(m, key_serde, value_serde) for m in messages]
+        set_aside = config.on_decode_error != "fail"
+        return [_decoded(m, key_serde, value_serde, set_aside) for m in messages]
     return messages
 
 
-def _decoded(message: Message, key_serde: Any, value_serde: Any) -> Message:
+def _decoded(message: Message, key_serde: Any, value_serde: Any, set_aside: bool) -> Record:
+    """The message decoded; one that does not decode raises, or with ``set_aside``
+    becomes an ``Undecodable`` that keeps its bytes (the batch still counts its offset)."""
     try:
         return message._replace(key=key_serde.decode(message.key),
                                 value=value_serde.decode(message.value))
     except SerdeError as exc:
-        raise SerdeError(f"cannot decode {message.topic}[{message.partition}] offset "
-                         f"{message.offset}: {exc}") from exc
+        if not set_aside:
+            raise undecodable_error(message.topic, message.partition, message.offset,
+                                    exc) from exc
+        return Undecodable(*message, error=str(exc))
 
 
 def _headers(encoded: str) -> tuple[tuple[str, bytes | None], ...]:

@@ -11,7 +11,15 @@ from typing import Any, ClassVar
 
 import pytest
 
-from kasper_py import Config, Message, MessageProcessor, OffsetError, ProcessingError, Sender
+from kasper_py import (
+    Config,
+    Message,
+    MessageProcessor,
+    OffsetError,
+    ProcessingError,
+    Sender,
+    SerdeError,
+)
 from kasper_py.message import OutgoingMessage
 from kasper_py.processor import ProcessorContext
 from kasper_py.reprocess._task import COLUMNS, PartitionStats, TaskSpec, run_task
@@ -169,3 +177,23 @@ def test_empty_task_yields_no_rows() -> None:
     """A task given no records returns no stats (Spark needs no empty, column-less batch)."""
     rows, log, reported = run([])
     assert rows == [] and reported == [] and log == [("close",)]
+
+
+def test_undecodable_records_are_set_aside_as_the_loop_does() -> None:
+    """With on_decode_error='dead_letter', a record that does not decode skips process(),
+    goes to the dead-letter topic with its bytes, and still counts in the batch's offsets;
+    with the default policy the task fails naming the record."""
+    rows, log, _ = run([arrow([("t", 0, 0, b'"a"'), ("t", 0, 1, b"{bad"), ("t", 0, 2, b'"b"')])],
+                       value_serde="json", on_decode_error="dead_letter",
+                       dead_letter_topic="t-dlq")
+    (processor,) = Recorder.instances
+    assert [[m.offset for m in b] for b in processor.batches] == [[0, 2]]
+    (_, produced), *_ = log
+    dead = [m for m in produced if m.topic == "t-dlq"]
+    assert [(m.key, m.value) for m in dead] == [(b"k1", b"{bad")]
+    assert [m.value for m in produced if m.topic == "out"] == [b'"A"', b'"B"']
+    assert ("kasper.source.offset", b"1") in (dead[0].headers or ())
+    assert rows[0]["messages"] == 3 and rows[0]["undecodable"] == 1
+    assert json.loads(rows[0]["ranges"]) == {"t": [0, 2]}
+    with pytest.raises(SerdeError, match=r"cannot decode t\[0\] offset 1: json serde"):
+        run([arrow([("t", 0, 0, b"1"), ("t", 0, 1, b"{bad")])], value_serde="json")
