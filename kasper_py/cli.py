@@ -123,7 +123,7 @@ def _read_toml(path: str) -> dict[str, Any]:
         raise CliError(EXIT_CONFIG, f"config file {path!r} not found") from None
     except OSError as exc:
         raise CliError(EXIT_CONFIG, f"cannot read config file {path!r}: {exc}") from None
-    except tomllib.TOMLDecodeError as exc:
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise CliError(EXIT_CONFIG, f"config file {path!r} is not valid TOML: {exc}") from None
     return data
 
@@ -272,6 +272,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CliError as exc:
         _error(str(exc))
         return exc.code
+    except KeyboardInterrupt:
+        _error("interrupted")
+        return EXIT_INTERRUPTED
     except Exception as exc:
         _log.exception("kasper.cli_failed", command=args.command)
         _error(f"{type(exc).__name__}: {exc}")
@@ -423,6 +426,16 @@ def _admin(config: Config, errors: list[str]) -> Any:
                        f"librdkafka refused client_overrides: {_reason(exc)}") from None
 
 
+def _consumer(config: Config, errors: list[str], **overrides: Any) -> Any:
+    """A consumer of the processor's group that never commits by itself."""
+    try:
+        return Consumer({**_client_conf(config, errors), **overrides,
+                         "group.id": config.group, "enable.auto.commit": False})
+    except KafkaException as exc:
+        raise CliError(EXIT_CONFIG, "librdkafka refused client_overrides/consumer_overrides: "
+                       f"{_reason(exc)}") from None
+
+
 def _probe(config: Config, timeout: float) -> Any:
     """Cluster metadata, or ``CliError(EXIT_BROKER)`` when no broker answers."""
     errors: list[str] = []
@@ -461,22 +474,31 @@ class PartitionOffsets:
 
 
 def _input_partitions(config: Config, metadata: Any) -> list[tuple[str, int]]:
-    found: list[tuple[str, int]] = []
+    """The (topic, partition) pairs the processor owns; a missing topic, unequal
+    partition counts or an input partition that does not exist is a config error."""
+    counts: dict[str, int] = {}
     for topic in config.input_topics:
         meta = metadata.topics.get(topic)
         if meta is None or meta.error is not None:
             raise CliError(EXIT_CONFIG, f"config field 'input_topics': topic {topic!r} "
                            f"does not exist on {config.bootstrap_servers}")
-        wanted = config.input_partitions
-        found += [(topic, p) for p in sorted(meta.partitions) if wanted is None or p in wanted]
-    return found
+        counts[topic] = len(meta.partitions)
+    if len(set(counts.values())) > 1:
+        raise CliError(EXIT_CONFIG, "config field 'input_topics': the topics must have the "
+                       f"same partition count, got {counts}")
+    count = next(iter(counts.values()))
+    wanted = list(range(count)) if config.input_partitions is None else config.input_partitions
+    missing = [p for p in wanted if p >= count]
+    if missing:
+        raise CliError(EXIT_CONFIG, f"config field 'input_partitions': {missing} do not "
+                       f"exist: the input topics have {count} partitions")
+    return [(topic, p) for topic in config.input_topics for p in wanted]
 
 
 def _read_offsets(config: Config, metadata: Any, timeout: float) -> list[PartitionOffsets]:
     keys = _input_partitions(config, metadata)
     errors: list[str] = []
-    consumer = Consumer({**_client_conf(config, errors), **config.consumer_overrides,
-                         "group.id": config.group, "enable.auto.commit": False})
+    consumer = _consumer(config, errors, **config.consumer_overrides)
     progress = Progress("reading offsets", len(keys))
     try:
         committed = consumer.committed([TopicPartition(t, p) for t, p in keys], timeout=timeout)
@@ -582,7 +604,7 @@ def _targets(config: Config, current: list[PartitionOffsets], to: str | int,
     if to == "latest":
         return {(r.topic, r.partition): r.high for r in current}
     errors: list[str] = []
-    consumer = Consumer({**_client_conf(config, errors), "group.id": config.group})
+    consumer = _consumer(config, errors)
     progress = Progress(f"finding offsets at {to} ms", len(current))
     try:
         targets = {}
@@ -681,6 +703,8 @@ class _RestoreDisplay:
                  total: int) -> None:
         key = (processor, store, partition)
         bar = self._bars.get(key)
+        if bar is None and total <= 0:
+            return  # nothing to restore: no bar
         if bar is None:
             bar = self._bars[key] = Progress(f"restoring {store}[{partition}]", total)
         bar.update(restored, total)

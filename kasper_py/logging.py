@@ -29,7 +29,8 @@ _SECRET_ASSIGNMENT = re.compile(
 def mask_secrets(_logger: WrappedLogger, _method: str, event_dict: EventDict) -> EventDict:
     """A structlog processor: hide values whose key names a secret (SASL passwords,
     SSL keys, tokens), in nested mappings too, and ``key=value`` secrets inside text."""
-    return {key: _masked(key, value) for key, value in event_dict.items()}
+    return {key: value if key == "exc_info" else _masked(key, value)
+            for key, value in event_dict.items()}
 
 
 def _masked(key: str, value: Any) -> Any:
@@ -38,7 +39,8 @@ def _masked(key: str, value: Any) -> Any:
     if isinstance(value, Mapping):
         return {k: _masked(str(k), v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_masked("", item) for item in value]
+        masked = [_masked("", item) for item in value]
+        return masked if isinstance(value, list) else tuple(masked)
     if isinstance(value, str) and value:
         return _SECRET_ASSIGNMENT.sub(lambda m: f"{m['key']}{m['sep']}{MASK}", value)
     return value

@@ -301,3 +301,48 @@ def test_reset_refused_by_kafka_when_a_member_joins_in_between(
     with pytest.raises(CliError, match="became active") as caught:
         cli._alter_offsets(config_for_reset(), {("t", 0): 5}, 1.0)
     assert caught.value.code == cli.EXIT_REFUSED
+
+
+def test_toml_that_is_not_utf8_is_a_config_error(tmp_path: Path) -> None:
+    """A config file in another encoding is exit 3 naming the file, not a traceback."""
+    path = tmp_path / "latin1.toml"
+    path.write_bytes('name = "caf\xe9"\n'.encode("latin-1"))
+    with pytest.raises(CliError, match="latin1.toml' is not valid TOML") as caught:
+        load_config(str(path), {})
+    assert caught.value.code == EXIT_CONFIG
+
+
+def metadata(**partitions: int) -> Any:
+    """Cluster metadata as list_topics() gives it: topic -> partition count."""
+    return SimpleNamespace(topics={
+        topic: SimpleNamespace(error=None, partitions={p: None for p in range(count)})
+        for topic, count in partitions.items()})
+
+
+def test_input_partitions_are_checked_against_the_topics() -> None:
+    """Unknown input partitions and unequal partition counts are config errors naming
+    the field, before any group is touched; valid ones list every owned pair."""
+    config = Config(name="p", bootstrap_servers="h:1", input_topics=["a", "b"],
+                    input_partitions=[1, 9])
+    with pytest.raises(CliError, match=r"'input_partitions': \[9\] do not exist: the input "
+                                       "topics have 4 partitions") as caught:
+        cli._input_partitions(config, metadata(a=4, b=4))
+    assert caught.value.code == EXIT_CONFIG
+    with pytest.raises(CliError, match="same partition count, got {'a': 4, 'b': 2}"):
+        cli._input_partitions(Config(name="p", bootstrap_servers="h:1",
+                                     input_topics=["a", "b"]), metadata(a=4, b=2))
+    owned = cli._input_partitions(Config(name="p", bootstrap_servers="h:1",
+                                         input_topics=["a", "b"], input_partitions=[2, 0]),
+                                  metadata(a=4, b=4))
+    assert owned == [("a", 0), ("a", 2), ("b", 0), ("b", 2)]
+
+
+def test_refused_consumer_overrides_are_a_config_error() -> None:
+    """A consumer override librdkafka rejects (read by lag and offsets) is exit 3
+    naming the overrides, not a KafkaException traceback."""
+    config = Config(name="p", bootstrap_servers="h:1", input_topics=["t"],
+                    consumer_overrides={"fetch.min.bytes": "abc"})
+    with pytest.raises(CliError, match="librdkafka refused client_overrides/"
+                                       "consumer_overrides") as caught:
+        cli._consumer(config, [], **config.consumer_overrides)
+    assert caught.value.code == EXIT_CONFIG

@@ -159,3 +159,18 @@ def test_importing_kasper_py_configures_nothing() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)
     assert out.stdout.strip() == "False []"
+
+
+def test_a_saved_exc_info_is_rendered_outside_its_except_block() -> None:
+    """A stdlib record logged later with a saved exception (asyncio does this) keeps
+    its traceback: masking leaves exc_info alone."""
+    stream = io.StringIO()
+    configure_logging(stream=stream)
+    try:
+        raise KeyError("lost-partition")
+    except KeyError as exc:
+        saved = exc
+    logging.getLogger("asyncio").error("task failed", exc_info=saved)
+    [line] = lines(stream)
+    [exception] = line["exception"]  # type: ignore[misc]
+    assert exception["exc_type"] == "KeyError" and "lost-partition" in exception["exc_value"]
