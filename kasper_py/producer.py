@@ -1,5 +1,5 @@
 """``OutputProducer`` wraps confluent_kafka.Producer: produces a turn's buffered
-messages (``produce_batch`` per topic where it can), keeps the first delivery
+messages (``produce_batch`` per run of one topic and partition), keeps the first delivery
 error, and raises it when the turn waits for its acks.
 """
 
@@ -30,21 +30,31 @@ class OutputProducer:
         self.produced = 0
 
     def produce(self, messages: Iterable[OutgoingMessage]) -> None:
-        """Enqueue ``messages``; acks arrive later, see ``wait_for_acks``."""
-        # produce_batch ignores a per-message partition, so one call per topic and
-        # partition; -1 (unassigned) runs the partitioner on each message's key.
-        groups: dict[tuple[str, int], list[dict[str, Any]]] = {}
+        """Enqueue ``messages`` keeping each topic's send order; acks arrive later, see
+        ``wait_for_acks``.
+
+        ``produce_batch`` takes one partition (-1: the partitioner runs on each key) and
+        no headers per call, so each topic's messages go out as consecutive runs with
+        the same partition and no headers; a message with headers goes alone, after the
+        run before it. Kafka orders nothing across topics, so topics may interleave.
+        """
+        runs: dict[str, tuple[int, list[dict[str, Any]]]] = {}  # topic -> its open run
         for topic, value, key, partition, headers in messages:
+            target = -1 if partition is None else partition
+            run = runs.get(topic)
             if headers:
+                if run is not None:
+                    del runs[topic]
+                    self._produce_batch(topic, *run)
                 self._produce_one(OutgoingMessage(topic, value, key, partition, headers))
                 continue
-            group_key = (topic, -1 if partition is None else partition)
-            entries = groups.get(group_key)
-            if entries is None:
-                entries = groups[group_key] = []
-            entries.append({"value": value, "key": key})
-        for (topic, partition), entries in groups.items():
-            self._produce_batch(topic, partition, entries)
+            if run is None or run[0] != target:
+                if run is not None:
+                    self._produce_batch(topic, *run)
+                run = runs[topic] = (target, [])
+            run[1].append({"value": value, "key": key})
+        for topic, (target, entries) in runs.items():
+            self._produce_batch(topic, target, entries)
 
     def wait_for_acks(self) -> None:
         """Block until every enqueued message is acknowledged; raise the first failure."""

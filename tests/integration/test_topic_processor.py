@@ -402,3 +402,31 @@ def _capture(errors: list[BaseException], call: Callable[[], object]) -> None:
         call()
     except BaseException as exc:
         errors.append(exc)
+
+
+class MixedSends(MessageProcessor):
+    """For each input, sends one keyed message to partition 0 of ``output``: every
+    third one with headers, every fifth one by explicit partition."""
+
+    def __init__(self, context: ProcessorContext, output: str) -> None:
+        self.output = output
+
+    def process(self, messages: list[Message], sender: Sender) -> None:
+        for message in messages:
+            n = int(message.value)
+            headers = {"n": str(n)} if n % 3 == 0 else None
+            partition = 0 if n % 5 == 0 else None
+            sender.send(self.output, message.value, key=b"same-key", partition=partition,
+                        headers=headers)
+
+
+def test_output_keeps_send_order_when_headers_and_partitions_mix(
+        bootstrap, new_topic, kafka, unique_name) -> None:
+    """Messages for one partition arrive in the order process() sent them, whether
+    they carry headers, an explicit partition or only a key."""
+    source, output = new_topic("in"), new_topic("out")
+    kafka.produce(source, [b"%d" % i for i in range(60)])
+    cfg = config(bootstrap, unique_name("order"), [source])
+    with TopicProcessor(cfg, lambda c: MixedSends(c, output)) as processor:
+        processor.run_loop(until_caught_up=True)
+    assert [m.value() for m in kafka.read_all(output)] == [b"%d" % i for i in range(60)]
