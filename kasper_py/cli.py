@@ -40,6 +40,7 @@ from kasper_py.exceptions import ConfigError, KasperError
 from kasper_py.logging import configure_logging
 from kasper_py.metrics import PrometheusObserver, add_restore_listener, observer_for
 from kasper_py.observe import LoopObserver
+from kasper_py.offsets import CommitNote, running_loop, running_window
 from kasper_py.processor import ProcessorFactory
 from kasper_py.stores.base import StoreSpec
 from kasper_py.topic_processor import TopicProcessor
@@ -223,6 +224,9 @@ def _add_offsets_parser(commands: Any) -> None:
     reset.add_argument("--to", required=True, type=_reset_target, metavar="WHERE",
                        help="earliest, latest, an ISO-8601 time (UTC if no zone) or epoch ms")
     reset.add_argument("--dry-run", action="store_true", help="show the plan, change nothing")
+    reset.add_argument("--force", action="store_true",
+                       help="reset although a kasper loop committed recently without saying "
+                            "it stopped (one killed with -9, say): make sure it is gone")
     _add_config_flags(reset)
 
 
@@ -295,7 +299,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         return _lag(config, args.connect_timeout)
     if args.action == "show":
         return _offsets_show(config, args.connect_timeout)
-    return _offsets_reset(config, args.to, args.dry_run, args.connect_timeout)
+    return _offsets_reset(config, args.to, args.dry_run, args.connect_timeout, args.force)
 
 
 def _stack(argv: list[str]) -> int:
@@ -464,6 +468,8 @@ class PartitionOffsets:
     committed: int | None
     low: int
     high: int
+    note: CommitNote | None = None
+    """Who made the committed offset's commit, when a kasper loop did."""
 
     def lag(self, auto_offset_reset: str) -> int:
         """Messages left to process; from the reset policy when nothing is committed."""
@@ -506,7 +512,8 @@ def _read_offsets(config: Config, metadata: Any, timeout: float) -> list[Partiti
         for tp in committed:
             low, high = consumer.get_watermark_offsets(tp, timeout=timeout)
             rows.append(PartitionOffsets(tp.topic, tp.partition,
-                                         tp.offset if tp.offset >= 0 else None, low, high))
+                                         tp.offset if tp.offset >= 0 else None, low, high,
+                                         CommitNote.decode(tp.metadata)))
             progress.advance()
         return rows
     except KafkaException as exc:
@@ -528,6 +535,9 @@ def _offsets_show(config: Config, timeout: float) -> int:
     table += [[r.topic, str(r.partition), "-" if r.committed is None else str(r.committed),
                str(r.low), str(r.high), str(r.lag(config.auto_offset_reset))] for r in rows]
     print(_format_table(table))
+    notes = [r.note for r in rows if r.note is not None]
+    if notes:
+        print(f"last commit by a kasper loop: {max(notes, key=lambda n: n.at).describe()}")
     return EXIT_OK
 
 
@@ -554,10 +564,13 @@ _ACTIVE_CODES = (KafkaError.UNKNOWN_MEMBER_ID, KafkaError.REBALANCE_IN_PROGRESS,
                  KafkaError.ILLEGAL_GENERATION, KafkaError.NON_EMPTY_GROUP)
 
 
-def _offsets_reset(config: Config, to: str | int, dry_run: bool, timeout: float) -> int:
+def _offsets_reset(config: Config, to: str | int, dry_run: bool, timeout: float,
+                   force: bool = False) -> int:
     metadata = _probe(config, timeout)
     _refuse_if_active(config, timeout)
     current = _read_offsets(config, metadata, timeout)
+    if not force:
+        _refuse_if_running(config, current)
     targets = _targets(config, current, to, timeout)
     table = [["TOPIC", "PARTITION", "COMMITTED", "NEW"]]
     table += [[r.topic, str(r.partition), "-" if r.committed is None else str(r.committed),
@@ -595,6 +608,18 @@ def _refuse_if_active(config: Config, timeout: float) -> None:
     if members or state not in _IDLE_STATES:
         raise CliError(EXIT_REFUSED, f"group {config.group!r} is active ({state.lower()}, "
                        f"members: {', '.join(members) or 'none'}): stop its processors first")
+
+
+def _refuse_if_running(config: Config, current: list[PartitionOffsets]) -> None:
+    """A loop with a static assignment is no group member, but its commit notes show it:
+    a reset under a running loop would be overwritten by its next commit."""
+    note = running_loop(config, [r.note for r in current])
+    if note is not None:
+        raise CliError(EXIT_REFUSED, f"group {config.group!r} is being processed: a kasper "
+                       f"loop is {note.describe()}, and its next commit would undo the "
+                       "reset; stop it first (its last commit then says it stopped), or "
+                       "pass --force if it is gone (a loop counts as running for "
+                       f"{running_window(config):.0f} s after its last commit)")
 
 
 def _targets(config: Config, current: list[PartitionOffsets], to: str | int,

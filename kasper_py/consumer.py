@@ -103,9 +103,10 @@ class InputConsumer:
                      error=error.str(), code=error.name())
         return True
 
-    def commit(self, next_offsets: dict[TopicPartitionKey, int]) -> None:
-        """Commit synchronously; raise ``CommitError`` if any partition was refused."""
-        offsets = [TopicPartition(t, p, o) for (t, p), o in next_offsets.items()]
+    def commit(self, next_offsets: dict[TopicPartitionKey, int], note: str | None = None) -> None:
+        """Commit synchronously, with ``note`` as each offset's metadata; raise
+        ``CommitError`` if any partition was refused."""
+        offsets = [TopicPartition(t, p, o, note) for (t, p), o in next_offsets.items()]
         try:
             results = self._consumer.commit(offsets=offsets, asynchronous=False)
         except KafkaException as exc:
@@ -121,20 +122,28 @@ class InputConsumer:
     def committed(
         self, keys: Iterable[TopicPartitionKey] | None = None
     ) -> dict[TopicPartitionKey, int | None]:
-        """The group's committed next offsets (``None`` where nothing is committed)."""
+        """The group's committed next offsets (``None`` where nothing is committed).
+
+        An error for the whole request or for one partition is retried while the group
+        coordinator moves or loads, then raised as ``ConsumeError``: taken for "nothing
+        committed", it would start that partition at ``auto_offset_reset``.
+        """
         tps = [TopicPartition(t, p) for t, p in (keys if keys is not None else self.assigned)]
         deadline = time.monotonic() + _METADATA_TIMEOUT
+        error: Any
         while True:
             try:
                 result = self._consumer.committed(tps, timeout=_METADATA_TIMEOUT)
-                break
+                failed = [tp for tp in result if tp.error is not None]
+                if not failed:
+                    break
+                error, where = failed[0].error, f" for {failed[0].topic}[{failed[0].partition}]"
             except KafkaException as exc:
-                busy = exc.args[0].code() in _COORDINATOR_BUSY
-                if not busy or time.monotonic() >= deadline:
-                    raise ConsumeError(
-                        f"reading committed offsets of group {self._config.group!r} failed: "
-                        f"{exc.args[0]}") from exc
-                time.sleep(0.2)
+                error, where = exc.args[0], ""
+            if error.code() not in _COORDINATOR_BUSY or time.monotonic() >= deadline:
+                raise ConsumeError(f"reading committed offsets of group {self._config.group!r}"
+                                   f"{where} failed: {error.str()}", code=error.code())
+            time.sleep(0.2)
         return {(tp.topic, tp.partition): (None if tp.offset < 0 else tp.offset) for tp in result}
 
     def positions(self) -> dict[TopicPartitionKey, int | None]:

@@ -1,12 +1,27 @@
 """``OffsetTracker``: what has been committed per topic-partition, so a commit
-that would move an offset backwards fails loudly instead of replaying silently.
+that would move an offset backwards fails loudly instead of replaying silently; and
+``CommitNote``, the commit metadata that tells operators' tools a loop is running.
 """
 
 from __future__ import annotations
 
+import os
+import socket
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
 from kasper_py.exceptions import OffsetError
 
-__all__ = ["OffsetTracker"]
+if TYPE_CHECKING:
+    from kasper_py.config import Config
+
+__all__ = ["HEARTBEAT_SECONDS", "CommitNote", "OffsetTracker", "running_loop", "running_window"]
+
+HEARTBEAT_SECONDS = 10.0
+"""An idle loop re-commits its offsets (same offsets, fresh note) this often."""
+_NOTE_PREFIX = "kasper/1"
 
 TopicPartitionKey = tuple[str, int]
 
@@ -34,3 +49,68 @@ class OffsetTracker:
     def committed(self, topic: str, partition: int) -> int | None:
         """The next offset to read that this process committed last, or ``None``."""
         return self._committed.get((topic, partition))
+
+    def all(self) -> dict[TopicPartitionKey, int]:
+        """Every offset this process committed, by topic-partition."""
+        return dict(self._committed)
+
+
+@dataclass(frozen=True)
+class CommitNote:
+    """Stored as the metadata of every offset a loop commits. A loop with a static
+    assignment never joins its consumer group, so the group looks empty while it runs;
+    this note is how ``kasper offsets reset`` and the reprocessing handoff tell that a
+    loop is running (it re-commits at least every ``HEARTBEAT_SECONDS`` and after every
+    turn) or has stopped cleanly (its last commit says so)."""
+
+    state: Literal["running", "stopped"]
+    at: float
+    """Unix time of the commit, in seconds."""
+    host: str
+    pid: int
+
+    @classmethod
+    def now(cls, state: Literal["running", "stopped"]) -> CommitNote:
+        """A note for a commit made now by this process."""
+        return cls(state, time.time(), socket.gethostname(), os.getpid())
+
+    def encode(self) -> str:
+        """``kasper/1 <state> <unix time> <host> <pid>``."""
+        return f"{_NOTE_PREFIX} {self.state} {self.at:.3f} {self.host} {self.pid}"
+
+    @classmethod
+    def decode(cls, metadata: str | None) -> CommitNote | None:
+        """The note in a commit's metadata; ``None`` when another client committed."""
+        parts = (metadata or "").split(" ")
+        if len(parts) != 5 or parts[0] != _NOTE_PREFIX or parts[1] not in ("running", "stopped"):
+            return None
+        try:
+            at, pid = float(parts[2]), int(parts[4])
+        except ValueError:
+            return None
+        state: Literal["running", "stopped"] = "running" if parts[1] == "running" else "stopped"
+        return cls(state, at, parts[3], pid)
+
+    def running_within(self, window: float, now: float | None = None) -> bool:
+        """True when a running loop made this commit less than ``window`` seconds ago."""
+        return self.state == "running" and (now or time.time()) - self.at < window
+
+    def describe(self, now: float | None = None) -> str:
+        """``running on host (pid 12), committed 3 s ago`` for messages."""
+        age = max((now or time.time()) - self.at, 0.0)
+        return f"{self.state} on {self.host} (pid {self.pid}), committed {age:.0f} s ago"
+
+
+def running_window(config: Config) -> float:
+    """Seconds after its last commit that a loop which did not say it stopped counts as
+    running: idle loops re-commit every HEARTBEAT_SECONDS, busy ones every turn, and a
+    turn may wait up to ``delivery_timeout`` for its acks."""
+    return 3 * HEARTBEAT_SECONDS + config.delivery_timeout + 2 * config.batch_wait
+
+
+def running_loop(config: Config, notes: Iterable[CommitNote | None]) -> CommitNote | None:
+    """The newest note of a loop that still counts as running, if any: moving the
+    group's offsets under it would be undone by its next commit."""
+    window = running_window(config)
+    running = [note for note in notes if note is not None and note.running_within(window)]
+    return max(running, key=lambda note: note.at) if running else None

@@ -66,9 +66,12 @@ class OutputProducer:
                 code=KafkaError._MSG_TIMED_OUT,
             )
 
-    def close(self) -> None:
-        """Deliver what is still queued (bounded by the delivery timeout)."""
-        self._producer.flush(self._delivery_timeout)
+    def close(self, discard: bool = False) -> None:
+        """Deliver what is still queued (bounded by the delivery timeout); with
+        ``discard``, drop it instead (a failed turn's output, replayed on restart)."""
+        if discard:
+            self._producer.purge()
+        self._producer.flush(0 if discard else self._delivery_timeout)
 
     def _on_delivery(self, error: KafkaError | None, message: Any) -> None:
         if error is None:

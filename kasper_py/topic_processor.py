@@ -24,10 +24,18 @@ from kasper_py.batching import Batch, build_batch, collect
 from kasper_py.config import Config
 from kasper_py.consumer import InputConsumer
 from kasper_py.dead_letters import send_aside
-from kasper_py.exceptions import KasperError, ProcessingError, StoreError, TopicError
+from kasper_py.exceptions import (
+    CommitError,
+    ConsumeError,
+    KasperError,
+    ProcessingError,
+    ProduceError,
+    StoreError,
+    TopicError,
+)
 from kasper_py.message import OutgoingMessage
 from kasper_py.observe import LoopObserver, NoopObserver, TurnStats
-from kasper_py.offsets import OffsetTracker
+from kasper_py.offsets import HEARTBEAT_SECONDS, CommitNote, OffsetTracker
 from kasper_py.processor import MessageProcessor, ProcessorContext, ProcessorFactory
 from kasper_py.producer import OutputProducer
 from kasper_py.sender import Sender
@@ -37,6 +45,7 @@ __all__ = ["TopicProcessor"]
 
 _log = structlog.get_logger("kasper_py")
 T = TypeVar("T")
+_KAFKA_TROUBLE = (ProduceError, CommitError, ConsumeError, KeyboardInterrupt)
 
 
 class TopicProcessor:
@@ -71,6 +80,7 @@ class TopicProcessor:
         self._shut = False
         self._started = False
         self._outputs_first = False
+        self._last_commit = time.monotonic()
 
     # -- public ---------------------------------------------------------------
 
@@ -88,14 +98,14 @@ class TopicProcessor:
         try:
             self._start()
             self._loop(until_caught_up)
+            if self._closing.is_set():
+                self._shutdown()  # before _stopped is set: close() waits for the clients
         except BaseException as exc:
             self._fail(exc)
             raise
         finally:
             self._loop_thread = None
             self._stopped.set()
-        if self._closing.is_set():
-            self._shutdown()
 
     def run_until_stopped(self, until_caught_up: bool = False) -> str | None:
         """``run_loop()`` with SIGTERM and SIGINT closing the processor gracefully: the
@@ -203,6 +213,7 @@ class TopicProcessor:
                 self._turn(batch)
             else:
                 self._observer.on_idle()
+                self._heartbeat()
             full = len(batch) >= self.config.batch_size
             if until_caught_up and not full and self.has_consumed_all():
                 return
@@ -268,8 +279,30 @@ class TopicProcessor:
     def _commit(self, batch: Batch) -> None:
         next_offsets = batch.next_offsets()
         self._offsets.check(next_offsets)
-        self._consumer.commit(next_offsets)
+        self._consumer.commit(next_offsets, CommitNote.now("running").encode())
         self._offsets.mark_committed(next_offsets)
+        self._last_commit = time.monotonic()
+
+    def _heartbeat(self) -> None:
+        """Idle: re-commit the same offsets now and then, so the note shows a live loop."""
+        committed = self._offsets.all()
+        if not committed or time.monotonic() - self._last_commit < HEARTBEAT_SECONDS:
+            return
+        self._last_commit = time.monotonic()
+        try:
+            self._consumer.commit(committed, CommitNote.now("running").encode())
+        except KasperError as exc:  # the next turn's commit reports a lasting failure
+            _log.warning("kasper.heartbeat_failed", processor=self.config.name, error=str(exc))
+
+    def _note_stopped(self) -> None:
+        """Re-commit the offsets with a "stopped" note: resets need not wait for it."""
+        committed = self._offsets.all()
+        if not committed:
+            return
+        try:
+            self._consumer.commit(committed, CommitNote.now("stopped").encode())
+        except KasperError as exc:
+            _log.warning("kasper.stop_note_failed", processor=self.config.name, error=str(exc))
 
     def _report(self, stats: TurnStats) -> None:
         self._observer.on_turn(stats)
@@ -364,27 +397,29 @@ class TopicProcessor:
         if isinstance(exc, KasperError):
             _log.error("kasper.stopped", processor=self.config.name, error=str(exc),
                        error_type=type(exc).__name__)
-        self._shutdown()
+        # Kafka trouble (or an impatient user): no last commit, and queued output of the
+        # failed batch is dropped, not waited for; the batch is replayed anyway.
+        self._shutdown(kafka_ok=not isinstance(exc, _KAFKA_TROUBLE))
 
-    def _shutdown(self) -> None:
+    def _shutdown(self, kafka_ok: bool = True) -> None:
         with self._shutdown_lock:
             if self._shut:
                 return
             self._shut = True
-        for processor in self._processors.values():
-            processor.close()
-        for stores in self._stores.values():
-            for store in stores.values():
-                store.close()
-        for spec in self._store_specs:
-            spec.close()
-        self._producer.close()
-        self._consumer.close()
-        self._observer.on_stop()
+        if kafka_ok and self._started:
+            self._note_stopped()
+        steps: list[Callable[[], object]] = [p.close for p in self._processors.values()]
+        steps += [store.close for stores in self._stores.values() for store in stores.values()]
+        steps += [spec.close for spec in self._store_specs]
+        steps += [lambda: self._producer.close(discard=not kafka_ok), self._consumer.close,
+                  self._observer.on_stop]
         if self._owned_observer:
-            close_observer = getattr(self._observer, "close", None)
-            if close_observer is not None:
-                close_observer()
+            steps.append(getattr(self._observer, "close", lambda: None))
+        for step in steps:
+            try:
+                step()
+            except Exception:  # one failing close must neither hide the error nor stop the rest
+                _log.exception("kasper.close_failed", processor=self.config.name)
         _log.info("kasper.closed", processor=self.config.name)
 
 

@@ -2,21 +2,23 @@
 ``run_loop`` resumes exactly where reprocessing ended: no gap, no overlap.
 
 Refused while the group is active: a member would keep its own position and commit
-over the handoff. Two checks, before the job and again before the commit: the group has
-no members (a subscribed consumer), and its committed offsets did not move while the job
-ran (a loop with a static assignment is not a member, but it commits). ``force`` skips
-both; the broker still refuses a commit while the group has members.
+over the handoff. Three checks, before the job and again before the commit: the group
+has no members (a subscribed consumer); no kasper loop's commit note says it is running
+(a loop with a static assignment is not a member, but re-commits its offsets); and the
+committed offsets did not move while the job ran. ``force`` skips them; the broker
+still refuses a commit while the group has members.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from confluent_kafka import KafkaError
 
 from kasper_py.config import Config
 from kasper_py.exceptions import ReprocessError
+from kasper_py.offsets import running_loop, running_window
 from kasper_py.reprocess._kafka import KafkaFacts
 
 __all__ = ["HandoffRefusedError", "check_group_idle", "commit_handoff"]
@@ -37,14 +39,23 @@ class HandoffRefusedError(ReprocessError):
     result: Any = None
 
 
-def check_group_idle(config: Config, facts: KafkaFacts) -> None:
-    """Raise ``HandoffRefusedError`` when the live group has members or is rebalancing."""
+def check_group_idle(config: Config, facts: KafkaFacts,
+                     keys: Iterable[TopicPartitionKey]) -> None:
+    """Raise ``HandoffRefusedError`` when the live group has members or is rebalancing,
+    or when a kasper loop's last commit of ``keys`` says it is running."""
     state, members = facts.group_state()
     if members or state not in _IDLE_STATES:
         raise HandoffRefusedError(
             f"refusing the handoff: the live group {config.group!r} is active "
             f"({state.lower()}, members: {', '.join(members) or 'none'}); stop its "
             "processors first, or pass force=True (--force) to skip this check")
+    note = running_loop(config, facts.commit_notes(keys))
+    if note is not None:
+        raise HandoffRefusedError(
+            f"refusing the handoff: a live loop of group {config.group!r} is "
+            f"{note.describe()} and would commit over the handoff; stop it first, or pass "
+            f"force=True (--force) if it is gone (it counts as running for "
+            f"{running_window(config):.0f} s after its last commit)")
 
 
 def commit_handoff(config: Config, facts: KafkaFacts, ends: Mapping[TopicPartitionKey, int],
@@ -55,7 +66,7 @@ def commit_handoff(config: Config, facts: KafkaFacts, ends: Mapping[TopicPartiti
     ``None`` (forced), the group must still be idle and its offsets unchanged.
     """
     if before is not None:
-        check_group_idle(config, facts)
+        check_group_idle(config, facts, ends)
         _check_unmoved(config, before, facts.committed(before))
     try:
         facts.commit(ends)

@@ -113,7 +113,7 @@ def hand_off(config: Config, ends: Mapping[TopicPartitionKey, int], *,
     facts = KafkaFacts(config)
     try:
         if not force:
-            check_group_idle(config, facts)
+            check_group_idle(config, facts, ends)
         commit_handoff(config, facts, ends, None)
     finally:
         facts.close()
@@ -143,7 +143,7 @@ def _before_job(config: Config, facts: KafkaFacts, plan: ReprocessRange, handoff
               messages=plan.messages, handoff=handoff)
     if not handoff or force:
         return None
-    check_group_idle(config, facts)
+    check_group_idle(config, facts, plan.keys)
     return facts.committed(plan.keys)
 
 

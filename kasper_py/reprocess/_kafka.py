@@ -19,6 +19,7 @@ from confluent_kafka.admin import AdminClient
 
 from kasper_py.config import Config
 from kasper_py.exceptions import ReprocessError
+from kasper_py.offsets import CommitNote
 from kasper_py.reprocess._range import RangeError
 
 __all__ = ["BrokerUnreachableError", "KafkaFacts"]
@@ -100,6 +101,13 @@ class KafkaFacts:
         found = self._call(f"reading the offsets of group {self._config.group!r}",
                            self._consumer.committed, request, timeout=self._timeout)
         return {(tp.topic, tp.partition): tp.offset if tp.offset >= 0 else None for tp in found}
+
+    def commit_notes(self, keys: Iterable[TopicPartitionKey]) -> list[CommitNote | None]:
+        """The kasper loop notes stored with the live group's committed offsets."""
+        request = [TopicPartition(t, p) for t, p in keys]
+        found = self._call(f"reading the offsets of group {self._config.group!r}",
+                           self._consumer.committed, request, timeout=self._timeout)
+        return [CommitNote.decode(tp.metadata) for tp in found]
 
     def group_state(self) -> tuple[str, list[str]]:
         """The live group's state (``EMPTY``, ``STABLE``...) and its members' client ids."""

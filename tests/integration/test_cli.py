@@ -193,3 +193,50 @@ def test_reset_refused_while_the_group_has_members(
     assert result.returncode == 5, result.stderr
     assert "is active" in result.stderr and "busy-member" in result.stderr
     assert kafka.committed(name, source)[0] is None
+
+
+def test_reset_refused_while_a_loop_runs_allowed_once_it_stopped(
+        bootstrap: str, new_topic: Callable[..., str], kafka: Any,
+        unique_name: Callable[[str], str], tmp_path: Path) -> None:
+    """A running `kasper run` is no group member (static assignment), yet `offsets reset`
+    exits 5 naming it, from its commit note; `offsets show` says it runs. After SIGTERM
+    its last commit says it stopped and the same reset goes through. A loop killed with
+    -9 leaves a running note: refused again until --force."""
+    source, sink = new_topic("run-in"), new_topic("run-out")
+    kafka.produce(source, [f"m{i}".encode() for i in range(N)])
+    name = unique_name("cli-live")
+    config, env = write_config(tmp_path, name, source), cli_env(bootstrap, sink)
+
+    def start() -> subprocess.Popen[bytes]:
+        process = subprocess.Popen([*kasper_command(), *run_args(config)],
+                                   stderr=subprocess.DEVNULL, env=env)
+        wait_for(lambda: kafka.committed(name, source)[0] == N, "the input to be committed")
+        return process
+
+    process = start()
+    try:
+        refused = kasper("offsets", "reset", "--to", "earliest", "-c", config, env=env)
+        assert refused.returncode == 5, refused.stderr
+        assert "is being processed: a kasper loop is running on" in refused.stderr
+        assert f"(pid {process.pid})" in refused.stderr
+        show = kasper("offsets", "show", "-c", config, env=env).stdout
+        assert "last commit by a kasper loop: running on" in show
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=60) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert kafka.committed(name, source)[0] == N
+    done = kasper("offsets", "reset", "--to", "earliest", "-c", config, env=env)
+    assert done.returncode == 0, done.stderr
+    assert kafka.committed(name, source)[0] == 0
+
+    process = start()
+    process.kill()
+    process.wait(timeout=30)
+    killed = kasper("offsets", "reset", "--to", "latest", "-c", config, env=env)
+    assert killed.returncode == 5 and "pass --force if it is gone" in killed.stderr
+    assert kafka.committed(name, source)[0] == N
+    forced = kasper("offsets", "reset", "--to", "earliest", "--force", "-c", config, env=env)
+    assert forced.returncode == 0, forced.stderr
+    assert kafka.committed(name, source)[0] == 0

@@ -17,7 +17,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer
+import structlog
+from confluent_kafka import Consumer, TopicPartition
 
 from kasper_py import (
     CommitError,
@@ -33,6 +34,7 @@ from kasper_py import (
     TopicError,
     TopicProcessor,
 )
+from kasper_py.offsets import CommitNote
 from kasper_py.stores.base import StoreRuntime
 from kasper_py.stores.memory import MemoryStore, MemoryTable
 
@@ -430,3 +432,71 @@ def test_output_keeps_send_order_when_headers_and_partitions_mix(
     with TopicProcessor(cfg, lambda c: MixedSends(c, output)) as processor:
         processor.run_loop(until_caught_up=True)
     assert [m.value() for m in kafka.read_all(output)] == [b"%d" % i for i in range(60)]
+
+
+def committed_note(bootstrap: str, group: str, topic: str) -> tuple[int, CommitNote | None]:
+    """The group's committed offset of topic[0] and the kasper note stored with it."""
+    reader = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+    try:
+        (tp,) = reader.committed([TopicPartition(topic, 0)], timeout=30)
+    finally:
+        reader.close()
+    return tp.offset, CommitNote.decode(tp.metadata)
+
+
+def test_idle_loop_heartbeats_its_offsets_and_says_when_it_stopped(
+        bootstrap, new_topic, kafka, unique_name, monkeypatch) -> None:
+    """Idle, a loop re-commits the same offsets with a fresher "running" note (so tools
+    know it runs although it is no group member); close() leaves a "stopped" note."""
+    monkeypatch.setattr("kasper_py.topic_processor.HEARTBEAT_SECONDS", 0.5)
+    source, output = new_topic("in"), new_topic("out")
+    name = unique_name("heartbeat")
+    kafka.produce(source, [b"a", b"b"])
+    processor = TopicProcessor(config(bootstrap, name, [source]), lambda c: Upper(c, output))
+    worker = threading.Thread(target=processor.run_loop)
+    worker.start()
+    try:
+        wait_until(lambda: committed_note(bootstrap, name, source)[0] == 2)
+        offset, first = committed_note(bootstrap, name, source)
+        assert first is not None and first.state == "running" and first.pid == os.getpid()
+        wait_until(lambda: (committed_note(bootstrap, name, source)[1] or first).at > first.at)
+        offset, later = committed_note(bootstrap, name, source)
+        assert offset == 2 and later is not None and later.state == "running"
+    finally:
+        processor.close(timeout=60)
+        worker.join(60)
+    offset, last = committed_note(bootstrap, name, source)
+    assert offset == 2 and last is not None and last.state == "stopped"
+
+
+def wait_until(condition: Callable[[], bool], timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.1)
+
+
+class RaisesAndFailsToClose(Upper):
+    """Raises in process() and again in close()."""
+
+    def close(self) -> None:
+        raise RuntimeError("close failed too")
+
+
+def test_a_failing_close_neither_hides_the_error_nor_leaves_clients_open(
+        bootstrap, new_topic, kafka, unique_name) -> None:
+    """process() raises, then the processor's close() raises as well: the caller still
+    gets the ProcessingError, the close failure is logged, nothing is committed, and
+    the processor is closed (a new run_loop is refused)."""
+    source, output = new_topic("in"), new_topic("out")
+    name = unique_name("close-fails")
+    kafka.produce(source, [b"ok", b"poison"])
+    processor = TopicProcessor(config(bootstrap, name, [source]),
+                               lambda c: RaisesAndFailsToClose(c, output, fail_on=b"poison"))
+    with structlog.testing.capture_logs() as logs, pytest.raises(ProcessingError):
+        processor.run_loop(until_caught_up=True)
+    assert [e["event"] for e in logs if e["log_level"] == "error"][-1] == "kasper.close_failed"
+    assert logs[-1]["event"] == "kasper.closed"
+    assert kafka.committed(name, source) == {0: None}
+    with pytest.raises(KasperError, match="is closed"):
+        processor.run_loop()

@@ -8,6 +8,7 @@ import json
 import re
 import subprocess
 import sys
+import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -15,6 +16,7 @@ import pytest
 from confluent_kafka import KafkaError
 
 from kasper_py import Config, ReprocessError
+from kasper_py.offsets import CommitNote, running_window
 from kasper_py.reprocess import (
     HandoffRefusedError,
     RangeError,
@@ -114,9 +116,11 @@ class FakeFacts:
 
     def __init__(self, state: str = "EMPTY", members: tuple[str, ...] = (),
                  committed: dict[tuple[str, int], int | None] | None = None,
-                 commit_error: ReprocessError | None = None) -> None:
+                 commit_error: ReprocessError | None = None,
+                 notes: list[CommitNote | None] | None = None) -> None:
         self.state, self.members = state, list(members)
         self.offsets = committed or {}
+        self.notes = notes or []
         self.commit_error = commit_error
         self.commits: list[dict[tuple[str, int], int]] = []
 
@@ -125,6 +129,9 @@ class FakeFacts:
 
     def committed(self, keys: Any) -> dict[tuple[str, int], int | None]:
         return {key: self.offsets.get(key) for key in keys}
+
+    def commit_notes(self, keys: Any) -> list[CommitNote | None]:
+        return self.notes
 
     def commit(self, offsets: dict[tuple[str, int], int]) -> None:
         if self.commit_error is not None:
@@ -137,13 +144,28 @@ CONFIG = Config(name="counts", bootstrap_servers="in-memory:0", input_topics=["t
 
 def test_group_with_members_refuses_handoff() -> None:
     """A member, or a rebalancing group, is refused with its state and members named."""
-    check_group_idle(CONFIG, FakeFacts("EMPTY"))  # type: ignore[arg-type]
-    check_group_idle(CONFIG, FakeFacts("DEAD"))  # type: ignore[arg-type]
+    check_group_idle(CONFIG, FakeFacts("EMPTY"), [("t", 0)])  # type: ignore[arg-type]
+    check_group_idle(CONFIG, FakeFacts("DEAD"), [("t", 0)])  # type: ignore[arg-type]
     with pytest.raises(HandoffRefusedError, match=r"'counts' is active \(stable, members: "
                                                   r"host-1, host-2\)"):
-        check_group_idle(CONFIG, FakeFacts("STABLE", ("host-1", "host-2")))  # type: ignore[arg-type]
+        check_group_idle(CONFIG, FakeFacts("STABLE", ("host-1", "host-2")),  # type: ignore[arg-type]
+                         [("t", 0)])
     with pytest.raises(HandoffRefusedError, match="preparing_rebalance"):
-        check_group_idle(CONFIG, FakeFacts("PREPARING_REBALANCE"))  # type: ignore[arg-type]
+        check_group_idle(CONFIG, FakeFacts("PREPARING_REBALANCE"), [])  # type: ignore[arg-type]
+
+
+def test_a_running_loop_note_refuses_handoff_and_a_stopped_one_does_not() -> None:
+    """A static-assignment loop is no member; its last commit note says whether it runs.
+    Running and recent: refused, naming host and pid. Stopped, or running but older than
+    the window (killed): allowed."""
+    now = time.time()
+    running = CommitNote("running", now - 3, "host-a", 42)
+    with pytest.raises(HandoffRefusedError, match=r"is running on host-a \(pid 42\), "
+                                                  r"committed 3 s ago"):
+        check_group_idle(CONFIG, FakeFacts(notes=[None, running]), [])  # type: ignore[arg-type]
+    stopped = CommitNote("stopped", now - 1, "host-a", 42)
+    stale = CommitNote("running", now - running_window(CONFIG) - 1, "host-a", 41)
+    check_group_idle(CONFIG, FakeFacts(notes=[stopped, stale]), [])  # type: ignore[arg-type]
 
 
 def test_offsets_moved_during_the_job_refuse_handoff() -> None:
