@@ -82,5 +82,8 @@ def _headers(headers: HeaderInput | None) -> Headers | None:
     for name, value in pairs:
         if not isinstance(name, str):
             raise ValueError(f"header names must be str, got {name!r}")
+        if value is not None and not isinstance(value, bytes | str):
+            raise ValueError(f"header {name!r} must be bytes, str or None, "
+                             f"got {type(value).__name__}")
         result.append((name, value.encode() if isinstance(value, str) else value))
     return tuple(result)

@@ -77,22 +77,36 @@ class ProcessorDriver:
         """
         batch = self._batch(messages)
         sender = Sender(self.config.key_decoder, self.config.value_decoder)
-        for partition, partition_messages in batch.by_partition.items():
-            processor = self.processor(partition)
-            try:
-                processor.process(partition_messages, sender)
-            except KasperError as exc:
-                exc.uncommitted = batch.describe()
-                raise
-            except Exception as exc:
-                raise ProcessingError(
-                    f"process() of partition {partition} raised {type(exc).__name__}: {exc} "
-                    f"({batch.describe(partition)})", partition=partition) from exc
+        try:
+            for partition, partition_messages in batch.by_partition.items():
+                self._process_partition(partition, partition_messages, sender, batch)
+        except BaseException:
+            self._discard_pending()  # the loop drops a failed turn's writes with its stores
+            raise
         self._flush(batch)
         sent = sender.drain()
         self.sent.extend(sent)
         self.committed.update(batch.next_offsets())
         return sent
+
+    def _process_partition(self, partition: int, messages: list[Message], sender: Sender,
+                           batch: Batch) -> None:
+        try:
+            self.processor(partition).process(messages, sender)
+        except KasperError as exc:
+            exc.uncommitted = batch.describe()
+            raise
+        except Exception as exc:
+            raise ProcessingError(
+                f"process() of partition {partition} raised {type(exc).__name__}: {exc} "
+                f"({batch.describe(partition)})", partition=partition) from exc
+
+    def _discard_pending(self) -> None:
+        for stores in self._stores.values():
+            for store in stores.values():
+                discard = getattr(store, "discard_pending", None)
+                if discard is not None:
+                    discard()
 
     def processor(self, partition: int = 0) -> MessageProcessor:
         """The processor instance of ``partition``, built on first use."""

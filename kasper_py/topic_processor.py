@@ -340,6 +340,7 @@ class TopicProcessor:
 
     def _open_stores(self, partition: int) -> dict[str, Any]:
         stores: dict[str, KeyValueStore] = {}
+        self._stores[partition] = stores  # closed by _shutdown even if a later open fails
         for spec in self._store_specs:
             runtime = StoreRuntime(self.config, partition, self._producer)
             store = self._store_call(spec.name, partition, spec.open, runtime)
@@ -348,13 +349,10 @@ class TopicProcessor:
                 self._skip_below[tp] = min(offset, self._skip_below.get(tp, offset))
         exact = [name for name, store in stores.items() if store.effectively_once]
         if exact and len(stores) > 1:
-            for store in stores.values():
-                store.close()
             raise StoreError(
                 f"store {exact[0]!r} is effectively-once, so it must be the processor's only "
                 f"store (got {sorted(stores)}): replay skips input its offsets cover, which "
                 "the other stores may not have applied")
-        self._stores[partition] = stores
         return dict(stores)
 
     def _drop_applied(self, batch: Batch) -> None:

@@ -32,8 +32,10 @@ class MemoryStore(KeyValueStore):
         return found
 
     def put_many(self, items: Mapping[Any, Any]) -> None:
-        """Buffer the writes until ``flush``."""
-        self._pending.update(items)
+        """Buffer the writes until ``flush``; a ``None`` value is a delete, as in the
+        durable stores."""
+        for key, value in items.items():
+            self._pending[key] = _DELETED if value is None else value
 
     def delete_many(self, keys: Iterable[Any]) -> None:
         """Buffer the deletes until ``flush``."""

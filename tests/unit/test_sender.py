@@ -35,3 +35,13 @@ def test_bad_arguments_are_refused() -> None:
         sender.send("", b"x")
     with pytest.raises(ValueError, match="partition"):
         sender.send("out", b"x", partition=-2)
+
+
+def test_header_values_must_be_bytes_str_or_none() -> None:
+    """A header value librdkafka cannot send is refused in process(), naming the header,
+    so the loop reports it as the processor's error instead of failing in produce."""
+    sender = Sender()
+    sender.send("t", b"v", headers={"s": "text", "b": b"\x00", "n": None})
+    assert sender.messages[0].headers == (("s", b"text"), ("b", b"\x00"), ("n", None))
+    with pytest.raises(ValueError, match="header 'count' must be bytes, str or None, got int"):
+        sender.send("t", b"v", headers={"count": 5})

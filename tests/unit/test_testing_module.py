@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kasper_py import Message, MessageProcessor, ProcessingError, ProcessorContext, Sender
+from kasper_py.stores.base import StoreRuntime
 from kasper_py.stores.memory import MemoryTable
 from kasper_py.testing import ProcessorDriver, make_message
 
@@ -64,3 +65,26 @@ def test_one_processor_per_partition() -> None:
     assert d.processor(2) is first
     assert isinstance(first, WordCount) and first.partition == 2
     assert d.store("counts", 2).get("x") == 2
+
+
+def test_a_failed_turn_drops_the_other_partitions_writes_too() -> None:
+    """Partition 0 writes, partition 1 raises: as in the loop, none of the turn's writes
+    survive, so replaying the fixed batch counts each word once."""
+    d = driver()
+    with pytest.raises(ProcessingError):
+        d.process([make_message("lines", "x", partition=0),
+                   make_message("lines", "boom", partition=1)])
+    d.process([make_message("lines", "x", partition=0, offset=0)])
+    assert d.store("counts", partition=0).get("x") == 1
+    assert d.committed == {("lines", 0): 1}
+
+
+def test_memory_store_treats_none_as_a_delete() -> None:
+    """put(k, None) deletes k, as the Redis, Cassandra and RocksDB stores do."""
+    store = MemoryTable("t").open(StoreRuntime(ProcessorDriver(WordCount).config, 0))
+    store.put("k", 1)
+    store.flush({})
+    store.put("k", None)
+    assert store.get("k", "absent") == "absent"
+    store.flush({})
+    assert store.get("k", "absent") == "absent" and list(store.items()) == []
