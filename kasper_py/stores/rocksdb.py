@@ -376,6 +376,8 @@ class RocksDBTable(StoreSpec):
         try:
             reader.read_until({partition: high}, db.apply_records,
                               processor=runtime.config.name, table=self.name, reason=reason)
+            # Also where no record was read (an empty changelog): "up to date", not "missing".
+            db.write({}, {partition: reader.positions[partition]})
             return reader.positions[partition]
         finally:
             reader.unassign()
@@ -399,6 +401,9 @@ class RocksDBTable(StoreSpec):
             reader.assign(starts)
             reader.read_until(ends, db.apply_records, processor=config.name, table=self.name,
                               reason="global table")
+            # Record every partition, empty ones too: one left unrecorded reads as
+            # "missing" next time and would wipe and re-read the whole table.
+            db.write({}, {p: reader.positions[p] for p in ends})
         except BaseException:
             reader.close()
             db.close()

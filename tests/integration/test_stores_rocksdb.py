@@ -249,3 +249,29 @@ def wait_for(condition: Any, timeout: float = 60.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, "condition not reached"
         time.sleep(0.05)
+
+
+def test_global_table_with_empty_changelog_partitions_is_not_reread(
+        bootstrap, new_topic, kafka, unique_name, tmp_path) -> None:
+    """Only partition 0 of a 3-partition changelog has records. The first start restores
+    them; the second start, with its folder in place, restores nothing (empty partitions
+    used to read as "missing" and wipe the whole table every start)."""
+    users, lookups = new_topic("users", partitions=3), new_topic("lookups")
+    owner = config(bootstrap, unique_name("owner"), users, tmp_path, key_serde="str")
+    kafka.produce(users, [(f"u{i}".encode(), f"name{i}".encode()) for i in range(5)],
+                  partition=0)
+    run(owner, Upsert, table=RocksDBTable("profiles"))
+    reader = config(bootstrap, unique_name("reader"), lookups, tmp_path)
+
+    def restored_on_start() -> list[int]:
+        kafka.produce(lookups, [b"u1"])
+        seen: list[dict[str, Any]] = []
+        table = RocksDBTable("profiles", global_table=True,
+                             changelog_topic=f"{owner.name}-profiles-changelog")
+        with capture_logs() as logs:
+            run_until_caught_up(reader, table, lambda c: Lookup(c, seen))
+        assert seen and seen[0] == {"u1": "name1"}
+        return [e["records"] for e in logs if e["event"] == "kasper.restore_started"]
+
+    assert restored_on_start() == [5]
+    assert restored_on_start() == []
