@@ -24,7 +24,8 @@ class TurnStats:
     durations: dict[str, float] = field(default_factory=dict)
     """Seconds per step: process, flush, produce, commit."""
     committed: dict[tuple[str, int], int] = field(default_factory=dict)
-    """Next offset to read per assigned (topic, partition), as committed so far."""
+    """Next offset to read per assigned (topic, partition), as committed so far; where
+    nothing is committed yet, where ``auto_offset_reset`` starts (from the watermarks)."""
     high_watermarks: dict[tuple[str, int], int] = field(default_factory=dict)
     """Latest known high watermark per assigned (topic, partition), from fetch responses."""
 
@@ -39,7 +40,8 @@ class LoopObserver(Protocol):
         """A turn was committed."""
 
     def on_idle(self) -> None:
-        """A poll returned nothing; the loop is alive."""
+        """A poll returned nothing, or a turn is still waiting for its acks (about once
+        a second, up to ``delivery_timeout``): the loop is alive."""
 
     def on_error(self, error: BaseException) -> None:
         """The loop is stopping on ``error``."""

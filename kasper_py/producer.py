@@ -6,7 +6,7 @@ error, and raises it when the turn waits for its acks.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer
@@ -18,6 +18,7 @@ from kasper_py.message import OutgoingMessage
 __all__ = ["OutputProducer"]
 
 _QUEUE_FULL_PAUSE = 0.05
+_WAIT_SLICE = 1.0
 
 
 class OutputProducer:
@@ -56,9 +57,16 @@ class OutputProducer:
         for topic, (target, entries) in runs.items():
             self._produce_batch(topic, target, entries)
 
-    def wait_for_acks(self) -> None:
-        """Block until every enqueued message is acknowledged; raise the first failure."""
-        remaining = self._producer.flush(self._delivery_timeout)
+    def wait_for_acks(self, waiting: Callable[[], None] | None = None) -> None:
+        """Block until every enqueued message is acknowledged; raise the first failure.
+        ``waiting`` is called about once a second while acks are outstanding (the loop
+        stays live during a long wait, which ends by ``delivery_timeout`` at the latest)."""
+        deadline = time.monotonic() + self._delivery_timeout
+        remaining = self._producer.flush(min(_WAIT_SLICE, self._delivery_timeout))
+        while remaining and time.monotonic() < deadline:
+            if waiting is not None:
+                waiting()
+            remaining = self._producer.flush(min(_WAIT_SLICE, deadline - time.monotonic()))
         self._raise_for_error()
         if remaining:
             raise ProduceError(

@@ -271,7 +271,7 @@ class TopicProcessor:
 
     def _produce(self, messages: list[OutgoingMessage]) -> None:
         self._producer.produce(messages)
-        self._producer.wait_for_acks()
+        self._producer.wait_for_acks(self._observer.on_idle)
         for partition, stores in self._stores.items():
             for name, store in stores.items():
                 self._store_call(name, partition, store.after_delivery)
@@ -319,11 +319,15 @@ class TopicProcessor:
         """Committed offsets and cached high watermarks of the assigned partitions."""
         committed: dict[tuple[str, int], int] = {}
         highs: dict[tuple[str, int], int] = {}
+        earliest = self.config.auto_offset_reset == "earliest"
         for tp in self._consumer.assigned:
             offset = self._offsets.committed(*tp)
+            low, high = self._consumer.watermarks(tp, cached=True)
+            if offset is None and low >= 0 and high >= 0:
+                # nothing committed yet: the loop starts there (lag is not "no data")
+                offset = low if earliest else high
             if offset is not None:
                 committed[tp] = offset
-            high = self._consumer.watermarks(tp, cached=True)[1]
             if high >= 0:
                 highs[tp] = high
         return committed, highs

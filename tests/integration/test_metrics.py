@@ -139,3 +139,23 @@ def _scraped_total(text: str, name: str) -> float:
     return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
                if line.startswith("kasper_messages_consumed_total{")
                and f'processor="{name}"' in line)
+
+
+def test_lag_of_a_partition_with_nothing_committed_is_reported(
+        bootstrap: str, new_topic: Callable[..., str], kafka: Any,
+        unique_name: Callable[[str], str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Input only on partition 0: partition 1 never gets a commit, yet its lag gauge
+    shows 0 rather than no data; partition 0's shows 0 once it is consumed."""
+    source, sink = new_topic("lag-in", partitions=2), new_topic("lag-out", partitions=2)
+    monkeypatch.setenv("EXAMPLE_OUTPUT_TOPIC", sink)
+    kafka.produce(source, [(b"k", b"v%d" % i) for i in range(10)], partition=0)
+    name = unique_name("met-lag")
+    config = make_config(bootstrap, name, source)
+    observer = PrometheusObserver(config)
+    TopicProcessor(config, factory, stores=stores(config), observer=observer).run_loop(
+        until_caught_up=True)
+    observer.close()
+    assert kafka.committed(name, source, 2) == {0: 10, 1: None}
+    for partition in ("0", "1"):
+        assert observer.registry.get_sample_value("kasper_consumer_lag_messages", {
+            "processor": name, "topic": source, "partition": partition}) == 0.0

@@ -57,3 +57,27 @@ def test_runs_are_per_topic_so_interleaved_topics_stay_batched() -> None:
     calls = enqueue(messages)
     assert calls == [("batch", "a", -1, [b"a0", b"a1", b"a2"]),
                      ("batch", "b", -1, [b"b0", b"b1", b"b2"])]
+
+
+class SlowAcks(RecordingProducer):
+    """flush() reports messages still queued for the first few calls."""
+
+    def __init__(self, remaining: list[int]) -> None:
+        super().__init__()
+        self.remaining = remaining
+
+    def flush(self, timeout: float) -> int:
+        self.calls.append(("flush", timeout))
+        return self.remaining.pop(0)
+
+
+def test_a_long_ack_wait_keeps_telling_the_loop_it_is_alive() -> None:
+    """While acks are outstanding the wait goes on in slices of at most a second,
+    calling ``waiting`` between them; it ends once the queue is empty."""
+    producer = OutputProducer(Config(name="p", bootstrap_servers="127.0.0.1:1",
+                                     input_topics=["in"], delivery_timeout=30.0))
+    producer._producer = SlowAcks([5, 2, 0])
+    ticks: list[int] = []
+    producer.wait_for_acks(lambda: ticks.append(1))
+    assert len(ticks) == 2
+    assert all(0 < call[1] <= 1.0 for call in producer._producer.calls)
