@@ -97,6 +97,7 @@ class OutputProducer:
 
     def _produce_batch(self, topic: str, partition: int, entries: list[dict[str, Any]]) -> None:
         pending = entries
+        deadline = time.monotonic() + self._delivery_timeout
         while pending:
             try:
                 queued = self._producer.produce_batch(
@@ -110,6 +111,9 @@ class OutputProducer:
             self.produced += queued
             if queued == len(pending):
                 return
+            if time.monotonic() > deadline:
+                raise ProduceError(f"producer queue stayed full for {topic!r}",
+                                   code=KafkaError._QUEUE_FULL)
             pending = self._failed_to_enqueue(topic, pending)
 
     def _failed_to_enqueue(

@@ -88,9 +88,14 @@ class LocalDB:
         return None if value is None else int(value)
 
     def get_many(self, keys: list[bytes]) -> list[bytes | None]:
-        """RocksDB ``MultiGet`` of encoded keys, in order."""
+        """RocksDB ``MultiGet`` of encoded keys, in order. A failure is a ``StoreError``
+        (reads happen inside ``process()``, which would report it as the user's error)."""
         self.round_trips += 1
-        values: list[bytes | None] = self._db.get(keys)
+        try:
+            values: list[bytes | None] = self._db.get(keys)
+        except Exception as exc:
+            raise StoreError(f"RocksDB read at {self.path} failed: "
+                             f"{type(exc).__name__}: {exc}") from exc
         return values
 
     def write(self, writes: Mapping[bytes, bytes | None],

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from kasper_py import Config
+import pytest
+from confluent_kafka import KafkaError
+
+from kasper_py import Config, ProduceError
 from kasper_py.message import OutgoingMessage
 from kasper_py.producer import OutputProducer
 
@@ -81,3 +84,28 @@ def test_a_long_ack_wait_keeps_telling_the_loop_it_is_alive() -> None:
     producer.wait_for_acks(lambda: ticks.append(1))
     assert len(ticks) == 2
     assert all(0 < call[1] <= 1.0 for call in producer._producer.calls)
+
+
+class AlwaysFull(RecordingProducer):
+    """produce_batch refuses every entry with QUEUE_FULL, as librdkafka does when the
+    local queue never drains (a broker that stopped answering)."""
+
+    def produce_batch(self, topic: str, entries: list[dict[str, Any]], partition: int,
+                      on_delivery: Any) -> int:
+        for entry in entries:
+            entry["_error"] = KafkaError(KafkaError._QUEUE_FULL)
+        return 0
+
+    def poll(self, timeout: float) -> int:
+        return 0
+
+
+def test_a_queue_that_stays_full_fails_the_turn_within_delivery_timeout() -> None:
+    """Retrying a full queue gives up after delivery_timeout with ProduceError naming
+    the topic, instead of retrying forever."""
+    producer = OutputProducer(Config(name="p", bootstrap_servers="127.0.0.1:1",
+                                     input_topics=["in"], delivery_timeout=0.3))
+    producer._producer = AlwaysFull()
+    with pytest.raises(ProduceError, match="producer queue stayed full for 'out'") as info:
+        producer.produce([OutgoingMessage("out", b"v")])
+    assert info.value.code == KafkaError._QUEUE_FULL
