@@ -181,7 +181,8 @@ def test_failed_changelog_write_is_not_committed_nor_applied(bootstrap, new_topi
     assert f"delivery to {changelog}[0] failed" in str(info.value)
     assert kafka.committed(name, topic) == {0: None}
     db = LocalDB(tmp_path / name / "counts" / "0")
-    assert list(db.items()) == [] and db.changelog_offset(0) is None
+    # the restore of the empty changelog recorded position 0; the refused write left it
+    assert list(db.items()) == [] and db.changelog_offset(0) == 0
     db.close()
 
 
