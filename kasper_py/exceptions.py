@@ -80,6 +80,13 @@ class ProcessingError(KasperError):
         super().__init__(message)
         self.partition = partition
 
+    @classmethod
+    def raised(cls, partition: int, exc: BaseException, offsets: str) -> ProcessingError:
+        """``process()`` of ``partition`` raised ``exc`` over ``offsets`` (the batch's
+        ``describe()``); the loop, the Spark task and the testing driver word it alike."""
+        return cls(f"process() of partition {partition} raised {type(exc).__name__}: {exc} "
+                   f"({offsets})", partition=partition)
+
 
 class ConsumeError(KasperError):
     """The consumer reported an error for an input partition."""

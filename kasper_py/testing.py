@@ -97,9 +97,7 @@ class ProcessorDriver:
             exc.uncommitted = batch.describe()
             raise
         except Exception as exc:
-            raise ProcessingError(
-                f"process() of partition {partition} raised {type(exc).__name__}: {exc} "
-                f"({batch.describe(partition)})", partition=partition) from exc
+            raise ProcessingError.raised(partition, exc, batch.describe(partition)) from exc
 
     def _discard_pending(self) -> None:
         for stores in self._stores.values():

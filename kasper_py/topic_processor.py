@@ -254,10 +254,7 @@ class TopicProcessor:
             except KasperError:
                 raise
             except Exception as exc:
-                raise ProcessingError(
-                    f"process() of partition {partition} raised {type(exc).__name__}: {exc} "
-                    f"({batch.describe(partition)})", partition=partition,
-                ) from exc
+                raise ProcessingError.raised(partition, exc, batch.describe(partition)) from exc
         if batch.undecodable:
             send_aside(batch.undecodable, self.config, sender)
         return sender

@@ -212,9 +212,7 @@ class PartitionRunner:
             exc.uncommitted = batch.describe()
             raise
         except Exception as exc:
-            raise ProcessingError(
-                f"process() of partition {self.partition} raised {type(exc).__name__}: {exc} "
-                f"({batch.describe()})", partition=self.partition) from exc
+            raise ProcessingError.raised(self.partition, exc, batch.describe()) from exc
 
     def _apply_with_stores(self, sender: Sender, batch: Batch) -> None:
         """The loop's steps 2-3: flush the stores, produce, wait for every ack."""
