@@ -274,22 +274,35 @@ class TopicProcessor:
                 self._store_call(name, partition, store.after_delivery)
 
     def _commit(self, batch: Batch) -> None:
-        next_offsets = batch.next_offsets()
+        next_offsets = self._past_markers(batch.next_offsets())
         self._offsets.check(next_offsets)
         self._consumer.commit(next_offsets, CommitNote.now("running").encode())
         self._offsets.mark_committed(next_offsets)
         self._last_commit = time.monotonic()
 
+    def _past_markers(self, next_offsets: dict[tuple[str, int], int]) -> dict[tuple[str, int], int]:
+        """Transaction markers (and, read_committed, aborted records) after a batch's last
+        record are never returned, but the consumer's position moves past them. Nothing
+        was consumed beyond the batch, so that position is safe to commit; it keeps the
+        end of a transactional topic from showing a lag that never drains."""
+        positions = self._consumer.positions()
+        return {tp: max(offset, positions.get(tp) or offset)
+                for tp, offset in next_offsets.items()}
+
     def _heartbeat(self) -> None:
-        """Idle: re-commit the same offsets now and then, so the note shows a live loop."""
+        """Idle: re-commit the offsets now and then (moved past any transaction markers
+        read since), so the note shows a live loop."""
         committed = self._offsets.all()
         if not committed or time.monotonic() - self._last_commit < HEARTBEAT_SECONDS:
             return
         self._last_commit = time.monotonic()
+        offsets = self._past_markers(committed)
         try:
-            self._consumer.commit(committed, CommitNote.now("running").encode())
+            self._consumer.commit(offsets, CommitNote.now("running").encode())
         except KasperError as exc:  # the next turn's commit reports a lasting failure
             _log.warning("kasper.heartbeat_failed", processor=self.config.name, error=str(exc))
+            return
+        self._offsets.mark_committed(offsets)
 
     def _note_stopped(self) -> None:
         """Re-commit the offsets with a "stopped" note: resets need not wait for it."""

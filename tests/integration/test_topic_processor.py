@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import structlog
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 from kasper_py import (
     CommitError,
@@ -500,3 +500,30 @@ def test_a_failing_close_neither_hides_the_error_nor_leaves_clients_open(
     assert kafka.committed(name, source) == {0: None}
     with pytest.raises(KasperError, match="is closed"):
         processor.run_loop()
+
+
+def test_transactional_input_is_committed_past_its_markers(
+        bootstrap, new_topic, kafka, unique_name) -> None:
+    """Input written in a committed transaction ends with a marker no consumer is
+    given. The loop processes every record once and commits past the marker, so the
+    committed offset equals the high watermark (lag 0) and a restart processes nothing."""
+    source, output = new_topic("in"), new_topic("out")
+    producer = Producer({"bootstrap.servers": bootstrap,
+                         "transactional.id": unique_name("txn")})
+    producer.init_transactions(60)
+    producer.begin_transaction()
+    for i in range(5):
+        producer.produce(source, b"m%d" % i, partition=0)
+    producer.commit_transaction(60)
+    name = unique_name("txn-in")
+    run(config(bootstrap, name, [source]), output)
+    assert [m.value() for m in kafka.read_all(output)] == [b"M%d" % i for i in range(5)]
+    reader = Consumer({"bootstrap.servers": bootstrap, "group.id": name})
+    try:
+        high = reader.get_watermark_offsets(TopicPartition(source, 0), timeout=30)[1]
+    finally:
+        reader.close()
+    assert high == 6  # five records and the commit marker
+    assert kafka.committed(name, source) == {0: high}
+    run(config(bootstrap, name, [source]), output)
+    assert len(kafka.read_all(output)) == 5
