@@ -27,7 +27,7 @@ demo: stack
 	$(BIN)/python examples/demo.py
 
 lint: setup
-	$(BIN)/ruff check kasper_py
+	$(BIN)/ruff check kasper_py tests examples bench
 	$(BIN)/mypy kasper_py
 
 unit: setup

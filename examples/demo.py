@@ -16,10 +16,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from reach import FOLLOWERS, REACH, TWEETS, ReachProcessor, produce_sample, summarise  # noqa: E402
+from reach import FOLLOWERS, REACH, TWEETS, ReachProcessor, produce_sample, summarise
 
-from kasper_py import Config, TopicProcessor  # noqa: E402
-from kasper_py.stack import kafka_bootstrap  # noqa: E402
+from kasper_py import Config, TopicProcessor
+from kasper_py.stack import kafka_bootstrap
 
 TWEET_COUNT = 20_000
 METRICS_PORT = int(os.environ.get("KASPER_DEMO_METRICS_PORT", "9400"))

@@ -3,6 +3,7 @@ cluster named by KASPER_BOOTSTRAP_SERVERS) with a fresh topic and group per test
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 import uuid
@@ -29,7 +30,7 @@ def bootstrap() -> str:
     servers = _bootstrap()
     try:
         AdminClient({"bootstrap.servers": servers}).list_topics(timeout=15)
-    except Exception as exc:  # noqa: BLE001 - any failure means no broker
+    except Exception as exc:
         pytest.fail(f"no Kafka broker at {servers}: run `make stack` first ({exc})")
     return servers
 
@@ -60,10 +61,8 @@ def new_topic(bootstrap: str, unique_name: Callable[[str], str]) -> Iterator[Cal
     yield create
     if created:
         for future in admin.delete_topics(created).values():
-            try:
+            with contextlib.suppress(Exception):  # cleanup of a test topic is best-effort
                 future.result(30)
-            except Exception:  # noqa: BLE001, S110 - cleanup of a test topic is best-effort
-                pass
 
 
 @pytest.fixture
@@ -112,7 +111,8 @@ class KafkaHelper:
             ends: dict[int, int] = {}
             tps = []
             for p in meta.partitions:
-                low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout)
+                low, high = consumer.get_watermark_offsets(TopicPartition(topic, p),
+                                                           timeout=timeout)
                 if high > low:
                     ends[p] = high
                     tps.append(TopicPartition(topic, p, low))

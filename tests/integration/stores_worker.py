@@ -48,16 +48,16 @@ class WordCount(MessageProcessor):
 def store_spec(kind: str, args: argparse.Namespace) -> StoreSpec:
     """The "counts" table of ``kind`` as the options describe it."""
     if kind == "redis":
-        from kasper_py.stores.redis import RedisTable  # noqa: PLC0415 - only the backend in use
+        from kasper_py.stores.redis import RedisTable  # only the backend in use is imported
 
         return RedisTable("counts", url=args.redis_url, effectively_once=args.effectively_once)
     if kind == "cassandra":
-        from kasper_py.stores.cassandra import CassandraTable  # noqa: PLC0415
+        from kasper_py.stores.cassandra import CassandraTable
 
         host, port = args.cassandra.split(":")
         return CassandraTable("counts", contact_points=[host], port=int(port),
                               keyspace=args.keyspace, effectively_once=args.effectively_once)
-    from kasper_py.stores.rocksdb import RocksDBTable  # noqa: PLC0415
+    from kasper_py.stores.rocksdb import RocksDBTable
 
     return RocksDBTable("counts")
 
