@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 
 import structlog
 
+from kasper_py._closing import close_all
 from kasper_py.batching import Batch, build_batch, collect
 from kasper_py.config import Config
 from kasper_py.consumer import InputConsumer
@@ -39,7 +40,12 @@ from kasper_py.offsets import HEARTBEAT_SECONDS, CommitNote, OffsetTracker
 from kasper_py.processor import MessageProcessor, ProcessorContext, ProcessorFactory
 from kasper_py.producer import OutputProducer
 from kasper_py.sender import Sender
-from kasper_py.stores.base import KeyValueStore, StoreRuntime, StoreSpec
+from kasper_py.stores.base import (
+    KeyValueStore,
+    StoreRuntime,
+    StoreSpec,
+    check_effectively_once_alone,
+)
 
 __all__ = ["TopicProcessor"]
 
@@ -361,12 +367,7 @@ class TopicProcessor:
             stores[spec.name] = store
             for tp, offset in store.applied_offsets().items():
                 self._skip_below[tp] = min(offset, self._skip_below.get(tp, offset))
-        exact = [name for name, store in stores.items() if store.effectively_once]
-        if exact and len(stores) > 1:
-            raise StoreError(
-                f"store {exact[0]!r} is effectively-once, so it must be the processor's only "
-                f"store (got {sorted(stores)}): replay skips input its offsets cover, which "
-                "the other stores may not have applied")
+        check_effectively_once_alone(stores)
         return dict(stores)
 
     def _drop_applied(self, batch: Batch) -> None:
@@ -427,11 +428,7 @@ class TopicProcessor:
                   self._observer.on_stop]
         if self._owned_observer:
             steps.append(getattr(self._observer, "close", lambda: None))
-        for step in steps:
-            try:
-                step()
-            except Exception:  # one failing close must neither hide the error nor stop the rest
-                _log.exception("kasper.close_failed", processor=self.config.name)
+        close_all(steps, self.config.name)
         _log.info("kasper.closed", processor=self.config.name)
 
 

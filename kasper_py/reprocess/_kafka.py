@@ -88,11 +88,19 @@ class KafkaFacts:
     def offsets_at(self, millis: int, watermarks: Mapping[TopicPartitionKey, tuple[int, int]]
                    ) -> dict[TopicPartitionKey, int]:
         """First offset at or after ``millis`` per partition; the high watermark where
-        every message is older."""
+        every message is older (and where records arrived after the watermarks were
+        read: the range ends at that snapshot). A partition the lookup failed for is a
+        ``ReprocessError``, not "no message that recent"."""
         request = [TopicPartition(t, p, millis) for t, p in sorted(watermarks)]
         found = self._call(f"finding the offsets at {millis} ms", self._consumer.offsets_for_times,
                            request, timeout=self._timeout)
-        return {(tp.topic, tp.partition): tp.offset if tp.offset >= 0
+        failed = [f"{tp.topic}[{tp.partition}]: {tp.error.str()}" for tp in found
+                  if tp.error is not None]
+        if failed:
+            raise ReprocessError(f"finding the offsets at {millis} ms failed for "
+                                 f"{'; '.join(failed)}")
+        return {(tp.topic, tp.partition):
+                min(tp.offset, watermarks[tp.topic, tp.partition][1]) if tp.offset >= 0
                 else watermarks[tp.topic, tp.partition][1] for tp in found}
 
     def committed(self, keys: Iterable[TopicPartitionKey]) -> dict[TopicPartitionKey, int | None]:

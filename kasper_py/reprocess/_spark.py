@@ -97,7 +97,12 @@ def read_input(spark: Any, config: Config, plan: ReprocessRange,
                "assign": plan.spark_assign(), "startingOffsets": plan.spark_offsets("start"),
                "endingOffsets": plan.spark_offsets("end"), "includeHeaders": "true",
                "groupIdPrefix": f"kasper-reprocess-{config.name}"}
-    frame = spark.read.format("kafka").options(**options).load().select(
+    try:
+        source = spark.read.format("kafka").options(**options).load()
+    except Exception as exc:  # e.g. AnalysisException: no Kafka source on the classpath
+        raise ReprocessError(f"reading Kafka for {config.name!r} failed: "
+                             f"{_spark_reason(exc)}") from exc
+    frame = source.select(
         "topic", "partition", "offset", "key", "value",
         functions.unix_millis("timestamp").alias("timestamp"), "timestampType",
         # An array column costs Spark's Arrow writer far more than its JSON text.
@@ -145,11 +150,18 @@ def _co_partitioned(frame: Any, config: Config, partitions: int, functions: Any)
 
 def run_job(spark: Any, spec: TaskSpec, frame: Any, report: Any) -> list[PartitionStats]:
     """Run every task; return the stats of each partition processed."""
+    if spark.sparkContext.getConf().get("spark.speculation", "false").lower() == "true":
+        raise ReprocessError("spark.speculation=true would run a Kafka partition's task "
+                             "twice at once, duplicating its output and store writes; "
+                             "turn it off for reprocessing")
     previous = spark.conf.get("spark.sql.execution.arrow.maxRecordsPerBatch")
     spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", _ARROW_BATCH)
     add = report.add
+    retry_safe = retries_are_safe(spec)
 
     def task(batches: Iterator[Any]) -> Iterator[Any]:
+        if not retry_safe:
+            _refuse_retried_attempt()
         return run_task(spec, batches, add)
 
     try:
@@ -160,6 +172,30 @@ def run_job(spark: Any, spec: TaskSpec, frame: Any, report: Any) -> list[Partiti
     finally:
         spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", previous)
     return [PartitionStats.from_row(row) for row in rows]
+
+
+def retries_are_safe(spec: TaskSpec) -> bool:
+    """A retried task runs its partitions again from the start of the range. Only
+    effectively-once stores, with no Kafka output, absorb that without duplicates."""
+    return spec.output == "stores" and bool(spec.stores) and all(
+        getattr(store, "effectively_once", False) for store in spec.stores)
+
+
+def _refuse_retried_attempt() -> None:
+    """Inside a task: fail rather than run a partition a second time (an executor lost
+    mid-task, say). The first attempt's output is
+    already in Kafka with another producer, so the idempotent producer cannot drop
+    the repeat; the job fails, hands nothing off, and can be run again."""
+    from pyspark import TaskContext  # noqa: PLC0415 - runs on the executor, inside Spark
+
+    context = TaskContext.get()
+    if context is None or context.attemptNumber() == 0:
+        return
+    raise ReprocessError(
+        f"Spark retried task {context.partitionId()} (attempt {context.attemptNumber()}): "
+        "running its Kafka partitions again would duplicate their output and store "
+        "writes, so the job fails instead; run it again (only output='stores' with "
+        "effectively-once stores is retried)")
 
 
 def _spark_reason(exc: BaseException) -> str:

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, cast
 
+from kasper_py._closing import close_all
 from kasper_py.batching import Batch, OffsetRange
 from kasper_py.config import Config
 from kasper_py.dead_letters import Undecodable, send_aside, undecodable_error
@@ -26,7 +27,12 @@ from kasper_py.message import Message, OutgoingMessage
 from kasper_py.processor import MessageProcessor, ProcessorContext, ProcessorFactory
 from kasper_py.producer import OutputProducer
 from kasper_py.sender import Sender
-from kasper_py.stores.base import KeyValueStore, StoreRuntime, StoreSpec
+from kasper_py.stores.base import (
+    KeyValueStore,
+    StoreRuntime,
+    StoreSpec,
+    check_effectively_once_alone,
+)
 
 __all__ = ["COLUMNS", "STATS_SCHEMA", "PartitionStats", "TaskSpec", "run_task"]
 
@@ -97,6 +103,7 @@ def run_task(
     producer = producer_factory(spec.config)
     done: list[PartitionStats] = []
     runner: PartitionRunner | None = None
+    failed = True
     try:
         for batch in batches:
             messages = _messages(batch, spec.config)
@@ -110,12 +117,13 @@ def run_task(
         if runner is not None:
             done.append(_finish(runner, report))
             runner = None
+        failed = False
     finally:
-        if runner is not None:
-            runner.abort()
-        producer.close()
-        for store_spec in spec.stores:
-            store_spec.close()
+        steps = [] if runner is None else [runner.abort]
+        # a failed task's queued output is dropped: the job fails and hands nothing off
+        steps += [lambda: producer.close(discard=failed),
+                  *(store_spec.close for store_spec in spec.stores)]
+        close_all(steps, spec.config.name)
     if done:  # an empty task yields nothing: a batch without columns would not match
         yield _arrow().RecordBatch.from_pylist([stats.row() for stats in done])
 
@@ -152,7 +160,12 @@ class PartitionRunner:
         self._stores = _open_stores(spec, partition, producer)
         self._outputs_first = any(s.effectively_once for s in self._stores.values())
         self._skip_below = _applied_offsets(self._stores.values())
-        self._processor = _build_processor(spec, partition, self._stores)
+        try:
+            self._processor = _build_processor(spec, partition, self._stores)
+        except BaseException:
+            close_all([store.close for store in self._stores.values()], config.name)
+            raise
+        self._closed = False
         self._multi_topic = len(config.input_topics) > 1
         self._first: dict[str, int] = {}
         self._last: dict[str, int] = {}
@@ -179,10 +192,13 @@ class PartitionRunner:
         return self.stats
 
     def abort(self) -> None:
-        """Close the processor and the stores without processing more."""
-        self._processor.close()
-        for store in self._stores.values():
-            store.close()
+        """Close the processor and the stores without processing more (once; a close
+        that fails is logged and the rest still close)."""
+        if self._closed:
+            return
+        self._closed = True
+        steps = [self._processor.close, *(store.close for store in self._stores.values())]
+        close_all(steps, self._config.name)
 
     def _turn(self, records: list[Record]) -> None:
         if self._multi_topic:
@@ -280,15 +296,20 @@ def _build_processor(spec: TaskSpec, partition: int,
 def _open_stores(spec: TaskSpec, partition: int, producer: OutputProducer
                  ) -> dict[str, KeyValueStore]:
     stores: dict[str, KeyValueStore] = {}
-    for store_spec in spec.stores:
-        runtime = StoreRuntime(spec.config, partition, producer)
-        try:
-            stores[store_spec.name] = store_spec.open(runtime)
-        except KasperError:
-            raise
-        except Exception as exc:
-            raise StoreError(f"store {store_spec.name!r} of partition {partition}: "
-                             f"{type(exc).__name__}: {exc}") from exc
+    try:
+        for store_spec in spec.stores:
+            runtime = StoreRuntime(spec.config, partition, producer)
+            try:
+                stores[store_spec.name] = store_spec.open(runtime)
+            except KasperError:
+                raise
+            except Exception as exc:
+                raise StoreError(f"store {store_spec.name!r} of partition {partition}: "
+                                 f"{type(exc).__name__}: {exc}") from exc
+        check_effectively_once_alone(stores)
+    except BaseException:
+        close_all([store.close for store in stores.values()], spec.config.name)
+        raise
     return stores
 
 

@@ -23,6 +23,7 @@ __all__ = [
     "StoreSpec",
     "TopicPartitionKey",
     "already_applied",
+    "check_effectively_once_alone",
     "encode_key",
     "read_pending",
 ]
@@ -44,6 +45,17 @@ def already_applied(applied: Mapping[TopicPartitionKey, int],
     (a replayed batch, whose writes must not be applied twice)."""
     return bool(next_offsets) and all(
         applied.get(tp, -1) >= offset for tp, offset in next_offsets.items())
+
+
+def check_effectively_once_alone(stores: Mapping[str, KeyValueStore]) -> None:
+    """Refuse an effectively-once store beside other stores of one partition: replay
+    skips the input its offsets cover, which the other stores may not have applied."""
+    exact = [name for name, store in stores.items() if store.effectively_once]
+    if exact and len(stores) > 1:
+        raise StoreError(
+            f"store {exact[0]!r} is effectively-once, so it must be the processor's only "
+            f"store (got {sorted(stores)}): replay skips input its offsets cover, which "
+            "the other stores may not have applied")
 
 
 def read_pending(pending: Mapping[bytes, bytes | None], keys: Iterable[Any],

@@ -73,3 +73,21 @@ class WordCount(MessageProcessor):
 def word_count_stores(_config: Config) -> list[Any]:
     """The word count's store: a Redis table whose keys start with the processor name."""
     return [RedisTable(STORE, url=redis_url(), key_serde="str", value_serde="json")]
+
+
+class FailsFirstAttempt(Tagged):
+    """Tagged, except that the first process() call anywhere raises: it creates
+    ``marker`` then fails, so only a retried Spark task gets past it."""
+
+    def __init__(self, context: ProcessorContext, output: str, marker: str) -> None:
+        super().__init__(context, output)
+        self.marker = marker
+
+    def process(self, messages: list[Message], sender: Sender) -> None:
+        import os
+
+        if not os.path.exists(self.marker):
+            with open(self.marker, "w") as flag:
+                flag.write("first attempt failed")
+            raise RuntimeError("first attempt")
+        super().process(messages, sender)

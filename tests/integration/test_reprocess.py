@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import logging
 import random
+import subprocess
+import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -259,3 +261,22 @@ def test_cli_reprocesses_into_stores_and_hands_off(bootstrap, new_topic, kafka, 
                  "--input-topics", source, "--log-format", "json"])
     assert code == 3
     assert f"end offset 99 of {source}[0] is outside its watermarks" in capsys.readouterr().err
+
+
+def test_a_retried_task_fails_the_job_instead_of_running_a_partition_twice(
+        bootstrap, new_topic, kafka, unique_name, tmp_path) -> None:
+    """On a session that retries tasks (local[2,2] here, any cluster by default), the
+    first attempt fails and Spark retries it: the retry refuses to run the partition
+    again, the job fails with a ReprocessError saying so, and nothing is handed off."""
+    source, output = new_topic("in"), new_topic("out")
+    kafka.produce(source, [b"m%d" % i for i in range(10)])
+    group, marker = unique_name("retry"), tmp_path / "attempted"
+    worker = Path(__file__).with_name("reprocess_retry_worker.py")
+    done = subprocess.run([sys.executable, str(worker), bootstrap, source, output, group,
+                           str(marker)], capture_output=True, text=True, timeout=300,
+                          check=False, cwd=worker.parent)
+    assert done.returncode == 0, done.stderr[-3000:]
+    error = json.loads(done.stdout.strip().splitlines()[-1])["error"]
+    assert marker.exists()
+    assert error is not None and "Spark retried task 0 (attempt 1)" in error
+    assert kafka.committed(group, source) == {0: None}

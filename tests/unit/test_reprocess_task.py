@@ -19,6 +19,7 @@ from kasper_py import (
     ProcessingError,
     Sender,
     SerdeError,
+    StoreError,
 )
 from kasper_py.message import OutgoingMessage
 from kasper_py.processor import ProcessorContext
@@ -40,8 +41,8 @@ class FakeProducer:
     def wait_for_acks(self) -> None:
         self.log.append(("acks",))
 
-    def close(self) -> None:
-        self.log.append(("close",))
+    def close(self, discard: bool = False) -> None:
+        self.log.append(("close", "discard") if discard else ("close",))
 
 
 class Recorder(MessageProcessor):
@@ -197,3 +198,61 @@ def test_undecodable_records_are_set_aside_as_the_loop_does() -> None:
     assert json.loads(rows[0]["ranges"]) == {"t": [0, 2]}
     with pytest.raises(SerdeError, match=r"cannot decode t\[0\] offset 1: json serde"):
         run([arrow([("t", 0, 0, b"1"), ("t", 0, 1, b"{bad")])], value_serde="json")
+
+
+class TrackedTable(MemoryTable):
+    """A MemoryTable whose stores note when they are closed (and can be effectively-once)."""
+
+    def __init__(self, name: str, closed: list[str], effectively_once: bool = False) -> None:
+        super().__init__(name)
+        self.closed, self.exact = closed, effectively_once
+
+    def open(self, runtime: Any) -> Any:
+        store = super().open(runtime)
+        store.effectively_once = self.exact
+        store.close = lambda: self.closed.append(self.name)  # type: ignore[method-assign]
+        return store
+
+
+def test_a_factory_that_raises_closes_the_stores_and_drops_queued_output() -> None:
+    """The processor cannot be built: the partition's stores are closed, the producer is
+    closed discarding its queue, and the factory's error is what the task raises."""
+    closed: list[str] = []
+    spec = TaskSpec(Config(name="unit", bootstrap_servers="in-memory:0", input_topics=("t",)),
+                    lambda _c: (_ for _ in ()).throw(RuntimeError("bad factory")),
+                    (TrackedTable("a", closed), TrackedTable("b", closed)))
+    log: list[Any] = []
+    with pytest.raises(RuntimeError, match="bad factory"):
+        list(run_task(spec, [arrow([("t", 0, 0, b"x")])], None, lambda _c: FakeProducer(log)))
+    assert closed == ["a", "b"]
+    assert log == [("close", "discard")]
+
+
+class FailsToClose(Recorder):
+    def close(self) -> None:
+        raise RuntimeError("close failed too")
+
+
+def test_a_failing_close_keeps_the_real_error_and_closes_the_rest() -> None:
+    """process() raises and then the processor's close() raises: the task reports the
+    ProcessingError, and the stores still close."""
+    closed: list[str] = []
+    spec = TaskSpec(Config(name="unit", bootstrap_servers="in-memory:0", input_topics=("t",)),
+                    FailsToClose, (TrackedTable("seen", closed),))
+    with pytest.raises(ProcessingError, match="raised ValueError: boom"):
+        list(run_task(spec, [arrow([("t", 0, 0, b"boom")])], None,
+                      lambda _c: FakeProducer([])))
+    assert closed == ["seen"]
+
+
+def test_an_effectively_once_store_must_be_alone_here_too() -> None:
+    """As in the loop: an effectively-once store beside another store is refused (its
+    replay skipping would starve the other), and both are closed."""
+    closed: list[str] = []
+    spec = TaskSpec(Config(name="unit", bootstrap_servers="in-memory:0", input_topics=("t",)),
+                    Recorder, (TrackedTable("exact", closed, effectively_once=True),
+                               TrackedTable("plain", closed)))
+    with pytest.raises(StoreError, match="'exact' is effectively-once, so it must be the "
+                                         "processor's only store"):
+        list(run_task(spec, [arrow([("t", 0, 0, b"x")])], None, lambda _c: FakeProducer([])))
+    assert closed == ["exact", "plain"]

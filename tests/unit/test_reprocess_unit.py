@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from datetime import UTC, datetime
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -24,6 +25,7 @@ from kasper_py.reprocess import (
     parse_position,
 )
 from kasper_py.reprocess._handoff import check_group_idle, commit_handoff
+from kasper_py.reprocess._kafka import KafkaFacts
 from kasper_py.reprocess._range import plan_range, to_millis
 
 WATERMARKS = {("a", 0): (0, 100), ("a", 1): (10, 50), ("b", 0): (5, 5), ("b", 1): (0, 30)}
@@ -197,3 +199,42 @@ def test_importing_the_package_does_not_import_pyspark() -> None:
     done = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
                           text=True)
     assert done.stdout.strip() == "[]"
+
+
+class TimesAnswer:
+    """Stands in for the consumer's offsets_for_times: fixed answers per partition."""
+
+    def __init__(self, answers: dict[int, tuple[int, int | None]]) -> None:
+        self.answers = answers
+
+    def offsets_for_times(self, request: list[Any], timeout: float) -> list[Any]:
+        return [SimpleNamespace(topic=tp.topic, partition=tp.partition,
+                                offset=self.answers[tp.partition][0],
+                                error=None if self.answers[tp.partition][1] is None
+                                else KafkaError(self.answers[tp.partition][1]))
+                for tp in request]
+
+    def close(self) -> None:
+        pass
+
+
+def facts_answering(answers: dict[int, tuple[int, int | None]]) -> KafkaFacts:
+    facts = KafkaFacts(Config(name="times", bootstrap_servers="127.0.0.1:1",
+                              input_topics=["t"]))
+    facts._consumer.close()
+    facts._consumer = TimesAnswer(answers)
+    return facts
+
+
+def test_time_lookup_errors_fail_and_offsets_stay_inside_the_snapshot() -> None:
+    """A partition the time lookup failed for is an error naming it, not "nothing that
+    recent" (which would hand off its high watermark: a gap). No record that recent
+    means the high watermark; a record written after the watermarks were read is
+    clamped to them."""
+    marks = {("t", 0): (0, 100), ("t", 1): (0, 50), ("t", 2): (0, 70)}
+    ok = facts_answering({0: (40, None), 1: (-1, None), 2: (75, None)})
+    assert ok.offsets_at(1000, marks) == {("t", 0): 40, ("t", 1): 50, ("t", 2): 70}
+    failing = facts_answering({0: (40, None), 1: (-1, KafkaError.LEADER_NOT_AVAILABLE),
+                               2: (10, None)})
+    with pytest.raises(ReprocessError, match=r"offsets at 1000 ms failed for t\[1\]"):
+        failing.offsets_at(1000, marks)
