@@ -28,7 +28,6 @@ import structlog
 from confluent_kafka import (
     Consumer,
     ConsumerGroupTopicPartitions,
-    KafkaError,
     KafkaException,
     TopicPartition,
 )
@@ -40,7 +39,13 @@ from kasper_py.exceptions import ConfigError, KasperError
 from kasper_py.logging import configure_logging
 from kasper_py.metrics import PrometheusObserver, add_restore_listener, observer_for
 from kasper_py.observe import LoopObserver
-from kasper_py.offsets import CommitNote, running_loop, running_window
+from kasper_py.offsets import (
+    GROUP_ACTIVE_ERRORS,
+    IDLE_GROUP_STATES,
+    CommitNote,
+    running_loop,
+    running_window,
+)
 from kasper_py.processor import ProcessorFactory
 from kasper_py.stores.base import StoreSpec
 from kasper_py.topic_processor import TopicProcessor
@@ -559,9 +564,6 @@ def _format_table(rows: list[list[str]]) -> str:
 
 # -- kasper offsets reset -------------------------------------------------------------
 
-_IDLE_STATES = ("EMPTY", "DEAD", "UNKNOWN")
-_ACTIVE_CODES = (KafkaError.UNKNOWN_MEMBER_ID, KafkaError.REBALANCE_IN_PROGRESS,
-                 KafkaError.ILLEGAL_GENERATION, KafkaError.NON_EMPTY_GROUP)
 
 
 def _offsets_reset(config: Config, to: str | int, dry_run: bool, timeout: float,
@@ -605,7 +607,7 @@ def _group_state(config: Config, timeout: float) -> tuple[str, list[str]]:
 
 def _refuse_if_active(config: Config, timeout: float) -> None:
     state, members = _group_state(config, timeout)
-    if members or state not in _IDLE_STATES:
+    if members or state not in IDLE_GROUP_STATES:
         raise CliError(EXIT_REFUSED, f"group {config.group!r} is active ({state.lower()}, "
                        f"members: {', '.join(members) or 'none'}): stop its processors first")
 
@@ -656,13 +658,13 @@ def _alter_offsets(config: Config, targets: dict[tuple[str, int], int], timeout:
         result = future[config.group].result(timeout=timeout + 5)
     except KafkaException as exc:
         code = exc.args[0].code() if exc.args and hasattr(exc.args[0], "code") else None
-        if code in _ACTIVE_CODES:
+        if code in GROUP_ACTIVE_ERRORS:
             raise CliError(EXIT_REFUSED, f"group {config.group!r} became active: "
                            f"{_reason(exc)}") from None
         raise CliError(EXIT_FAILED, f"resetting offsets failed: {_reason(exc)}") from None
     refused = [tp for tp in result.topic_partitions if tp.error is not None]
     if refused:
-        active = all(tp.error.code() in _ACTIVE_CODES for tp in refused)
+        active = all(tp.error.code() in GROUP_ACTIVE_ERRORS for tp in refused)
         causes = "; ".join(f"{tp.topic}[{tp.partition}]: {tp.error.str()}" for tp in refused)
         if active:
             raise CliError(EXIT_REFUSED, f"group {config.group!r} became active: {causes}")

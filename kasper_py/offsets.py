@@ -12,16 +12,31 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
+from confluent_kafka import KafkaError
+
 from kasper_py.exceptions import OffsetError
 
 if TYPE_CHECKING:
     from kasper_py.config import Config
 
-__all__ = ["HEARTBEAT_SECONDS", "CommitNote", "OffsetTracker", "running_loop", "running_window"]
+__all__ = [
+    "GROUP_ACTIVE_ERRORS",
+    "HEARTBEAT_SECONDS",
+    "IDLE_GROUP_STATES",
+    "CommitNote",
+    "OffsetTracker",
+    "running_loop",
+    "running_window",
+]
 
 HEARTBEAT_SECONDS = 10.0
 """An idle loop re-commits its offsets (same offsets, fresh note) this often."""
 _NOTE_PREFIX = "kasper/1"
+IDLE_GROUP_STATES = ("EMPTY", "DEAD", "UNKNOWN")
+"""Consumer group states in which moving the group's offsets is safe (no members)."""
+GROUP_ACTIVE_ERRORS = (KafkaError.UNKNOWN_MEMBER_ID, KafkaError.REBALANCE_IN_PROGRESS,
+                       KafkaError.ILLEGAL_GENERATION, KafkaError.NON_EMPTY_GROUP)
+"""Errors with which Kafka refuses an offset change because the group has members."""
 
 TopicPartitionKey = tuple[str, int]
 

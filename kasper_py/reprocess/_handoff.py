@@ -14,20 +14,20 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from confluent_kafka import KafkaError
-
 from kasper_py.config import Config
 from kasper_py.exceptions import ReprocessError
-from kasper_py.offsets import running_loop, running_window
+from kasper_py.offsets import (
+    GROUP_ACTIVE_ERRORS,
+    IDLE_GROUP_STATES,
+    running_loop,
+    running_window,
+)
 from kasper_py.reprocess._kafka import KafkaFacts
 
 __all__ = ["HandoffRefusedError", "check_group_idle", "commit_handoff"]
 
 TopicPartitionKey = tuple[str, int]
 
-_IDLE_STATES = ("EMPTY", "DEAD", "UNKNOWN")
-_ACTIVE_CODES = (KafkaError.UNKNOWN_MEMBER_ID, KafkaError.REBALANCE_IN_PROGRESS,
-                 KafkaError.ILLEGAL_GENERATION, KafkaError.NON_EMPTY_GROUP)
 
 
 class HandoffRefusedError(ReprocessError):
@@ -44,7 +44,7 @@ def check_group_idle(config: Config, facts: KafkaFacts,
     """Raise ``HandoffRefusedError`` when the live group has members or is rebalancing,
     or when a kasper loop's last commit of ``keys`` says it is running."""
     state, members = facts.group_state()
-    if members or state not in _IDLE_STATES:
+    if members or state not in IDLE_GROUP_STATES:
         raise HandoffRefusedError(
             f"refusing the handoff: the live group {config.group!r} is active "
             f"({state.lower()}, members: {', '.join(members) or 'none'}); stop its "
@@ -71,7 +71,7 @@ def commit_handoff(config: Config, facts: KafkaFacts, ends: Mapping[TopicPartiti
     try:
         facts.commit(ends)
     except ReprocessError as exc:
-        if exc.code in _ACTIVE_CODES:
+        if exc.code in GROUP_ACTIVE_ERRORS:
             raise HandoffRefusedError(
                 f"refusing the handoff: the broker says group {config.group!r} is active: "
                 f"{exc}") from exc

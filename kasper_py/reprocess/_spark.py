@@ -88,10 +88,7 @@ def read_input(spark: Any, config: Config, plan: ReprocessRange,
     """The range's records as a DataFrame of ``COLUMNS``, laid out partition-wise."""
     require_pyspark()
     from pyspark.sql import functions  # noqa: PLC0415
-    refused = [key for key in kafka_options if key in _SPLITTING_OPTIONS]
-    if refused:
-        raise ReprocessError(f"reader option {refused[0]!r} would split a Kafka partition "
-                             "over several tasks, and its processor state with it")
+    _check_reader_options(kafka_options)
     options = {**_DEFAULT_READER_OPTIONS, **kafka_options,
                "kafka.bootstrap.servers": config.bootstrap_servers,
                "assign": plan.spark_assign(), "startingOffsets": plan.spark_offsets("start"),
@@ -111,6 +108,23 @@ def read_input(spark: Any, config: Config, plan: ReprocessRange,
         # The Kafka source reads each partition's range in one task, in offset order.
         return frame
     return _co_partitioned(frame, config, _spread(spark, plan.partitions), functions)
+
+
+def _check_reader_options(kafka_options: Mapping[str, str]) -> None:
+    """Refuse reader options that would break a guarantee of the job: splitting a Kafka
+    partition over tasks, skipping records lost to retention (the job would still
+    succeed and hand off past them), or reading what the live loop does not."""
+    splitting = [key for key in kafka_options if key in _SPLITTING_OPTIONS]
+    if splitting:
+        raise ReprocessError(f"reader option {splitting[0]!r} would split a Kafka partition "
+                             "over several tasks, and its processor state with it")
+    if str(kafka_options.get("failOnDataLoss", "true")).lower() == "false":
+        raise ReprocessError("reader option failOnDataLoss=false would skip records deleted "
+                             "by retention while the job still succeeds (and hands off)")
+    isolation = kafka_options.get("kafka.isolation.level", "read_committed")
+    if isolation != "read_committed":
+        raise ReprocessError(f"reader option kafka.isolation.level={isolation!r}: the live "
+                             "loop reads read_committed, and reprocessing must read the same")
 
 
 def _spread(spark: Any, partitions: Sequence[int]) -> int:

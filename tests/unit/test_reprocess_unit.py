@@ -27,6 +27,7 @@ from kasper_py.reprocess import (
 from kasper_py.reprocess._handoff import check_group_idle, commit_handoff
 from kasper_py.reprocess._kafka import KafkaFacts
 from kasper_py.reprocess._range import plan_range, to_millis
+from kasper_py.reprocess._spark import read_input
 
 WATERMARKS = {("a", 0): (0, 100), ("a", 1): (10, 50), ("b", 0): (5, 5), ("b", 1): (0, 30)}
 
@@ -238,3 +239,17 @@ def test_time_lookup_errors_fail_and_offsets_stay_inside_the_snapshot() -> None:
                                2: (10, None)})
     with pytest.raises(ReprocessError, match=r"offsets at 1000 ms failed for t\[1\]"):
         failing.offsets_at(1000, marks)
+
+
+@pytest.mark.parametrize(("options", "text"), [
+    ({"minPartitions": "8"}, "would split a Kafka partition"),
+    ({"failOnDataLoss": "false"}, "would skip records deleted by retention"),
+    ({"kafka.isolation.level": "read_uncommitted"}, "must read the same"),
+])
+def test_reader_options_that_break_a_guarantee_are_refused(options: dict[str, str],
+                                                           text: str) -> None:
+    """Refused before Spark reads anything, each naming what it would break."""
+    pytest.importorskip("pyspark")
+    plan = ReprocessRange({("t", 0): 0}, {("t", 0): 10})
+    with pytest.raises(ReprocessError, match=text):
+        read_input(None, CONFIG, plan, options)
