@@ -16,7 +16,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import structlog
 
@@ -302,23 +302,28 @@ class TopicProcessor:
         if not committed or time.monotonic() - self._last_commit < HEARTBEAT_SECONDS:
             return
         self._last_commit = time.monotonic()
-        offsets = self._past_markers(committed)
-        try:
-            self._consumer.commit(offsets, CommitNote.now("running").encode())
-        except KasperError as exc:  # the next turn's commit reports a lasting failure
-            _log.warning("kasper.heartbeat_failed", processor=self.config.name, error=str(exc))
-            return
-        self._offsets.mark_committed(offsets)
+        offsets = self._past_markers(committed)  # idle: every consumed record is committed
+        if self._recommit(offsets, "running"):
+            self._offsets.mark_committed(offsets)
 
     def _note_stopped(self) -> None:
-        """Re-commit the offsets with a "stopped" note: resets need not wait for it."""
+        """Re-commit the offsets with a "stopped" note: resets need not wait for it. Not
+        past the consumer's position: after a failed turn it is ahead of what was done."""
         committed = self._offsets.all()
-        if not committed:
-            return
+        if committed:
+            self._recommit(committed, "stopped")
+
+    def _recommit(self, offsets: dict[tuple[str, int], int],
+                  state: Literal["running", "stopped"]) -> bool:
+        """Commit already-processed ``offsets`` with a fresh note; a failure is logged
+        (the next turn's commit reports one that lasts) and returns False."""
         try:
-            self._consumer.commit(committed, CommitNote.now("stopped").encode())
+            self._consumer.commit(offsets, CommitNote.now(state).encode())
         except KasperError as exc:
-            _log.warning("kasper.stop_note_failed", processor=self.config.name, error=str(exc))
+            _log.warning("kasper.note_commit_failed", processor=self.config.name,
+                         state=state, error=str(exc))
+            return False
+        return True
 
     def _report(self, stats: TurnStats) -> None:
         self._observer.on_turn(stats)
