@@ -34,6 +34,7 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient
 
 import kasper_py
+from kasper_py._secrets import scrub
 from kasper_py.config import Config
 from kasper_py.exceptions import ConfigError, KasperError
 from kasper_py.logging import configure_logging
@@ -320,7 +321,8 @@ def _reprocess(argv: list[str]) -> int:
 
 
 def _error(message: str) -> None:
-    print(f"kasper: error: {message}", file=sys.stderr, flush=True)
+    # librdkafka's error strings may quote a setting's value: masked ones are hidden
+    print(f"kasper: error: {scrub(message)}", file=sys.stderr, flush=True)
 
 
 # -- kasper run ---------------------------------------------------------------------

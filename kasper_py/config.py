@@ -10,23 +10,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
+from kasper_py._secrets import masked_settings, remember_secrets
 from kasper_py.exceptions import ConfigError
 from kasper_py.serdes import Serde, serde_for
 
 __all__ = ["Config"]
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-_SECRET_MARKERS = ("password", "secret", "jaas", ".pem", "token", "credentials")
 _MAX_BATCH = 1_000_000  # confluent-kafka's cap on one consume() call
 _DECODE_POLICIES = ("fail", "skip", "dead_letter")
 
 ClientValue = str | int | float | bool
-
-
-def is_secret_key(key: str) -> bool:
-    """True for client settings whose values must never be printed (SASL, SSL keys)."""
-    lowered = key.lower()
-    return any(marker in lowered for marker in _SECRET_MARKERS)
 
 
 @dataclass(frozen=True, repr=False)
@@ -163,6 +157,7 @@ class Config:
                 if not isinstance(key, str) or not isinstance(value, str | int | float | bool):
                     raise ConfigError(name, f"{key!r} must map a str key to str/int/float/bool")
             self._set(name, dict(overrides))
+            remember_secrets(overrides)  # scrubbed from logs, errors and CLI output
         self._refuse_unsafe_overrides()
 
     def _refuse_unsafe_overrides(self) -> None:
@@ -234,7 +229,7 @@ class Config:
         for f in fields(self):
             value = getattr(self, f.name)
             if f.name.endswith("_overrides"):
-                value = {k: ("***" if is_secret_key(k) else v) for k, v in value.items()}
+                value = masked_settings(value)
             elif isinstance(value, Serde):
                 value = value.name
             parts.append(f"{f.name}={value!r}")

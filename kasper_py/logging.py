@@ -14,11 +14,10 @@ from typing import Any, TextIO
 import structlog
 from structlog.typing import EventDict, Processor, WrappedLogger
 
-from kasper_py.config import is_secret_key
+from kasper_py._secrets import MASK, is_secret_field, scrub
 
 __all__ = ["MASK", "configure_logging", "mask_secrets"]
 
-MASK = "***"
 _SECRET_ASSIGNMENT = re.compile(
     r"""(?P<key>[\w.\-]*(?:password|secret|token|jaas)[\w.\-]*)(?P<sep>["']?\s*[=:]\s*)"""
     r"""(?P<value>"[^"]*"|'[^']*'|[^\s,;}\]]+)""",
@@ -28,13 +27,14 @@ _SECRET_ASSIGNMENT = re.compile(
 
 def mask_secrets(_logger: WrappedLogger, _method: str, event_dict: EventDict) -> EventDict:
     """A structlog processor: hide values whose key names a secret (SASL passwords,
-    SSL keys, tokens), in nested mappings too, and ``key=value`` secrets inside text."""
+    SSL keys, tokens), in nested mappings too, ``key=value`` secrets inside text, and
+    every client-setting value the library masks (``kasper_py._secrets``)."""
     return {key: value if key == "exc_info" else _masked(key, value)
             for key, value in event_dict.items()}
 
 
 def _masked(key: str, value: Any) -> Any:
-    if is_secret_key(key):
+    if is_secret_field(key):
         return MASK
     if isinstance(value, Mapping):
         return {k: _masked(str(k), v) for k, v in value.items()}
@@ -42,7 +42,7 @@ def _masked(key: str, value: Any) -> Any:
         masked = [_masked("", item) for item in value]
         return masked if isinstance(value, list) else tuple(masked)
     if isinstance(value, str) and value:
-        return _SECRET_ASSIGNMENT.sub(lambda m: f"{m['key']}{m['sep']}{MASK}", value)
+        return scrub(_SECRET_ASSIGNMENT.sub(lambda m: f"{m['key']}{m['sep']}{MASK}", value))
     return value
 
 
@@ -79,9 +79,15 @@ def _shared_processors() -> list[Processor]:
 
 
 def _renderer(json: bool, colors: bool) -> Processor:
-    if json:
-        return _JsonRenderer()
-    return structlog.dev.ConsoleRenderer(colors=colors)
+    renderer: Processor = _JsonRenderer() if json else structlog.dev.ConsoleRenderer(
+        colors=colors)
+
+    def scrubbed(logger: WrappedLogger, method: str, event_dict: EventDict) -> str:
+        # the last line of defence: exception texts and tracebacks are rendered here,
+        # after mask_secrets ran, and may quote a client setting's value
+        return scrub(str(renderer(logger, method, event_dict)))
+
+    return scrubbed
 
 
 class _JsonRenderer:

@@ -133,14 +133,24 @@ class KafkaHelper:
             consumer.close()
 
     def committed(self, group: str, topic: str, partitions: int = 1) -> dict[int, int | None]:
-        """The group's committed next offset per partition (None when nothing is committed)."""
-        from confluent_kafka import Consumer, TopicPartition
+        """The group's committed next offset per partition (None when nothing is committed).
+        A group's coordinator may still be moving or loading when the group is new: that
+        retriable answer is asked again."""
+        from confluent_kafka import Consumer, KafkaException, TopicPartition
 
         consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": group,
                              "enable.auto.commit": False})
+        deadline = time.monotonic() + 30
         try:
-            result = consumer.committed([TopicPartition(topic, p) for p in range(partitions)],
-                                        timeout=30)
-            return {tp.partition: (tp.offset if tp.offset >= 0 else None) for tp in result}
+            while True:
+                try:
+                    result = consumer.committed(
+                        [TopicPartition(topic, p) for p in range(partitions)], timeout=30)
+                    return {tp.partition: (tp.offset if tp.offset >= 0 else None)
+                            for tp in result}
+                except KafkaException as exc:
+                    if not exc.args[0].retriable() or time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.2)
         finally:
             consumer.close()

@@ -102,11 +102,23 @@ def test_overrides_cannot_weaken_the_guarantee(field: str, overrides: dict[str, 
 
 
 def test_repr_masks_secrets() -> None:
-    """SASL passwords and SSL key material never appear in the repr."""
+    """SASL credentials and SSL key material never appear in the repr; known-harmless
+    settings (timeouts, the security protocol) still do."""
     config = make(client_overrides={"sasl.password": "hunter2", "ssl.key.pem": "PRIVATE",
-                                    "sasl.username": "bob"})
+                                    "sasl.username": "bob", "security.protocol": "SASL_SSL",
+                                    "socket.timeout.ms": 12345})
     text = repr(config)
     assert "hunter2" not in text
     assert "PRIVATE" not in text
-    assert "bob" in text
+    assert "'bob'" not in text
     assert "'sasl.password': '***'" in text
+    assert "'security.protocol': 'SASL_SSL'" in text and "12345" in text
+
+
+def test_repr_masks_every_setting_not_known_harmless() -> None:
+    """The rule is an allow-list: a setting nobody listed as secret is masked too."""
+    config = make(consumer_overrides={"some.future.credential": "opaque-value-1"},
+                  producer_overrides={"sasl.kerberos.kinit.cmd": "kinit -p me -k secretpw"})
+    text = repr(config)
+    assert "opaque-value-1" not in text and "secretpw" not in text
+    assert "'some.future.credential': '***'" in text
