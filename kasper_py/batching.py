@@ -15,7 +15,7 @@ from kasper_py.exceptions import ConsumeError, OffsetError, SerdeError
 from kasper_py.message import Message
 from kasper_py.serdes import Serde
 
-__all__ = ["Batch", "OffsetRange", "build_batch", "collect"]
+__all__ = ["Batch", "OffsetRange", "build_batch", "collect", "decode_batch"]
 
 TopicPartitionKey = tuple[str, int]
 
@@ -80,41 +80,55 @@ def collect(
 def build_batch(records: Sequence[Any], key_serde: Serde, value_serde: Serde,
                 transient: Callable[[Any], bool] | None = None,
                 set_aside: bool = False) -> Batch:
-    """Decode confluent-kafka records into a ``Batch``; errors name topic, partition, offset.
+    """confluent-kafka records (``Message``-shaped) into a decoded ``Batch``.
 
     A record carrying an error for which ``transient(record)`` is true (the client
-    retries it by itself) is left out; any other raises ``ConsumeError``.
-
-    Messages of one partition number are grouped topic by topic (in the order the
-    topics first arrived), each topic's in offset order. Raises ``ConsumeError`` for a
-    record carrying an error, ``SerdeError`` for one that does not decode, and
-    ``OffsetError`` when a topic-partition's offsets are not increasing. With
-    ``set_aside``, a record that does not decode goes to ``Batch.undecodable`` instead.
+    retries it by itself) is left out; any other raises ``ConsumeError``. Decoding and
+    grouping are ``decode_batch``'s.
     """
-    decode = key_serde.name != "bytes" or value_serde.name != "bytes"
-    by_tp: dict[TopicPartitionKey, list[Message]] = {}
-    aside: list[Undecodable] = []
     new = tuple.__new__  # Message is a NamedTuple; this skips its Python-level __new__
-    run_topic, run_partition, run = "", -1, []  # records come in runs of one partition
+    messages: list[Message] = []
     for record in records:
         if record.error() is not None:
             if transient is not None and transient(record):
                 continue
             raise _consume_error(record)
-        topic, partition = record.topic(), record.partition()
-        key, value = record.key(), record.value()
-        if decode:
-            try:
-                key, value = key_serde.decode(key), value_serde.decode(value)
-            except SerdeError as exc:
-                if not set_aside:
-                    raise undecodable_error(topic, partition, record.offset(), exc) from exc
-                aside.append(_undecodable(record, exc))
-                continue
         ts_type, ts = record.timestamp()
         headers = record.headers()
-        message = new(Message, (topic, partition, record.offset(), key, value,
-                                ts if ts_type else None, tuple(headers) if headers else ()))
+        messages.append(new(Message, (record.topic(), record.partition(), record.offset(),
+                                      record.key(), record.value(), ts if ts_type else None,
+                                      tuple(headers) if headers else ())))
+    return decode_batch(messages, key_serde, value_serde, set_aside)
+
+
+def decode_batch(messages: Sequence[Message], key_serde: Serde, value_serde: Serde,
+                 set_aside: bool = False) -> Batch:
+    """Messages as read (key and value bytes) into a decoded ``Batch``: the one decoder
+    of every runner (the loop's records, the Spark task's Arrow rows, the test driver).
+
+    Messages of one partition number are grouped topic by topic (in the order the
+    topics first arrived), each topic's in offset order. Raises ``SerdeError`` for a
+    message that does not decode and ``OffsetError`` when a topic-partition's offsets
+    are not increasing. With ``set_aside``, a message that does not decode goes to
+    ``Batch.undecodable`` instead (its offset is still committed with the batch).
+    """
+    decode = key_serde.name != "bytes" or value_serde.name != "bytes"
+    by_tp: dict[TopicPartitionKey, list[Message]] = {}
+    aside: list[Undecodable] = []
+    new = tuple.__new__
+    run_topic, run_partition, run = "", -1, []  # messages come in runs of one partition
+    for read in messages:
+        topic, partition = read[0], read[1]
+        message = read
+        if decode:
+            try:
+                message = new(Message, (topic, partition, read[2], key_serde.decode(read[3]),
+                                        value_serde.decode(read[4]), read[5], read[6]))
+            except SerdeError as exc:
+                if not set_aside:
+                    raise undecodable_error(topic, partition, read[2], exc) from exc
+                aside.append(Undecodable(*read, error=str(exc)))
+                continue
         if partition != run_partition or topic != run_topic:
             run_topic, run_partition = topic, partition
             run = by_tp.setdefault((topic, partition), [])
@@ -149,11 +163,3 @@ def _consume_error(record: Any) -> ConsumeError:
     error = record.error()
     return ConsumeError(f"consuming {record.topic()}[{record.partition()}] failed: {error.str()}",
                         code=error.code())
-
-
-def _undecodable(record: Any, exc: SerdeError) -> Undecodable:
-    ts_type, ts = record.timestamp()
-    headers = record.headers()
-    return Undecodable(record.topic(), record.partition(), record.offset(), record.key(),
-                       record.value(), ts if ts_type else None,
-                       tuple(headers) if headers else (), str(exc))

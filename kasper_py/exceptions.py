@@ -14,6 +14,8 @@
     ├── RestoreError         a changelog restore did not complete
     └── ReprocessError       a reprocessing job or its handoff failed
 
+    SimulatedCrash (a BaseException)   kasper_py.testing's injected "kill -9"
+
 Every error raised from a turn of the loop says which batch was left
 uncommitted (partitions and offset ranges) and chains the original cause.
 """
@@ -31,6 +33,7 @@ __all__ = [
     "ReprocessError",
     "RestoreError",
     "SerdeError",
+    "SimulatedCrash",
     "StoreError",
     "StoreUnavailableError",
     "TopicError",
@@ -118,3 +121,9 @@ class RestoreError(KasperError):
 
 class ReprocessError(KasperError):
     """A reprocessing job, its range, or its offset handoff failed."""
+
+
+class SimulatedCrash(BaseException):
+    """Raised only by ``kasper_py.testing``'s fault injection: the loop stops at once, as
+    a killed process would, committing nothing and closing nothing. Not a KasperError
+    (and not an Exception), so no handler of the library or the user catches it."""

@@ -15,8 +15,8 @@ from __future__ import annotations
 import signal
 import threading
 import time
-from collections.abc import Callable, Sequence
-from typing import Any, Literal, TypeVar
+from collections.abc import Sequence
+from typing import Any, Literal
 
 import structlog
 
@@ -24,33 +24,25 @@ from kasper_py._closing import close_all
 from kasper_py.batching import Batch, build_batch, collect
 from kasper_py.config import Config
 from kasper_py.consumer import InputConsumer
-from kasper_py.dead_letters import send_aside
 from kasper_py.exceptions import (
     CommitError,
     ConsumeError,
     KasperError,
-    ProcessingError,
     ProduceError,
-    StoreError,
+    SimulatedCrash,
     TopicError,
 )
-from kasper_py.message import OutgoingMessage
 from kasper_py.observe import LoopObserver, NoopObserver, TurnStats
 from kasper_py.offsets import HEARTBEAT_SECONDS, CommitNote, OffsetTracker
-from kasper_py.processor import MessageProcessor, ProcessorContext, ProcessorFactory
+from kasper_py.ports import KafkaClients
+from kasper_py.processor import ProcessorFactory
 from kasper_py.producer import OutputProducer
-from kasper_py.sender import Sender
-from kasper_py.stores.base import (
-    KeyValueStore,
-    StoreRuntime,
-    StoreSpec,
-    check_effectively_once_alone,
-)
+from kasper_py.stores.base import StoreRuntime, StoreSpec
+from kasper_py.turn import TurnEngine
 
 __all__ = ["TopicProcessor"]
 
 _log = structlog.get_logger("kasper_py")
-T = TypeVar("T")
 _KAFKA_TROUBLE = (ProduceError, CommitError, ConsumeError, KeyboardInterrupt)
 
 
@@ -64,7 +56,10 @@ class TopicProcessor:
         *,
         stores: Sequence[StoreSpec] = (),
         observer: LoopObserver | None = None,
+        clients: KafkaClients | None = None,
     ) -> None:
+        """``clients`` default to confluent-kafka clients built from ``config``; pass
+        ``kasper_py.testing.InMemoryBroker(...).clients(config)`` to run with no broker."""
         names = [spec.name for spec in stores]
         if len(set(names)) != len(names):
             raise ValueError(f"store names must be unique, got {names}")
@@ -73,19 +68,18 @@ class TopicProcessor:
         self._store_specs = list(stores)
         self._owned_observer = observer is None and config.metrics_port is not None
         self._observer: LoopObserver = observer or _default_observer(config)
-        self._consumer = InputConsumer(config)
-        self._producer = OutputProducer(config)
+        clients = clients or KafkaClients(InputConsumer(config), OutputProducer(config))
+        self._consumer, self._producer = clients.consumer, clients.producer
+        self._on_step = clients.on_step
+        self._engine = TurnEngine(config, self._producer, waiting=self._observer.on_idle,
+                                  on_step=clients.on_step)
         self._offsets = OffsetTracker()
-        self._processors: dict[int, MessageProcessor] = {}
-        self._stores: dict[int, dict[str, KeyValueStore]] = {}
-        self._skip_below: dict[tuple[str, int], int] = {}
         self._closing = threading.Event()
         self._stopped = threading.Event()
         self._loop_thread: int | None = None
         self._shutdown_lock = threading.Lock()
         self._shut = False
         self._started = False
-        self._outputs_first = False
         self._last_commit = time.monotonic()
 
     # -- public ---------------------------------------------------------------
@@ -106,6 +100,9 @@ class TopicProcessor:
             self._loop(until_caught_up)
             if self._closing.is_set():
                 self._shutdown()  # before _stopped is set: close() waits for the clients
+        except SimulatedCrash:
+            self._shut = True  # a killed process cleans nothing up
+            raise
         except BaseException as exc:
             self._fail(exc)
             raise
@@ -200,13 +197,10 @@ class TopicProcessor:
         count = self._consumer.partition_count()
         partitions = self._partitions(count)
         for partition in partitions:
-            stores = self._open_stores(partition)
-            context = ProcessorContext(partition, self.config, stores)
-            self._processors[partition] = self._factory(context)
+            runtime = StoreRuntime(self.config, partition, self._producer)
+            self._engine.open_partition(partition, self._factory, self._store_specs, runtime)
         committed = self._consumer.assign(partitions)
         self._offsets.mark_committed({tp: o for tp, o in committed.items() if o is not None})
-        self._outputs_first = any(
-            store.effectively_once for stores in self._stores.values() for store in stores.values())
         self._started = True
         self._observer.on_start(self._consumer.assigned)
         _log.info("kasper.started", processor=self.config.name, partitions=list(partitions),
@@ -226,58 +220,23 @@ class TopicProcessor:
 
     def _next_batch(self) -> Batch:
         records = collect(self._consumer.consume, self.config.batch_size, self.config.batch_wait)
-        batch = build_batch(records, self.config.key_decoder, self.config.value_decoder,
-                            self._consumer.transient_error,
-                            set_aside=self.config.on_decode_error != "fail")
-        if self._skip_below:
-            self._drop_applied(batch)
-        return batch
+        return build_batch(records, self.config.key_decoder, self.config.value_decoder,
+                           self._consumer.transient_error,
+                           set_aside=self.config.on_decode_error != "fail")
 
     def _turn(self, batch: Batch) -> None:
-        durations: dict[str, float] = {}
         try:
-            sender = self._timed(durations, "process", self._process, batch)   # 1
-            produced = len(sender)
-            if self._outputs_first:
-                # Effectively-once stores skip replayed input, so its output must be
-                # acked before the store records the offsets as applied.
-                self._timed(durations, "produce", self._produce, sender.drain())
-            self._timed(durations, "flush", self._flush_stores, batch)         # 2
-            self._timed(durations, "produce", self._produce, sender.drain())   # 3
-            self._timed(durations, "commit", self._commit, batch)              # 4
+            result = self._engine.run(batch)                         # process, flush, produce
+            started = time.perf_counter()
+            self._commit(batch)                                      # commit
+            result.durations["commit"] = time.perf_counter() - started
+            self._on_step("after_commit")
         except KasperError as exc:
             exc.uncommitted = batch.describe()
             raise
-        self._report(TurnStats(batch, produced, durations, *self._progress()))  # 5
+        self._report(TurnStats(batch, result.produced, result.durations, *self._progress()))
 
-    # -- the steps ------------------------------------------------------------
-
-    def _process(self, batch: Batch) -> Sender:
-        sender = Sender(self.config.key_decoder, self.config.value_decoder)
-        for partition, messages in batch.by_partition.items():
-            try:
-                self._processors[partition].process(messages, sender)
-            except KasperError:
-                raise
-            except Exception as exc:
-                raise ProcessingError.raised(partition, exc, batch.describe(partition)) from exc
-        if batch.undecodable:
-            send_aside(batch.undecodable, self.config, sender)
-        return sender
-
-    def _flush_stores(self, batch: Batch) -> None:
-        next_offsets = batch.next_offsets()
-        for partition, stores in self._stores.items():
-            mine = {tp: o for tp, o in next_offsets.items() if tp[1] == partition}
-            for name, store in stores.items():
-                self._store_call(name, partition, store.flush, mine)
-
-    def _produce(self, messages: list[OutgoingMessage]) -> None:
-        self._producer.produce(messages)
-        self._producer.wait_for_acks(self._observer.on_idle)
-        for partition, stores in self._stores.items():
-            for name, store in stores.items():
-                self._store_call(name, partition, store.after_delivery)
+    # -- the steps around the turn --------------------------------------------------
 
     def _commit(self, batch: Batch) -> None:
         next_offsets = self._past_markers(batch.next_offsets())
@@ -363,53 +322,6 @@ class TopicProcessor:
                              f"{list(self.config.input_topics)} have {count} partitions")
         return list(wanted)
 
-    def _open_stores(self, partition: int) -> dict[str, Any]:
-        stores: dict[str, KeyValueStore] = {}
-        self._stores[partition] = stores  # closed by _shutdown even if a later open fails
-        for spec in self._store_specs:
-            runtime = StoreRuntime(self.config, partition, self._producer)
-            store = self._store_call(spec.name, partition, spec.open, runtime)
-            stores[spec.name] = store
-            for tp, offset in store.applied_offsets().items():
-                self._skip_below[tp] = min(offset, self._skip_below.get(tp, offset))
-        check_effectively_once_alone(stores)
-        return dict(stores)
-
-    def _drop_applied(self, batch: Batch) -> None:
-        """Effectively-once stores already hold these messages' effects: skip them."""
-        for partition, messages in list(batch.by_partition.items()):
-            kept = [m for m in messages
-                    if m.offset >= self._skip_below.get((m.topic, partition), -1)]
-            skipped = len(messages) - len(kept)
-            if skipped:
-                _log.info("kasper.skipped_applied", processor=self.config.name,
-                          partition=partition, skipped=skipped)
-            if kept:
-                batch.by_partition[partition] = kept
-            else:
-                del batch.by_partition[partition]
-        batch.undecodable = [r for r in batch.undecodable
-                             if r.offset >= self._skip_below.get((r.topic, r.partition), -1)]
-        for tp, next_offset in batch.next_offsets().items():
-            if next_offset >= self._skip_below.get(tp, next_offset + 1):
-                del self._skip_below[tp]
-
-    def _store_call(self, name: str, partition: int, method: Callable[..., T], *args: Any) -> T:
-        try:
-            return method(*args)
-        except KasperError:
-            raise
-        except Exception as exc:
-            raise StoreError(f"store {name!r} of partition {partition}: "
-                             f"{type(exc).__name__}: {exc}") from exc
-
-    @staticmethod
-    def _timed(durations: dict[str, float], step: str, fn: Callable[..., T], *args: Any) -> T:
-        started = time.perf_counter()
-        result = fn(*args)
-        durations[step] = durations.get(step, 0.0) + time.perf_counter() - started
-        return result
-
     def _fail(self, exc: BaseException) -> None:
         self._observer.on_error(exc)
         if isinstance(exc, KasperError):
@@ -426,8 +338,7 @@ class TopicProcessor:
             self._shut = True
         if kafka_ok and self._started:
             self._note_stopped()
-        steps: list[Callable[[], object]] = [p.close for p in self._processors.values()]
-        steps += [store.close for stores in self._stores.values() for store in stores.values()]
+        steps = self._engine.close_steps()
         steps += [spec.close for spec in self._store_specs]
         steps += [lambda: self._producer.close(discard=not kafka_ok), self._consumer.close,
                   self._observer.on_stop]

@@ -15,7 +15,7 @@ from kasper_py.serdes import Serde
 
 if TYPE_CHECKING:
     from kasper_py.config import Config
-    from kasper_py.producer import OutputProducer
+    from kasper_py.ports import OutputPort
 
 __all__ = [
     "KeyValueStore",
@@ -85,8 +85,8 @@ class StoreRuntime:
 
     config: Config
     partition: int
-    producer: OutputProducer | None = None
-    """The loop's producer, for changelog writes that must be acked before the commit."""
+    producer: OutputPort | None = None
+    """The runner's output port, for changelog writes acked before the commit."""
 
 
 class KeyValueStore(ABC):

@@ -38,7 +38,7 @@ class FakeProducer:
     def produce(self, messages: Iterable[OutgoingMessage]) -> None:
         self.log.append(("produce", list(messages)))
 
-    def wait_for_acks(self) -> None:
+    def wait_for_acks(self, waiting: Any = None) -> None:
         self.log.append(("acks",))
 
     def close(self, discard: bool = False) -> None:

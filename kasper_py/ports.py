@@ -1,0 +1,85 @@
+"""The small interfaces through which a runner reaches Kafka: an input port (the
+consumer), an output port (the producer), and ``KafkaClients``, the pair a
+``TopicProcessor`` runs on. ``consumer.py`` and ``producer.py`` implement them with
+confluent-kafka; ``kasper_py.testing.InMemoryBroker`` implements them in memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from kasper_py.message import OutgoingMessage
+
+__all__ = ["InputPort", "KafkaClients", "OutputPort"]
+
+TopicPartitionKey = tuple[str, int]
+
+
+class OutputPort(Protocol):
+    """Where output goes: produced in order per output partition, then acknowledged."""
+
+    def produce(self, messages: list[OutgoingMessage]) -> None:
+        """Hand ``messages`` over for delivery, in order per output partition."""
+
+    def wait_for_acks(self, waiting: Callable[[], None] | None = None) -> None:
+        """Return once every message handed over is acknowledged; raise the first
+        delivery error. ``waiting`` is called about once a second meanwhile."""
+
+
+class ProducerPort(OutputPort, Protocol):
+    """The loop's producer: an output port that can also be closed."""
+
+    def close(self, discard: bool = False) -> None:
+        """Deliver what is queued (or, with ``discard``, drop it) and release the client."""
+
+
+class InputPort(Protocol):
+    """The loop's consumer of a static partition set; it never commits on its own."""
+
+    assigned: list[TopicPartitionKey]
+
+    def partition_count(self) -> int:
+        """Check the input topics exist with one partition count; return it."""
+
+    def assign(self, partitions: Sequence[int]) -> dict[TopicPartitionKey, int | None]:
+        """Assign ``partitions`` of every input topic at their committed offsets."""
+
+    def consume(self, max_count: int, timeout: float) -> list[Any]:
+        """Up to ``max_count`` raw records (confluent-kafka ``Message``-shaped)."""
+
+    def transient_error(self, record: Any) -> bool:
+        """True when ``record``'s error is one the client recovers from by itself."""
+
+    def commit(self, next_offsets: dict[TopicPartitionKey, int], note: str | None = None) -> None:
+        """Commit synchronously, with ``note`` as each offset's metadata."""
+
+    def committed(self, keys: Iterable[TopicPartitionKey] | None = None
+                  ) -> dict[TopicPartitionKey, int | None]:
+        """The group's committed next offsets (``None`` where nothing is committed)."""
+
+    def positions(self) -> dict[TopicPartitionKey, int | None]:
+        """Next offset the application will read, per assigned partition, if known."""
+
+    def watermarks(self, key: TopicPartitionKey, cached: bool = False) -> tuple[int, int]:
+        """(low, high) watermark of one partition."""
+
+    def close(self) -> None:
+        """Leave without committing."""
+
+
+def _no_step(_step: str) -> None:
+    pass
+
+
+@dataclass
+class KafkaClients:
+    """The clients one ``TopicProcessor`` runs on. ``on_step`` is called at each step
+    boundary of a turn (``kasper_py.turn.STEPS`` and ``after_commit``); real clients
+    ignore it, the in-memory broker injects faults there."""
+
+    consumer: InputPort
+    producer: ProducerPort
+    on_step: Callable[[str], None] = _no_step

@@ -1,0 +1,241 @@
+"""The turn, written once for every runner (the live loop, the Spark task and the
+testing driver). Given a decoded ``Batch``, in this order (the order is the guarantee):
+
+1. skip input an effectively-once store already applied (a replayed batch)
+2. process every partition's messages; set undecodable input aside (dead letters)
+3. with effectively-once stores, produce the output and wait for its acks first
+4. flush the stores
+5. produce the (rest of the) output and wait for every ack; stores see the acks
+6. hand back the offsets the runner must commit (last offset + 1 per topic-partition)
+
+A failure in any step raises a ``KasperError`` naming the uncommitted batch, and the
+stores drop the turn's buffered writes; the runner must then not commit. What a
+runner does around the turn (polling and committing, Arrow rows and task reports,
+an in-memory broker) lives in the runner, never here.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import structlog
+
+from kasper_py.batching import Batch
+from kasper_py.config import Config
+from kasper_py.dead_letters import send_aside
+from kasper_py.exceptions import KasperError, OffsetError, ProcessingError, StoreError
+from kasper_py.message import OutgoingMessage
+from kasper_py.ports import OutputPort
+from kasper_py.processor import MessageProcessor, ProcessorContext, ProcessorFactory
+from kasper_py.sender import Sender
+from kasper_py.stores.base import (
+    KeyValueStore,
+    StoreRuntime,
+    StoreSpec,
+    check_effectively_once_alone,
+)
+
+__all__ = ["STEPS", "PartitionState", "TurnEngine", "TurnResult"]
+
+_log = structlog.get_logger("kasper_py")
+T = TypeVar("T")
+TopicPartitionKey = tuple[str, int]
+
+STEPS = ("before_process", "after_process", "after_flush", "after_produce")
+"""The step boundaries of a turn at which ``TurnEngine``'s ``on_step`` hook is called
+(the runner adds ``after_commit``); fault injection stops a process there."""
+
+
+@dataclass
+class PartitionState:
+    """One input partition number's processor and its stores."""
+
+    partition: int
+    stores: dict[str, KeyValueStore] = field(default_factory=dict)
+    processor: MessageProcessor | None = None
+
+
+@dataclass
+class TurnResult:
+    """What a completed turn hands back to its runner."""
+
+    next_offsets: dict[TopicPartitionKey, int]
+    """The offsets to commit: last offset + 1 per topic-partition of the batch."""
+    produced: int
+    """Messages the turn handed to the output port (dead letters included)."""
+    durations: dict[str, float]
+    """Seconds per step: process, flush, produce."""
+
+
+class TurnEngine:
+    """Runs turns over a set of partitions, each with its processor and stores."""
+
+    def __init__(self, config: Config, port: OutputPort, *,
+                 waiting: Callable[[], None] | None = None,
+                 on_step: Callable[[str], None] | None = None) -> None:
+        self.config = config
+        self.partitions: dict[int, PartitionState] = {}
+        self._port = port
+        self._waiting = waiting
+        self._on_step = on_step or _no_step
+        self._skip_below: dict[TopicPartitionKey, int] = {}
+        self._next: dict[TopicPartitionKey, int] = {}
+        self._outputs_first = False
+
+    # -- partitions -----------------------------------------------------------------
+
+    def open_partition(self, partition: int, factory: ProcessorFactory,
+                       specs: Sequence[StoreSpec], runtime: StoreRuntime) -> PartitionState:
+        """Open ``partition``'s stores (restoring them as needed) and build its processor.
+        The partition is registered first, so ``close_steps`` covers a half-open one."""
+        state = PartitionState(partition)
+        self.partitions[partition] = state
+        for spec in specs:
+            store = self._store_call(spec.name, partition, spec.open, runtime)
+            state.stores[spec.name] = store
+            for tp, offset in store.applied_offsets().items():
+                # the lowest applied offset: skipping less replays, skipping more loses
+                self._skip_below[tp] = min(offset, self._skip_below.get(tp, offset))
+        check_effectively_once_alone(state.stores)
+        self._outputs_first = self._outputs_first or any(
+            store.effectively_once for store in state.stores.values())
+        state.processor = factory(ProcessorContext(partition, self.config, dict(state.stores)))
+        return state
+
+    def stores(self) -> list[tuple[int, str, KeyValueStore]]:
+        """(partition, name, store) of every open store."""
+        return [(p, name, store) for p, state in self.partitions.items()
+                for name, store in state.stores.items()]
+
+    def close_steps(self) -> list[Callable[[], object]]:
+        """Closing every processor, then every store: for ``close_all``."""
+        steps: list[Callable[[], object]] = [
+            state.processor.close for state in self.partitions.values()
+            if state.processor is not None]
+        return steps + [store.close for _, _, store in self.stores()]
+
+    # -- the turn -------------------------------------------------------------------
+
+    def run(self, batch: Batch) -> TurnResult:
+        """Run one turn over ``batch`` (steps in the module docstring)."""
+        durations: dict[str, float] = {}
+        try:
+            self._check_order(batch)
+            if self._skip_below:
+                self._drop_applied(batch)
+            self._on_step("before_process")
+            sender = _timed(durations, "process", self._process, batch)
+            produced = len(sender)
+            self._on_step("after_process")
+            if self._outputs_first:
+                # Effectively-once stores skip replayed input, so its output must be
+                # acked before the store records the offsets as applied.
+                _timed(durations, "produce", self._produce, sender.drain())
+            next_offsets = batch.next_offsets()
+            _timed(durations, "flush", self._flush, next_offsets)
+            self._on_step("after_flush")
+            _timed(durations, "produce", self._produce, sender.drain())
+            self._after_delivery()
+            self._on_step("after_produce")
+        except BaseException as exc:
+            self._discard_pending()
+            if isinstance(exc, KasperError) and exc.uncommitted is None:
+                exc.uncommitted = batch.describe()
+            raise
+        self._next.update(next_offsets)
+        self._forget_applied(next_offsets)
+        return TurnResult(next_offsets, produced, durations)
+
+    def _check_order(self, batch: Batch) -> None:
+        """Each topic-partition's offsets must go on from the previous turn's."""
+        for (topic, partition), offsets in batch.ranges.items():
+            previous = self._next.get((topic, partition))
+            if previous is not None and offsets.first < previous:
+                raise OffsetError(f"{topic}[{partition}] offsets are not increasing: a batch "
+                                  f"starts at {offsets.first}, after offset {previous - 1} "
+                                  "was processed")
+
+    def _process(self, batch: Batch) -> Sender:
+        sender = Sender(self.config.key_decoder, self.config.value_decoder)
+        for partition, messages in batch.by_partition.items():
+            processor = self.partitions[partition].processor
+            assert processor is not None  # built by open_partition
+            try:
+                processor.process(messages, sender)
+            except KasperError:
+                raise
+            except Exception as exc:
+                raise ProcessingError.raised(partition, exc, batch.describe(partition)) from exc
+        if batch.undecodable:
+            send_aside(batch.undecodable, self.config, sender)
+        return sender
+
+    def _flush(self, next_offsets: dict[TopicPartitionKey, int]) -> None:
+        for partition, name, store in self.stores():
+            mine = {tp: o for tp, o in next_offsets.items() if tp[1] == partition}
+            self._store_call(name, partition, store.flush, mine)
+
+    def _produce(self, messages: list[OutgoingMessage]) -> None:
+        if messages:
+            self._port.produce(messages)
+        self._port.wait_for_acks(self._waiting)
+
+    def _after_delivery(self) -> None:
+        for partition, name, store in self.stores():
+            self._store_call(name, partition, store.after_delivery)
+
+    def _discard_pending(self) -> None:
+        """A failed turn's buffered store writes are dropped, never flushed later."""
+        for _, _, store in self.stores():
+            discard = getattr(store, "discard_pending", None)
+            if discard is not None:
+                discard()
+
+    # -- effectively-once: input the stores already applied --------------------------
+
+    def _drop_applied(self, batch: Batch) -> None:
+        """Effectively-once stores already hold these messages' effects: skip them."""
+        for partition, messages in list(batch.by_partition.items()):
+            kept = [m for m in messages
+                    if m.offset >= self._skip_below.get((m.topic, partition), -1)]
+            skipped = len(messages) - len(kept)
+            if skipped:
+                _log.info("kasper.skipped_applied", processor=self.config.name,
+                          partition=partition, skipped=skipped)
+            if kept:
+                batch.by_partition[partition] = kept
+            else:
+                del batch.by_partition[partition]
+        batch.undecodable = [r for r in batch.undecodable
+                             if r.offset >= self._skip_below.get((r.topic, r.partition), -1)]
+
+    def _forget_applied(self, next_offsets: dict[TopicPartitionKey, int]) -> None:
+        for tp, next_offset in next_offsets.items():
+            if next_offset >= self._skip_below.get(tp, next_offset + 1):
+                del self._skip_below[tp]
+
+    @staticmethod
+    def _store_call(name: str, partition: int, method: Callable[..., T], *args: Any) -> T:
+        """A store's own error becomes a ``StoreError`` naming the store and partition."""
+        try:
+            return method(*args)
+        except KasperError:
+            raise
+        except Exception as exc:
+            raise StoreError(f"store {name!r} of partition {partition}: "
+                             f"{type(exc).__name__}: {exc}") from exc
+
+
+def _timed(durations: dict[str, float], step: str, fn: Callable[..., T], *args: Any) -> T:
+    started = time.perf_counter()
+    try:
+        return fn(*args)
+    finally:
+        durations[step] = durations.get(step, 0.0) + time.perf_counter() - started
+
+
+def _no_step(_step: str) -> None:
+    pass
