@@ -227,8 +227,15 @@ def _add_offsets_parser(commands: Any) -> None:
     actions = offsets.add_subparsers(dest="action", required=True, metavar="ACTION")
     _add_config_flags(actions.add_parser("show", help="committed offsets and watermarks"))
     reset = actions.add_parser("reset", help="move the committed offsets (group must be idle)")
-    reset.add_argument("--to", required=True, type=_reset_target, metavar="WHERE",
-                       help="earliest, latest, an ISO-8601 time (UTC if no zone) or epoch ms")
+    where = reset.add_mutually_exclusive_group(required=True)
+    where.add_argument("--to", type=_reset_target, metavar="WHERE",
+                       help="every input partition to earliest, latest, an ISO-8601 time "
+                            "(UTC if no zone) or epoch ms")
+    # Same dest as --to: the reset receives one target, a list when given as offsets.
+    where.add_argument("--to-offset", dest="to", action="append", type=_offset_target,
+                       metavar="TOPIC:PARTITION=OFFSET",
+                       help="only this partition, to this offset (repeat for more); e.g. "
+                            "past a record that fails every run: its offset + 1")
     reset.add_argument("--dry-run", action="store_true", help="show the plan, change nothing")
     reset.add_argument("--force", action="store_true",
                        help="reset although a kasper loop committed recently without saying "
@@ -247,6 +254,12 @@ def _add_config_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ERROR")
 
 
+ExplicitOffset = tuple[str, int, int]
+"""One ``--to-offset``: topic, partition, offset."""
+ResetTarget = str | int | list[ExplicitOffset]
+"""``--to``: earliest, latest or epoch ms; or the ``--to-offset`` list."""
+
+
 def _reset_target(text: str) -> str | int:
     """``earliest``/``latest``, or a timestamp in epoch milliseconds."""
     if text in ("earliest", "latest"):
@@ -261,6 +274,16 @@ def _reset_target(text: str) -> str | int:
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
     return int(moment.timestamp() * 1000)
+
+
+def _offset_target(text: str) -> ExplicitOffset:
+    """``TOPIC:PARTITION=OFFSET``; Kafka topic names cannot hold ``:`` or ``=``."""
+    place, _, offset = text.rpartition("=")
+    topic, _, partition = place.rpartition(":")
+    if not topic or not partition.isdigit() or not offset.isdigit():
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not TOPIC:PARTITION=OFFSET (e.g. orders:3=1234)")
+    return topic, int(partition), int(offset)
 
 
 def _version() -> str:
@@ -566,9 +589,7 @@ def _format_table(rows: list[list[str]]) -> str:
 
 # -- kasper offsets reset -------------------------------------------------------------
 
-
-
-def _offsets_reset(config: Config, to: str | int, dry_run: bool, timeout: float,
+def _offsets_reset(config: Config, to: ResetTarget, dry_run: bool, timeout: float,
                    force: bool = False) -> int:
     metadata = _probe(config, timeout)
     _refuse_if_active(config, timeout)
@@ -578,7 +599,8 @@ def _offsets_reset(config: Config, to: str | int, dry_run: bool, timeout: float,
     targets = _targets(config, current, to, timeout)
     table = [["TOPIC", "PARTITION", "COMMITTED", "NEW"]]
     table += [[r.topic, str(r.partition), "-" if r.committed is None else str(r.committed),
-               str(targets[r.topic, r.partition])] for r in current]
+               str(targets[r.topic, r.partition])]
+              for r in current if (r.topic, r.partition) in targets]
     print(_format_table(table))
     if dry_run:
         print(f"dry run: group {config.group} unchanged")
@@ -588,7 +610,9 @@ def _offsets_reset(config: Config, to: str | int, dry_run: bool, timeout: float,
     return EXIT_OK
 
 
-def _describe_target(to: str | int) -> str:
+def _describe_target(to: ResetTarget) -> str:
+    if isinstance(to, list):
+        return ", ".join(f"{topic}:{partition}={offset}" for topic, partition, offset in to)
     if isinstance(to, str):
         return to
     moment = datetime.fromtimestamp(to / 1000, tz=UTC)
@@ -626,8 +650,10 @@ def _refuse_if_running(config: Config, current: list[PartitionOffsets]) -> None:
                        f"{running_window(config):.0f} s after its last commit)")
 
 
-def _targets(config: Config, current: list[PartitionOffsets], to: str | int,
+def _targets(config: Config, current: list[PartitionOffsets], to: ResetTarget,
              timeout: float) -> dict[tuple[str, int], int]:
+    if isinstance(to, list):
+        return _explicit_targets(config, current, to)
     if to == "earliest":
         return {(r.topic, r.partition): r.low for r in current}
     if to == "latest":
@@ -649,6 +675,30 @@ def _targets(config: Config, current: list[PartitionOffsets], to: str | int,
     finally:
         progress.finish()
         consumer.close()
+
+
+def _explicit_targets(config: Config, current: list[PartitionOffsets],
+                      wanted: list[ExplicitOffset]) -> dict[tuple[str, int], int]:
+    """The ``--to-offset`` targets, each checked against its partition's watermarks:
+    Kafka answers an offset it no longer (or not yet) holds with "out of range", and
+    the next run would silently start at ``auto_offset_reset`` instead."""
+    rows = {(r.topic, r.partition): r for r in current}
+    targets: dict[tuple[str, int], int] = {}
+    for topic, partition, offset in wanted:
+        row = rows.get((topic, partition))
+        if row is None:
+            owned = ", ".join(f"{t}:{p}" for t, p in rows)
+            raise CliError(EXIT_USAGE, f"--to-offset {topic}:{partition}: not an input "
+                           f"partition of group {config.group!r} (its partitions: {owned})")
+        if (topic, partition) in targets:
+            raise CliError(EXIT_USAGE, f"--to-offset {topic}:{partition} is given twice")
+        if not row.low <= offset <= row.high:
+            raise CliError(EXIT_USAGE, f"--to-offset {topic}:{partition}={offset}: topic "
+                           f"{topic!r} partition {partition} holds offsets {row.low}..{row.high}"
+                           f" (low to high watermark; {row.high} is the end, after its last "
+                           "record)")
+        targets[topic, partition] = offset
+    return targets
 
 
 def _alter_offsets(config: Config, targets: dict[tuple[str, int], int], timeout: float) -> None:

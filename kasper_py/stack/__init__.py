@@ -3,7 +3,8 @@
 ``python -m kasper_py.stack up|down|status [components...]`` (and later ``kasper stack``)
 starts pinned servers as plain local processes, no Docker: Kafka and Cassandra from
 Maven Central jars, Redis and Prometheus from Debian packages. Everything lives under
-``$KASPER_STACK_DIR`` (default ``./.kasper-stack``); ports come from ``KASPER_*_PORT``.
+``$KASPER_STACK_DIR`` (default ``./.kasper-stack``); ports come from ``KASPER_*_PORT``,
+Redis's persistence from ``KASPER_REDIS_PERSISTENCE`` (``aof`` by default).
 Tests and examples find the servers through the address helpers below.
 """
 

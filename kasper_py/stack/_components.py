@@ -143,24 +143,30 @@ class Kafka(Component):
 
 
 class Redis(Component):
-    """Debian's redis-server, memory only (no RDB snapshots, no AOF)."""
+    """Debian's redis-server. Store state must survive a restart of it, or at-least-once
+    counts silently become undercounts: an append-only file under ``data/`` by default
+    (``Settings.redis_persistence``), never RDB snapshots (they lose minutes)."""
 
     name = "redis"
     ready_timeout = 20.0
     stop_grace = 10.0
+
+    def __init__(self, settings: Settings) -> None:
+        super().__init__(settings)
+        self.data_dir = self.directory / "data"
 
     @property
     def port(self) -> int:
         return self.settings.redis_port
 
     def prepare(self) -> str:
-        self.directory.mkdir(parents=True, exist_ok=True)
+        self.data_dir.mkdir(parents=True, exist_ok=True)
         return apt_install("redis-server", "redis-server")
 
     def command(self, program: str) -> list[str]:
         return [program, "--bind", LOOPBACK, "--port", str(self.settings.redis_port),
-                "--save", "", "--appendonly", "no", "--daemonize", "no",
-                "--dir", str(self.directory), "--protected-mode", "yes"]
+                "--save", "", *_redis_persistence(self.settings.redis_persistence),
+                "--daemonize", "no", "--dir", str(self.data_dir), "--protected-mode", "yes"]
 
     def is_ready(self) -> bool:
         # A raw RESP PING: the probe must not need the optional `redis` package.
@@ -170,6 +176,16 @@ class Redis(Component):
                 return sock.recv(64).startswith(b"+PONG")
         except OSError:
             return False
+
+
+def _redis_persistence(mode: str) -> list[str]:
+    """redis-server options of a ``REDIS_PERSISTENCE`` mode. ``everysec`` writes the
+    file before replying and fsyncs it once a second: a killed server loses nothing the
+    kernel already holds, a host crash up to about a second (docs/stores.md)."""
+    if mode == "none":
+        return ["--appendonly", "no"]
+    fsync = "always" if mode == "aof-always" else "everysec"
+    return ["--appendonly", "yes", "--appendfsync", fsync]
 
 
 class Cassandra(Component):

@@ -14,6 +14,10 @@ from kasper_py.stack._errors import StackError
 
 LOOPBACK = "127.0.0.1"
 
+REDIS_PERSISTENCE = ("aof", "aof-always", "none")
+"""``KASPER_REDIS_PERSISTENCE``: an append-only file fsynced every second (default) or
+after every write, or memory only (faster; a restart forgets every key)."""
+
 
 def _port(variable: str, default: int) -> int:
     """Read a TCP port from ``variable``; a bad value is a StackError naming it."""
@@ -29,6 +33,16 @@ def _port(variable: str, default: int) -> int:
     return port
 
 
+def _choice(variable: str, default: str, choices: tuple[str, ...]) -> str:
+    """Read one of ``choices`` from ``variable``; anything else is a StackError naming it."""
+    raw = os.environ.get(variable, "").strip().lower()
+    if not raw:
+        return default
+    if raw not in choices:
+        raise StackError(f"{variable}={raw!r} is not one of {', '.join(choices)}")
+    return raw
+
+
 def resolve_stack_dir(stack_dir: str | os.PathLike[str] | None = None) -> Path:
     """``stack_dir``, else ``$KASPER_STACK_DIR``, else ``<cwd>/.kasper-stack``, absolute."""
     if stack_dir is None:
@@ -38,7 +52,7 @@ def resolve_stack_dir(stack_dir: str | os.PathLike[str] | None = None) -> Path:
 
 @dataclass(frozen=True)
 class Settings:
-    """One stack: its directory and the ports of every component."""
+    """One stack: its directory, the ports of every component, and how Redis persists."""
 
     stack_dir: Path
     kafka_port: int
@@ -47,10 +61,13 @@ class Settings:
     cassandra_port: int
     cassandra_storage_port: int
     prometheus_port: int
+    redis_persistence: str
+    """One of ``REDIS_PERSISTENCE``."""
 
     @classmethod
     def load(cls, stack_dir: str | os.PathLike[str] | None = None) -> Settings:
-        """Build from the environment (``KASPER_*_PORT``) and ``stack_dir``."""
+        """Build from the environment (``KASPER_*_PORT``, ``KASPER_REDIS_PERSISTENCE``)
+        and ``stack_dir``."""
         return cls(
             stack_dir=resolve_stack_dir(stack_dir),
             kafka_port=_port("KASPER_KAFKA_PORT", 19092),
@@ -59,6 +76,7 @@ class Settings:
             cassandra_port=_port("KASPER_CASSANDRA_PORT", 19042),
             cassandra_storage_port=_port("KASPER_CASSANDRA_STORAGE_PORT", 17000),
             prometheus_port=_port("KASPER_PROMETHEUS_PORT", 19090),
+            redis_persistence=_choice("KASPER_REDIS_PERSISTENCE", "aof", REDIS_PERSISTENCE),
         )
 
     def component_dir(self, name: str) -> Path:

@@ -240,3 +240,56 @@ def test_reset_refused_while_a_loop_runs_allowed_once_it_stopped(
     forced = kasper("offsets", "reset", "--to", "earliest", "--force", "-c", config, env=env)
     assert forced.returncode == 0, forced.stderr
     assert kafka.committed(name, source)[0] == 0
+
+
+def test_reset_to_offset_skips_a_poison_record(
+        bootstrap: str, new_topic: Callable[..., str], kafka: Any,
+        unique_name: Callable[[str], str], tmp_path: Path) -> None:
+    """The recovery path of docs/operations.md: a record that fails every run stops the
+    loop at its offset; `--to-offset TOPIC:1=<offset + 1>` moves that partition alone
+    (a dry run and an out-of-range offset move nothing), the next run finishes, and a
+    running loop refuses the reset."""
+    source, sink = new_topic("poison-in", partitions=2), new_topic("poison-out", partitions=2)
+    kafka.produce(source, [f"a{i}".encode() for i in range(10)], partition=0)
+    kafka.produce(source, [b"p0", b"p1", b"p2", b"poison", b"p4", b"p5"], partition=1)
+    name = unique_name("cli-poison")
+    config, env = write_config(tmp_path, name, source, batch_size=1), cli_env(bootstrap, sink)
+    failed = kasper(*run_args(config, "--until-caught-up"),
+                    env={**env, "EXAMPLE_FAIL_ON": "poison"})
+    assert failed.returncode == 1 and f"{source}[1] offsets 3..3" in failed.stderr
+    before = kafka.committed(name, source, partitions=2)
+    assert before[1] == 3
+
+    def reset(*args: str) -> subprocess.CompletedProcess[str]:
+        return kasper("offsets", "reset", *args, "-c", config, env=env)
+
+    dry = reset("--to-offset", f"{source}:1=4", "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert [line.split() for line in dry.stdout.splitlines()[:2]] == [
+        ["TOPIC", "PARTITION", "COMMITTED", "NEW"], [source, "1", "3", "4"]]
+    outside = reset("--to-offset", f"{source}:1=7")
+    assert outside.returncode == 2
+    assert f"topic {source!r} partition 1 holds offsets 0..6" in outside.stderr
+    assert kafka.committed(name, source, partitions=2) == before
+
+    done = reset("--to-offset", f"{source}:1=4")
+    assert done.returncode == 0, done.stderr
+    assert f"group {name}: 1 partitions reset to {source}:1=4" in done.stdout
+    assert kafka.committed(name, source, partitions=2) == {0: before[0], 1: 4}
+    rerun = kasper(*run_args(config, "--until-caught-up"), env={**env, "EXAMPLE_FAIL_ON": "poison"})
+    assert rerun.returncode == 0, rerun.stderr
+    assert kafka.committed(name, source, partitions=2) == {0: 10, 1: 6}
+    assert b"POISON" not in {m.value() for m in kafka.read_all(sink)}
+
+    kafka.produce(source, [b"p6"], partition=1)
+    process = subprocess.Popen([*kasper_command(), *run_args(config)],
+                               stderr=subprocess.DEVNULL, env=env)
+    try:
+        wait_for(lambda: kafka.committed(name, source, partitions=2)[1] == 7,
+                 "the new record to be committed")
+        refused = reset("--to-offset", f"{source}:1=6")
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=60)
+    assert refused.returncode == 5 and "is being processed" in refused.stderr
+    assert kafka.committed(name, source, partitions=2)[1] == 7

@@ -1,10 +1,15 @@
 """Redis tables on a real Redis and Kafka: exact word counts, kill -9 bounds with and
-without effectively-once, the server going down mid-turn, and fencing."""
+without effectively-once, the server going down mid-turn, fencing, and the stack's
+Redis keeping what they flushed across a kill -9 of the server."""
 # ruff: noqa: PLR0917 - pytest passes fixtures positionally; tests take several
 
 from __future__ import annotations
 
+import os
+import signal
+import time
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,14 +22,15 @@ from kasper_py import (
     StoreError,
     StoreUnavailableError,
     TopicProcessor,
+    stack,
 )
 from kasper_py.stores.base import StoreRuntime
 from kasper_py.stores.redis import RedisTable
 
 pytest.register_assert_rewrite("conftest_stores")
 from conftest_stores import (  # isort: skip  # noqa: E402 - after register_assert_rewrite
-    WORDS, RedisServer, TurnCounter, kill_randomly_then_finish, produce_words, read_counts,
-    run_until_caught_up, store_config, worker_args)
+    WORDS, RedisServer, TurnCounter, free_port, kill_randomly_then_finish, produce_words,
+    read_counts, run_until_caught_up, store_config, worker_args)
 from stores_worker import WordCount  # isort: skip  # noqa: E402
 
 pytest_plugins = ["conftest_stores"]
@@ -142,3 +148,54 @@ def test_effectively_once_fences_a_stale_writer(redis_url, unique_name) -> None:
     assert replay.get("k") == 1
     for spec in specs:
         spec.close()
+
+
+def kill_stack_redis(stack_dir: Path) -> None:
+    """SIGKILL the stack's redis-server once its AOF holds every write (an fsync on a busy
+    disk may hold the write back up to 2 s: the one case where a kill loses data)."""
+    [status] = [s for s in stack.status(stack_dir) if s.name == "redis"]
+    client = redis.Redis.from_url(f"redis://{status.address}/0")
+    deadline = time.monotonic() + 10
+    while client.info("persistence").get("aof_buffer_length", 0) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    client.close()
+    assert status.pid is not None
+    os.kill(status.pid, signal.SIGKILL)
+    while any(s.running for s in stack.status(stack_dir)):
+        assert time.monotonic() < deadline + 10, "redis-server outlived SIGKILL"
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize(("persistence", "kept"), [(None, True), ("none", False)])
+def test_stack_redis_keeps_flushed_state_across_a_kill(tmp_path, monkeypatch, unique_name,
+                                                       persistence, kept) -> None:
+    """A second Redis started by the stack's own code (a temporary stack folder, a free
+    port), killed with -9 after an effectively-once flush and started again, still holds
+    the keys and the applied offsets: the append-only file is on by default.
+    KASPER_REDIS_PERSISTENCE=none turns it off, and the restart forgets both."""
+    monkeypatch.setenv("KASPER_REDIS_PORT", str(free_port()))
+    if persistence is None:
+        monkeypatch.delenv("KASPER_REDIS_PERSISTENCE", raising=False)
+    else:
+        monkeypatch.setenv("KASPER_REDIS_PERSISTENCE", persistence)
+    cfg = Config(name=unique_name("persist"), bootstrap_servers="unused:0", input_topics=["t"])
+    words = {f"w{i}": i for i in range(100)}
+
+    def open_store(address: str) -> tuple[RedisTable, Any]:
+        table = RedisTable("counts", url=f"redis://{address}/0", effectively_once=True)
+        return table, table.open(StoreRuntime(cfg, 0))
+
+    try:
+        [started] = stack.up(["redis"], stack_dir=tmp_path)
+        table, store = open_store(started.address)
+        store.put_many(words)
+        store.flush({("t", 0): 100})
+        table.close()
+        kill_stack_redis(tmp_path)
+        [restarted] = stack.up(["redis"], stack_dir=tmp_path)
+        table, store = open_store(restarted.address)
+        assert store.applied_offsets() == ({("t", 0): 100} if kept else {})
+        assert store.get_many(words) == (words if kept else {})
+        table.close()
+    finally:
+        stack.down(["redis"], stack_dir=tmp_path)

@@ -347,3 +347,71 @@ def test_refused_consumer_overrides_are_a_config_error() -> None:
                                        "consumer_overrides") as caught:
         cli._consumer(config, [], **config.consumer_overrides)
     assert caught.value.code == EXIT_CONFIG
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("orders:3=1234", ("orders", 3, 1234)),
+    ("my.topic-v2_x:0=0", ("my.topic-v2_x", 0, 0)),
+])
+def test_offset_targets(text: str, expected: tuple[str, int, int]) -> None:
+    """--to-offset takes TOPIC:PARTITION=OFFSET (Kafka topic names hold neither : nor =)."""
+    assert cli._offset_target(text) == expected
+
+
+@pytest.mark.parametrize("text", ["orders=5", "orders:x=5", "orders:1=-1", "orders:1",
+                                  ":1=5", "orders:1=", "1234"])
+def test_offset_target_rejects_anything_else(text: str) -> None:
+    """A malformed --to-offset is a usage error showing the expected form."""
+    with pytest.raises(argparse.ArgumentTypeError, match="TOPIC:PARTITION=OFFSET"):
+        cli._offset_target(text)
+
+
+def parse_reset(*args: str) -> argparse.Namespace:
+    """`kasper offsets reset ...` parsed as the CLI does."""
+    return cli._parser().parse_args(["offsets", "reset", *args, *BASE])
+
+
+def test_to_offset_repeats_and_excludes_to() -> None:
+    """--to-offset may repeat and reaches the reset as a list; it and --to exclude each
+    other, and one of them is required (argparse exits 2)."""
+    args = parse_reset("--to-offset", "t:0=5", "--to-offset", "t:1=7", "--dry-run")
+    assert args.to == [("t", 0, 5), ("t", 1, 7)] and args.dry_run
+    assert parse_reset("--to", "earliest").to == "earliest"
+    for wrong in (["--to", "latest", "--to-offset", "t:0=5"], []):
+        with pytest.raises(SystemExit) as caught:
+            parse_reset(*wrong)
+        assert caught.value.code == 2
+
+
+ROWS = [PartitionOffsets("t", 0, 40, low=10, high=50), PartitionOffsets("t", 1, 7, 0, 9)]
+
+
+def test_explicit_targets_move_only_the_named_partitions() -> None:
+    """Only the partitions named move; the low and the high watermark are both valid."""
+    config = config_for_reset()
+    assert cli._targets(config, ROWS, [("t", 1, 9)], 1.0) == {("t", 1): 9}
+    assert cli._targets(config, ROWS, [("t", 0, 10), ("t", 1, 0)], 1.0) == {
+        ("t", 0): 10, ("t", 1): 0}
+
+
+@pytest.mark.parametrize(("wanted", "message"), [
+    ([("t", 0, 51)], "--to-offset t:0=51: topic 't' partition 0 holds offsets 10..50 "
+                     "(low to high watermark; 50 is the end, after its last record)"),
+    ([("t", 0, 9)], "--to-offset t:0=9: topic 't' partition 0 holds offsets 10..50"),
+    ([("t", 2, 0)], "--to-offset t:2: not an input partition of group 'grp' "
+                    "(its partitions: t:0, t:1)"),
+    ([("u", 0, 0)], "--to-offset u:0: not an input partition"),
+    ([("t", 1, 3), ("t", 1, 4)], "--to-offset t:1 is given twice"),
+])
+def test_explicit_targets_refuse_what_kafka_does_not_hold(
+        wanted: list[tuple[str, int, int]], message: str) -> None:
+    """An offset outside [low, high] of its partition, a partition the processor does
+    not read, or one named twice: exit 2 naming topic, partition and the valid range."""
+    with pytest.raises(CliError, match=re.escape(message)) as caught:
+        cli._targets(config_for_reset(), ROWS, wanted, 1.0)
+    assert caught.value.code == cli.EXIT_USAGE
+
+
+def test_describe_explicit_targets() -> None:
+    """The closing line names every partition moved and its offset."""
+    assert cli._describe_target([("t", 0, 5), ("t", 1, 7)]) == "t:0=5, t:1=7"
