@@ -1,7 +1,8 @@
 """Drive a ``MessageProcessor`` with lists of messages and inspect what it sent,
-with no broker. The driver runs the loop's steps in the loop's order (process,
-flush stores, "produce", "commit"), so a processor that passes here behaves the
-same way inside ``TopicProcessor``.
+with no broker. The driver runs the loop's own turn (``kasper_py.turn``): skipping
+input an effectively-once store applied, process, dead letters, outputs first for
+effectively-once stores, flush, "produce" and wait for the "acks", and the offset
+checks; so a processor that passes here behaves the same way inside ``TopicProcessor``.
 
     driver = ProcessorDriver(WordCount, value_serde="str")
     driver.process([make_message("lines", "a b a")])
@@ -10,19 +11,20 @@ same way inside ``TopicProcessor``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from kasper_py.batching import Batch, OffsetRange
+from kasper_py.batching import decode_batch
 from kasper_py.config import Config
-from kasper_py.exceptions import KasperError, ProcessingError
 from kasper_py.message import Headers, Message, OutgoingMessage
-from kasper_py.processor import MessageProcessor, ProcessorContext, ProcessorFactory
-from kasper_py.sender import Sender
-from kasper_py.serdes import Serde
+from kasper_py.processor import MessageProcessor, ProcessorFactory
+from kasper_py.serdes import Serde, serde_for
 from kasper_py.stores.base import KeyValueStore, StoreRuntime, StoreSpec
+from kasper_py.turn import TurnEngine
 
 __all__ = ["ProcessorDriver", "make_message"]
+
+_AS_GIVEN = serde_for("bytes")  # messages handed in already decoded are not decoded again
 
 
 def make_message(
@@ -61,65 +63,52 @@ class ProcessorDriver:
         )
         self._factory = factory
         self._store_specs = list(stores)
-        self._processors: dict[int, MessageProcessor] = {}
-        self._stores: dict[int, dict[str, KeyValueStore]] = {}
+        self._port = _AckedList()
+        self._engine = TurnEngine(self.config, self._port)
         self._next_offset: dict[tuple[str, int], int] = {}
-        self.sent: list[OutgoingMessage] = []
-        """Every message sent by committed turns, in order."""
         self.committed: dict[tuple[str, int], int] = {}
         """Next offset per (topic, partition), as the loop would commit it."""
 
-    def process(self, messages: Iterable[Message]) -> list[OutgoingMessage]:
+    @property
+    def sent(self) -> list[OutgoingMessage]:
+        """Every message produced and acked, in order (a failed turn's output is not,
+        unless an effectively-once store had it acked before its flush, as the loop does)."""
+        return self._port.acked
+
+    def process(self, messages: Iterable[Message], *, encoded: bool = False
+                ) -> list[OutgoingMessage]:
         """Run one turn over ``messages``; return what it sent.
 
-        A processor that raises gets a ``ProcessingError``, as in the loop, and nothing
-        of the turn is recorded as sent or committed.
+        Messages carry decoded keys and values, or with ``encoded=True`` the bytes as
+        read from Kafka, decoded by the loop's decoder (so ``Config.on_decode_error``
+        applies). A processor that raises gets a ``ProcessingError``, as in the loop,
+        and nothing of the turn is committed.
         """
-        batch = self._batch(messages)
-        sender = Sender(self.config.key_decoder, self.config.value_decoder)
-        try:
-            for partition, partition_messages in batch.by_partition.items():
-                self._process_partition(partition, partition_messages, sender, batch)
-        except BaseException:
-            self._discard_pending()  # the loop drops a failed turn's writes with its stores
-            raise
-        self._flush(batch)
-        sent = sender.drain()
-        self.sent.extend(sent)
-        self.committed.update(batch.next_offsets())
-        return sent
-
-    def _process_partition(self, partition: int, messages: list[Message], sender: Sender,
-                           batch: Batch) -> None:
-        try:
-            self.processor(partition).process(messages, sender)
-        except KasperError as exc:
-            exc.uncommitted = batch.describe()
-            raise
-        except Exception as exc:
-            raise ProcessingError.raised(partition, exc, batch.describe(partition)) from exc
-
-    def _discard_pending(self) -> None:
-        for stores in self._stores.values():
-            for store in stores.values():
-                discard = getattr(store, "discard_pending", None)
-                if discard is not None:
-                    discard()
+        numbered = [self._numbered(m) for m in messages]
+        serdes = ((self.config.key_decoder, self.config.value_decoder) if encoded
+                  else (_AS_GIVEN, _AS_GIVEN))
+        batch = decode_batch(numbered, *serdes,
+                             set_aside=encoded and self.config.on_decode_error != "fail")
+        for partition in batch.by_partition.keys() | {r.partition for r in batch.undecodable}:
+            self.processor(partition)
+        before = len(self.sent)
+        result = self._engine.run(batch)
+        self.committed.update(result.next_offsets)
+        return self.sent[before:]
 
     def processor(self, partition: int = 0) -> MessageProcessor:
         """The processor instance of ``partition``, built on first use."""
-        if partition not in self._processors:
-            stores = {spec.name: spec.open(StoreRuntime(self.config, partition))
-                      for spec in self._store_specs}
-            self._stores[partition] = stores
-            self._processors[partition] = self._factory(
-                ProcessorContext(partition, self.config, dict(stores)))
-        return self._processors[partition]
+        state = self._engine.partitions.get(partition)
+        if state is None:
+            state = self._engine.open_partition(partition, self._factory, self._store_specs,
+                                                StoreRuntime(self.config, partition))
+        assert state.processor is not None
+        return state.processor
 
     def store(self, name: str, partition: int = 0) -> KeyValueStore:
         """The store ``name`` of ``partition``."""
         self.processor(partition)
-        return self._stores[partition][name]
+        return self._engine.partitions[partition].stores[name]
 
     def outputs(self, topic: str | None = None) -> list[tuple[Any, Any]]:
         """(key, value) pairs sent to ``topic`` (or every topic), decoded with the serdes."""
@@ -127,25 +116,24 @@ class ProcessorDriver:
         return [(None if m.key is None else key_serde.decode(m.key), value_serde.decode(m.value))
                 for m in self.sent if topic is None or m.topic == topic]
 
-    def _batch(self, messages: Iterable[Message]) -> Batch:
-        batch = Batch()
-        for given in messages:
-            tp = (given.topic, given.partition)
-            message = given if given.offset >= 0 else given._replace(
-                offset=self._next_offset.get(tp, 0))
-            self._next_offset[tp] = message.offset + 1
-            batch.by_partition.setdefault(message.partition, []).append(message)
-            offsets = batch.ranges.get(tp)
-            if offsets is None:
-                batch.ranges[tp] = OffsetRange(message.offset, message.offset)
-            else:
-                offsets.last, offsets.count = message.offset, offsets.count + 1
-        return batch
+    def _numbered(self, message: Message) -> Message:
+        tp = (message.topic, message.partition)
+        if message.offset < 0:
+            message = message._replace(offset=self._next_offset.get(tp, 0))
+        self._next_offset[tp] = message.offset + 1
+        return message
 
-    def _flush(self, batch: Batch) -> None:
-        next_offsets = batch.next_offsets()
-        for partition, stores in self._stores.items():
-            mine = {tp: o for tp, o in next_offsets.items() if tp[1] == partition}
-            for store in stores.values():
-                store.flush(mine)
-                store.after_delivery()
+
+class _AckedList:
+    """The driver's output port: produced messages count as acked when waited for."""
+
+    def __init__(self) -> None:
+        self.acked: list[OutgoingMessage] = []
+        self._queued: list[OutgoingMessage] = []
+
+    def produce(self, messages: list[OutgoingMessage]) -> None:
+        self._queued.extend(messages)
+
+    def wait_for_acks(self, waiting: Callable[[], None] | None = None) -> None:
+        self.acked.extend(self._queued)
+        self._queued.clear()
