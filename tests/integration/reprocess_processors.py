@@ -91,3 +91,26 @@ class FailsFirstAttempt(Tagged):
                 flag.write("first attempt failed")
             raise RuntimeError("first attempt")
         super().process(messages, sender)
+
+
+class JsonCount(MessageProcessor):
+    """Counts ``value["word"]`` per partition in the ``counts`` store and sends each
+    message's running count to ``output``, keyed by the word (JSON values)."""
+
+    def __init__(self, context: ProcessorContext, output: str) -> None:
+        self.output = output
+        self.counts = context.store(STORE)
+
+    def process(self, messages: list[Message], sender: Sender) -> None:
+        words = [m.value["word"] for m in messages]
+        counts = self.counts.get_many(set(words))
+        for word in words:
+            counts[word] = counts.get(word, 0) + 1
+            sender.send(self.output, {"word": word, "count": counts[word]}, key=word)
+        self.counts.put_many(counts)
+
+
+def exact_count_stores(_config: Config) -> list[Any]:
+    """An effectively-once Redis table of counts (its applied offsets skip replays)."""
+    return [RedisTable(STORE, url=redis_url(), key_serde="str", value_serde="json",
+                       effectively_once=True)]
