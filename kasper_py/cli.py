@@ -34,6 +34,7 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient
 
 import kasper_py
+from kasper_py._client_log import ClientKind, with_client_log
 from kasper_py._secrets import scrub
 from kasper_py.config import Config
 from kasper_py.exceptions import ConfigError, KasperError
@@ -444,17 +445,19 @@ def _run_loop(processor: TopicProcessor, until_caught_up: bool) -> int:
 
 # -- Kafka access for the operating commands ----------------------------------------
 
-def _client_conf(config: Config, errors: list[str]) -> dict[str, Any]:
-    """Admin/consumer settings: the user's client overrides, quiet librdkafka logs (the
-    first error is kept for the message instead), and the group."""
-    return {"log_level": 2, **config.client_overrides,
+def _client_conf(config: Config, errors: list[str], client: ClientKind) -> dict[str, Any]:
+    """Admin/consumer settings: the user's client overrides and quiet librdkafka logs
+    (the first error is kept for the message instead; what librdkafka still logs goes
+    into the JSON log through ``with_client_log``)."""
+    conf = {"log_level": 2, **config.client_overrides,
             "bootstrap.servers": config.bootstrap_servers,
             "error_cb": lambda error: errors.append(error.str())}
+    return with_client_log(conf, config.name, client)
 
 
 def _admin(config: Config, errors: list[str]) -> Any:
     try:
-        return AdminClient(_client_conf(config, errors))
+        return AdminClient(_client_conf(config, errors, "admin"))
     except KafkaException as exc:
         raise CliError(EXIT_CONFIG,
                        f"librdkafka refused client_overrides: {_reason(exc)}") from None
@@ -463,7 +466,7 @@ def _admin(config: Config, errors: list[str]) -> Any:
 def _consumer(config: Config, errors: list[str], **overrides: Any) -> Any:
     """A consumer of the processor's group that never commits by itself."""
     try:
-        return Consumer({**_client_conf(config, errors), **overrides,
+        return Consumer({**_client_conf(config, errors, "consumer"), **overrides,
                          "group.id": config.group, "enable.auto.commit": False})
     except KafkaException as exc:
         raise CliError(EXIT_CONFIG, "librdkafka refused client_overrides/consumer_overrides: "

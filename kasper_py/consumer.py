@@ -20,6 +20,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 
+from kasper_py._client_log import with_client_log
 from kasper_py.config import Config
 from kasper_py.exceptions import CommitError, ConsumeError, TopicError
 
@@ -44,7 +45,8 @@ class InputConsumer:
 
     def __init__(self, config: Config) -> None:
         self._config = config
-        self._consumer = Consumer(config.to_consumer_conf())
+        self._consumer = Consumer(with_client_log(config.to_consumer_conf(), config.name,
+                                                  "consumer"))
         self.assigned: list[TopicPartitionKey] = []
 
     def partition_count(self) -> int:
@@ -52,6 +54,7 @@ class InputConsumer:
         try:
             metadata = self._consumer.list_topics(timeout=_METADATA_TIMEOUT)
         except KafkaException as exc:
+            self._consumer.poll(0)  # delivers the client's log lines: refused, DNS, TLS...
             raise TopicError(f"cannot read metadata from {self._config.bootstrap_servers}: "
                              f"{exc.args[0]}") from exc
         counts: dict[str, int] = {}

@@ -4,8 +4,8 @@ stores call to report their latency and changelog restores.
 ``PrometheusObserver`` implements ``LoopObserver``: it keeps its collectors in its own
 ``CollectorRegistry`` and serves ``/metrics``, ``/health/live`` and ``/health/ready``.
 prometheus_client is imported here only, and only when an observer is built, so the
-store API below (``observe_store_op``, ``report_restore_progress``) costs nothing and
-needs no extra when metrics are off.
+store API below (``observe_store_op``, ``report_restore_progress``) and the clients'
+log count (``count_client_log``) cost nothing and need no extra when metrics are off.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ __all__ = [
     "PrometheusObserver",
     "RestoreListener",
     "add_restore_listener",
+    "count_client_log",
     "observe_store_op",
     "observer_for",
     "report_restore_progress",
@@ -87,6 +88,13 @@ def report_restore_progress(processor: str, store: str, partition: int,
         listeners = list(_restore_listeners)
     for listener in listeners:
         listener(processor, store, partition, restored, total)
+
+
+def count_client_log(processor: str, client: str, level: str) -> None:
+    """Count one log line of a Kafka client (``consumer``, ``producer``, ``admin``) of
+    ``processor``, at the ``level`` it is logged at, held-back repeats included."""
+    for observer in _observers_of(processor):
+        observer.collectors.client_logs.labels(processor, client, level).inc()
 
 
 def add_restore_listener(listener: RestoreListener) -> Callable[[], None]:
@@ -161,6 +169,10 @@ class _Collectors:
         self.last_turn = prom.Gauge(
             "last_turn_timestamp_seconds", "Unix time of the last committed turn.",
             ["processor"], **common)
+        self.client_logs = prom.Counter(
+            "client_log_messages", "Log lines of the Kafka clients (librdkafka), by the "
+            "level they are logged at; repeats held back from the log count too.",
+            ["processor", "client", "level"], **common)
         self._add_store_collectors(prom, common)
         self._initialize()
 
@@ -188,6 +200,9 @@ class _Collectors:
                 self.errors.labels(self.processor, name)
         for step in STEPS:
             self.step_seconds.labels(self.processor, step)
+        for client in ("consumer", "producer"):
+            for level in ("error", "warning"):
+                self.client_logs.labels(self.processor, client, level)
 
     def observe_turn(self, stats: TurnStats, now: float) -> None:
         """Count one committed turn."""

@@ -11,6 +11,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
+from kasper_py._client_log import with_client_log
 from kasper_py.config import Config
 from kasper_py.exceptions import ProduceError
 from kasper_py.message import OutgoingMessage
@@ -26,7 +27,8 @@ class OutputProducer:
 
     def __init__(self, config: Config) -> None:
         self._delivery_timeout = config.delivery_timeout
-        self._producer = Producer(config.to_producer_conf())
+        self._producer = Producer(with_client_log(config.to_producer_conf(), config.name,
+                                                  "producer"))
         self._error: ProduceError | None = None
         self.produced = 0
 

@@ -17,6 +17,7 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient
 
+from kasper_py._client_log import with_client_log
 from kasper_py.config import Config
 from kasper_py.exceptions import ReprocessError
 from kasper_py.offsets import CommitNote
@@ -44,11 +45,11 @@ class KafkaFacts:
         consumer_conf: dict[str, Any] = {**config.to_consumer_conf(), "log_level": 2,
                                           "client.id": f"{config.name}-reprocess",
                                           "error_cb": self._on_error}
-        self._consumer = Consumer(consumer_conf)
+        self._consumer = Consumer(with_client_log(consumer_conf, config.name, "consumer"))
         admin_conf: dict[str, Any] = {"log_level": 2, **config.client_overrides,
                                       "bootstrap.servers": config.bootstrap_servers,
                                       "error_cb": self._on_error}
-        self._admin = AdminClient(admin_conf)
+        self._admin = AdminClient(with_client_log(admin_conf, config.name, "admin"))
 
     def input_keys(self) -> list[TopicPartitionKey]:
         """Every (topic, partition) to reprocess; checks that the topics exist, agree on

@@ -14,6 +14,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic  # confluent_kafka.admin re-exports it untyped
 
+from kasper_py._client_log import with_client_log
 from kasper_py.config import Config
 from kasper_py.exceptions import RestoreError, StoreError
 from kasper_py.metrics import report_restore_progress
@@ -62,8 +63,8 @@ def ensure_changelog(config: Config, topic: str, *, replication_factor: int = -1
     ``replication_factor=-1`` takes the broker's default. Raises ``StoreError`` when an
     existing changelog has fewer partitions than the input.
     """
-    admin = AdminClient({"bootstrap.servers": config.bootstrap_servers,
-                         **config.client_overrides})
+    admin = AdminClient(with_client_log({"bootstrap.servers": config.bootstrap_servers,
+                                         **config.client_overrides}, config.name, "admin"))
     counts = _partition_counts(admin, config)
     wanted = counts.get(config.input_topics[0])
     if wanted is None:
@@ -84,6 +85,7 @@ def _partition_counts(admin: AdminClient, config: Config) -> dict[str, int]:
     try:
         metadata = admin.list_topics(timeout=_TIMEOUT)
     except KafkaException as exc:
+        admin.poll(0)  # serves the client's log lines (delivered only on poll), which say why
         raise StoreError(f"cannot read topics from {config.bootstrap_servers}: "
                          f"{exc.args[0]}") from exc
     return {name: len(meta.partitions) for name, meta in metadata.topics.items()
@@ -120,7 +122,7 @@ class ChangelogReader:
         self.topic = topic
         self.timeout = timeout
         """Seconds a restore may take before it fails with ``RestoreError``."""
-        self._consumer = Consumer(conf)
+        self._consumer = Consumer(with_client_log(conf, config.name, "consumer"))
         self._positions: dict[int, int] = {}
         self._assigned_at = time.monotonic()
 
