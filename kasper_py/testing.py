@@ -102,9 +102,7 @@ class ProcessorDriver:
     def _discard_pending(self) -> None:
         for stores in self._stores.values():
             for store in stores.values():
-                discard = getattr(store, "discard_pending", None)
-                if discard is not None:
-                    discard()
+                store.discard_pending()
 
     def processor(self, partition: int = 0) -> MessageProcessor:
         """The processor instance of ``partition``, built on first use."""

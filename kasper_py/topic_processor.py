@@ -367,7 +367,8 @@ class TopicProcessor:
         stores: dict[str, KeyValueStore] = {}
         self._stores[partition] = stores  # closed by _shutdown even if a later open fails
         for spec in self._store_specs:
-            runtime = StoreRuntime(self.config, partition, self._producer)
+            runtime = StoreRuntime(self.config, partition, self._producer,
+                                   self._observer.store_observer())
             store = self._store_call(spec.name, partition, spec.open, runtime)
             stores[spec.name] = store
             for tp, offset in store.applied_offsets().items():
