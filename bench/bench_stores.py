@@ -122,7 +122,7 @@ def loop_child(args: argparse.Namespace) -> dict[str, Any]:
     started = time.perf_counter()
     processor.run_loop()
     elapsed = time.perf_counter() - started
-    round_trips = sum(getattr(store, "round_trips", 0) for store in opened)
+    round_trips = sum(store.round_trips for store in opened)
     return {"kind": kind, "name": config.name, "seconds": elapsed,
             "msgs_per_s": args.messages / elapsed,
             "round_trips_per_batch": round_trips / max(observer.partition_batches, 1)}

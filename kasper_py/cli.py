@@ -39,8 +39,8 @@ from kasper_py._secrets import scrub
 from kasper_py.config import Config
 from kasper_py.exceptions import ConfigError, KasperError
 from kasper_py.logging import configure_logging
-from kasper_py.metrics import PrometheusObserver, add_restore_listener, observer_for
-from kasper_py.observe import LoopObserver
+from kasper_py.metrics import PrometheusObserver, observer_for
+from kasper_py.observe import LoopObserver, NoopStoreObserver, with_store_observer
 from kasper_py.offsets import (
     GROUP_ACTIVE_ERRORS,
     IDLE_GROUP_STATES,
@@ -359,13 +359,12 @@ def _run(config: Config, args: argparse.Namespace) -> int:
     stores = _load_stores(args.stores, args.app_dir, config) if args.stores else []
     _input_partitions(config, _probe(config, args.connect_timeout))  # topics exist?
     observer = _observer(config, args.metrics_host)
-    remove_listener = add_restore_listener(_RestoreDisplay())
     try:
-        processor = _build_processor(config, factory, stores, observer)
+        processor = _build_processor(config, factory, stores,
+                                     with_store_observer(observer, _RestoreDisplay()))
         _log.info("kasper.run", processor=config.name, target=args.target, config=repr(config))
         return _run_loop(processor, args.until_caught_up)
     finally:
-        remove_listener()
         if isinstance(observer, PrometheusObserver):
             observer.close()
 
@@ -775,15 +774,15 @@ class Progress:
             _log.info("kasper.progress", task=self.label, done=self.done, total=self.total)
 
 
-class _RestoreDisplay:
-    """Shows changelog restores reported through ``metrics.report_restore_progress``."""
+class _RestoreDisplay(NoopStoreObserver):
+    """Shows the changelog restores the processor's stores report."""
 
     def __init__(self) -> None:
-        self._bars: dict[tuple[str, str, int], Progress] = {}
+        self._bars: dict[tuple[str, int], Progress] = {}
 
-    def __call__(self, processor: str, store: str, partition: int, restored: int,
-                 total: int) -> None:
-        key = (processor, store, partition)
+    def on_restore_progress(self, store: str, partition: int, restored: int,
+                            total: int) -> None:
+        key = (store, partition)
         bar = self._bars.get(key)
         if bar is None and total <= 0:
             return  # nothing to restore: no bar

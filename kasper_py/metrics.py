@@ -1,11 +1,11 @@
-"""Prometheus metrics and health endpoints of a TopicProcessor, and the small API
-stores call to report their latency and changelog restores.
+"""Prometheus metrics and health endpoints of a TopicProcessor.
 
-``PrometheusObserver`` implements ``LoopObserver``: it keeps its collectors in its own
-``CollectorRegistry`` and serves ``/metrics``, ``/health/live`` and ``/health/ready``.
-prometheus_client is imported here only, and only when an observer is built, so the
-store API below (``observe_store_op``, ``report_restore_progress``) and the clients'
-log count (``count_client_log``) cost nothing and need no extra when metrics are off.
+``PrometheusObserver`` implements ``LoopObserver`` and, for the stores the loop opens,
+``StoreObserver``: it keeps its collectors in its own ``CollectorRegistry`` and serves
+``/metrics``, ``/health/live`` and ``/health/ready``. prometheus_client is imported here
+only, and only when an observer is built; with metrics off the loop and its stores
+report to the no-ops of ``observe.py``, and the clients' log count
+(``count_client_log``) costs nothing.
 """
 
 from __future__ import annotations
@@ -14,14 +14,13 @@ import json
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 
 from kasper_py import exceptions
-from kasper_py.observe import STEPS, LoopObserver, NoopObserver, TurnStats
+from kasper_py.observe import STEPS, LoopObserver, NoopObserver, StoreObserver, TurnStats
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -29,23 +28,11 @@ if TYPE_CHECKING:
 
     from kasper_py.config import Config
 
-__all__ = [
-    "MetricsServer",
-    "PrometheusObserver",
-    "RestoreListener",
-    "add_restore_listener",
-    "count_client_log",
-    "observe_store_op",
-    "observer_for",
-    "report_restore_progress",
-    "timed_store_op",
-]
+__all__ = ["MetricsServer", "PrometheusObserver", "count_client_log", "observer_for"]
 
 NAMESPACE = "kasper"
 INSTALL_HINT = "pip install 'kasper-py[prometheus]'"
 TopicPartitionKey = tuple[str, int]
-RestoreListener = Callable[[str, str, int, int, int], None]
-"""Called with (processor, store, partition, restored, total) on restore progress."""
 
 _BATCH_BUCKETS = (1, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 50000, 100000)
 _SECONDS_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
@@ -53,41 +40,12 @@ _SECONDS_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 
 _LIVE_FLOOR = 30.0  # seconds: a slow turn (a big batch, a slow store) must not look dead
 
 
-# -- the API stores call --------------------------------------------------------------
+# -- the clients' log count ----------------------------------------------------------
+# librdkafka's log callback is set when a client is built, before any observer is at
+# hand, so its lines are counted through this registry of live observers by name.
 
 _observers: dict[str, weakref.WeakSet[PrometheusObserver]] = {}
-_restore_listeners: list[RestoreListener] = []
 _registry_lock = threading.Lock()
-
-
-def observe_store_op(processor: str, store: str, op: str, seconds: float,
-                     round_trips: int = 1) -> None:
-    """Record one store operation of ``processor`` (``Config.name``): its latency and
-    how many server round trips it cost. A no-op when no observer runs for it."""
-    for observer in _observers_of(processor):
-        observer.collectors.observe_store_op(store, op, seconds, round_trips)
-
-
-@contextmanager
-def timed_store_op(processor: str, store: str, op: str, round_trips: int = 1) -> Iterator[None]:
-    """Time the ``with`` body as one store operation (see ``observe_store_op``)."""
-    started = time.perf_counter()
-    try:
-        yield
-    finally:
-        observe_store_op(processor, store, op, time.perf_counter() - started, round_trips)
-
-
-def report_restore_progress(processor: str, store: str, partition: int,
-                            restored: int, total: int) -> None:
-    """A changelog restore of ``store`` for ``partition`` has applied ``restored`` of
-    ``total`` messages. Updates the restore gauges and any progress display."""
-    for observer in _observers_of(processor):
-        observer.on_restore_progress(store, partition, restored, total)
-    with _registry_lock:
-        listeners = list(_restore_listeners)
-    for listener in listeners:
-        listener(processor, store, partition, restored, total)
 
 
 def count_client_log(processor: str, client: str, level: str) -> None:
@@ -95,19 +53,6 @@ def count_client_log(processor: str, client: str, level: str) -> None:
     ``processor``, at the ``level`` it is logged at, held-back repeats included."""
     for observer in _observers_of(processor):
         observer.collectors.client_logs.labels(processor, client, level).inc()
-
-
-def add_restore_listener(listener: RestoreListener) -> Callable[[], None]:
-    """Call ``listener`` on every restore progress report; returns its remover."""
-    with _registry_lock:
-        _restore_listeners.append(listener)
-
-    def remove() -> None:
-        with _registry_lock:
-            if listener in _restore_listeners:
-                _restore_listeners.remove(listener)
-
-    return remove
 
 
 def _observers_of(processor: str) -> list[PrometheusObserver]:
@@ -312,8 +257,9 @@ class HealthReport:
 
 # -- the observer ---------------------------------------------------------------------
 
-class PrometheusObserver(LoopObserver):
-    """Metrics and health of one TopicProcessor; pass it as ``observer=``.
+class PrometheusObserver(LoopObserver, StoreObserver):
+    """Metrics and health of one TopicProcessor, and of the stores it opens; pass it
+    as ``observer=``.
 
     Liveness: the loop started, turned, idled or reported restore progress within
     ``live_timeout`` seconds (default ``max(5 * batch_wait, 30)``) and has not stopped.
@@ -395,6 +341,16 @@ class PrometheusObserver(LoopObserver):
         with self._lock:
             self._stopped = True
 
+    def store_observer(self) -> StoreObserver:
+        """This observer: the loop's stores report to its collectors."""
+        return self
+
+    # -- StoreObserver --------------------------------------------------------
+
+    def on_store_op(self, store: str, op: str, seconds: float, round_trips: int) -> None:
+        """Record one store operation: its latency and round trips."""
+        self.collectors.observe_store_op(store, op, seconds, round_trips)
+
     def on_restore_progress(self, store: str, partition: int, restored: int, total: int) -> None:
         """A restore made progress: set its gauges; restoring counts as alive."""
         self.collectors.set_restore(store, partition, restored, total)
@@ -437,7 +393,7 @@ class PrometheusObserver(LoopObserver):
         return self._server
 
     def close(self) -> None:
-        """Stop serving and stop receiving store reports."""
+        """Stop serving and stop counting client log lines."""
         _unregister(self)
         if self._server is not None:
             self._server.close()

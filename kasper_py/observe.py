@@ -1,5 +1,6 @@
-"""What the loop reports after each turn, and the no-op observer used when
-metrics are off. Prometheus lives in ``metrics.py`` and is imported only there.
+"""The ports the loop and its stores report through, and their no-op defaults:
+``LoopObserver`` (turns, idling, errors) and ``StoreObserver`` (store operations and
+changelog restores). Prometheus lives in ``metrics.py`` and is imported only there.
 """
 
 from __future__ import annotations
@@ -10,7 +11,16 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     from kasper_py.batching import Batch
 
-__all__ = ["LoopObserver", "NoopObserver", "TurnStats"]
+__all__ = [
+    "NOOP_STORE_OBSERVER",
+    "LoopObserver",
+    "NoopObserver",
+    "NoopStoreObserver",
+    "StoreObserver",
+    "StoreObservers",
+    "TurnStats",
+    "with_store_observer",
+]
 
 STEPS = ("process", "flush", "produce", "commit")
 
@@ -28,6 +38,49 @@ class TurnStats:
     nothing is committed yet, where ``auto_offset_reset`` starts (from the watermarks)."""
     high_watermarks: dict[tuple[str, int], int] = field(default_factory=dict)
     """Latest known high watermark per assigned (topic, partition), from fetch responses."""
+
+
+class StoreObserver(Protocol):
+    """Receives what the stores of one processor report; handed to each store at open."""
+
+    def on_store_op(self, store: str, op: str, seconds: float, round_trips: int) -> None:
+        """Store ``store`` ran ``op`` (``get_many``, ``flush``, ``open``) in ``seconds``,
+        waiting on its backend ``round_trips`` times (retries included)."""
+
+    def on_restore_progress(self, store: str, partition: int, restored: int,
+                            total: int) -> None:
+        """A changelog restore of ``store`` for ``partition`` has applied ``restored``
+        of ``total`` records (``total`` 0: nothing to restore)."""
+
+
+class NoopStoreObserver:
+    """Observes nothing: what a store reports to when no one listens."""
+
+    def on_store_op(self, store: str, op: str, seconds: float, round_trips: int) -> None:
+        pass
+
+    def on_restore_progress(self, store: str, partition: int, restored: int,
+                            total: int) -> None:
+        pass
+
+
+NOOP_STORE_OBSERVER = NoopStoreObserver()
+
+
+class StoreObservers:
+    """Hands every store report to each of ``observers``, in order."""
+
+    def __init__(self, *observers: StoreObserver) -> None:
+        self.observers = observers
+
+    def on_store_op(self, store: str, op: str, seconds: float, round_trips: int) -> None:
+        for observer in self.observers:
+            observer.on_store_op(store, op, seconds, round_trips)
+
+    def on_restore_progress(self, store: str, partition: int, restored: int,
+                            total: int) -> None:
+        for observer in self.observers:
+            observer.on_restore_progress(store, partition, restored, total)
 
 
 class LoopObserver(Protocol):
@@ -49,6 +102,10 @@ class LoopObserver(Protocol):
     def on_stop(self) -> None:
         """The loop has stopped."""
 
+    def store_observer(self) -> StoreObserver:
+        """Where the loop's stores report; handed to each store when it is opened."""
+        return NOOP_STORE_OBSERVER
+
 
 class NoopObserver:
     """Observes nothing: the default when metrics are disabled."""
@@ -67,3 +124,38 @@ class NoopObserver:
 
     def on_stop(self) -> None:
         pass
+
+    def store_observer(self) -> StoreObserver:
+        return NOOP_STORE_OBSERVER
+
+
+class _WithStoreObserver:
+    """``loop``, whose stores also report to ``extra``."""
+
+    def __init__(self, loop: LoopObserver, extra: StoreObserver) -> None:
+        self._loop = loop
+        self._stores = StoreObservers(loop.store_observer(), extra)
+
+    def on_start(self, assigned: list[tuple[str, int]]) -> None:
+        self._loop.on_start(assigned)
+
+    def on_turn(self, stats: TurnStats) -> None:
+        self._loop.on_turn(stats)
+
+    def on_idle(self) -> None:
+        self._loop.on_idle()
+
+    def on_error(self, error: BaseException) -> None:
+        self._loop.on_error(error)
+
+    def on_stop(self) -> None:
+        self._loop.on_stop()
+
+    def store_observer(self) -> StoreObserver:
+        return self._stores
+
+
+def with_store_observer(loop: LoopObserver, extra: StoreObserver) -> LoopObserver:
+    """``loop`` for every loop event, with its stores also reporting to ``extra``
+    (a restore progress display, say)."""
+    return _WithStoreObserver(loop, extra)

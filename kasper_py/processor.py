@@ -7,7 +7,9 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypeVar, overload
+
+from kasper_py.stores.base import KeyValueStore
 
 if TYPE_CHECKING:
     from kasper_py.config import Config
@@ -16,6 +18,8 @@ if TYPE_CHECKING:
 
 __all__ = ["MessageProcessor", "ProcessorContext", "ProcessorFactory"]
 
+S = TypeVar("S", bound=KeyValueStore)
+
 
 @dataclass(frozen=True)
 class ProcessorContext:
@@ -23,15 +27,29 @@ class ProcessorContext:
 
     partition: int
     config: Config
-    stores: Mapping[str, Any] = field(default_factory=dict)
+    stores: Mapping[str, KeyValueStore] = field(default_factory=dict)
     """The partition's state stores by name, as declared on the TopicProcessor."""
 
-    def store(self, name: str) -> Any:
-        """Return the store called ``name``; ``KeyError`` lists the declared ones."""
+    @overload
+    def store(self, name: str) -> KeyValueStore: ...
+
+    @overload
+    def store(self, name: str, kind: type[S]) -> S: ...
+
+    def store(self, name: str, kind: type[KeyValueStore] = KeyValueStore) -> KeyValueStore:
+        """Return the store called ``name``; ``KeyError`` lists the declared ones.
+
+        ``kind`` (``RocksDBStore``, say) types the result for backend-specific calls;
+        a store of another class is a ``TypeError``.
+        """
         try:
-            return self.stores[name]
+            store = self.stores[name]
         except KeyError:
             raise KeyError(f"no store {name!r}; declared: {sorted(self.stores)}") from None
+        if not isinstance(store, kind):
+            raise TypeError(f"store {name!r} is a {type(store).__name__}, "
+                            f"not a {kind.__name__}")
+        return store
 
 
 class MessageProcessor(ABC):

@@ -197,7 +197,8 @@ class TopicProcessor:
         count = self._consumer.partition_count()
         partitions = self._partitions(count)
         for partition in partitions:
-            runtime = StoreRuntime(self.config, partition, self._producer)
+            runtime = StoreRuntime(self.config, partition, self._producer,
+                                   self._observer.store_observer())
             self._engine.open_partition(partition, self._factory, self._store_specs, runtime)
         committed = self._consumer.assign(partitions)
         self._offsets.mark_committed({tp: o for tp, o in committed.items() if o is not None})

@@ -190,9 +190,7 @@ class TurnEngine:
     def _discard_pending(self) -> None:
         """A failed turn's buffered store writes are dropped, never flushed later."""
         for _, _, store in self.stores():
-            discard = getattr(store, "discard_pending", None)
-            if discard is not None:
-                discard()
+            store.discard_pending()
 
     # -- effectively-once: input the stores already applied --------------------------
 

@@ -1,16 +1,19 @@
-"""The store protocol every backend implements, and ``StoreSpec``, how a
-TopicProcessor opens one store per partition. Backends live in their own
-modules and import their client libraries there only.
+"""The store protocol (``KeyValueStore``), the write buffer the backends share
+(``BufferedStore``: pending writes, read-your-writes, key encoding, reports), and
+``StoreSpec``, how a TopicProcessor opens one store per partition. Backends live in
+their own modules and import their client libraries there only.
 """
 
 from __future__ import annotations
 
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from kasper_py.exceptions import StoreError
+from kasper_py.observe import NOOP_STORE_OBSERVER, StoreObserver
 from kasper_py.serdes import Serde
 
 if TYPE_CHECKING:
@@ -18,17 +21,21 @@ if TYPE_CHECKING:
     from kasper_py.ports import OutputPort
 
 __all__ = [
+    "BufferedStore",
     "KeyValueStore",
     "StoreRuntime",
     "StoreSpec",
     "TopicPartitionKey",
+    "Writes",
     "already_applied",
     "check_effectively_once_alone",
     "encode_key",
-    "read_pending",
 ]
 
 TopicPartitionKey = tuple[str, int]
+Writes = Mapping[bytes, bytes | None]
+"""Encoded key -> encoded value, or ``None`` for a delete."""
+T = TypeVar("T")
 
 
 def encode_key(serde: Serde, key: Any) -> bytes:
@@ -58,27 +65,6 @@ def check_effectively_once_alone(stores: Mapping[str, KeyValueStore]) -> None:
             "the other stores may not have applied")
 
 
-def read_pending(pending: Mapping[bytes, bytes | None], keys: Iterable[Any],
-                 encode_key: Callable[[Any], bytes],
-                 decode: Callable[[bytes], Any]) -> tuple[dict[Any, Any], dict[bytes, Any]]:
-    """Serve reads from a store's buffered writes (``None`` marks a delete).
-
-    Returns the values found in ``pending``, decoded, and the keys it does not hold, as
-    ``{encoded key: key}``, which the store then reads from its backend in one go.
-    """
-    found: dict[Any, Any] = {}
-    missing: dict[bytes, Any] = {}
-    for key in keys:
-        encoded = encode_key(key)
-        if encoded in pending:
-            value = pending[encoded]
-            if value is not None:
-                found[key] = decode(value)
-        else:
-            missing[encoded] = key
-    return found, missing
-
-
 @dataclass(frozen=True)
 class StoreRuntime:
     """What a store needs from the loop that owns it."""
@@ -87,13 +73,17 @@ class StoreRuntime:
     partition: int
     producer: OutputPort | None = None
     """The runner's output port, for changelog writes acked before the commit."""
+    observer: StoreObserver = NOOP_STORE_OBSERVER
+    """Where the store reports its operations and restores (the loop's metrics)."""
 
 
 class KeyValueStore(ABC):
-    """A batch-first key-value store for one partition of one processor.
+    """A batch-first key-value store for one partition of one processor: what a
+    processor and the loop call.
 
     Writes are buffered until ``flush()``, which the loop calls once per turn after
     ``process()``; reads see buffered writes. A batch therefore costs O(1) round trips.
+    Backends build on ``BufferedStore``, which implements the buffer once.
     """
 
     key_serde: Serde
@@ -108,7 +98,7 @@ class KeyValueStore(ABC):
 
     @abstractmethod
     def put_many(self, items: Mapping[Any, Any]) -> None:
-        """Buffer writes of every key in ``items``."""
+        """Buffer writes of every key in ``items``; a ``None`` value deletes the key."""
 
     @abstractmethod
     def delete_many(self, keys: Iterable[Any]) -> None:
@@ -119,12 +109,22 @@ class KeyValueStore(ABC):
         """Write the buffered changes out. ``next_offsets`` are the input offsets the
         turn will commit for this partition (stores that apply effectively-once keep them)."""
 
+    @abstractmethod
+    def discard_pending(self) -> None:
+        """Drop the buffered writes, as a failed turn does."""
+
+    @property
+    def round_trips(self) -> int:
+        """Requests that waited on a server or native library so far; 0 for stores
+        without one (the in-memory store)."""
+        return 0
+
     def get(self, key: Any, default: Any = None) -> Any:
         """Value of ``key``, or ``default``."""
         return self.get_many([key]).get(key, default)
 
     def put(self, key: Any, value: Any) -> None:
-        """Buffer a write of ``key``."""
+        """Buffer a write of ``key``; a ``None`` value deletes it."""
         self.put_many({key: value})
 
     def delete(self, key: Any) -> None:
@@ -146,6 +146,93 @@ class KeyValueStore(ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections or files."""
+
+
+class BufferedStore(KeyValueStore):
+    """The write buffer every backend shares: ``put_many``/``delete_many`` encode into
+    pending writes (encoded key -> encoded value, ``None`` a delete), ``get_many``
+    answers from them before asking the backend, ``flush`` hands them to the backend.
+
+    A backend implements ``_read_many`` and ``_write``, adds one to ``_round_trips``
+    per request it waits on, and runs other requests (``open``) through ``_observed``.
+    Backend keys are ``key_prefix`` + the key serde's bytes.
+    """
+
+    def __init__(self, name: str, key_serde: Serde, value_serde: Serde,
+                 observer: StoreObserver, *, key_prefix: bytes = b"") -> None:
+        self.name = name
+        self.key_serde, self.value_serde = key_serde, value_serde
+        self.observer = observer
+        self._key_prefix = key_prefix
+        self._pending: dict[bytes, bytes | None] = {}
+        self._round_trips = 0
+
+    @abstractmethod
+    def _read_many(self, keys: list[bytes]) -> dict[bytes, bytes]:
+        """Values of the backend keys that exist, in one request."""
+
+    @abstractmethod
+    def _write(self, writes: Writes, next_offsets: Mapping[TopicPartitionKey, int]) -> None:
+        """Write ``writes`` (effectively-once: atomically with ``next_offsets``).
+        Called when there are writes, or offsets an effectively-once store records."""
+
+    @property
+    def round_trips(self) -> int:
+        """Requests that waited on the backend so far (a pipeline, a script or a wave
+        of concurrent statements counts once; a retry counts again)."""
+        return self._round_trips
+
+    def key(self, key: Any) -> bytes:
+        """The backend key of ``key``: ``key_prefix`` + the key serde's bytes."""
+        return self._key_prefix + encode_key(self.key_serde, key)
+
+    def get_many(self, keys: Iterable[Any]) -> dict[Any, Any]:
+        """Buffered writes first, then one ``_read_many`` of the other keys."""
+        decode = self.value_serde.decode
+        found: dict[Any, Any] = {}
+        missing: dict[bytes, Any] = {}
+        for key in keys:
+            encoded = self.key(key)
+            if encoded not in self._pending:
+                missing[encoded] = key
+            elif (value := self._pending[encoded]) is not None:
+                found[key] = decode(value)
+        if missing:
+            values = self._observed("get_many", lambda: self._read_many(list(missing)))
+            found.update((missing[k], decode(v)) for k, v in values.items())
+        return found
+
+    def put_many(self, items: Mapping[Any, Any]) -> None:
+        """Buffer writes until ``flush``; a ``None`` value deletes the key."""
+        encode = self.value_serde.encode
+        for key, value in items.items():
+            self._pending[self.key(key)] = encode(value)
+
+    def delete_many(self, keys: Iterable[Any]) -> None:
+        """Buffer deletes until ``flush``."""
+        for key in keys:
+            self._pending[self.key(key)] = None
+
+    def flush(self, next_offsets: Mapping[TopicPartitionKey, int]) -> None:
+        """Hand the buffered writes to ``_write``; the buffer is empty afterwards, even
+        when the write failed (the loop stops, and the batch is replayed)."""
+        writes, self._pending = self._pending, {}
+        if writes or (self.effectively_once and next_offsets):
+            self._observed("flush", lambda: self._write(writes, next_offsets))
+
+    def discard_pending(self) -> None:
+        """Drop the buffered writes, as a failed turn does."""
+        self._pending.clear()
+
+    def _observed(self, op: str, request: Callable[[], T]) -> T:
+        """Run ``request`` and report it as ``op``: its latency, and the round trips
+        the backend counted meanwhile (also when it raised)."""
+        started, before = time.perf_counter(), self.round_trips
+        try:
+            return request()
+        finally:
+            self.observer.on_store_op(self.name, op, time.perf_counter() - started,
+                                      self.round_trips - before)
 
 
 class StoreSpec(ABC):

@@ -21,16 +21,14 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from kasper_py.exceptions import StoreError, StoreUnavailableError
-from kasper_py.metrics import observe_store_op
 from kasper_py.serdes import Serde, serde_for
 from kasper_py.stores.base import (
-    KeyValueStore,
+    BufferedStore,
     StoreRuntime,
     StoreSpec,
     TopicPartitionKey,
+    Writes,
     already_applied,
-    encode_key,
-    read_pending,
 )
 
 try:
@@ -122,8 +120,7 @@ class CassandraTable(StoreSpec):
         """Connect once (creating the keyspace and table when absent), then return
         partition ``runtime.partition``'s store."""
         statements = self._statements or retry(self, "connect", self._connect)
-        return CassandraStore(self, self._session, statements, runtime.config.name,
-                              runtime.partition)
+        return CassandraStore(self, self._session, statements, runtime)
 
     def close(self) -> None:
         """Shut the cluster connection down."""
@@ -159,90 +156,64 @@ class CassandraTable(StoreSpec):
         return statements
 
 
-class CassandraStore(KeyValueStore):
+class CassandraStore(BufferedStore):
     """One partition of a Cassandra table: rows ``(prefix, partition, key)`` of the
     Cassandra partition ``(prefix, partition)``."""
 
     def __init__(self, table: CassandraTable, session: Any, statements: _Statements,
-                 processor: str, partition: int) -> None:
-        self.key_serde, self.value_serde = table.key_serde, table.value_serde
+                 runtime: StoreRuntime) -> None:
+        super().__init__(table.name, table.key_serde, table.value_serde, runtime.observer)
         self.effectively_once = table.effectively_once
-        self.processor, self.partition = processor, partition
-        self.prefix = table.prefix or processor
-        self.round_trips = 0
-        """Waves of requests that waited on Cassandra (concurrent statements count once)."""
+        self.processor, self.partition = runtime.config.name, runtime.partition
+        self.prefix = table.prefix or self.processor
         self._table, self._session, self._statements = table, session, statements
-        self._pending: dict[bytes, bytes | None] = {}
         self._applied: dict[str, int] = {}
         if self.effectively_once:
-            self._applied = self._read_offsets()
+            self._applied = self._observed("open", self._read_offsets)
 
-    def get_many(self, keys: Iterable[Any]) -> dict[Any, Any]:
-        """Buffered writes first, then prepared ``SELECT key, value ... WHERE prefix = ?
-        AND partition = ? AND key IN ?`` per chunk of keys, all chunks concurrently."""
-        decode = self.value_serde.decode
-        found, missing = read_pending(self._pending, keys, self._key, decode)
-        if missing:
-            select, scope = self._statements.select, (self.prefix, self.partition)
-            requests = [(select, (*scope, chunk)) for chunk in self._chunks(list(missing))]
-            for result in self._call("get_many", "SELECT",
-                                     lambda: self._concurrently(requests)):
-                for row in result:
-                    found[missing[row.key]] = decode(row.value)
-        return found
+    def _read_many(self, keys: list[bytes]) -> dict[bytes, bytes]:
+        """Prepared ``SELECT key, value ... WHERE prefix = ? AND partition = ? AND key IN ?``
+        per chunk of keys, all chunks concurrently."""
+        select, scope = self._statements.select, (self.prefix, self.partition)
+        requests = [(select, (*scope, chunk)) for chunk in self._chunks(keys)]
+        results = self._call("SELECT", lambda: self._concurrently(requests))
+        return {row.key: row.value for result in results for row in result}
 
-    def put_many(self, items: Mapping[Any, Any]) -> None:
-        """Buffer ``UPDATE``s until ``flush``; a ``None`` value deletes the key."""
-        encode = self.value_serde.encode
-        for key, value in items.items():
-            self._pending[self._key(key)] = encode(value)
-
-    def delete_many(self, keys: Iterable[Any]) -> None:
-        """Buffer ``DELETE``s until ``flush``."""
-        for key in keys:
-            self._pending[self._key(key)] = None
-
-    def flush(self, next_offsets: Mapping[TopicPartitionKey, int]) -> None:
-        """Write the buffer as unlogged single-partition ``BATCH``es of prepared
-        ``UPDATE``/``DELETE`` statements, one per chunk, run concurrently.
+    def _write(self, writes: Writes, next_offsets: Mapping[TopicPartitionKey, int]) -> None:
+        """Unlogged single-partition ``BATCH``es of prepared ``UPDATE``/``DELETE``
+        statements, one per chunk, run concurrently.
 
         Effectively-once: one ``BATCH`` of every write plus ``UPDATE ... SET offsets = ?
         IF offsets = ?`` (a lightweight transaction on the static column), so the
-        writes and the offsets apply together, and only over the offsets this store read.
+        writes and the offsets apply together, and only over the offsets this store read;
+        nothing for a replayed batch (Cassandra holds its writes already).
         """
         if not self.effectively_once:
-            if self._pending:
-                statements = self._write_statements()
-                batches = [_batch(BatchType.UNLOGGED, c) for c in self._chunks(statements)]
-                self._call("flush", "BATCH",
-                           lambda: self._concurrently([(b, None) for b in batches]))
-        elif not already_applied(self.applied_offsets(), next_offsets) and (
-                self._pending or next_offsets):
+            statements = self._write_statements(writes)
+            batches = [_batch(BatchType.UNLOGGED, c) for c in self._chunks(statements)]
+            self._call("BATCH", lambda: self._concurrently([(b, None) for b in batches]))
+        elif not already_applied(self.applied_offsets(), next_offsets):
             offsets = {**self._applied, **{topic: o for (topic, _), o in next_offsets.items()}}
-            self._call("flush", "conditional BATCH", lambda: self._apply_with_offsets(offsets))
+            self._call("conditional BATCH", lambda: self._apply_with_offsets(writes, offsets))
             self._applied = offsets
-        self._pending.clear()  # a replayed batch's writes are dropped: Cassandra holds them
 
     def applied_offsets(self) -> Mapping[TopicPartitionKey, int]:
         """Next input offsets whose effects this partition already holds (the static
         ``offsets`` column read at ``SERIAL`` consistency when opened, then kept by ``flush``)."""
         return {(topic, self.partition): offset for topic, offset in self._applied.items()}
 
-    def _key(self, key: Any) -> bytes:
-        return encode_key(self.key_serde, key)
-
     def _chunks(self, items: list[T]) -> list[list[T]]:
         size = self._table.chunk_size
         return [items[i:i + size] for i in range(0, len(items), size)]
 
-    def _write_statements(self) -> list[tuple[Any, tuple[Any, ...]]]:
+    def _write_statements(self, writes: Writes) -> list[tuple[Any, tuple[Any, ...]]]:
         update, delete = self._statements.update, self._statements.delete
         scope = (self.prefix, self.partition)
         return [(delete, (*scope, key)) if value is None else (update, (value, *scope, key))
-                for key, value in self._pending.items()]
+                for key, value in writes.items()]
 
-    def _apply_with_offsets(self, offsets: dict[str, int]) -> None:
-        batch = _batch(BatchType.LOGGED, self._write_statements())
+    def _apply_with_offsets(self, writes: Writes, offsets: dict[str, int]) -> None:
+        batch = _batch(BatchType.LOGGED, self._write_statements(writes))
         batch.add(self._statements.set_offsets,
                   (offsets, self.prefix, self.partition, self._applied or None))
         result = self._session.execute(batch)
@@ -258,7 +229,7 @@ class CassandraStore(KeyValueStore):
     def _read_offsets(self) -> dict[str, int]:
         bound = self._statements.offsets.bind((self.prefix, self.partition))
         bound.consistency_level = self._table.serial_consistency
-        row = self._call("open", "SELECT offsets", lambda: self._session.execute(bound).one())
+        row = self._call("SELECT offsets", lambda: self._session.execute(bound).one())
         return dict(row.offsets or {}) if row is not None else {}
 
     def _concurrently(self, requests: list[tuple[Any, Any]]) -> list[Any]:
@@ -266,16 +237,14 @@ class CassandraStore(KeyValueStore):
                    for statement, params in requests]
         return [future.result() for future in futures]
 
-    def _call(self, op: str, what: str, request: Callable[[], T]) -> T:
-        """Run ``request`` with retries; count and report each attempt as a round trip."""
-        started, attempts = time.perf_counter(), [0]
+    def _call(self, what: str, request: Callable[[], T]) -> T:
+        """Run ``request`` with retries; each attempt counts as a round trip."""
+        attempts = [0]
         try:
             return retry(self._table, f"{what} of partition {self.partition}", request,
                          attempts)
         finally:
-            self.round_trips += attempts[0]
-            observe_store_op(self.processor, self._table.name, op,
-                             time.perf_counter() - started, attempts[0])
+            self._round_trips += attempts[0]
 
 
 def retry(table: CassandraTable, what: str, request: Callable[[], T],

@@ -17,7 +17,7 @@ from confluent_kafka.cimpl import NewTopic  # confluent_kafka.admin re-exports i
 from kasper_py._client_log import with_client_log
 from kasper_py.config import Config
 from kasper_py.exceptions import RestoreError, StoreError
-from kasper_py.metrics import report_restore_progress
+from kasper_py.observe import StoreObserver
 
 __all__ = ["ChangelogReader", "changelog_topic", "ensure_changelog", "restore_plan"]
 
@@ -168,13 +168,14 @@ class ChangelogReader:
         """Next offset to apply per assigned partition."""
         return dict(self._positions)
 
-    def read_until(self, ends: Mapping[int, int], apply: ApplyRecords, *, processor: str,
-                   table: str, reason: str = "") -> int:
-        """Apply records until every partition reached its ``ends`` offset; log and
-        report progress (``kasper_py.metrics``); return how many records were applied."""
+    def read_until(self, ends: Mapping[int, int], apply: ApplyRecords,
+                   observer: StoreObserver, *, processor: str, table: str,
+                   reason: str = "") -> int:
+        """Apply records until every partition reached its ``ends`` offset; log progress
+        and report it to ``observer``; return how many records were applied."""
         starts = dict(self._positions)
         progress = _Progress(self.topic, processor, table, starts, ends,
-                             began=self._assigned_at)
+                             began=self._assigned_at, observer=observer)
         remaining = {p: e for p, e in ends.items() if starts.get(p, e) < e}
         progress.started(reason)
         while remaining:
@@ -225,11 +226,11 @@ class ChangelogReader:
 
 
 class _Progress:
-    """Logs a restore (structlog) and reports it to ``kasper_py.metrics``."""
+    """Logs a restore (structlog) and reports it to the store's observer."""
 
     def __init__(self, topic: str, processor: str, table: str, starts: Mapping[int, int],
-                 ends: Mapping[int, int], *, began: float) -> None:
-        self.processor, self.table = processor, table
+                 ends: Mapping[int, int], *, began: float, observer: StoreObserver) -> None:
+        self.table, self.observer = table, observer
         self.starts, self.ends = dict(starts), dict(ends)
         self.total = sum(max(e - starts.get(p, e), 0) for p, e in ends.items())
         self.applied = 0
@@ -268,4 +269,4 @@ class _Progress:
             start = self.starts.get(partition, end)
             total = max(end - start, 0)
             restored = min(max(positions.get(partition, start) - start, 0), total)
-            report_restore_progress(self.processor, self.table, partition, restored, total)
+            self.observer.on_restore_progress(self.table, partition, restored, total)

@@ -15,7 +15,8 @@ _DELETED = object()
 
 
 class MemoryStore(KeyValueStore):
-    """Keys and values are Python objects kept as they are; writes apply on ``flush``."""
+    """Keys and values are Python objects kept as they are; writes apply on ``flush``.
+    Not a ``BufferedStore``: that one buffers serde bytes, and this store has none."""
 
     def __init__(self) -> None:
         self.data: dict[Any, Any] = {}

@@ -11,21 +11,19 @@ topic in the hash ``<prefix>/<table>#offsets/<partition>`` (field = topic).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from kasper_py.exceptions import StoreError, StoreUnavailableError
-from kasper_py.metrics import observe_store_op
 from kasper_py.serdes import Serde, serde_for
 from kasper_py.stores.base import (
-    KeyValueStore,
+    BufferedStore,
     StoreRuntime,
     StoreSpec,
     TopicPartitionKey,
+    Writes,
     already_applied,
-    encode_key,
-    read_pending,
 )
 
 try:
@@ -109,7 +107,7 @@ class RedisTable(StoreSpec):
             self._client = redis.Redis.from_url(
                 self.url, retry=Retry(NoBackoff(), 0), socket_timeout=self.timeout,
                 socket_connect_timeout=self.timeout)
-        return RedisStore(self, self._client, runtime.config.name, runtime.partition)
+        return RedisStore(self, self._client, runtime)
 
     def close(self) -> None:
         """Disconnect the pool."""
@@ -124,76 +122,48 @@ class RedisTable(StoreSpec):
         return f"{parts.scheme}://{parts.hostname}:{parts.port or 6379}{parts.path}"
 
 
-class RedisStore(KeyValueStore):
+class RedisStore(BufferedStore):
     """One partition of a Redis table. Keys ``<prefix>/<table>/<partition>/<key>``
     (``<prefix>/<table>/<key>`` when shared), values the value serde's bytes."""
 
-    def __init__(self, table: RedisTable, client: redis.Redis, processor: str,
-                 partition: int) -> None:
-        self.key_serde, self.value_serde = table.key_serde, table.value_serde
+    def __init__(self, table: RedisTable, client: redis.Redis, runtime: StoreRuntime) -> None:
+        self.processor, self.partition = runtime.config.name, runtime.partition
+        prefix = table.prefix or self.processor
+        scope = "" if table.shared else f"{self.partition}/"
+        super().__init__(table.name, table.key_serde, table.value_serde, runtime.observer,
+                         key_prefix=f"{prefix}/{table.name}/{scope}".encode())
         self.effectively_once = table.effectively_once
-        self.processor, self.partition = processor, partition
-        self.round_trips = 0
-        """Requests that waited on Redis (a pipeline or script counts once)."""
+        self.offsets_key = f"{prefix}/{table.name}#offsets/{self.partition}"
         self._table, self._client = table, client
-        prefix = table.prefix or processor
-        scope = "" if table.shared else f"{partition}/"
-        self._prefix = f"{prefix}/{table.name}/{scope}".encode()
-        self.offsets_key = f"{prefix}/{table.name}#offsets/{partition}"
-        self._pending: dict[bytes, bytes | None] = {}
         self._applied: dict[TopicPartitionKey, int] = {}
         if self.effectively_once:
             self._script = client.register_script(_APPLY_BATCH)
-            self._applied = self._read_offsets()
+            self._applied = self._observed("open", self._read_offsets)
 
-    def key(self, key: Any) -> bytes:
-        """The Redis key of ``key``: ``<prefix>/<table>/[<partition>/]<encoded key>``."""
-        return self._prefix + encode_key(self.key_serde, key)
+    def _read_many(self, keys: list[bytes]) -> dict[bytes, bytes]:
+        """One ``MGET`` of the keys."""
+        values: list[Any] = self._call("MGET", lambda: self._client.mget(keys))
+        return {k: v for k, v in zip(keys, values, strict=True) if v is not None}
 
-    def get_many(self, keys: Iterable[Any]) -> dict[Any, Any]:
-        """Buffered writes first, then one ``MGET`` of the other keys."""
-        decode = self.value_serde.decode
-        found, missing = read_pending(self._pending, keys, self.key, decode)
-        if missing:
-            values: list[Any] = self._call(
-                "get_many", "MGET", lambda: self._client.mget(list(missing)))
-            for key, value in zip(missing.values(), values, strict=True):
-                if value is not None:
-                    found[key] = decode(value)
-        return found
-
-    def put_many(self, items: Mapping[Any, Any]) -> None:
-        """Buffer ``SET``s until ``flush``; a ``None`` value deletes the key."""
-        encode = self.value_serde.encode
-        for key, value in items.items():
-            self._pending[self.key(key)] = encode(value)
-
-    def delete_many(self, keys: Iterable[Any]) -> None:
-        """Buffer ``DEL``s until ``flush``."""
-        for key in keys:
-            self._pending[self.key(key)] = None
-
-    def flush(self, next_offsets: Mapping[TopicPartitionKey, int]) -> None:
-        """Write the buffer in one round trip: ``MULTI``, ``MSET``, ``DEL``, ``EXEC``.
-        Effectively-once: one ``EVALSHA`` of a script that applies the writes and
-        ``HSET``s the offsets hash atomically, refusing if another writer moved it."""
+    def _write(self, writes: Writes, next_offsets: Mapping[TopicPartitionKey, int]) -> None:
+        """One round trip: ``MULTI``, ``MSET``, ``DEL``, ``EXEC``. Effectively-once: one
+        ``EVALSHA`` of a script that applies the writes and ``HSET``s the offsets hash
+        atomically, refusing if another writer moved it; nothing for a replayed batch
+        (Redis holds its writes already)."""
         if not self.effectively_once:
-            if self._pending:
-                self._call("flush", "MULTI/EXEC", self._apply)
-        elif not already_applied(self._applied, next_offsets) and (
-                self._pending or next_offsets):
-            self._call("flush", "EVALSHA", lambda: self._apply_with_offsets(next_offsets))
+            self._call("MULTI/EXEC", lambda: self._apply(writes))
+        elif not already_applied(self._applied, next_offsets):
+            self._call("EVALSHA", lambda: self._apply_with_offsets(writes, next_offsets))
             self._applied.update(next_offsets)
-        self._pending.clear()  # a replayed batch's writes are dropped: Redis holds them
 
     def applied_offsets(self) -> Mapping[TopicPartitionKey, int]:
         """Next input offsets whose effects this partition already holds (``HGETALL``
         of the offsets hash when opened, then kept by ``flush``)."""
         return dict(self._applied)
 
-    def _apply(self) -> None:
-        sets = {k: v for k, v in self._pending.items() if v is not None}
-        deletes = [k for k, v in self._pending.items() if v is None]
+    def _apply(self, writes: Writes) -> None:
+        sets = {k: v for k, v in writes.items() if v is not None}
+        deletes = [k for k, v in writes.items() if v is None]
         pipe = self._client.pipeline(transaction=True)
         if sets:
             pipe.mset(sets)
@@ -201,9 +171,10 @@ class RedisStore(KeyValueStore):
             pipe.delete(*deletes)
         pipe.execute()
 
-    def _apply_with_offsets(self, next_offsets: Mapping[TopicPartitionKey, int]) -> Any:
-        sets = [(k, v) for k, v in self._pending.items() if v is not None]
-        deletes = [k for k, v in self._pending.items() if v is None]
+    def _apply_with_offsets(self, writes: Writes,
+                            next_offsets: Mapping[TopicPartitionKey, int]) -> Any:
+        sets = [(k, v) for k, v in writes.items() if v is not None]
+        deletes = [k for k, v in writes.items() if v is None]
         triples: list[Any] = []
         for (topic, partition), offset in next_offsets.items():
             expected = self._applied.get((topic, partition))
@@ -214,14 +185,14 @@ class RedisStore(KeyValueStore):
 
     def _read_offsets(self) -> dict[TopicPartitionKey, int]:
         stored: dict[Any, Any] = self._call(
-            "open", "HGETALL", lambda: self._client.hgetall(self.offsets_key))
+            "HGETALL", lambda: self._client.hgetall(self.offsets_key))
         return {(bytes(topic).decode(), self.partition): int(offset)
                 for topic, offset in stored.items()}
 
-    def _call(self, op: str, command: str, request: Callable[[], T]) -> T:
-        """Run ``request``, retrying connection failures with exponential backoff; count
-        and report each attempt as a round trip of ``op``."""
-        started, attempts = time.perf_counter(), 0
+    def _call(self, command: str, request: Callable[[], T]) -> T:
+        """Run ``request``, retrying connection failures with exponential backoff; each
+        attempt counts as a round trip."""
+        attempts = 0
         try:
             while True:
                 attempts += 1
@@ -234,9 +205,7 @@ class RedisStore(KeyValueStore):
                         f"redis {self._table.address}: {command} for table "
                         f"{self._table.name!r} partition {self.partition} failed: {exc}") from exc
         finally:
-            self.round_trips += attempts
-            observe_store_op(self.processor, self._table.name, op,
-                             time.perf_counter() - started, attempts)
+            self._round_trips += attempts
 
     def _backoff_or_raise(self, command: str, attempts: int, exc: Exception) -> None:
         table = self._table

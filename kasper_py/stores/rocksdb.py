@@ -19,15 +19,15 @@ from typing import Any
 from kasper_py.config import Config
 from kasper_py.exceptions import StoreError
 from kasper_py.message import OutgoingMessage
-from kasper_py.metrics import timed_store_op
 from kasper_py.serdes import Serde, serde_for
 from kasper_py.stores.base import (
+    BufferedStore,
     KeyValueStore,
     StoreRuntime,
     StoreSpec,
     TopicPartitionKey,
+    Writes,
     encode_key,
-    read_pending,
 )
 from kasper_py.stores.changelog import (
     ChangelogReader,
@@ -151,20 +151,20 @@ def _offset_key(partition: int) -> bytes:
     return b"changelog_offset/%d" % partition
 
 
-class RocksDBStore(KeyValueStore):
+class RocksDBStore(BufferedStore):
     """One partition of a local table: a RocksDB folder ``<state_dir>/<processor>/<table>/<p>``
-    whose every write is also produced to changelog partition ``p``."""
+    whose every write is also produced to changelog partition ``p``. Keys are the key
+    serde's bytes, no prefix: the folder is the namespace."""
 
     def __init__(self, table: RocksDBTable, db: LocalDB, runtime: StoreRuntime, *,
                  changelog_offset: int = 0) -> None:
-        self.key_serde, self.value_serde = table.key_serde, table.value_serde
+        super().__init__(table.name, table.key_serde, table.value_serde, runtime.observer)
         self.db = db
         self.processor, self.table = runtime.config.name, table.name
         self.partition = runtime.partition
         self.changelog_topic = table.topic(runtime.config) if table.changelog else None
         self._producer = runtime.producer if table.changelog else None
         self._changelog_offset = changelog_offset
-        self._pending: dict[bytes, bytes | None] = {}
         self._in_flight: dict[bytes, bytes | None] = {}
         self._in_flight_count = 0
 
@@ -175,41 +175,17 @@ class RocksDBStore(KeyValueStore):
         waits for its acks together with the outputs'."""
         return self.db.round_trips
 
-    def get_many(self, keys: Iterable[Any]) -> dict[Any, Any]:
-        """Buffered writes first, then one RocksDB ``MultiGet`` of the encoded keys
-        (key format: the key serde's bytes, no prefix: the folder is the namespace)."""
-        key_serde, decode = self.key_serde, self.value_serde.decode
-        found, missing = read_pending(self._pending, keys,
-                                      lambda key: encode_key(key_serde, key), decode)
-        if missing:
-            with timed_store_op(self.processor, self.table, "get_many"):
-                values = self.db.get_many(list(missing))
-            for key, value in zip(missing.values(), values, strict=True):
-                if value is not None:
-                    found[key] = decode(value)
-        return found
+    def _read_many(self, keys: list[bytes]) -> dict[bytes, bytes]:
+        """One RocksDB ``MultiGet`` of the keys."""
+        values = self.db.get_many(keys)
+        return {k: v for k, v in zip(keys, values, strict=True) if v is not None}
 
-    def put_many(self, items: Mapping[Any, Any]) -> None:
-        """Buffer writes until ``flush``; a ``None`` value deletes the key."""
-        key_serde, encode_value = self.key_serde, self.value_serde.encode
-        for key, value in items.items():
-            self._pending[encode_key(key_serde, key)] = encode_value(value)
-
-    def delete_many(self, keys: Iterable[Any]) -> None:
-        """Buffer deletes until ``flush`` (tombstones in the changelog)."""
-        for key in keys:
-            self._pending[encode_key(self.key_serde, key)] = None
-
-    def flush(self, next_offsets: Mapping[TopicPartitionKey, int]) -> None:
-        """Produce the buffered writes to ``<changelog>[p]`` (key and value as stored;
-        a delete is a tombstone); they are applied locally in ``after_delivery``. Without
-        a changelog the ``WriteBatch`` is written here."""
-        if not self._pending:
-            return
-        writes, self._pending = self._pending, {}
+    def _write(self, writes: Writes, next_offsets: Mapping[TopicPartitionKey, int]) -> None:
+        """Produce the writes to ``<changelog>[p]`` (key and value as stored; a delete is
+        a tombstone); they are applied locally in ``after_delivery``. Without a
+        changelog the ``WriteBatch`` is written here."""
         if self._producer is None or self.changelog_topic is None:
-            with timed_store_op(self.processor, self.table, "flush"):
-                self.db.write(writes)
+            self.db.write(writes)
             return
         topic, partition = self.changelog_topic, self.partition
         self._producer.produce([OutgoingMessage(topic, value, key, partition)
@@ -219,12 +195,12 @@ class RocksDBStore(KeyValueStore):
 
     def after_delivery(self) -> None:
         """Every changelog record of the turn is acked: apply them in one ``WriteBatch``
-        with ``changelog_offset/<p>`` moved past them."""
+        with ``changelog_offset/<p>`` moved past them (reported as op ``apply``)."""
         if not self._in_flight:
             return
         self._changelog_offset += self._in_flight_count
-        with timed_store_op(self.processor, self.table, "flush"):
-            self.db.write(self._in_flight, {self.partition: self._changelog_offset})
+        self._observed("apply", lambda: self.db.write(
+            self._in_flight, {self.partition: self._changelog_offset}))
         self._in_flight, self._in_flight_count = {}, 0
 
     @property
@@ -304,6 +280,9 @@ class GlobalTableStore(KeyValueStore):
         """Nothing to write; the next read first applies what the changelog gained."""
         self._state.stale = True
 
+    def discard_pending(self) -> None:
+        """Nothing is ever buffered."""
+
     def items(self) -> Iterator[tuple[Any, Any]]:
         """Iterate every partition's keys, in key-byte order."""
         for key, value in self._state.db.items():
@@ -355,7 +334,7 @@ class RocksDBTable(StoreSpec):
         """Open partition ``runtime.partition``'s database, restoring it first when its
         files are missing or behind the changelog."""
         if self.global_table:
-            return GlobalTableStore(self._open_global(runtime.config), self.key_serde,
+            return GlobalTableStore(self._open_global(runtime), self.key_serde,
                                     self.value_serde)
         if self.changelog and runtime.producer is None:
             raise StoreError(f"table {self.name!r} writes a changelog with the loop's "
@@ -379,7 +358,7 @@ class RocksDBTable(StoreSpec):
             db.reset(topic)
         reader.assign({partition: start})
         try:
-            reader.read_until({partition: high}, db.apply_records,
+            reader.read_until({partition: high}, db.apply_records, runtime.observer,
                               processor=runtime.config.name, table=self.name, reason=reason)
             # Also where no record was read (an empty changelog): "up to date", not "missing".
             db.write({}, {partition: reader.positions[partition]})
@@ -395,17 +374,18 @@ class RocksDBTable(StoreSpec):
             self._reader = ChangelogReader(config, topic, timeout=self.restore_timeout)
         return self._reader
 
-    def _open_global(self, config: Config) -> _GlobalState:
+    def _open_global(self, runtime: StoreRuntime) -> _GlobalState:
         if self._global is not None:
             return self._global
+        config = runtime.config
         topic = self.topic(config)
         reader = ChangelogReader(config, topic, timeout=self.restore_timeout)
         db = LocalDB(self.path(config, "global"))
         try:
             starts, ends = self._global_plan(reader, db, topic)
             reader.assign(starts)
-            reader.read_until(ends, db.apply_records, processor=config.name, table=self.name,
-                              reason="global table")
+            reader.read_until(ends, db.apply_records, runtime.observer, processor=config.name,
+                              table=self.name, reason="global table")
             # Record every partition, empty ones too: one left unrecorded reads as
             # "missing" next time and would wipe and re-read the whole table.
             db.write({}, {p: reader.positions[p] for p in ends})

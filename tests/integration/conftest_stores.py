@@ -269,3 +269,17 @@ def read_counts(spec: StoreSpec, config: Config, partitions: int,
         spec.close()
         producer.close()
     return totals
+
+
+def check_discard_pending(spec: StoreSpec, config: Config) -> None:
+    """A failed turn's buffered puts and deletes never reach the server once discarded:
+    flush then writes nothing, and a fresh store reads only what was flushed before."""
+    store = spec.open(StoreRuntime(config, 0))
+    store.put("kept", 1)
+    store.flush({})
+    store.put_many({"new": 2, "kept": 3})
+    store.delete("kept")
+    store.discard_pending()
+    store.flush({("t", 0): 5})
+    assert store.round_trips == 1
+    assert spec.open(StoreRuntime(config, 0)).get_many(["new", "kept"]) == {"kept": 1}

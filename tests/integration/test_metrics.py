@@ -89,6 +89,30 @@ def test_metric_values_and_log_lines_after_a_known_run(
     assert committed == {p: last[p] + 1 for p in last}
 
 
+def test_two_processors_of_one_name_keep_their_store_metrics_apart(
+        bootstrap: str, topics: tuple[str, str], unique_name: Callable[[str], str]) -> None:
+    """Two TopicProcessors of one name in one process, one per partition, each with its
+    own observer: each observer sees only its own stores' operations and restores."""
+    source, _ = topics
+    name = unique_name("met-twins")
+    observers = []
+    for partition in (0, 1):
+        config = Config(name=name, bootstrap_servers=bootstrap, input_topics=[source],
+                        input_partitions=[partition], batch_size=8, batch_wait=0.5)
+        observers.append(PrometheusObserver(config))
+        TopicProcessor(config, factory, stores=stores(config),
+                       observer=observers[-1]).run_loop(until_caught_up=True)
+    for partition, observer in enumerate(observers):
+        restored = {"processor": name, "store": "counts"}
+        assert sample(observer, "kasper_restore_progress_ratio", partition=str(partition),
+                      **restored) == 1
+        assert sample(observer, "kasper_restore_progress_ratio", partition=str(1 - partition),
+                      **restored) == 0
+        turns = sample(observer, "kasper_turns_total", processor=name)
+        assert sample(observer, "kasper_store_round_trips_total", store="counts") == 2 * turns
+        observer.close()
+
+
 def get(url: str) -> tuple[int, str]:
     """Status and body of a GET, also for 4xx/5xx."""
     try:

@@ -25,8 +25,8 @@ from kasper_py.stores.cassandra import CassandraTable
 
 pytest.register_assert_rewrite("conftest_stores")
 from conftest_stores import (  # isort: skip  # noqa: E402 - after register_assert_rewrite
-    WORDS, TcpProxy, TurnCounter, kill_randomly_then_finish, produce_words, read_counts,
-    run_until_caught_up, store_config, worker_args)
+    WORDS, TcpProxy, TurnCounter, check_discard_pending, kill_randomly_then_finish,
+    produce_words, read_counts, run_until_caught_up, store_config, worker_args)
 from stores_worker import WordCount  # isort: skip  # noqa: E402
 
 pytest_plugins = ["conftest_stores"]
@@ -179,3 +179,11 @@ def test_effectively_once_fences_a_stale_writer(cassandra_contact, unique_name) 
     assert replay.get("k") == 1
     for spec in specs:
         spec.close()
+
+
+def test_discard_pending_drops_buffered_writes(cassandra_contact, unique_name) -> None:
+    """Buffered writes dropped by discard_pending never reach the server."""
+    cfg = Config(name=unique_name("discard"), bootstrap_servers="unused:0", input_topics=["t"])
+    spec = table(cassandra_contact)
+    check_discard_pending(spec, cfg)
+    spec.close()

@@ -29,8 +29,9 @@ from kasper_py.stores.redis import RedisTable
 
 pytest.register_assert_rewrite("conftest_stores")
 from conftest_stores import (  # isort: skip  # noqa: E402 - after register_assert_rewrite
-    WORDS, RedisServer, TurnCounter, free_port, kill_randomly_then_finish, produce_words,
-    read_counts, run_until_caught_up, store_config, worker_args)
+    WORDS, RedisServer, TurnCounter, check_discard_pending, free_port,
+    kill_randomly_then_finish, produce_words, read_counts, run_until_caught_up, store_config,
+    worker_args)
 from stores_worker import WordCount  # isort: skip  # noqa: E402
 
 pytest_plugins = ["conftest_stores"]
@@ -199,3 +200,11 @@ def test_stack_redis_keeps_flushed_state_across_a_kill(tmp_path, monkeypatch, un
         table.close()
     finally:
         stack.down(["redis"], stack_dir=tmp_path)
+
+
+def test_discard_pending_drops_buffered_writes(redis_url, unique_name) -> None:
+    """Buffered writes dropped by discard_pending never reach the server."""
+    cfg = Config(name=unique_name("discard"), bootstrap_servers="unused:0", input_topics=["t"])
+    spec = RedisTable("counts", url=redis_url)
+    check_discard_pending(spec, cfg)
+    spec.close()

@@ -15,6 +15,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+import structlog
 from confluent_kafka import KafkaError
 
 import kasper_py.stack
@@ -27,6 +28,7 @@ from kasper_py.cli import (
     Progress,
     load_config,
 )
+from kasper_py.observe import NoopObserver, with_store_observer
 
 TOML = """
 name = "orders"
@@ -197,6 +199,18 @@ def test_progress_is_silent_off_a_terminal_for_quick_work() -> None:
     progress.advance(2)
     progress.finish()
     assert stream.getvalue() == ""
+
+
+def test_restore_display_hears_the_stores_through_the_observer_port() -> None:
+    """`kasper run` gives its stores an observer that also feeds the restore display:
+    a restore with nothing to read draws nothing, a finished one logs its last line."""
+    observer = with_store_observer(NoopObserver(), cli._RestoreDisplay())
+    with structlog.testing.capture_logs() as logs:
+        observer.store_observer().on_restore_progress("counts", 1, 0, 0)
+        observer.store_observer().on_restore_progress("counts", 2, 40, 200)
+        observer.store_observer().on_restore_progress("counts", 2, 200, 200)
+    assert [(e["task"], e["done"], e["total"]) for e in logs
+            if e["event"] == "kasper.progress"] == [("restoring counts[2]", 200, 200)]
 
 
 def kasper(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

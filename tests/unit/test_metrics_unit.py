@@ -9,21 +9,17 @@ import sys
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from kasper_py import Config
 from kasper_py.batching import Batch, OffsetRange
 from kasper_py.exceptions import ProcessingError
-from kasper_py.metrics import (
-    PrometheusObserver,
-    add_restore_listener,
-    observe_store_op,
-    observer_for,
-    report_restore_progress,
-    timed_store_op,
-)
+from kasper_py.metrics import PrometheusObserver, observer_for
 from kasper_py.observe import NoopObserver, TurnStats
+from kasper_py.stores.base import StoreRuntime
+from kasper_py.stores.rocksdb import RocksDBTable
 
 
 class FakeClock:
@@ -207,49 +203,37 @@ def test_observer_for_serves_on_the_configured_port() -> None:
         observer.close()
 
 
-def test_store_ops_reach_the_observer_of_their_processor(observer: PrometheusObserver) -> None:
-    """observe_store_op / timed_store_op record latency and round trips, by processor."""
-    observe_store_op("orders", "totals", "get_many", 0.004, round_trips=2)
-    with timed_store_op("orders", "totals", "get_many"):
-        pass
-    observe_store_op("someone-else", "totals", "get_many", 1.0)
-    labels = {"processor": "orders", "store": "totals", "op": "get_many"}
-    assert value(observer, "kasper_store_operation_seconds_count", **labels) == 2
-    assert value(observer, "kasper_store_round_trips_total", **labels) == 3
+def test_stores_report_to_the_observer_they_were_handed(tmp_path: Path,
+                                                        clock: FakeClock) -> None:
+    """Two processors of one name in one process: each store reports its operations
+    (latency, round trips) to its own processor's observer, not to both."""
+    first, second = (PrometheusObserver(make_config(), clock=clock) for _ in range(2))
+    stores = [RocksDBTable("totals", changelog=False).open(StoreRuntime(
+        make_config(state_dir=str(tmp_path / str(i))), 0, None, observer.store_observer()))
+        for i, observer in enumerate((first, second))]
+    stores[0].get_many(["a", "b"])
+    stores[0].put("a", 1)
+    stores[0].flush({})
+    labels = {"processor": "orders", "store": "totals"}
+    assert value(first, "kasper_store_operation_seconds_count", op="get_many", **labels) == 1
+    assert value(first, "kasper_store_round_trips_total", op="flush", **labels) == 1
+    assert value(second, "kasper_store_operation_seconds_count", op="get_many",
+                 **labels) is None
+    for store in stores:
+        store.close()
 
 
-def test_store_calls_without_an_observer_do_nothing() -> None:
-    """Stores may always call the API; with metrics off it is a no-op."""
-    observe_store_op("no-observer-here", "s", "put_many", 0.1)
-    report_restore_progress("no-observer-here", "s", 0, 1, 2)
-
-
-def test_closed_observer_stops_receiving_store_reports(clock: FakeClock) -> None:
-    """close() unregisters: later store reports do not touch its registry."""
-    observer = PrometheusObserver(make_config("closing"), clock=clock)
-    observer.close()
-    observe_store_op("closing", "s", "get", 0.1)
-    assert value(observer, "kasper_store_round_trips_total", processor="closing", store="s",
-                 op="get") is None
-
-
-def test_restore_progress_sets_gauges_and_calls_listeners(observer: PrometheusObserver,
-                                                          clock: FakeClock) -> None:
-    """report_restore_progress sets ratio and remaining, keeps the loop live, and feeds
-    progress listeners such as the CLI's display."""
-    seen: list[tuple[str, str, int, int, int]] = []
-    remove = add_restore_listener(lambda *args: seen.append(args))
-    try:
-        clock.now += observer.live_timeout + 1
-        report_restore_progress("orders", "totals", 2, 250, 1000)
-    finally:
-        remove()
-    report_restore_progress("orders", "totals", 2, 1000, 1000)
+def test_restore_progress_sets_gauges_and_keeps_the_loop_live(
+        observer: PrometheusObserver, clock: FakeClock) -> None:
+    """A restore's progress sets ratio and remaining, and counts as the loop being alive."""
+    clock.now += observer.live_timeout + 1
+    observer.store_observer().on_restore_progress("totals", 2, 250, 1000)
     labels = {"processor": "orders", "store": "totals", "partition": "2"}
-    assert value(observer, "kasper_restore_progress_ratio", **labels) == 1.0
-    assert value(observer, "kasper_restore_remaining_messages", **labels) == 0
-    assert seen == [("orders", "totals", 2, 250, 1000)]
+    assert value(observer, "kasper_restore_progress_ratio", **labels) == 0.25
+    assert value(observer, "kasper_restore_remaining_messages", **labels) == 750
     assert observer.liveness().ok
+    observer.on_restore_progress("totals", 2, 1000, 1000)
+    assert value(observer, "kasper_restore_progress_ratio", **labels) == 1.0
 
 
 def test_missing_prometheus_client_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
