@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from kasper_py._memory_broker import Commit, Faults, InMemoryBroker
 from kasper_py.batching import Batch, OffsetRange
 from kasper_py.config import Config
 from kasper_py.exceptions import KasperError, ProcessingError
@@ -22,7 +23,7 @@ from kasper_py.sender import Sender
 from kasper_py.serdes import Serde
 from kasper_py.stores.base import KeyValueStore, StoreRuntime, StoreSpec
 
-__all__ = ["ProcessorDriver", "make_message"]
+__all__ = ["Commit", "Faults", "InMemoryBroker", "ProcessorDriver", "make_message"]
 
 
 def make_message(
