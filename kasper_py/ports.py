@@ -6,6 +6,7 @@ confluent-kafka; ``kasper_py.testing.InMemoryBroker`` implements them in memory.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
@@ -83,3 +84,6 @@ class KafkaClients:
     consumer: InputPort
     producer: ProducerPort
     on_step: Callable[[str], None] = _no_step
+    clock: Callable[[], float] = time.monotonic
+    """The clock ``batch_wait`` is measured on. The in-memory broker's moves on by the
+    timeout of a consume that finds too little, so its batches close without sleeping."""

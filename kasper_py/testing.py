@@ -1,5 +1,11 @@
-"""Drive a ``MessageProcessor`` with lists of messages and inspect what it sent,
-with no broker. The driver runs the loop's own turn (``kasper_py.turn``): skipping
+"""Test a ``MessageProcessor`` with no broker, two ways:
+
+- ``InMemoryBroker``: the real ``TopicProcessor`` on in-memory topics, offsets and
+  stores, with faults injected on demand (a failed produce, delivery, commit or store
+  write, or a crash between two steps of a turn, then a restart);
+- ``ProcessorDriver``: lists of messages in, what the processor sent out.
+
+The driver runs the loop's own turn (``kasper_py.turn``): skipping
 input an effectively-once store applied, process, dead letters, outputs first for
 effectively-once stores, flush, "produce" and wait for the "acks", and the offset
 checks; so a processor that passes here behaves the same way inside ``TopicProcessor``.
@@ -14,7 +20,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from kasper_py._memory_broker import Commit, Faults, InMemoryBroker
 from kasper_py.batching import decode_batch
+from kasper_py.exceptions import SimulatedCrash
 from kasper_py.config import Config
 from kasper_py.message import Headers, Message, OutgoingMessage
 from kasper_py.processor import MessageProcessor, ProcessorFactory
@@ -22,7 +30,8 @@ from kasper_py.serdes import Serde, serde_for
 from kasper_py.stores.base import KeyValueStore, StoreRuntime, StoreSpec
 from kasper_py.turn import TurnEngine
 
-__all__ = ["ProcessorDriver", "make_message"]
+__all__ = ["Commit", "Faults", "InMemoryBroker", "ProcessorDriver", "SimulatedCrash",
+           "make_message"]
 
 _AS_GIVEN = serde_for("bytes")  # messages handed in already decoded are not decoded again
 

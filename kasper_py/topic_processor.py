@@ -70,7 +70,7 @@ class TopicProcessor:
         self._observer: LoopObserver = observer or _default_observer(config)
         clients = clients or KafkaClients(InputConsumer(config), OutputProducer(config))
         self._consumer, self._producer = clients.consumer, clients.producer
-        self._on_step = clients.on_step
+        self._on_step, self._clock = clients.on_step, clients.clock
         self._engine = TurnEngine(config, self._producer, waiting=self._observer.on_idle,
                                   on_step=clients.on_step)
         self._offsets = OffsetTracker()
@@ -220,7 +220,8 @@ class TopicProcessor:
                 return
 
     def _next_batch(self) -> Batch:
-        records = collect(self._consumer.consume, self.config.batch_size, self.config.batch_wait)
+        records = collect(self._consumer.consume, self.config.batch_size, self.config.batch_wait,
+                          self._clock)
         return build_batch(records, self.config.key_decoder, self.config.value_decoder,
                            self._consumer.transient_error,
                            set_aside=self.config.on_decode_error != "fail")
