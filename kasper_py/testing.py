@@ -22,8 +22,8 @@ from typing import Any
 
 from kasper_py._memory_broker import Commit, Faults, InMemoryBroker
 from kasper_py.batching import decode_batch
-from kasper_py.exceptions import SimulatedCrash
 from kasper_py.config import Config
+from kasper_py.exceptions import SimulatedCrash
 from kasper_py.message import Headers, Message, OutgoingMessage
 from kasper_py.processor import MessageProcessor, ProcessorFactory
 from kasper_py.serdes import Serde, serde_for
