@@ -36,7 +36,7 @@ from confluent_kafka.admin import AdminClient
 import kasper_py
 from kasper_py._secrets import scrub
 from kasper_py.config import Config
-from kasper_py.exceptions import ConfigError, KasperError
+from kasper_py.exceptions import ConfigError, KasperError, TopicError
 from kasper_py.logging import configure_logging
 from kasper_py.metrics import PrometheusObserver, add_restore_listener, observer_for
 from kasper_py.observe import LoopObserver
@@ -50,6 +50,7 @@ from kasper_py.offsets import (
 from kasper_py.processor import ProcessorFactory
 from kasper_py.stores.base import StoreSpec
 from kasper_py.topic_processor import TopicProcessor
+from kasper_py.topics import input_partitions
 
 __all__ = ["EXIT_BROKER", "EXIT_CONFIG", "EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_REFUSED",
            "CliError", "load_config", "main"]
@@ -302,9 +303,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(args_list)
     try:
         return _dispatch(args)
-    except CliError as exc:
+    except (CliError, TopicError) as exc:  # a TopicError is bad configuration: exit 3
         _error(str(exc))
-        return exc.code
+        return exc.code if isinstance(exc, CliError) else EXIT_CONFIG
     except KeyboardInterrupt:
         _error("interrupted")
         return EXIT_INTERRUPTED
@@ -356,7 +357,7 @@ def _run(config: Config, args: argparse.Namespace) -> int:
         raise CliError(EXIT_CONFIG, f"target {args.target!r} is not callable: it must build "
                        "a MessageProcessor from a ProcessorContext")
     stores = _load_stores(args.stores, args.app_dir, config) if args.stores else []
-    _input_partitions(config, _probe(config, args.connect_timeout))  # topics exist?
+    input_partitions(config, _probe(config, args.connect_timeout))  # topics exist?
     observer = _observer(config, args.metrics_host)
     remove_listener = add_restore_listener(_RestoreDisplay())
     try:
@@ -444,27 +445,26 @@ def _run_loop(processor: TopicProcessor, until_caught_up: bool) -> int:
 
 # -- Kafka access for the operating commands ----------------------------------------
 
-def _client_conf(config: Config, errors: list[str]) -> dict[str, Any]:
-    """Admin/consumer settings: the user's client overrides, quiet librdkafka logs (the
-    first error is kept for the message instead), and the group."""
-    return {"log_level": 2, **config.client_overrides,
-            "bootstrap.servers": config.bootstrap_servers,
-            "error_cb": lambda error: errors.append(error.str())}
+def _quiet(conf: dict[str, Any], errors: list[str]) -> dict[str, Any]:
+    """A client's settings with librdkafka's logs quiet: the first error it reports is
+    kept in ``errors`` for the message instead."""
+    return {**conf, "log_level": 2, "error_cb": lambda error: errors.append(error.str())}
 
 
 def _admin(config: Config, errors: list[str]) -> Any:
     try:
-        return AdminClient(_client_conf(config, errors))
+        return AdminClient(_quiet(config.to_admin_conf(), errors))
     except KafkaException as exc:
         raise CliError(EXIT_CONFIG,
                        f"librdkafka refused client_overrides: {_reason(exc)}") from None
 
 
-def _consumer(config: Config, errors: list[str], **overrides: Any) -> Any:
-    """A consumer of the processor's group that never commits by itself."""
+def _consumer(config: Config, errors: list[str]) -> Any:
+    """A consumer of the processor's group, as the loop's but never subscribing (so
+    never a member) and under its own client id."""
+    conf = {**_quiet(config.to_consumer_conf(), errors), "client.id": f"{config.name}-cli"}
     try:
-        return Consumer({**_client_conf(config, errors), **overrides,
-                         "group.id": config.group, "enable.auto.commit": False})
+        return Consumer(conf)
     except KafkaException as exc:
         raise CliError(EXIT_CONFIG, "librdkafka refused client_overrides/consumer_overrides: "
                        f"{_reason(exc)}") from None
@@ -509,32 +509,10 @@ class PartitionOffsets:
         return max(self.high - start, 0)
 
 
-def _input_partitions(config: Config, metadata: Any) -> list[tuple[str, int]]:
-    """The (topic, partition) pairs the processor owns; a missing topic, unequal
-    partition counts or an input partition that does not exist is a config error."""
-    counts: dict[str, int] = {}
-    for topic in config.input_topics:
-        meta = metadata.topics.get(topic)
-        if meta is None or meta.error is not None:
-            raise CliError(EXIT_CONFIG, f"config field 'input_topics': topic {topic!r} "
-                           f"does not exist on {config.bootstrap_servers}")
-        counts[topic] = len(meta.partitions)
-    if len(set(counts.values())) > 1:
-        raise CliError(EXIT_CONFIG, "config field 'input_topics': the topics must have the "
-                       f"same partition count, got {counts}")
-    count = next(iter(counts.values()))
-    wanted = list(range(count)) if config.input_partitions is None else config.input_partitions
-    missing = [p for p in wanted if p >= count]
-    if missing:
-        raise CliError(EXIT_CONFIG, f"config field 'input_partitions': {missing} do not "
-                       f"exist: the input topics have {count} partitions")
-    return [(topic, p) for topic in config.input_topics for p in wanted]
-
-
 def _read_offsets(config: Config, metadata: Any, timeout: float) -> list[PartitionOffsets]:
-    keys = _input_partitions(config, metadata)
+    keys = input_partitions(config, metadata)
     errors: list[str] = []
-    consumer = _consumer(config, errors, **config.consumer_overrides)
+    consumer = _consumer(config, errors)
     progress = Progress("reading offsets", len(keys))
     try:
         committed = consumer.committed([TopicPartition(t, p) for t, p in keys], timeout=timeout)

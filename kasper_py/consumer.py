@@ -22,6 +22,7 @@ from confluent_kafka import (
 
 from kasper_py.config import Config
 from kasper_py.exceptions import CommitError, ConsumeError, TopicError
+from kasper_py.topics import partition_count
 
 __all__ = ["InputConsumer"]
 
@@ -54,20 +55,7 @@ class InputConsumer:
         except KafkaException as exc:
             raise TopicError(f"cannot read metadata from {self._config.bootstrap_servers}: "
                              f"{exc.args[0]}") from exc
-        counts: dict[str, int] = {}
-        for topic in self._config.input_topics:
-            meta = metadata.topics.get(topic)
-            if meta is None or meta.error is not None:
-                reason = "does not exist" if meta is None else meta.error.str()
-                raise TopicError(f"input topic {topic!r}: {reason}")
-            counts[topic] = len(meta.partitions)
-        if len(set(counts.values())) > 1:
-            listed = ", ".join(f"{t}={n}" for t, n in counts.items())
-            raise TopicError(
-                f"input topics must have the same partition count to be processed "
-                f"partition-wise; found {listed}"
-            )
-        return next(iter(counts.values()))
+        return partition_count(self._config, metadata)
 
     def assign(self, partitions: Sequence[int]) -> dict[TopicPartitionKey, int | None]:
         """Assign ``partitions`` of every input topic at their committed offsets (where

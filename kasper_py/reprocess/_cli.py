@@ -1,8 +1,8 @@
 """``python -m kasper_py.reprocess`` / ``kasper reprocess`` / ``spark-submit``: run a
 processor factory over a range of history. Configuration comes as for ``kasper run``
 (TOML, then ``KASPER_*`` variables, then flags); exit codes are the CLI's:
-0 ok, 1 the job failed, 2 usage, 3 bad configuration or range, 4 Kafka unreachable,
-5 handoff refused (the live group is active).
+0 ok, 1 the job failed, 2 usage, 3 bad configuration, input topics or range, 4 Kafka
+unreachable, 5 handoff refused (the live group is active).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from kasper_py.exceptions import ReprocessError
+from kasper_py.exceptions import ReprocessError, TopicError
 from kasper_py.reprocess._handoff import HandoffRefusedError
 from kasper_py.reprocess._kafka import BrokerUnreachableError
 from kasper_py.reprocess._range import Position, RangeError
@@ -115,7 +115,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m kasper_py.rep
     args = _parser(prog).parse_args(list(sys.argv[1:] if argv is None else argv))
     try:
         return _run(args)
-    except (cli.CliError, ReprocessError, ImportError) as exc:
+    except (cli.CliError, ReprocessError, TopicError, ImportError) as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr, flush=True)
         return _exit_code(exc)
 
@@ -125,7 +125,8 @@ def _exit_code(error: Exception) -> int:
 
     if isinstance(error, cli.CliError):
         return error.code
-    codes = ((RangeError, cli.EXIT_CONFIG), (ImportError, cli.EXIT_CONFIG),
+    codes = ((RangeError, cli.EXIT_CONFIG), (TopicError, cli.EXIT_CONFIG),
+             (ImportError, cli.EXIT_CONFIG),
              (HandoffRefusedError, cli.EXIT_REFUSED), (BrokerUnreachableError, cli.EXIT_BROKER))
     return next((code for kind, code in codes if isinstance(error, kind)), cli.EXIT_FAILED)
 

@@ -313,31 +313,6 @@ def test_toml_that_is_not_utf8_is_a_config_error(tmp_path: Path) -> None:
     assert caught.value.code == EXIT_CONFIG
 
 
-def metadata(**partitions: int) -> Any:
-    """Cluster metadata as list_topics() gives it: topic -> partition count."""
-    return SimpleNamespace(topics={
-        topic: SimpleNamespace(error=None, partitions=dict.fromkeys(range(count)))
-        for topic, count in partitions.items()})
-
-
-def test_input_partitions_are_checked_against_the_topics() -> None:
-    """Unknown input partitions and unequal partition counts are config errors naming
-    the field, before any group is touched; valid ones list every owned pair."""
-    config = Config(name="p", bootstrap_servers="h:1", input_topics=["a", "b"],
-                    input_partitions=[1, 9])
-    with pytest.raises(CliError, match=r"'input_partitions': \[9\] do not exist: the input "
-                                       "topics have 4 partitions") as caught:
-        cli._input_partitions(config, metadata(a=4, b=4))
-    assert caught.value.code == EXIT_CONFIG
-    with pytest.raises(CliError, match=re.escape("same partition count, got {'a': 4, 'b': 2}")):
-        cli._input_partitions(Config(name="p", bootstrap_servers="h:1",
-                                     input_topics=["a", "b"]), metadata(a=4, b=2))
-    owned = cli._input_partitions(Config(name="p", bootstrap_servers="h:1",
-                                         input_topics=["a", "b"], input_partitions=[2, 0]),
-                                  metadata(a=4, b=4))
-    assert owned == [("a", 0), ("a", 2), ("b", 0), ("b", 2)]
-
-
 def test_refused_consumer_overrides_are_a_config_error() -> None:
     """A consumer override librdkafka rejects (read by lag and offsets) is exit 3
     naming the overrides, not a KafkaException traceback."""
@@ -345,7 +320,7 @@ def test_refused_consumer_overrides_are_a_config_error() -> None:
                     consumer_overrides={"fetch.min.bytes": "abc"})
     with pytest.raises(CliError, match="librdkafka refused client_overrides/"
                                        "consumer_overrides") as caught:
-        cli._consumer(config, [], **config.consumer_overrides)
+        cli._consumer(config, [])
     assert caught.value.code == EXIT_CONFIG
 
 
