@@ -18,7 +18,8 @@ import pytest
 from confluent_kafka import KafkaError
 
 import kasper_py.stack
-from kasper_py import Config, cli
+from kasper_py import Config, TopicError, cli
+from kasper_py._cli_base import exit_code, print_error
 from kasper_py.cli import (
     EXIT_BROKER,
     EXIT_CONFIG,
@@ -246,6 +247,16 @@ def test_secret_from_the_environment_stays_out_of_errors() -> None:
     assert "hunter2-secret" not in result.stderr + result.stdout
 
 
+def test_errors_of_every_command_are_scrubbed(capsys: pytest.CaptureFixture[str]) -> None:
+    """`kasper` and `kasper reprocess` print errors through one function, which hides
+    a configured secret a librdkafka message may quote."""
+    Config(name="p", bootstrap_servers="h:1", input_topics=["t"],
+           client_overrides={"sasl.password": "Quoted-Secret-31"})
+    print_error("kasper reprocess", "Invalid value 'Quoted-Secret-31' for sasl.password")
+    err = capsys.readouterr().err
+    assert err.startswith("kasper reprocess: error: Invalid value") and "Quoted" not in err
+
+
 def test_usage_errors_exit_2() -> None:
     """argparse's usage errors keep their conventional code."""
     assert kasper("offsets", "reset", "--to", "yesterday", *BASE).returncode == 2
@@ -311,6 +322,14 @@ def test_toml_that_is_not_utf8_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(CliError, match=re.escape("latin1.toml' is not valid TOML")) as caught:
         load_config(str(path), {})
     assert caught.value.code == EXIT_CONFIG
+
+
+def test_a_topic_error_is_a_config_error() -> None:
+    """A missing input topic or partition (TopicError, from kasper_py.topics) exits 3 in
+    `kasper run`, `kasper lag`, `kasper offsets`; the reprocess command maps it the same."""
+    assert exit_code(TopicError("input topic 't': does not exist on h:1")) == EXIT_CONFIG
+    assert exit_code(CliError(EXIT_BROKER, "unreachable")) == EXIT_BROKER
+    assert exit_code(RuntimeError("bug")) == cli.EXIT_FAILED
 
 
 def test_refused_consumer_overrides_are_a_config_error() -> None:
