@@ -19,7 +19,6 @@ from typing import Any, NamedTuple
 from confluent_kafka import TIMESTAMP_CREATE_TIME, TIMESTAMP_NOT_AVAILABLE, KafkaError
 
 from kasper_py.config import Config
-from kasper_py.consumer import common_partition_count
 from kasper_py.exceptions import (
     CommitError,
     ConsumeError,
@@ -33,6 +32,7 @@ from kasper_py.message import Message, OutgoingMessage
 from kasper_py.ports import KafkaClients
 from kasper_py.stores.base import StoreRuntime, StoreSpec, TopicPartitionKey, already_applied
 from kasper_py.stores.memory import MemoryStore
+from kasper_py.topics import common_partition_count
 from kasper_py.turn import STEPS
 
 __all__ = ["CRASH_STEPS", "Commit", "Faults", "InMemoryBroker", "murmur2"]

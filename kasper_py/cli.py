@@ -1,6 +1,7 @@
 """The ``kasper`` command line: run a processor, manage its group's offsets, show its
 lag, and start the local stack. Configuration comes from a TOML file, then
-``KASPER_*`` environment variables, then flags (each overrides the one before).
+``KASPER_*`` environment variables, then flags (each overrides the one before); that
+loading, targets and exit codes live in ``_cli_base``, shared with ``kasper reprocess``.
 
 Errors are one line on stderr, no traceback, with an exit code per cause:
 
@@ -13,13 +14,9 @@ Errors are one line on stderr, no traceback, with an exit code per cause:
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import importlib
-import os
 import sys
 import time
-import tomllib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TextIO
@@ -34,11 +31,27 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient
 
 import kasper_py
+from kasper_py._cli_base import (
+    EXIT_BROKER,
+    EXIT_CONFIG,
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_REFUSED,
+    EXIT_USAGE,
+    CliError,
+    add_config_flags,
+    add_target_arguments,
+    config_from_args,
+    exit_code,
+    load_config,
+    load_target,
+    print_error,
+    setup_logging,
+)
 from kasper_py._client_log import ClientKind, with_client_log
-from kasper_py._secrets import scrub
 from kasper_py.config import Config
-from kasper_py.exceptions import ConfigError, KasperError
-from kasper_py.logging import configure_logging
+from kasper_py.exceptions import KasperError, TopicError
 from kasper_py.metrics import PrometheusObserver, observer_for
 from kasper_py.observe import LoopObserver, NoopStoreObserver, with_store_observer
 from kasper_py.offsets import (
@@ -51,151 +64,16 @@ from kasper_py.offsets import (
 from kasper_py.processor import ProcessorFactory
 from kasper_py.stores.base import StoreSpec
 from kasper_py.topic_processor import TopicProcessor
+from kasper_py.topics import input_partitions
 
 __all__ = ["EXIT_BROKER", "EXIT_CONFIG", "EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_REFUSED",
            "CliError", "load_config", "main"]
 
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_USAGE = 2
-EXIT_CONFIG = 3
-EXIT_BROKER = 4
-EXIT_REFUSED = 5
-EXIT_INTERRUPTED = 130
-
-ENV_PREFIX = "KASPER_"
-_OVERRIDE_ENV = {"CLIENT": "client_overrides", "CONSUMER": "consumer_overrides",
-                 "PRODUCER": "producer_overrides"}
-_INT_FIELDS = {"batch_size", "metrics_port"}
-_FLOAT_FIELDS = {"batch_wait", "delivery_timeout"}
-_NULLABLE = {"metrics_port", "input_partitions", "group_id", "dead_letter_topic"}
-
+_PROG = "kasper"
 _log = structlog.get_logger("kasper_py.cli")
 
 
-class CliError(Exception):
-    """A failure reported as one line on stderr and the exit ``code``."""
-
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-# -- configuration: TOML, then KASPER_* environment variables, then flags ---------------
-
-_FIELDS = {f.name: f for f in dataclasses.fields(Config)}
-
-
-def load_config(path: str | None, env: Mapping[str, str],
-                flags: Mapping[str, Any] | None = None) -> Config:
-    """Build the ``Config`` from a TOML file, ``env`` and ``flags``, later ones winning.
-
-    Raises ``CliError(EXIT_CONFIG)`` naming the field, and where its value came from.
-    """
-    layers = [(path or "", _read_toml(path) if path else {}), ("environment", _from_env(env)),
-              ("flags", {k: v for k, v in (flags or {}).items() if v is not None})]
-    values: dict[str, Any] = {}
-    sources: dict[str, str] = {}
-    for source, layer in layers:
-        for name, value in layer.items():
-            if name not in _FIELDS:
-                raise CliError(EXIT_CONFIG, f"{source}: unknown config field {name!r}; known "
-                               f"fields: {', '.join(_FIELDS)}")
-            if name.endswith("_overrides"):
-                values[name] = {**values.get(name, {}), **_mapping(name, value, source)}
-            else:
-                values[name] = value
-            sources[name] = source or "config file"
-    return _build(values, sources)
-
-
-def _build(values: dict[str, Any], sources: Mapping[str, str]) -> Config:
-    missing = [name for name, f in _FIELDS.items() if name not in values
-               and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
-    if missing:
-        hints = ", ".join(f"{n!r} (TOML key, {ENV_PREFIX}{n.upper()} or --{_flag(n)})"
-                          for n in missing)
-        raise CliError(EXIT_CONFIG, f"config field {missing[0]!r}: missing; set {hints}")
-    try:
-        return Config(**values)
-    except ConfigError as exc:
-        where = sources.get(exc.field)
-        raise CliError(EXIT_CONFIG, f"{exc} (from {where})" if where else str(exc)) from None
-
-
-def _read_toml(path: str) -> dict[str, Any]:
-    try:
-        with open(path, "rb") as file:
-            data = tomllib.load(file)
-    except FileNotFoundError:
-        raise CliError(EXIT_CONFIG, f"config file {path!r} not found") from None
-    except OSError as exc:
-        raise CliError(EXIT_CONFIG, f"cannot read config file {path!r}: {exc}") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise CliError(EXIT_CONFIG, f"config file {path!r} is not valid TOML: {exc}") from None
-    return data
-
-
-def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
-    """``KASPER_<FIELD>`` for each field; ``KASPER_CLIENT__SASL_PASSWORD`` sets the
-    ``client_overrides`` key ``sasl.password`` (likewise ``CONSUMER__``, ``PRODUCER__``)."""
-    values: dict[str, Any] = {}
-    for name in _FIELDS:
-        raw = env.get(f"{ENV_PREFIX}{name.upper()}")
-        if raw is not None and not name.endswith("_overrides"):
-            values[name] = _parse_env(name, raw, f"{ENV_PREFIX}{name.upper()}")
-    for variable, raw in env.items():
-        prefix, sep, key = variable.removeprefix(ENV_PREFIX).partition("__")
-        if variable.startswith(ENV_PREFIX) and sep and prefix in _OVERRIDE_ENV and key:
-            field = _OVERRIDE_ENV[prefix]
-            values.setdefault(field, {})[key.lower().replace("_", ".")] = raw
-    return values
-
-
-def _parse_env(name: str, raw: str, variable: str) -> Any:
-    text = raw.strip()
-    if name in _NULLABLE and text.lower() in ("", "none"):
-        return None
-    try:
-        if name in _INT_FIELDS:
-            return int(text)
-        if name in _FLOAT_FIELDS:
-            return float(text)
-        if name == "input_partitions":
-            return [int(p) for p in text.split(",") if p.strip()]
-    except ValueError:
-        raise CliError(EXIT_CONFIG, f"config field {name!r}: {variable}={raw!r} is not "
-                       "a number" + (" list" if name == "input_partitions" else "")) from None
-    if name == "input_topics":
-        return [t.strip() for t in text.split(",") if t.strip()]
-    return text
-
-
-def _mapping(name: str, value: Any, source: str) -> dict[str, Any]:
-    if not isinstance(value, Mapping):
-        raise CliError(EXIT_CONFIG, f"config field {name!r}: must be a table of librdkafka "
-                       f"settings (from {source or 'config file'})")
-    return dict(value)
-
-
-def _flag(name: str) -> str:
-    return name.replace("_", "-")
-
-
 # -- argument parsing ---------------------------------------------------------------
-
-_CONFIG_FLAGS: dict[str, tuple[Callable[[str], Any], str]] = {
-    "name": (str, "processor name (and default consumer group)"),
-    "bootstrap_servers": (str, "Kafka bootstrap servers, host:port[,...]"),
-    "input_topics": (lambda s: [t for t in s.split(",") if t], "comma-separated input topics"),
-    "input_partitions": (lambda s: [int(p) for p in s.split(",") if p],
-                         "comma-separated partition numbers (default: all)"),
-    "group_id": (str, "consumer group (default: the name)"),
-    "batch_size": (int, "messages per batch at most"),
-    "batch_wait": (float, "seconds to wait for a batch to fill"),
-    "metrics_port": (int, "serve /metrics and /health on this port"),
-}
-
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -205,10 +83,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"kasper {_version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     run = commands.add_parser("run", help="run a processor until SIGTERM/SIGINT")
-    run.add_argument("target", help="module:factory, a ProcessorFactory (or processor class)")
-    run.add_argument("--stores", metavar="MODULE:ATTR",
-                     help="StoreSpecs to open: a sequence, or a callable taking the Config")
-    run.add_argument("--app-dir", default=".", help="prepended to sys.path (default: .)")
+    add_target_arguments(run)
     run.add_argument("--metrics-host", default="0.0.0.0",
                      help="address the metrics server binds (default: 0.0.0.0)")
     run.add_argument("--until-caught-up", action="store_true",
@@ -245,14 +120,9 @@ def _add_offsets_parser(commands: Any) -> None:
 
 
 def _add_config_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", "-c", metavar="FILE", help="TOML file of Config fields")
-    for name, (parse, text) in _CONFIG_FLAGS.items():
-        parser.add_argument(f"--{_flag(name)}", dest=name, type=parse, help=text)
+    add_config_flags(parser)
     parser.add_argument("--connect-timeout", type=float, default=10.0, metavar="SECONDS",
                         help="how long to wait for Kafka before giving up (default: 10)")
-    parser.add_argument("--log-format", choices=("auto", "json", "console"), default="auto",
-                        help="auto: JSON unless stderr is a terminal")
-    parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ERROR")
 
 
 ExplicitOffset = tuple[str, int, int]
@@ -303,26 +173,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(args_list)
     try:
         return _dispatch(args)
-    except CliError as exc:
-        _error(str(exc))
-        return exc.code
+    except (CliError, TopicError) as exc:  # a TopicError is bad configuration: exit 3
+        print_error(_PROG, str(exc))
+        return exit_code(exc)
     except KeyboardInterrupt:
-        _error("interrupted")
+        print_error(_PROG, "interrupted")
         return EXIT_INTERRUPTED
     except Exception as exc:
         _log.exception("kasper.cli_failed", command=args.command)
-        _error(f"{type(exc).__name__}: {exc}")
+        print_error(_PROG, f"{type(exc).__name__}: {exc}")
         return EXIT_FAILED
 
 
 def _dispatch(args: argparse.Namespace) -> int:
-    json_logs = {"auto": None, "json": True, "console": False}[args.log_format]
-    try:
-        configure_logging(json=json_logs, level=args.log_level)
-    except ValueError as exc:
-        raise CliError(EXIT_USAGE, str(exc)) from None
-    flags = {name: getattr(args, name) for name in _CONFIG_FLAGS}
-    config = load_config(args.config, os.environ, flags)
+    setup_logging(args)
+    config = config_from_args(args)
     if args.command == "run":
         return _run(config, args)
     if args.command == "lag":
@@ -344,20 +209,11 @@ def _reprocess(argv: list[str]) -> int:
     return int(reprocess_main(argv, prog="kasper reprocess"))
 
 
-def _error(message: str) -> None:
-    # librdkafka's error strings may quote a setting's value: masked ones are hidden
-    print(f"kasper: error: {scrub(message)}", file=sys.stderr, flush=True)
-
-
 # -- kasper run ---------------------------------------------------------------------
 
 def _run(config: Config, args: argparse.Namespace) -> int:
-    factory = _load_attr(args.target, args.app_dir, "target")
-    if not callable(factory):
-        raise CliError(EXIT_CONFIG, f"target {args.target!r} is not callable: it must build "
-                       "a MessageProcessor from a ProcessorContext")
-    stores = _load_stores(args.stores, args.app_dir, config) if args.stores else []
-    _input_partitions(config, _probe(config, args.connect_timeout))  # topics exist?
+    factory, stores = load_target(args, config)
+    input_partitions(config, _probe(config, args.connect_timeout))  # topics exist?
     observer = _observer(config, args.metrics_host)
     try:
         processor = _build_processor(config, factory, stores,
@@ -367,39 +223,6 @@ def _run(config: Config, args: argparse.Namespace) -> int:
     finally:
         if isinstance(observer, PrometheusObserver):
             observer.close()
-
-
-def _load_attr(spec: str, app_dir: str, what: str) -> Any:
-    """Import ``module:attr`` (attr may be dotted), with ``app_dir`` on sys.path."""
-    module_name, sep, attr = spec.partition(":")
-    if not sep or not module_name or not attr:
-        raise CliError(EXIT_CONFIG, f"{what} {spec!r} must look like module:attribute")
-    path = os.path.abspath(app_dir)
-    if path not in sys.path:
-        sys.path.insert(0, path)
-    try:
-        target: Any = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        raise CliError(EXIT_CONFIG, f"{what} {spec!r}: no module named {exc.name!r} "
-                       f"(searched {path} and sys.path)") from None
-    except Exception as exc:
-        raise CliError(EXIT_CONFIG, f"{what} {spec!r}: importing {module_name!r} raised "
-                       f"{type(exc).__name__}: {exc}") from None
-    for part in attr.split("."):
-        if not hasattr(target, part):
-            raise CliError(EXIT_CONFIG, f"{what} {spec!r}: {module_name!r} has no "
-                           f"attribute {attr!r}")
-        target = getattr(target, part)
-    return target
-
-
-def _load_stores(spec: str, app_dir: str, config: Config) -> list[StoreSpec]:
-    stores = _load_attr(spec, app_dir, "--stores")
-    if callable(stores):
-        stores = stores(config)
-    if not isinstance(stores, Sequence) or not all(isinstance(s, StoreSpec) for s in stores):
-        raise CliError(EXIT_CONFIG, f"--stores {spec!r} must give a sequence of StoreSpec")
-    return list(stores)
 
 
 def _observer(config: Config, host: str) -> LoopObserver:
@@ -444,29 +267,30 @@ def _run_loop(processor: TopicProcessor, until_caught_up: bool) -> int:
 
 # -- Kafka access for the operating commands ----------------------------------------
 
-def _client_conf(config: Config, errors: list[str], client: ClientKind) -> dict[str, Any]:
-    """Admin/consumer settings: the user's client overrides and quiet librdkafka logs
-    (the first error is kept for the message instead; what librdkafka still logs goes
-    into the JSON log through ``with_client_log``)."""
-    conf = {"log_level": 2, **config.client_overrides,
-            "bootstrap.servers": config.bootstrap_servers,
-            "error_cb": lambda error: errors.append(error.str())}
-    return with_client_log(conf, config.name, client)
+def _quiet(config: Config, conf: dict[str, Any], errors: list[str],
+           client: ClientKind) -> dict[str, Any]:
+    """A client's settings with librdkafka's logs quiet: the first error it reports is
+    kept in ``errors`` for the message instead; what it still logs goes into the JSON
+    log through ``with_client_log``."""
+    quiet = {**conf, "log_level": 2, "error_cb": lambda error: errors.append(error.str())}
+    return with_client_log(quiet, config.name, client)
 
 
 def _admin(config: Config, errors: list[str]) -> Any:
     try:
-        return AdminClient(_client_conf(config, errors, "admin"))
+        return AdminClient(_quiet(config, config.to_admin_conf(), errors, "admin"))
     except KafkaException as exc:
         raise CliError(EXIT_CONFIG,
                        f"librdkafka refused client_overrides: {_reason(exc)}") from None
 
 
-def _consumer(config: Config, errors: list[str], **overrides: Any) -> Any:
-    """A consumer of the processor's group that never commits by itself."""
+def _consumer(config: Config, errors: list[str]) -> Any:
+    """A consumer of the processor's group, as the loop's but never subscribing (so
+    never a member) and under its own client id."""
+    conf = {**_quiet(config, config.to_consumer_conf(), errors, "consumer"),
+            "client.id": f"{config.name}-cli"}
     try:
-        return Consumer({**_client_conf(config, errors, "consumer"), **overrides,
-                         "group.id": config.group, "enable.auto.commit": False})
+        return Consumer(conf)
     except KafkaException as exc:
         raise CliError(EXIT_CONFIG, "librdkafka refused client_overrides/consumer_overrides: "
                        f"{_reason(exc)}") from None
@@ -511,32 +335,10 @@ class PartitionOffsets:
         return max(self.high - start, 0)
 
 
-def _input_partitions(config: Config, metadata: Any) -> list[tuple[str, int]]:
-    """The (topic, partition) pairs the processor owns; a missing topic, unequal
-    partition counts or an input partition that does not exist is a config error."""
-    counts: dict[str, int] = {}
-    for topic in config.input_topics:
-        meta = metadata.topics.get(topic)
-        if meta is None or meta.error is not None:
-            raise CliError(EXIT_CONFIG, f"config field 'input_topics': topic {topic!r} "
-                           f"does not exist on {config.bootstrap_servers}")
-        counts[topic] = len(meta.partitions)
-    if len(set(counts.values())) > 1:
-        raise CliError(EXIT_CONFIG, "config field 'input_topics': the topics must have the "
-                       f"same partition count, got {counts}")
-    count = next(iter(counts.values()))
-    wanted = list(range(count)) if config.input_partitions is None else config.input_partitions
-    missing = [p for p in wanted if p >= count]
-    if missing:
-        raise CliError(EXIT_CONFIG, f"config field 'input_partitions': {missing} do not "
-                       f"exist: the input topics have {count} partitions")
-    return [(topic, p) for topic in config.input_topics for p in wanted]
-
-
 def _read_offsets(config: Config, metadata: Any, timeout: float) -> list[PartitionOffsets]:
-    keys = _input_partitions(config, metadata)
+    keys = input_partitions(config, metadata)
     errors: list[str] = []
-    consumer = _consumer(config, errors, **config.consumer_overrides)
+    consumer = _consumer(config, errors)
     progress = Progress("reading offsets", len(keys))
     try:
         committed = consumer.committed([TopicPartition(t, p) for t, p in keys], timeout=timeout)

@@ -1,6 +1,6 @@
 """``Config``: the frozen, validated settings of one processor, and the one place
-where they become librdkafka's dotted keys. Loading from TOML or the environment
-lives in the CLI, not here.
+where they become librdkafka's dotted keys (consumer, producer and admin client alike).
+Loading from TOML or the environment lives in the CLI, not here.
 """
 
 from __future__ import annotations
@@ -19,6 +19,13 @@ __all__ = ["Config"]
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _MAX_BATCH = 1_000_000  # confluent-kafka's cap on one consume() call
 _DECODE_POLICIES = ("fail", "skip", "dead_letter")
+# librdkafka keys (aliases included) that a Config field decides: an override naming
+# one is refused, so a setting is never silently replaced or dropped.
+_FIELD_KEYS = {
+    "bootstrap.servers": "bootstrap_servers", "metadata.broker.list": "bootstrap_servers",
+    "group.id": "group_id", "auto.offset.reset": "auto_offset_reset",
+    "message.timeout.ms": "delivery_timeout", "delivery.timeout.ms": "delivery_timeout",
+}
 
 ClientValue = str | int | float | bool
 
@@ -60,7 +67,7 @@ class Config:
     dead_letter_topic: str | None = None
     """Where ``on_decode_error="dead_letter"`` sends undecodable input; required by it."""
     client_overrides: Mapping[str, ClientValue] = field(default_factory=dict)
-    """librdkafka settings applied to both consumer and producer (e.g. SASL)."""
+    """librdkafka settings applied to every client: consumer, producer, admin (e.g. SASL)."""
     consumer_overrides: Mapping[str, ClientValue] = field(default_factory=dict)
     """librdkafka settings for the consumer only."""
     producer_overrides: Mapping[str, ClientValue] = field(default_factory=dict)
@@ -158,7 +165,16 @@ class Config:
                     raise ConfigError(name, f"{key!r} must map a str key to str/int/float/bool")
             self._set(name, dict(overrides))
             remember_secrets(overrides)  # scrubbed from logs, errors and CLI output
+            self._refuse_field_keys(name, overrides)
         self._refuse_unsafe_overrides()
+
+    @staticmethod
+    def _refuse_field_keys(name: str, overrides: Mapping[str, ClientValue]) -> None:
+        """A key a field decides would lose to the field (see ``_client_conf``): say so."""
+        for key in overrides:
+            if key in _FIELD_KEYS:
+                raise ConfigError(name, f"{key} comes from the {_FIELD_KEYS[key]!r} field: "
+                                  "set that field instead")
 
     def _refuse_unsafe_overrides(self) -> None:
         """Overrides may tune the clients, never weaken the commit contract."""
@@ -167,8 +183,6 @@ class Config:
         where = "consumer_overrides"
         if str(consumer.get("enable.auto.commit", "false")).lower() != "false":
             raise ConfigError(where, "enable.auto.commit must stay false: the loop commits")
-        if "group.id" in consumer:
-            raise ConfigError(where, "set the group with the 'group_id' field, not group.id")
         where = "producer_overrides"
         if str(producer.get("acks", "all")).lower() not in ("all", "-1"):
             raise ConfigError(where, "acks must stay 'all' for at-least-once delivery")
@@ -191,25 +205,22 @@ class Config:
         return serde_for(self.value_serde)
 
     def to_consumer_conf(self) -> dict[str, ClientValue]:
-        """librdkafka consumer settings: manual commits of processed offsets only."""
-        conf: dict[str, ClientValue] = {
-            "bootstrap.servers": self.bootstrap_servers,
-            "group.id": self.group,
+        """librdkafka consumer settings: manual commits of processed offsets only, read
+        committed. Precedence as for every client: see ``_client_conf``."""
+        defaults: dict[str, ClientValue] = {
             "client.id": f"{self.name}-consumer",
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
-            "auto.offset.reset": self.auto_offset_reset,
             "isolation.level": "read_committed",
             "enable.partition.eof": False,
         }
-        conf.update(self.client_overrides)
-        conf.update(self.consumer_overrides)
-        return conf
+        from_fields = {"group.id": self.group, "auto.offset.reset": self.auto_offset_reset}
+        return self._client_conf(defaults, self.consumer_overrides, from_fields)
 
     def to_producer_conf(self) -> dict[str, ClientValue]:
-        """librdkafka producer settings: acks=all, idempotent, Java-compatible partitioning."""
-        conf: dict[str, ClientValue] = {
-            "bootstrap.servers": self.bootstrap_servers,
+        """librdkafka producer settings: acks=all, idempotent, Java-compatible partitioning.
+        Precedence as for every client: see ``_client_conf``."""
+        defaults: dict[str, ClientValue] = {
             "client.id": f"{self.name}-producer",
             "acks": "all",
             "enable.idempotence": True,
@@ -218,11 +229,25 @@ class Config:
             "partitioner": "murmur2_random",
             "linger.ms": 5,
             "queue.buffering.max.messages": 1_000_000,
-            "message.timeout.ms": int(self.delivery_timeout * 1000),
         }
-        conf.update(self.client_overrides)
-        conf.update(self.producer_overrides)
-        return conf
+        return self._client_conf(defaults, self.producer_overrides,
+                                 {"message.timeout.ms": int(self.delivery_timeout * 1000)})
+
+    def to_admin_conf(self) -> dict[str, ClientValue]:
+        """librdkafka admin client settings (topic metadata, changelog creation, group
+        offsets): the connection and ``client_overrides`` only, as ``_client_conf`` says."""
+        return self._client_conf({"client.id": f"{self.name}-admin"}, {}, {})
+
+    def _client_conf(self, defaults: Mapping[str, ClientValue],
+                     own_overrides: Mapping[str, ClientValue],
+                     from_fields: Mapping[str, ClientValue]) -> dict[str, ClientValue]:
+        """The one precedence rule of every client, later winning: the library's
+        ``defaults``, then ``client_overrides``, then the client's own overrides, then
+        the keys a field decides (``bootstrap.servers`` and ``from_fields``). Overrides
+        naming a field's key are refused at construction, so the last step only makes
+        the rule visible; callers add their own keys (a log level, callbacks) on top."""
+        return {**defaults, **self.client_overrides, **own_overrides,
+                "bootstrap.servers": self.bootstrap_servers, **from_fields}
 
     def __repr__(self) -> str:
         parts = []

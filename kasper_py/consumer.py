@@ -6,7 +6,7 @@ exceptions become kasper_py's here and nowhere else.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import structlog
@@ -23,8 +23,9 @@ from confluent_kafka import (
 from kasper_py._client_log import with_client_log
 from kasper_py.config import Config
 from kasper_py.exceptions import CommitError, ConsumeError, TopicError
+from kasper_py.topics import partition_count
 
-__all__ = ["InputConsumer", "common_partition_count"]
+__all__ = ["InputConsumer"]
 
 TopicPartitionKey = tuple[str, int]
 _METADATA_TIMEOUT = 30.0
@@ -38,18 +39,6 @@ _TRANSIENT = _COORDINATOR_BUSY | {KafkaError._TRANSPORT, KafkaError._ALL_BROKERS
                                   KafkaError.NETWORK_EXCEPTION}
 
 _log = structlog.get_logger("kasper_py")
-
-
-def common_partition_count(counts: Mapping[str, int]) -> int:
-    """The partition count every input topic shares (``counts``: topic -> its count);
-    ``TopicError`` listing them when they differ. Also the in-memory broker's check."""
-    if len(set(counts.values())) > 1:
-        listed = ", ".join(f"{t}={n}" for t, n in counts.items())
-        raise TopicError(
-            f"input topics must have the same partition count to be processed "
-            f"partition-wise; found {listed}"
-        )
-    return next(iter(counts.values()))
 
 
 class InputConsumer:
@@ -69,14 +58,7 @@ class InputConsumer:
             self._consumer.poll(0)  # delivers the client's log lines: refused, DNS, TLS...
             raise TopicError(f"cannot read metadata from {self._config.bootstrap_servers}: "
                              f"{exc.args[0]}") from exc
-        counts: dict[str, int] = {}
-        for topic in self._config.input_topics:
-            meta = metadata.topics.get(topic)
-            if meta is None or meta.error is not None:
-                reason = "does not exist" if meta is None else meta.error.str()
-                raise TopicError(f"input topic {topic!r}: {reason}")
-            counts[topic] = len(meta.partitions)
-        return common_partition_count(counts)
+        return partition_count(self._config, metadata)
 
     def assign(self, partitions: Sequence[int]) -> dict[TopicPartitionKey, int | None]:
         """Assign ``partitions`` of every input topic at their committed offsets (where

@@ -2,7 +2,7 @@
 
     KasperError
     ├── ConfigError          a Config field (or a TOML/env value) is invalid
-    ├── TopicError           an input topic is missing or partition counts differ
+    ├── TopicError           an input topic or partition is missing, or partition counts differ
     ├── SerdeError           a key or value could not be decoded or encoded
     ├── ProcessingError      MessageProcessor.process() raised
     ├── ConsumeError         the consumer returned an error for a partition
@@ -69,7 +69,8 @@ class ConfigError(KasperError, ValueError):
 
 
 class TopicError(KasperError):
-    """An input topic is missing, or the input topics disagree on partitions."""
+    """An input topic or input partition is missing, or the input topics disagree on
+    their partition count (``kasper_py.topics`` checks them for every runner)."""
 
 
 class SerdeError(KasperError):

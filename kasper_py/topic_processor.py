@@ -30,7 +30,6 @@ from kasper_py.exceptions import (
     KasperError,
     ProduceError,
     SimulatedCrash,
-    TopicError,
 )
 from kasper_py.observe import LoopObserver, NoopObserver, TurnStats
 from kasper_py.offsets import HEARTBEAT_SECONDS, CommitNote, OffsetTracker
@@ -38,6 +37,7 @@ from kasper_py.ports import KafkaClients
 from kasper_py.processor import ProcessorFactory
 from kasper_py.producer import OutputProducer
 from kasper_py.stores.base import StoreRuntime, StoreSpec
+from kasper_py.topics import owned_partitions
 from kasper_py.turn import TurnEngine
 
 __all__ = ["TopicProcessor"]
@@ -315,14 +315,7 @@ class TopicProcessor:
         return committed, highs
 
     def _partitions(self, count: int) -> list[int]:
-        wanted = self.config.input_partitions
-        if wanted is None:
-            return list(range(count))
-        missing = [p for p in wanted if p >= count]
-        if missing:
-            raise TopicError(f"input_partitions {missing} do not exist: the input topics "
-                             f"{list(self.config.input_topics)} have {count} partitions")
-        return list(wanted)
+        return owned_partitions(self.config, count)
 
     def _fail(self, exc: BaseException) -> None:
         self._observer.on_error(exc)

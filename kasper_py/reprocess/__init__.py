@@ -6,10 +6,12 @@ optional handoff of the end offsets to the live loop's group.
     result = reprocess(config, WordCount, start="earliest", end="latest", handoff=True)
 
 Importing this package needs no pyspark; running a job needs the ``kasper-py[spark]``
-extra (pyspark, pandas, pyarrow). Errors, all ``ReprocessError`` from kasper_py:
+extra (pyspark, pandas, pyarrow). Errors, ``ReprocessError`` from kasper_py, except
+that input topics Kafka does not hold as configured are a ``TopicError``, as for the
+live loop:
 
     ReprocessError            the job failed (a task raised, Spark failed)
-    ├── RangeError             unknown topic or partition, offsets outside the
+    ├── RangeError             a partition that is not an input, offsets outside the
     │                          watermarks, end before start
     ├── HandoffRefusedError    the live group is active (unless forced)
     └── BrokerUnreachableError Kafka did not answer the driver

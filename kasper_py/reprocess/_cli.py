@@ -1,8 +1,8 @@
 """``python -m kasper_py.reprocess`` / ``kasper reprocess`` / ``spark-submit``: run a
 processor factory over a range of history. Configuration comes as for ``kasper run``
 (TOML, then ``KASPER_*`` variables, then flags); exit codes are the CLI's:
-0 ok, 1 the job failed, 2 usage, 3 bad configuration or range, 4 Kafka unreachable,
-5 handoff refused (the live group is active).
+0 ok, 1 the job failed, 2 usage, 3 bad configuration, input topics or range, 4 Kafka
+unreachable, 5 handoff refused (the live group is active).
 """
 
 from __future__ import annotations
@@ -14,22 +14,36 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from kasper_py.exceptions import ReprocessError
+from kasper_py._cli_base import (
+    EXIT_BROKER,
+    EXIT_CONFIG,
+    EXIT_REFUSED,
+    CliError,
+    ExitCodes,
+    add_config_flags,
+    add_target_arguments,
+    config_from_args,
+    exit_code,
+    load_target,
+    print_error,
+    setup_logging,
+)
+from kasper_py.exceptions import KasperError
 from kasper_py.reprocess._handoff import HandoffRefusedError
+from kasper_py.reprocess._job import reprocess, resolve_range
 from kasper_py.reprocess._kafka import BrokerUnreachableError
 from kasper_py.reprocess._range import Position, RangeError
+from kasper_py.reprocess._spark import require_pyspark, spark_session
 
 __all__ = ["main", "parse_position"]
 
-_CONFIG_FLAGS: dict[str, tuple[Any, str]] = {
-    "name": (str, "processor name (its group and store prefix by default)"),
-    "bootstrap_servers": (str, "Kafka bootstrap servers, host:port[,...]"),
-    "input_topics": (lambda s: [t for t in s.split(",") if t], "comma-separated input topics"),
-    "input_partitions": (lambda s: [int(p) for p in s.split(",") if p],
-                         "comma-separated partition numbers (default: all)"),
-    "group_id": (str, "the live loop's consumer group (default: the name)"),
-    "batch_size": (int, "messages per batch given to process()"),
-}
+# The Config fields a reprocessing run takes as flags (batch_wait and metrics_port are
+# the live loop's).
+_CONFIG_FLAGS = ("name", "bootstrap_servers", "input_topics", "input_partitions", "group_id",
+                 "batch_size")
+_EXIT_CODES: ExitCodes = ((RangeError, EXIT_CONFIG), (ImportError, EXIT_CONFIG),
+                          (HandoffRefusedError, EXIT_REFUSED),
+                          (BrokerUnreachableError, EXIT_BROKER))
 
 
 def parse_position(text: str) -> Position:
@@ -74,10 +88,7 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=prog, description=(
         "Run a processor over a range of the input topics' history with Spark, and "
         "optionally hand the end offsets to the live loop's group."))
-    parser.add_argument("target", help="module:factory, a ProcessorFactory (or processor class)")
-    parser.add_argument("--stores", metavar="MODULE:ATTR",
-                        help="StoreSpecs to open: a sequence, or a callable taking the Config")
-    parser.add_argument("--app-dir", default=".", help="prepended to sys.path (default: .)")
+    add_target_arguments(parser)
     parser.add_argument("--start", type=parse_position, default="earliest", metavar="WHERE",
                         help="earliest (default), an ISO-8601 time, epoch ms, or "
                              "topic:partition=offset[,...]")
@@ -95,55 +106,27 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     parser.add_argument("--kafka-option", type=_option, action="append", default=[],
                         metavar="KEY=VALUE", help="Spark Kafka reader option, e.g. "
                         "kafka.security.protocol=SASL_SSL (repeatable)")
-    _add_config_flags(parser)
+    add_config_flags(parser, _CONFIG_FLAGS)
     return parser
-
-
-def _add_config_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", "-c", metavar="FILE", help="TOML file of Config fields")
-    for name, (parse, text) in _CONFIG_FLAGS.items():
-        parser.add_argument(f"--{name.replace('_', '-')}", dest=name, type=parse, help=text)
-    parser.add_argument("--log-format", choices=("auto", "json", "console"), default="auto",
-                        help="auto: JSON unless stderr is a terminal")
-    parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ERROR")
 
 
 def main(argv: Sequence[str] | None = None, prog: str = "python -m kasper_py.reprocess") -> int:
     """Run the command line; returns the exit code."""
-    from kasper_py import cli  # noqa: PLC0415 - shares the CLI's config loading
-
     args = _parser(prog).parse_args(list(sys.argv[1:] if argv is None else argv))
     try:
         return _run(args)
-    except (cli.CliError, ReprocessError, ImportError) as exc:
-        print(f"{prog}: error: {exc}", file=sys.stderr, flush=True)
-        return _exit_code(exc)
-
-
-def _exit_code(error: Exception) -> int:
-    from kasper_py import cli  # noqa: PLC0415
-
-    if isinstance(error, cli.CliError):
-        return error.code
-    codes = ((RangeError, cli.EXIT_CONFIG), (ImportError, cli.EXIT_CONFIG),
-             (HandoffRefusedError, cli.EXIT_REFUSED), (BrokerUnreachableError, cli.EXIT_BROKER))
-    return next((code for kind, code in codes if isinstance(error, kind)), cli.EXIT_FAILED)
+    except (CliError, KasperError, ImportError) as exc:
+        print_error(prog, str(exc))
+        return exit_code(exc, _EXIT_CODES)
 
 
 def _run(args: argparse.Namespace) -> int:
-    from kasper_py import cli  # noqa: PLC0415
-    from kasper_py.logging import configure_logging  # noqa: PLC0415
-    from kasper_py.reprocess._job import reprocess, resolve_range  # noqa: PLC0415
-
-    configure_logging(json={"auto": None, "json": True, "console": False}[args.log_format],
-                      level=args.log_level)
-    config = cli.load_config(args.config, os.environ,
-                             {name: getattr(args, name) for name in _CONFIG_FLAGS})
+    setup_logging(args)
+    config = config_from_args(args)
     if args.dry_run:
         print(resolve_range(config, args.start, args.end).describe())
         return 0
-    factory = cli._load_attr(args.target, args.app_dir, "target")
-    stores = cli._load_stores(args.stores, args.app_dir, config) if args.stores else []
+    factory, stores = load_target(args, config)
     spark = _session(args.master)
     try:
         result = reprocess(config, factory, start=args.start, end=args.end, stores=stores,
@@ -170,8 +153,6 @@ def _summary(result: Any, group: str) -> None:
 def _session(master: str | None) -> Any:
     """The session to run on, stopped by the caller: spark-submit's (it set the master
     and the jars), one for ``--master``, or ``None`` for reprocess()'s local[2] one."""
-    from kasper_py.reprocess._spark import require_pyspark, spark_session  # noqa: PLC0415
-
     if master is not None:
         return spark_session(master)
     if os.environ.get("PYSPARK_GATEWAY_PORT"):  # set by spark-submit for its driver

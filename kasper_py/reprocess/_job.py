@@ -78,8 +78,9 @@ def reprocess(
     a successful job commits its end offsets to the live group (``config.group``), which
     must be idle unless ``force``. ``spark`` defaults to a local[2] session, stopped
     afterwards; ``kafka_options`` are extra Spark Kafka reader options (``kafka.*``
-    client settings such as SASL). Raises ``ReprocessError`` (``RangeError`` for a bad
-    range, ``HandoffRefusedError`` for an active group) naming what is wrong.
+    client settings such as SASL). Raises ``TopicError`` when the input topics are not as
+    configured, else ``ReprocessError`` (``RangeError`` for a bad range,
+    ``HandoffRefusedError`` for an active group) naming what is wrong.
     """
     _check_arguments(stores, output)
     require_pyspark()

@@ -21,7 +21,7 @@ from kasper_py._client_log import with_client_log
 from kasper_py.config import Config
 from kasper_py.exceptions import ReprocessError
 from kasper_py.offsets import CommitNote
-from kasper_py.reprocess._range import RangeError
+from kasper_py.topics import input_partitions
 
 __all__ = ["BrokerUnreachableError", "KafkaFacts"]
 
@@ -42,38 +42,21 @@ class KafkaFacts:
         self._config = config
         self._timeout = timeout
         self._errors: list[str] = []
-        consumer_conf: dict[str, Any] = {**config.to_consumer_conf(), "log_level": 2,
-                                          "client.id": f"{config.name}-reprocess",
-                                          "error_cb": self._on_error}
-        self._consumer = Consumer(with_client_log(consumer_conf, config.name, "consumer"))
-        admin_conf: dict[str, Any] = {"log_level": 2, **config.client_overrides,
-                                      "bootstrap.servers": config.bootstrap_servers,
-                                      "error_cb": self._on_error}
-        self._admin = AdminClient(with_client_log(admin_conf, config.name, "admin"))
+        # Quiet librdkafka: the first error it reports goes into the exception instead;
+        # what it still logs goes into the JSON log.
+        quiet: dict[str, Any] = {"log_level": 2, "error_cb": self._on_error}
+        self._consumer = Consumer(with_client_log(
+            {**config.to_consumer_conf(), **quiet, "client.id": f"{config.name}-reprocess"},
+            config.name, "consumer"))
+        self._admin = AdminClient(with_client_log({**config.to_admin_conf(), **quiet},
+                                                  config.name, "admin"))
 
     def input_keys(self) -> list[TopicPartitionKey]:
-        """Every (topic, partition) to reprocess; checks that the topics exist, agree on
-        their partition count, and have the configured ``input_partitions``."""
+        """Every (topic, partition) to reprocess; ``TopicError`` as for the live loop when
+        a topic is missing, the counts differ or an ``input_partitions`` is missing."""
         metadata = self._call("reading metadata", self._consumer.list_topics,
                               timeout=self._timeout)
-        counts: dict[str, int] = {}
-        for topic in self._config.input_topics:
-            meta = metadata.topics.get(topic)
-            if meta is None or meta.error is not None:
-                raise RangeError(f"unknown topic {topic!r}: it does not exist on "
-                                 f"{self._config.bootstrap_servers}")
-            counts[topic] = len(meta.partitions)
-        if len(set(counts.values())) > 1:
-            listed = ", ".join(f"{t}={n}" for t, n in counts.items())
-            raise RangeError(f"input topics must have one partition count to be processed "
-                             f"partition-wise; found {listed}")
-        count = next(iter(counts.values()))
-        wanted = self._config.input_partitions or range(count)
-        missing = [p for p in wanted if p >= count]
-        if missing:
-            raise RangeError(f"input_partitions {missing} do not exist: the input topics have "
-                             f"{count} partitions")
-        return [(topic, p) for topic in self._config.input_topics for p in wanted]
+        return input_partitions(self._config, metadata)
 
     def watermarks(self, keys: Iterable[TopicPartitionKey]) -> dict[TopicPartitionKey,
                                                                    tuple[int, int]]:

@@ -31,7 +31,7 @@ _MAX_LISTED = 5
 
 
 class RangeError(ReprocessError):
-    """The requested range is invalid: unknown topic or partition, an offset outside
+    """The requested range is invalid: a partition that is not an input, an offset outside
     the partition's watermarks, or an end before its start."""
 
 

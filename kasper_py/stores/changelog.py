@@ -63,8 +63,7 @@ def ensure_changelog(config: Config, topic: str, *, replication_factor: int = -1
     ``replication_factor=-1`` takes the broker's default. Raises ``StoreError`` when an
     existing changelog has fewer partitions than the input.
     """
-    admin = AdminClient(with_client_log({"bootstrap.servers": config.bootstrap_servers,
-                                         **config.client_overrides}, config.name, "admin"))
+    admin = AdminClient(with_client_log(config.to_admin_conf(), config.name, "admin"))
     counts = _partition_counts(admin, config)
     wanted = counts.get(config.input_topics[0])
     if wanted is None:

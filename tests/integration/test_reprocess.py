@@ -22,7 +22,7 @@ import reprocess_processors as procs
 import structlog
 from confluent_kafka import Consumer, Producer
 
-from kasper_py import Config, ReprocessError, TopicProcessor
+from kasper_py import Config, ReprocessError, TopicError, TopicProcessor
 from kasper_py.reprocess import (
     HandoffRefusedError,
     RangeError,
@@ -211,8 +211,9 @@ def test_failing_processor_fails_the_job_without_handoff(bootstrap, new_topic, k
 
 def test_bad_ranges_fail_before_spark_with_clear_errors(bootstrap, new_topic, kafka,
                                                         unique_name) -> None:
-    """End before start, an unknown topic, offsets outside the watermarks, a partition that
-    is not an input, and times in the wrong order: each a RangeError naming the problem."""
+    """End before start, offsets outside the watermarks, a partition that is not an
+    input, and times in the wrong order: each a RangeError naming the problem; an unknown
+    topic is the live loop's TopicError."""
     source = new_topic("in", partitions=2)
     kafka.produce(source, [b"m%d" % i for i in range(100)], partition=0)
     cfg = config(bootstrap, unique_name("bad"), [source])
@@ -231,7 +232,7 @@ def test_bad_ranges_fail_before_spark_with_clear_errors(bootstrap, new_topic, ka
             reprocess(cfg, factory, spark=NO_SPARK, **kwargs)
         assert message in str(info.value)
     missing = unique_name("no-such-topic")
-    with pytest.raises(RangeError, match=f"unknown topic '{missing}'"):
+    with pytest.raises(TopicError, match=f"input topic '{missing}': does not exist"):
         reprocess(config(bootstrap, unique_name("bad"), [missing]), factory, spark=NO_SPARK)
     with pytest.raises(ReprocessError, match="output='stores' needs the stores"):
         reprocess(cfg, factory, output="stores", spark=NO_SPARK)

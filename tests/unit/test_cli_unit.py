@@ -19,7 +19,8 @@ import structlog
 from confluent_kafka import KafkaError
 
 import kasper_py.stack
-from kasper_py import Config, cli
+from kasper_py import Config, TopicError, cli
+from kasper_py._cli_base import exit_code, print_error
 from kasper_py.cli import (
     EXIT_BROKER,
     EXIT_CONFIG,
@@ -260,6 +261,16 @@ def test_secret_from_the_environment_stays_out_of_errors() -> None:
     assert "hunter2-secret" not in result.stderr + result.stdout
 
 
+def test_errors_of_every_command_are_scrubbed(capsys: pytest.CaptureFixture[str]) -> None:
+    """`kasper` and `kasper reprocess` print errors through one function, which hides
+    a configured secret a librdkafka message may quote."""
+    Config(name="p", bootstrap_servers="h:1", input_topics=["t"],
+           client_overrides={"sasl.password": "Quoted-Secret-31"})
+    print_error("kasper reprocess", "Invalid value 'Quoted-Secret-31' for sasl.password")
+    err = capsys.readouterr().err
+    assert err.startswith("kasper reprocess: error: Invalid value") and "Quoted" not in err
+
+
 def test_usage_errors_exit_2() -> None:
     """argparse's usage errors keep their conventional code."""
     assert kasper("offsets", "reset", "--to", "yesterday", *BASE).returncode == 2
@@ -327,29 +338,12 @@ def test_toml_that_is_not_utf8_is_a_config_error(tmp_path: Path) -> None:
     assert caught.value.code == EXIT_CONFIG
 
 
-def metadata(**partitions: int) -> Any:
-    """Cluster metadata as list_topics() gives it: topic -> partition count."""
-    return SimpleNamespace(topics={
-        topic: SimpleNamespace(error=None, partitions=dict.fromkeys(range(count)))
-        for topic, count in partitions.items()})
-
-
-def test_input_partitions_are_checked_against_the_topics() -> None:
-    """Unknown input partitions and unequal partition counts are config errors naming
-    the field, before any group is touched; valid ones list every owned pair."""
-    config = Config(name="p", bootstrap_servers="h:1", input_topics=["a", "b"],
-                    input_partitions=[1, 9])
-    with pytest.raises(CliError, match=r"'input_partitions': \[9\] do not exist: the input "
-                                       "topics have 4 partitions") as caught:
-        cli._input_partitions(config, metadata(a=4, b=4))
-    assert caught.value.code == EXIT_CONFIG
-    with pytest.raises(CliError, match=re.escape("same partition count, got {'a': 4, 'b': 2}")):
-        cli._input_partitions(Config(name="p", bootstrap_servers="h:1",
-                                     input_topics=["a", "b"]), metadata(a=4, b=2))
-    owned = cli._input_partitions(Config(name="p", bootstrap_servers="h:1",
-                                         input_topics=["a", "b"], input_partitions=[2, 0]),
-                                  metadata(a=4, b=4))
-    assert owned == [("a", 0), ("a", 2), ("b", 0), ("b", 2)]
+def test_a_topic_error_is_a_config_error() -> None:
+    """A missing input topic or partition (TopicError, from kasper_py.topics) exits 3 in
+    `kasper run`, `kasper lag`, `kasper offsets`; the reprocess command maps it the same."""
+    assert exit_code(TopicError("input topic 't': does not exist on h:1")) == EXIT_CONFIG
+    assert exit_code(CliError(EXIT_BROKER, "unreachable")) == EXIT_BROKER
+    assert exit_code(RuntimeError("bug")) == cli.EXIT_FAILED
 
 
 def test_refused_consumer_overrides_are_a_config_error() -> None:
@@ -359,7 +353,7 @@ def test_refused_consumer_overrides_are_a_config_error() -> None:
                     consumer_overrides={"fetch.min.bytes": "abc"})
     with pytest.raises(CliError, match="librdkafka refused client_overrides/"
                                        "consumer_overrides") as caught:
-        cli._consumer(config, [], **config.consumer_overrides)
+        cli._consumer(config, [])
     assert caught.value.code == EXIT_CONFIG
 
 

@@ -84,6 +84,48 @@ def test_producer_conf_is_idempotent_acks_all() -> None:
     assert conf["partitioner"] == "murmur2_random"
 
 
+def test_admin_conf_takes_the_connection_and_client_overrides_only() -> None:
+    """The admin client (CLI, reprocess driver, changelog creation) gets the servers and
+    client_overrides, never the consumer's or producer's own settings."""
+    conf = make(client_overrides={"security.protocol": "SSL"},
+                consumer_overrides={"fetch.min.bytes": 1024},
+                producer_overrides={"linger.ms": 20}).to_admin_conf()
+    assert conf == {"bootstrap.servers": "127.0.0.1:9092", "client.id": "reach-admin",
+                    "security.protocol": "SSL"}
+
+
+def test_one_precedence_for_every_client() -> None:
+    """Defaults < client_overrides < the client's own overrides < keys a field decides,
+    for consumer, producer and admin alike."""
+    config = make(client_overrides={"client.id": "shared", "socket.timeout.ms": 1},
+                  consumer_overrides={"socket.timeout.ms": 2, "isolation.level": "x"},
+                  producer_overrides={"client.id": "mine", "linger.ms": 0},
+                  delivery_timeout=3.0)
+    consumer, producer, admin = (config.to_consumer_conf(), config.to_producer_conf(),
+                                 config.to_admin_conf())
+    assert (consumer["client.id"], producer["client.id"], admin["client.id"]) == (
+        "shared", "mine", "shared")
+    assert (consumer["socket.timeout.ms"], producer["socket.timeout.ms"]) == (2, 1)
+    assert consumer["isolation.level"] == "x" and producer["linger.ms"] == 0
+    assert producer["message.timeout.ms"] == 3000
+    assert {c["bootstrap.servers"] for c in (consumer, producer, admin)} == {"127.0.0.1:9092"}
+
+
+@pytest.mark.parametrize(("field", "key", "owner"), [
+    ("client_overrides", "bootstrap.servers", "bootstrap_servers"),
+    ("consumer_overrides", "metadata.broker.list", "bootstrap_servers"),
+    ("client_overrides", "group.id", "group_id"),
+    ("consumer_overrides", "auto.offset.reset", "auto_offset_reset"),
+    ("producer_overrides", "message.timeout.ms", "delivery_timeout"),
+    ("client_overrides", "delivery.timeout.ms", "delivery_timeout"),
+])
+def test_overrides_cannot_set_what_a_field_decides(field: str, key: str, owner: str) -> None:
+    """A key a field decides would lose to the field: refused, naming the field to set."""
+    with pytest.raises(ConfigError, match=f"{key} comes from the '{owner}' field") as info:
+        make(**{field: {key: "x"}})
+    assert info.value.field == field
+
+
 @pytest.mark.parametrize(
     ("field", "overrides", "text"),
     [

@@ -1,0 +1,274 @@
+"""What the ``kasper`` commands share, below all of them: the ``Config`` from a TOML file,
+``KASPER_*`` environment variables and flags (one flag table), ``module:attr`` targets
+and store specs, exit codes, and the one-line error. It imports no command, so
+``kasper run`` and ``kasper reprocess`` both build on it without importing each other.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib
+import os
+import sys
+import tomllib
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from kasper_py._secrets import scrub
+from kasper_py.config import Config
+from kasper_py.exceptions import ConfigError, TopicError
+from kasper_py.logging import configure_logging
+from kasper_py.processor import ProcessorFactory
+from kasper_py.stores.base import StoreSpec
+
+__all__ = ["CONFIG_FLAGS", "ENV_PREFIX", "EXIT_BROKER", "EXIT_CONFIG", "EXIT_FAILED",
+           "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_REFUSED", "EXIT_USAGE", "CliError",
+           "ExitCodes", "add_config_flags", "add_target_arguments", "config_from_args",
+           "exit_code", "flag_name", "load_attr", "load_config", "load_target",
+           "print_error", "setup_logging"]
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_CONFIG = 3
+EXIT_BROKER = 4
+EXIT_REFUSED = 5
+EXIT_INTERRUPTED = 130
+
+ExitCodes = Sequence[tuple[type[BaseException], int]]
+"""Exception types and their exit codes, the first that matches winning."""
+
+ENV_PREFIX = "KASPER_"
+_OVERRIDE_ENV = {"CLIENT": "client_overrides", "CONSUMER": "consumer_overrides",
+                 "PRODUCER": "producer_overrides"}
+_INT_FIELDS = {"batch_size", "metrics_port"}
+_FLOAT_FIELDS = {"batch_wait", "delivery_timeout"}
+_NULLABLE = {"metrics_port", "input_partitions", "group_id", "dead_letter_topic"}
+_FIELDS = {f.name: f for f in dataclasses.fields(Config)}
+
+
+class CliError(Exception):
+    """A failure reported as one line on stderr and the exit ``code``."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+# -- errors and exit codes ----------------------------------------------------------
+
+def exit_code(error: BaseException, codes: ExitCodes = ()) -> int:
+    """The exit code for ``error``: a ``CliError``'s own, else the first of ``codes``
+    it is an instance of; a ``TopicError`` is bad configuration; anything else failed."""
+    if isinstance(error, CliError):
+        return error.code
+    table: list[tuple[type[BaseException], int]] = [*codes, (TopicError, EXIT_CONFIG)]
+    return next((code for kind, code in table if isinstance(error, kind)), EXIT_FAILED)
+
+
+def print_error(prog: str, message: str) -> None:
+    """``prog: error: message`` on stderr, every remembered secret masked: librdkafka's
+    error strings may quote a setting's value."""
+    print(f"{prog}: error: {scrub(message)}", file=sys.stderr, flush=True)
+
+
+# -- flags: the Config fields a command line may set, and logging --------------------
+
+CONFIG_FLAGS: dict[str, tuple[Callable[[str], Any], str]] = {
+    "name": (str, "processor name (its consumer group and state prefix by default)"),
+    "bootstrap_servers": (str, "Kafka bootstrap servers, host:port[,...]"),
+    "input_topics": (lambda s: [t for t in s.split(",") if t], "comma-separated input topics"),
+    "input_partitions": (lambda s: [int(p) for p in s.split(",") if p],
+                         "comma-separated partition numbers (default: all)"),
+    "group_id": (str, "the processor's consumer group (default: the name)"),
+    "batch_size": (int, "messages per batch at most"),
+    "batch_wait": (float, "seconds to wait for a batch to fill"),
+    "metrics_port": (int, "serve /metrics and /health on this port"),
+}
+
+
+def flag_name(field: str) -> str:
+    """The command-line flag of a Config field, without the dashes."""
+    return field.replace("_", "-")
+
+
+def add_config_flags(parser: argparse.ArgumentParser,
+                     fields: Iterable[str] = tuple(CONFIG_FLAGS)) -> None:
+    """``--config``, a flag for each of ``fields`` (keys of ``CONFIG_FLAGS``), and the
+    logging flags ``setup_logging`` reads."""
+    parser.add_argument("--config", "-c", metavar="FILE", help="TOML file of Config fields")
+    for name in fields:
+        parse, text = CONFIG_FLAGS[name]
+        parser.add_argument(f"--{flag_name(name)}", dest=name, type=parse, help=text)
+    parser.add_argument("--log-format", choices=("auto", "json", "console"), default="auto",
+                        help="auto: JSON unless stderr is a terminal")
+    parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ERROR")
+
+
+def setup_logging(args: argparse.Namespace) -> None:
+    """Configure logging from ``--log-format`` and ``--log-level``; an unknown level is a
+    usage error."""
+    json_logs = {"auto": None, "json": True, "console": False}[args.log_format]
+    try:
+        configure_logging(json=json_logs, level=args.log_level)
+    except ValueError as exc:
+        raise CliError(EXIT_USAGE, str(exc)) from None
+
+
+def config_from_args(args: argparse.Namespace, env: Mapping[str, str] = os.environ) -> Config:
+    """The ``Config`` from ``--config``, ``env`` and whichever config flags were added."""
+    flags = {name: getattr(args, name, None) for name in CONFIG_FLAGS}
+    return load_config(args.config, env, flags)
+
+
+# -- configuration: TOML, then KASPER_* environment variables, then flags ---------------
+
+def load_config(path: str | None, env: Mapping[str, str],
+                flags: Mapping[str, Any] | None = None) -> Config:
+    """Build the ``Config`` from a TOML file, ``env`` and ``flags``, later ones winning.
+
+    Raises ``CliError(EXIT_CONFIG)`` naming the field, and where its value came from.
+    """
+    layers = [(path or "", _read_toml(path) if path else {}), ("environment", _from_env(env)),
+              ("flags", {k: v for k, v in (flags or {}).items() if v is not None})]
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    for source, layer in layers:
+        for name, value in layer.items():
+            if name not in _FIELDS:
+                raise CliError(EXIT_CONFIG, f"{source}: unknown config field {name!r}; known "
+                               f"fields: {', '.join(_FIELDS)}")
+            if name.endswith("_overrides"):
+                values[name] = {**values.get(name, {}), **_mapping(name, value, source)}
+            else:
+                values[name] = value
+            sources[name] = source or "config file"
+    return _build(values, sources)
+
+
+def _build(values: dict[str, Any], sources: Mapping[str, str]) -> Config:
+    missing = [name for name, f in _FIELDS.items() if name not in values
+               and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+    if missing:
+        hints = ", ".join(f"{n!r} (TOML key, {ENV_PREFIX}{n.upper()} or --{flag_name(n)})"
+                          for n in missing)
+        raise CliError(EXIT_CONFIG, f"config field {missing[0]!r}: missing; set {hints}")
+    try:
+        return Config(**values)
+    except ConfigError as exc:
+        where = sources.get(exc.field)
+        raise CliError(EXIT_CONFIG, f"{exc} (from {where})" if where else str(exc)) from None
+
+
+def _read_toml(path: str) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as file:
+            data = tomllib.load(file)
+    except FileNotFoundError:
+        raise CliError(EXIT_CONFIG, f"config file {path!r} not found") from None
+    except OSError as exc:
+        raise CliError(EXIT_CONFIG, f"cannot read config file {path!r}: {exc}") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise CliError(EXIT_CONFIG, f"config file {path!r} is not valid TOML: {exc}") from None
+    return data
+
+
+def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
+    """``KASPER_<FIELD>`` for each field; ``KASPER_CLIENT__SASL_PASSWORD`` sets the
+    ``client_overrides`` key ``sasl.password`` (likewise ``CONSUMER__``, ``PRODUCER__``)."""
+    values: dict[str, Any] = {}
+    for name in _FIELDS:
+        raw = env.get(f"{ENV_PREFIX}{name.upper()}")
+        if raw is not None and not name.endswith("_overrides"):
+            values[name] = _parse_env(name, raw, f"{ENV_PREFIX}{name.upper()}")
+    for variable, raw in env.items():
+        prefix, sep, key = variable.removeprefix(ENV_PREFIX).partition("__")
+        if variable.startswith(ENV_PREFIX) and sep and prefix in _OVERRIDE_ENV and key:
+            field = _OVERRIDE_ENV[prefix]
+            values.setdefault(field, {})[key.lower().replace("_", ".")] = raw
+    return values
+
+
+def _parse_env(name: str, raw: str, variable: str) -> Any:
+    text = raw.strip()
+    if name in _NULLABLE and text.lower() in ("", "none"):
+        return None
+    try:
+        if name in _INT_FIELDS:
+            return int(text)
+        if name in _FLOAT_FIELDS:
+            return float(text)
+        if name == "input_partitions":
+            return [int(p) for p in text.split(",") if p.strip()]
+    except ValueError:
+        raise CliError(EXIT_CONFIG, f"config field {name!r}: {variable}={raw!r} is not "
+                       "a number" + (" list" if name == "input_partitions" else "")) from None
+    if name == "input_topics":
+        return [t.strip() for t in text.split(",") if t.strip()]
+    return text
+
+
+def _mapping(name: str, value: Any, source: str) -> dict[str, Any]:
+    if not isinstance(value, Mapping):
+        raise CliError(EXIT_CONFIG, f"config field {name!r}: must be a table of librdkafka "
+                       f"settings (from {source or 'config file'})")
+    return dict(value)
+
+
+# -- the user's code: module:attr targets and store specs ------------------------------
+
+def add_target_arguments(parser: argparse.ArgumentParser) -> None:
+    """The processor to run (``target``), its ``--stores`` and the ``--app-dir`` they are
+    imported from."""
+    parser.add_argument("target", help="module:factory, a ProcessorFactory (or processor class)")
+    parser.add_argument("--stores", metavar="MODULE:ATTR",
+                        help="StoreSpecs to open: a sequence, or a callable taking the Config")
+    parser.add_argument("--app-dir", default=".", help="prepended to sys.path (default: .)")
+
+
+def load_target(args: argparse.Namespace, config: Config
+                ) -> tuple[ProcessorFactory, list[StoreSpec]]:
+    """The factory and store specs ``add_target_arguments`` named, imported and checked
+    before anything connects, so a typo is a config error rather than a crash later."""
+    factory = load_attr(args.target, args.app_dir, "target")
+    if not callable(factory):
+        raise CliError(EXIT_CONFIG, f"target {args.target!r} is not callable: it must build "
+                       "a MessageProcessor from a ProcessorContext")
+    stores = _load_stores(args.stores, args.app_dir, config) if args.stores else []
+    return factory, stores
+
+
+def load_attr(spec: str, app_dir: str, what: str) -> Any:
+    """Import ``module:attr`` (attr may be dotted), with ``app_dir`` on sys.path."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise CliError(EXIT_CONFIG, f"{what} {spec!r} must look like module:attribute")
+    path = os.path.abspath(app_dir)
+    if path not in sys.path:
+        sys.path.insert(0, path)
+    try:
+        target: Any = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        raise CliError(EXIT_CONFIG, f"{what} {spec!r}: no module named {exc.name!r} "
+                       f"(searched {path} and sys.path)") from None
+    except Exception as exc:
+        raise CliError(EXIT_CONFIG, f"{what} {spec!r}: importing {module_name!r} raised "
+                       f"{type(exc).__name__}: {exc}") from None
+    for part in attr.split("."):
+        if not hasattr(target, part):
+            raise CliError(EXIT_CONFIG, f"{what} {spec!r}: {module_name!r} has no "
+                           f"attribute {attr!r}")
+        target = getattr(target, part)
+    return target
+
+
+def _load_stores(spec: str, app_dir: str, config: Config) -> list[StoreSpec]:
+    """``--stores``: a sequence of ``StoreSpec``, or a callable building one from the
+    ``Config``."""
+    stores = load_attr(spec, app_dir, "--stores")
+    if callable(stores):
+        stores = stores(config)
+    if not isinstance(stores, Sequence) or not all(isinstance(s, StoreSpec) for s in stores):
+        raise CliError(EXIT_CONFIG, f"--stores {spec!r} must give a sequence of StoreSpec")
+    return list(stores)
