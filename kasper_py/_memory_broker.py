@@ -28,7 +28,7 @@ from kasper_py.exceptions import (
     StoreError,
     TopicError,
 )
-from kasper_py.message import Message, OutgoingMessage
+from kasper_py.message import Message, OutgoingMessage, OutgoingRecord
 from kasper_py.ports import KafkaClients
 from kasper_py.stores.base import StoreRuntime, StoreSpec, TopicPartitionKey, already_applied
 from kasper_py.stores.memory import MemoryStore
@@ -470,17 +470,22 @@ class _Producer:
         self._process, self._broker = process, process.broker
         self._queue: list[_Queued] = []
 
-    def produce(self, messages: list[OutgoingMessage]) -> None:
+    def produce(self, messages: Sequence[OutgoingRecord]) -> None:
         """Queue ``messages``; ``ProduceError`` for an unknown topic or partition, or
         when a ``fail_produce`` fault fires (the messages before it stay queued)."""
         self._process.check_alive()
         faults = self._broker.faults
-        for message in messages:
+        for record in messages:
+            message = OutgoingMessage._make(record)
             partition = self._broker._route(message)
             if faults._fires("produce"):
                 raise ProduceError(f"cannot produce to {message.topic!r}: {_INJECTED}")
             self._queue.append(_Queued(partition, message, faults._fires("delivery"),
                                        int(time.time() * 1000)))
+
+    def outstanding(self) -> int:
+        """Messages queued and not yet appended: acks come only with ``wait_for_acks``."""
+        return len(self._queue)
 
     def wait_for_acks(self, waiting: Callable[[], None] | None = None) -> None:
         """Append every queued message in order; then raise the first delivery failure."""

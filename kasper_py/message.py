@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-__all__ = ["Headers", "Message", "OutgoingMessage"]
+__all__ = ["Headers", "Message", "OutgoingMessage", "OutgoingRecord"]
 
 Headers = tuple[tuple[str, bytes | None], ...]
 
@@ -36,3 +36,9 @@ class OutgoingMessage(NamedTuple):
     partition: int | None = None
     """``None`` lets the producer's partitioner (murmur2 of the key) choose."""
     headers: Headers | None = None
+
+
+OutgoingRecord = tuple[str, bytes | None, bytes | None, int | None, Headers | None]
+"""What a ``Sender`` hands to the producer: the fields of an ``OutgoingMessage`` as a
+plain tuple, in the same order (an ``OutgoingMessage`` is one too). A plain tuple costs
+a third of a named one to build, and the producer only unpacks it."""

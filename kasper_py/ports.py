@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from kasper_py.message import OutgoingMessage
+    from kasper_py.message import OutgoingRecord
 
 __all__ = ["InputPort", "KafkaClients", "OutputPort"]
 
@@ -22,7 +22,7 @@ TopicPartitionKey = tuple[str, int]
 class OutputPort(Protocol):
     """Where output goes: produced in order per output partition, then acknowledged."""
 
-    def produce(self, messages: list[OutgoingMessage]) -> None:
+    def produce(self, messages: Sequence[OutgoingRecord]) -> None:
         """Hand ``messages`` over for delivery, in order per output partition."""
 
     def wait_for_acks(self, waiting: Callable[[], None] | None = None) -> None:
@@ -32,6 +32,9 @@ class OutputPort(Protocol):
 
 class ProducerPort(OutputPort, Protocol):
     """The loop's producer: an output port that can also be closed."""
+
+    def outstanding(self) -> int:
+        """How many messages handed over still await their ack; never blocks."""
 
     def close(self, discard: bool = False) -> None:
         """Deliver what is queued (or, with ``discard``, drop it) and release the client."""

@@ -1,12 +1,12 @@
 """``OutputProducer`` wraps confluent_kafka.Producer: produces a turn's buffered
-messages (``produce_batch`` per run of one topic and partition), keeps the first delivery
-error, and raises it when the turn waits for its acks.
+messages in order, keeps the first delivery error, and raises it when the turn waits
+for its acks.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer
@@ -14,7 +14,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from kasper_py._client_log import with_client_log
 from kasper_py.config import Config
 from kasper_py.exceptions import ProduceError
-from kasper_py.message import OutgoingMessage
+from kasper_py.message import OutgoingRecord
 
 __all__ = ["OutputProducer"]
 
@@ -27,37 +27,46 @@ class OutputProducer:
 
     def __init__(self, config: Config) -> None:
         self._delivery_timeout = config.delivery_timeout
-        self._producer = Producer(with_client_log(config.to_producer_conf(), config.name,
-                                                  "producer"))
+        conf = with_client_log(config.to_producer_conf(), config.name, "producer")
+        self._producer = Producer({**conf, "on_delivery": self._on_delivery})
         self._error: ProduceError | None = None
-        self.produced = 0
 
-    def produce(self, messages: Iterable[OutgoingMessage]) -> None:
-        """Enqueue ``messages`` keeping each topic's send order; acks arrive later, see
-        ``wait_for_acks``.
+    def produce(self, messages: Sequence[OutgoingRecord]) -> None:
+        """Enqueue ``messages`` in the order given, so in send order per output partition;
+        acks arrive later, see ``wait_for_acks``.
 
-        ``produce_batch`` takes one partition (-1: the partitioner runs on each key) and
-        no headers per call, so each topic's messages go out as consecutive runs with
-        the same partition and no headers; a message with headers goes alone, after the
-        run before it. Kafka orders nothing across topics, so topics may interleave.
+        One ``produce()`` per message and no callback per message: librdkafka reports
+        only failed deliveries (``delivery.report.only.error``), to the one callback the
+        client was built with. That costs less per message than ``produce_batch``, whose
+        entries must each be a dict and which takes no headers.
         """
-        runs: dict[str, tuple[int, list[dict[str, Any]]]] = {}  # topic -> its open run
-        for topic, value, key, partition, headers in messages:
-            target = -1 if partition is None else partition
-            run = runs.get(topic)
-            if headers:
-                if run is not None:
-                    del runs[topic]
-                    self._produce_batch(topic, *run)
-                self._produce_one(OutgoingMessage(topic, value, key, partition, headers))
-                continue
-            if run is None or run[0] != target:
-                if run is not None:
-                    self._produce_batch(topic, *run)
-                run = runs[topic] = (target, [])
-            run[1].append({"value": value, "key": key})
-        for topic, (target, entries) in runs.items():
-            self._produce_batch(topic, target, entries)
+        produce = self._producer.produce
+        start, count = 0, len(messages)
+        deadline = time.monotonic() + self._delivery_timeout
+        while start < count:
+            index, topic = start, messages[start][0]
+            try:
+                for index in range(start, count):
+                    topic, value, key, partition, headers = messages[index]
+                    if headers:
+                        produce(topic, value, key, -1 if partition is None else partition,
+                                headers=list(headers))
+                    else:
+                        produce(topic, value, key, -1 if partition is None else partition)
+                return
+            except BufferError:
+                # the local queue is full: serve acks for a moment, then go on from here
+                if time.monotonic() > deadline:
+                    raise ProduceError(f"producer queue stayed full for {topic!r}",
+                                       code=KafkaError._QUEUE_FULL) from None
+                self._producer.poll(_QUEUE_FULL_PAUSE)
+                start = index
+            except KafkaException as exc:
+                raise _enqueue_error(topic, exc.args[0]) from exc
+
+    def outstanding(self) -> int:
+        """Messages handed over and not yet acknowledged (or failed); never blocks."""
+        return len(self._producer)
 
     def wait_for_acks(self, waiting: Callable[[], None] | None = None) -> None:
         """Block until every enqueued message is acknowledged; raise the first failure.
@@ -96,62 +105,6 @@ class OutputProducer:
         error, self._error = self._error, None
         if error is not None:
             raise error
-
-    def _produce_batch(self, topic: str, partition: int, entries: list[dict[str, Any]]) -> None:
-        pending = entries
-        deadline = time.monotonic() + self._delivery_timeout
-        while pending:
-            try:
-                queued = self._producer.produce_batch(
-                    topic, pending, partition=partition, on_delivery=self._on_delivery)
-            except BufferError:
-                queued = 0
-                for entry in pending:
-                    entry["_error"] = KafkaError(KafkaError._QUEUE_FULL)
-            except KafkaException as exc:
-                raise _enqueue_error(topic, exc.args[0]) from exc
-            self.produced += queued
-            if queued == len(pending):
-                return
-            if time.monotonic() > deadline:
-                raise ProduceError(f"producer queue stayed full for {topic!r}",
-                                   code=KafkaError._QUEUE_FULL)
-            pending = self._failed_to_enqueue(topic, pending)
-
-    def _failed_to_enqueue(
-        self, topic: str, entries: Sequence[dict[str, Any]]
-    ) -> list[dict[str, Any]]:
-        """Entries that failed only because the queue was full, to try again after a poll."""
-        retry = []
-        for entry in entries:
-            error = entry.pop("_error", None)
-            if error is None:
-                continue
-            if error.code() != KafkaError._QUEUE_FULL:
-                raise _enqueue_error(topic, error)
-            retry.append(entry)
-        self._producer.poll(_QUEUE_FULL_PAUSE)
-        return retry
-
-    def _produce_one(self, message: OutgoingMessage) -> None:
-        kwargs: dict[str, Any] = {"value": message.value, "key": message.key,
-                                  "headers": list(message.headers or ()),
-                                  "on_delivery": self._on_delivery}
-        if message.partition is not None:
-            kwargs["partition"] = message.partition
-        deadline = time.monotonic() + self._delivery_timeout
-        while True:
-            try:
-                self._producer.produce(message.topic, **kwargs)
-                self.produced += 1
-                return
-            except BufferError:
-                if time.monotonic() > deadline:
-                    raise ProduceError(f"producer queue stayed full for {message.topic!r}",
-                                       code=KafkaError._QUEUE_FULL) from None
-                self._producer.poll(_QUEUE_FULL_PAUSE)
-            except KafkaException as exc:
-                raise _enqueue_error(message.topic, exc.args[0]) from exc
 
 
 def _enqueue_error(topic: str, error: Any) -> ProduceError:

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from kasper_py.exceptions import SerdeError
-from kasper_py.message import Headers, OutgoingMessage
+from kasper_py.message import Headers, OutgoingMessage, OutgoingRecord
 from kasper_py.serdes import BYTES, Serde
 
 __all__ = ["Sender"]
@@ -25,7 +25,7 @@ class Sender:
     def __init__(self, key_serde: Serde = BYTES, value_serde: Serde = BYTES) -> None:
         self._key_serde = key_serde
         self._value_serde = value_serde
-        self._buffer: list[OutgoingMessage] = []
+        self._buffer: list[OutgoingRecord] = []
 
     def send(
         self,
@@ -49,9 +49,8 @@ class Sender:
         if partition is not None and (type(partition) is not int or partition < 0):
             raise ValueError(f"send() partition must be a non-negative int, got {partition!r}")
         encoded_headers = None if headers is None else _headers(headers)
-        # OutgoingMessage is a NamedTuple; tuple.__new__ skips its Python-level __new__.
-        self._buffer.append(
-            tuple.__new__(OutgoingMessage, (topic, value, key, partition, encoded_headers)))
+        # a plain tuple: the producer only unpacks it (see OutgoingRecord)
+        self._buffer.append((topic, value, key, partition, encoded_headers))
 
     @staticmethod
     def _encode(serde: Serde, topic: str, value: Any) -> bytes | None:
@@ -63,13 +62,14 @@ class Sender:
     @property
     def messages(self) -> list[OutgoingMessage]:
         """The buffered messages, in the order they were sent."""
-        return self._buffer
+        return [OutgoingMessage._make(record) for record in self._buffer]
 
     def __len__(self) -> int:
         return len(self._buffer)
 
-    def drain(self) -> list[OutgoingMessage]:
-        """Return the buffer and start a new one."""
+    def drain(self) -> list[OutgoingRecord]:
+        """Return the buffer (plain tuples in ``OutgoingMessage``'s field order) and start
+        a new one."""
         buffered, self._buffer = self._buffer, []
         return buffered
 

@@ -24,7 +24,7 @@ from kasper_py._memory_broker import Commit, Faults, InMemoryBroker
 from kasper_py.batching import decode_batch
 from kasper_py.config import Config
 from kasper_py.exceptions import SimulatedCrash
-from kasper_py.message import Headers, Message, OutgoingMessage
+from kasper_py.message import Headers, Message, OutgoingMessage, OutgoingRecord
 from kasper_py.processor import MessageProcessor, ProcessorFactory
 from kasper_py.serdes import Serde, serde_for
 from kasper_py.stores.base import KeyValueStore, StoreRuntime, StoreSpec
@@ -140,8 +140,8 @@ class _AckedList:
         self.acked: list[OutgoingMessage] = []
         self._queued: list[OutgoingMessage] = []
 
-    def produce(self, messages: list[OutgoingMessage]) -> None:
-        self._queued.extend(messages)
+    def produce(self, messages: Sequence[OutgoingRecord]) -> None:
+        self._queued.extend(map(OutgoingMessage._make, messages))
 
     def wait_for_acks(self, waiting: Callable[[], None] | None = None) -> None:
         self.acked.extend(self._queued)

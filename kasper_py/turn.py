@@ -27,7 +27,7 @@ from kasper_py.batching import Batch
 from kasper_py.config import Config
 from kasper_py.dead_letters import send_aside
 from kasper_py.exceptions import KasperError, OffsetError, ProcessingError, StoreError
-from kasper_py.message import OutgoingMessage
+from kasper_py.message import OutgoingRecord
 from kasper_py.ports import OutputPort
 from kasper_py.processor import MessageProcessor, ProcessorContext, ProcessorFactory
 from kasper_py.sender import Sender
@@ -178,7 +178,7 @@ class TurnEngine:
             mine = {tp: o for tp, o in next_offsets.items() if tp[1] == partition}
             self._store_call(name, partition, store.flush, mine)
 
-    def _produce(self, messages: list[OutgoingMessage]) -> None:
+    def _produce(self, messages: list[OutgoingRecord]) -> None:
         if messages:
             self._port.produce(messages)
         self._port.wait_for_acks(self._waiting)

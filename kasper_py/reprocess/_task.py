@@ -23,7 +23,7 @@ from kasper_py._closing import close_all
 from kasper_py.batching import decode_batch
 from kasper_py.config import Config
 from kasper_py.exceptions import OffsetError
-from kasper_py.message import Message, OutgoingMessage
+from kasper_py.message import Message, OutgoingRecord
 from kasper_py.ports import OutputPort
 from kasper_py.processor import ProcessorFactory
 from kasper_py.producer import OutputProducer
@@ -216,7 +216,7 @@ class _Discarded:
     def __init__(self, producer: OutputProducer) -> None:
         self._producer = producer
 
-    def produce(self, messages: list[OutgoingMessage]) -> None:
+    def produce(self, messages: Sequence[OutgoingRecord]) -> None:
         pass
 
     def wait_for_acks(self, waiting: Callable[[], None] | None = None) -> None:
@@ -230,7 +230,7 @@ class _AckedAtFinish:
     def __init__(self, port: OutputPort) -> None:
         self._port = port
 
-    def produce(self, messages: list[OutgoingMessage]) -> None:
+    def produce(self, messages: Sequence[OutgoingRecord]) -> None:
         self._port.produce(messages)
 
     def wait_for_acks(self, waiting: Callable[[], None] | None = None) -> None:

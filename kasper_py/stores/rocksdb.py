@@ -18,7 +18,6 @@ from typing import Any
 
 from kasper_py.config import Config
 from kasper_py.exceptions import StoreError
-from kasper_py.message import OutgoingMessage
 from kasper_py.serdes import Serde, serde_for
 from kasper_py.stores.base import (
     BufferedStore,
@@ -188,7 +187,7 @@ class RocksDBStore(BufferedStore):
             self.db.write(writes)
             return
         topic, partition = self.changelog_topic, self.partition
-        self._producer.produce([OutgoingMessage(topic, value, key, partition)
+        self._producer.produce([(topic, value, key, partition, None)  # an OutgoingRecord
                                 for key, value in writes.items()])
         self._in_flight.update(writes)
         self._in_flight_count += len(writes)

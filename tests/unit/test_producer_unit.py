@@ -19,47 +19,63 @@ class RecordingProducer:
     def __init__(self) -> None:
         self.calls: list[tuple[Any, ...]] = []
 
-    def produce_batch(self, topic: str, entries: list[dict[str, Any]], partition: int,
-                      on_delivery: Any) -> int:
-        self.calls.append(("batch", topic, partition, [e["value"] for e in entries]))
-        return len(entries)
+    def produce(self, topic: str, value: bytes | None, key: bytes | None, partition: int,
+                **kwargs: Any) -> None:
+        self.calls.append((topic, value, key, partition, kwargs.get("headers")))
 
-    def produce(self, topic: str, **kwargs: Any) -> None:
-        self.calls.append(("one", topic, kwargs.get("partition", -1), [kwargs["value"]]))
+    def poll(self, timeout: float) -> int:
+        return 0
 
 
-def enqueue(messages: list[OutgoingMessage]) -> list[tuple[Any, ...]]:
+def enqueue(messages: list[OutgoingMessage],
+            recorder: RecordingProducer | None = None) -> list[tuple[Any, ...]]:
     producer = OutputProducer(Config(name="p", bootstrap_servers="127.0.0.1:1",
                                      input_topics=["in"]))
-    recorder = RecordingProducer()
+    recorder = recorder or RecordingProducer()
     producer._producer = recorder  # the real client stays unused: nothing is sent
     producer.produce(messages)
     return recorder.calls
 
 
-def test_a_message_with_headers_does_not_overtake_the_run_before_it() -> None:
-    """Keyed v1, v2 with headers, keyed v3 for one topic: enqueued v1, v2, v3."""
+def test_messages_are_enqueued_in_send_order_with_their_headers() -> None:
+    """Keyed v1, v2 with headers, v3 to partition 3: three calls in that order; no
+    partition means librdkafka's "unassigned" (-1), so the partitioner hashes the key."""
     calls = enqueue([OutgoingMessage("out", b"v1", b"K"),
                      OutgoingMessage("out", b"v2", b"K", None, (("h", b"1"),)),
-                     OutgoingMessage("out", b"v3", b"K")])
-    assert calls == [("batch", "out", -1, [b"v1"]), ("one", "out", -1, [b"v2"]),
-                     ("batch", "out", -1, [b"v3"])]
+                     OutgoingMessage("other", b"v3", None, 3)])
+    assert calls == [("out", b"v1", b"K", -1, None),
+                     ("out", b"v2", b"K", -1, [("h", b"1")]),
+                     ("other", b"v3", None, 3, None)]
 
 
-def test_explicit_and_keyed_partitions_keep_send_order() -> None:
-    """b to partition 3, a keyed (which may hash to 3), c to partition 3: b, a, c."""
-    calls = enqueue([OutgoingMessage("out", b"b", None, 3), OutgoingMessage("out", b"a", b"k"),
-                     OutgoingMessage("out", b"c", None, 3)])
-    assert [c[3] for c in calls] == [[b"b"], [b"a"], [b"c"]]
+class FullOnce(RecordingProducer):
+    """The local queue is full at the ``full_at``-th call, once, as librdkafka's is
+    while acks are slow: that call raises BufferError and enqueues nothing."""
+
+    def __init__(self, full_at: int) -> None:
+        super().__init__()
+        self.full_at, self.attempts, self.polls = full_at, 0, 0
+
+    def produce(self, topic: str, value: bytes | None, key: bytes | None, partition: int,
+                **kwargs: Any) -> None:
+        self.attempts += 1
+        if self.attempts == self.full_at:
+            raise BufferError("Local: Queue full")
+        super().produce(topic, value, key, partition, **kwargs)
+
+    def poll(self, timeout: float) -> int:
+        self.polls += 1
+        return 0
 
 
-def test_runs_are_per_topic_so_interleaved_topics_stay_batched() -> None:
-    """Alternating two topics costs one call per topic, each in its own send order."""
-    messages = [OutgoingMessage(topic, b"%s%d" % (topic.encode(), i), b"k")
-                for i in range(3) for topic in ("a", "b")]
-    calls = enqueue(messages)
-    assert calls == [("batch", "a", -1, [b"a0", b"a1", b"a2"]),
-                     ("batch", "b", -1, [b"b0", b"b1", b"b2"])]
+def test_a_full_queue_is_waited_out_and_the_refused_message_sent_once_in_order() -> None:
+    """Queue full at the third message: the producer serves acks (poll) and goes on
+    from that message, so every message is enqueued exactly once and in order."""
+    recorder = FullOnce(full_at=3)
+    messages = [OutgoingMessage("out", b"%d" % i, None, 0) for i in range(5)]
+    calls = enqueue(messages, recorder)
+    assert [c[1] for c in calls] == [b"0", b"1", b"2", b"3", b"4"]
+    assert recorder.polls == 1
 
 
 class SlowAcks(RecordingProducer):
@@ -87,17 +103,12 @@ def test_a_long_ack_wait_keeps_telling_the_loop_it_is_alive() -> None:
 
 
 class AlwaysFull(RecordingProducer):
-    """produce_batch refuses every entry with QUEUE_FULL, as librdkafka does when the
+    """produce() refuses every message with BufferError, as librdkafka does when the
     local queue never drains (a broker that stopped answering)."""
 
-    def produce_batch(self, topic: str, entries: list[dict[str, Any]], partition: int,
-                      on_delivery: Any) -> int:
-        for entry in entries:
-            entry["_error"] = KafkaError(KafkaError._QUEUE_FULL)
-        return 0
-
-    def poll(self, timeout: float) -> int:
-        return 0
+    def produce(self, topic: str, value: bytes | None, key: bytes | None, partition: int,
+                **kwargs: Any) -> None:
+        raise BufferError("Local: Queue full")
 
 
 def test_a_queue_that_stays_full_fails_the_turn_within_delivery_timeout() -> None:
@@ -109,3 +120,25 @@ def test_a_queue_that_stays_full_fails_the_turn_within_delivery_timeout() -> Non
     with pytest.raises(ProduceError, match="producer queue stayed full for 'out'") as info:
         producer.produce([OutgoingMessage("out", b"v")])
     assert info.value.code == KafkaError._QUEUE_FULL
+
+
+def test_a_failed_delivery_fails_the_wait_for_acks_that_follows() -> None:
+    """librdkafka reports only failures (delivery.report.only.error) to the client's
+    one callback; the next wait_for_acks raises the first, naming where it went."""
+    config = Config(name="p", bootstrap_servers="127.0.0.1:1", input_topics=["in"])
+    assert config.to_producer_conf()["delivery.report.only.error"] is True
+    producer = OutputProducer(config)
+    producer._producer = SlowAcks([0, 0])
+
+    class Failed:
+        def topic(self) -> str:
+            return "out"
+
+        def partition(self) -> int:
+            return 2
+
+    producer._on_delivery(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE), Failed())
+    with pytest.raises(ProduceError, match=r"delivery to out\[2\] failed") as info:
+        producer.wait_for_acks()
+    assert info.value.code == KafkaError.MSG_SIZE_TOO_LARGE
+    producer.wait_for_acks()  # reported once: the next turn starts clean

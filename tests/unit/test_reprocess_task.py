@@ -21,7 +21,7 @@ from kasper_py import (
     SerdeError,
     StoreError,
 )
-from kasper_py.message import OutgoingMessage
+from kasper_py.message import OutgoingMessage, OutgoingRecord
 from kasper_py.processor import ProcessorContext
 from kasper_py.reprocess._task import COLUMNS, PartitionStats, TaskSpec, run_task
 from kasper_py.stores.memory import MemoryTable
@@ -35,8 +35,8 @@ class FakeProducer:
     def __init__(self, log: list[Any]) -> None:
         self.log = log
 
-    def produce(self, messages: Iterable[OutgoingMessage]) -> None:
-        self.log.append(("produce", list(messages)))
+    def produce(self, messages: Iterable[OutgoingRecord]) -> None:
+        self.log.append(("produce", [OutgoingMessage._make(m) for m in messages]))
 
     def wait_for_acks(self, waiting: Any = None) -> None:
         self.log.append(("acks",))
