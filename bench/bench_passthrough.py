@@ -1,50 +1,163 @@
-"""Passthrough throughput: TopicProcessor against a raw confluent-kafka loop.
+"""Passthrough throughput: kasper_py's TopicProcessor against a hand-written
+confluent-kafka loop and a consume-only ceiling, at two consumer prefetch settings.
 
-Both loops consume a batch, produce every message to an output topic, wait for every
-ack, then commit synchronously (the same at-least-once contract), on the same broker,
-in the same run, each in its own process so peak RSS is its own. Prints msgs/s for
-both, the ratio, and peak RSS. A benchmark, not a test: it asserts nothing.
+One input topic is filled once; every run reads all of it from the beginning with its
+own fresh consumer group, in its own child process (peak RSS and CPU are its own), and
+writes to its own output topic, deleted afterwards. A row is ``kind-settings-batch``:
 
-    python bench/bench_passthrough.py --messages 1000000 --partitions 4
+kinds
+    ``ceiling``  consume(batch, 1.0) until every message is read, touching none.
+    ``raw``      what a careful user writes: consume a batch, produce() each message
+                 (acks=all, idempotent, linger.ms=5, a 1M-message queue, delivery
+                 reports for errors only, the first one raised after flush()), flush,
+                 commit offset+1 per partition synchronously.
+    ``kasper``   the same work through TopicProcessor: a Passthrough processor, stopped
+                 by an observer after the turn that commits the last message.
+settings (the consumer's prefetch keys, the ones in ``DEEP``)
+    ``librdkafka``  librdkafka's defaults; kasper gets them back as consumer_overrides,
+                    so it is measured at the same fetch limits as the raw loop.
+    ``deep``        ``DEEP``, given to every kind's consumer.
+    ``own``         kasper only: kasper_py's own Config defaults, no overrides.
+
+The ceiling runs at the largest batch size only. Each child reports msgs/s and wall
+seconds, client CPU seconds (user+sys of its own process, all threads included, from
+getrusage around the loop: client creation to close, imports excluded) and peak RSS
+(VmHWM). Rounds run every row in the same order, so compared rows see the same machine;
+the table keeps each row's best round. A benchmark, not a test: targets are printed
+next to the ratios, never asserted.
+
+    python bench/bench_passthrough.py --rounds 2
+    python bench/bench_passthrough.py --messages 100000 --only raw-deep-1000,kasper-deep-1000
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
+import importlib.util
 import json
+import os
 import resource
 import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
+import confluent_kafka
 from benchkit import arguments, create_topics, delete_topics, fill, payloads
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
+
+DEEP: dict[str, int] = {
+    "queued.min.messages": 1_000_000,
+    "fetch.wait.max.ms": 100,
+    "max.partition.fetch.bytes": 4 * 1024 * 1024,
+    "fetch.max.bytes": 64 * 1024 * 1024,
+    "queued.max.messages.kbytes": 262144,
+}
+"""Deep prefetch, given to the consumer of every kind in the ``deep`` rows."""
+
+LIBRDKAFKA_DEFAULTS: dict[str, int] = {
+    "queued.min.messages": 100_000,
+    "fetch.wait.max.ms": 500,
+    "max.partition.fetch.bytes": 1024 * 1024,
+    "fetch.max.bytes": 50 * 1024 * 1024,
+    "queued.max.messages.kbytes": 65536,
+}
+"""librdkafka's own defaults for the keys in ``DEEP`` (keep the two key sets equal)."""
+
+# (kind, settings) in the order a round runs them at one batch size: each kasper row
+# right after the raw row it is compared with.
+PAIRS = (("raw", "librdkafka"), ("kasper", "librdkafka"), ("kasper", "own"),
+         ("raw", "deep"), ("kasper", "deep"))
 
 
-def raw_loop(bootstrap: str, source: str, output: str, total: int, batch_size: int) -> None:
-    """The baseline: confluent-kafka by hand, one produce() per message."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"raw-{uuid.uuid4()}",
-                         "enable.auto.commit": False, "auto.offset.reset": "earliest"})
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all",
-                         "enable.idempotence": True, "linger.ms": 5,
-                         "queue.buffering.max.messages": 1_000_000})
+@dataclass(frozen=True)
+class Row:
+    """One line of the table: a loop, its consumer settings and its batch size."""
+
+    kind: str
+    settings: str
+    batch_size: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.kind}-{self.settings}-{self.batch_size}"
+
+    @classmethod
+    def parse(cls, name: str) -> Row:
+        kind, settings, batch_size = name.split("-")
+        return cls(kind, settings, int(batch_size))
+
+    def consumer_settings(self) -> dict[str, int]:
+        """The prefetch keys this row adds to its consumer (kasper: as overrides)."""
+        if self.settings == "deep":
+            return DEEP
+        if self.kind == "kasper" and self.settings == "librdkafka":
+            return LIBRDKAFKA_DEFAULTS
+        return {}
+
+
+def planned_rows(batch_sizes: Sequence[int]) -> list[Row]:
+    """Every row of one round, in the order it runs."""
+    rows = [Row("ceiling", settings, max(batch_sizes)) for settings in ("librdkafka", "deep")]
+    for size in batch_sizes:
+        rows += [Row(kind, settings, size) for kind, settings in PAIRS]
+    return rows
+
+
+def raw_consumer(row: Row, bootstrap: str, source: str, prefix: str) -> Consumer:
+    """A consumer in a fresh group, assigned every partition of ``source`` from the start."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{prefix}-{uuid.uuid4()}",
+                         "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                         **row.consumer_settings()})
     partitions = consumer.list_topics(source, timeout=30).topics[source].partitions
     consumer.assign([TopicPartition(source, p, OFFSET_BEGINNING) for p in partitions])
+    return consumer
+
+
+def ceiling_loop(row: Row, args: argparse.Namespace) -> None:
+    """The ceiling: consume only, touching no message."""
+    consumer = raw_consumer(row, args.bootstrap, args.source, "ceiling")
     done = 0
-    while done < total:
-        batch = consumer.consume(batch_size, 1.0)
-        offsets: dict[tuple[str, int], int] = {}
-        for msg in batch:
-            while True:
-                try:
-                    producer.produce(output, msg.value(), msg.key(), msg.partition())
-                    break
-                except BufferError:
-                    producer.poll(0.05)
-            offsets[(msg.topic(), msg.partition())] = msg.offset() + 1
-        producer.flush(60)
+    while done < args.messages:
+        done += len(consumer.consume(row.batch_size, 1.0))
+    consumer.close()
+
+
+class FirstDeliveryError:
+    """The producer's ``on_delivery``: with error-only reports it runs only on failures,
+    inside poll()/flush(), and keeps the first for the loop to raise before committing."""
+
+    def __init__(self) -> None:
+        self.error: KafkaError | None = None
+
+    def __call__(self, error: KafkaError | None, _message: Any) -> None:
+        if error is not None and self.error is None:
+            self.error = error
+
+    def raise_if_any(self) -> None:
+        if self.error is not None:
+            raise RuntimeError(f"delivery failed: {self.error.str()}")
+
+
+def raw_loop(row: Row, args: argparse.Namespace) -> None:
+    """The baseline: confluent-kafka by hand, one produce() per message."""
+    consumer = raw_consumer(row, args.bootstrap, args.source, "raw")
+    failed = FirstDeliveryError()
+    producer = Producer({"bootstrap.servers": args.bootstrap, "acks": "all",
+                         "enable.idempotence": True, "linger.ms": 5,
+                         "queue.buffering.max.messages": 1_000_000,
+                         "delivery.report.only.error": True, "on_delivery": failed})
+    done = 0
+    while done < args.messages:
+        batch = consumer.consume(row.batch_size, 1.0)
+        offsets = produce_all(producer, args.output, batch)
+        if producer.flush(60):
+            raise RuntimeError("messages still unacknowledged after 60 s")
+        failed.raise_if_any()
         if offsets:
             consumer.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in offsets.items()],
                             asynchronous=False)
@@ -52,7 +165,23 @@ def raw_loop(bootstrap: str, source: str, output: str, total: int, batch_size: i
     consumer.close()
 
 
-def kasper_loop(bootstrap: str, source: str, output: str, total: int, batch_size: int) -> None:
+def produce_all(producer: Producer, output: str, batch: list[Any]) -> dict[tuple[str, int], int]:
+    """Produce ``batch`` to ``output``, same partition; the next offset per partition."""
+    offsets: dict[tuple[str, int], int] = {}
+    for msg in batch:
+        if msg.error():
+            raise RuntimeError(f"consume failed: {msg.error().str()}")
+        while True:
+            try:
+                producer.produce(output, msg.value(), msg.key(), msg.partition())
+                break
+            except BufferError:
+                producer.poll(0.05)
+        offsets[(msg.topic(), msg.partition())] = msg.offset() + 1
+    return offsets
+
+
+def kasper_loop(row: Row, args: argparse.Namespace) -> None:
     """The same work through TopicProcessor."""
     import logging
 
@@ -62,6 +191,7 @@ def kasper_loop(bootstrap: str, source: str, output: str, total: int, batch_size
     from kasper_py.observe import NoopObserver, TurnStats
 
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+    output, total = args.output, args.messages
 
     class Passthrough(MessageProcessor):
         def process(self, messages: list[Message], sender: Sender) -> None:
@@ -79,19 +209,34 @@ def kasper_loop(bootstrap: str, source: str, output: str, total: int, batch_size
             if self.done >= total:
                 processor.close()
 
-    config = Config(name=f"bench-{uuid.uuid4()}", bootstrap_servers=bootstrap,
-                    input_topics=[source], batch_size=batch_size, batch_wait=1.0)
+    config = Config(name=f"bench-{uuid.uuid4()}", bootstrap_servers=args.bootstrap,
+                    input_topics=[args.source], batch_size=row.batch_size, batch_wait=1.0,
+                    consumer_overrides=row.consumer_settings())
     processor = TopicProcessor(config, lambda _c: Passthrough(), observer=StopWhenDone())
     processor.run_loop()
 
 
+LOOPS = {"ceiling": ceiling_loop, "raw": raw_loop, "kasper": kasper_loop}
+
+
 def child(args: argparse.Namespace) -> None:
-    loop = raw_loop if args.child == "raw" else kasper_loop
-    started = time.perf_counter()
-    loop(args.bootstrap, args.source, args.output, args.messages, args.batch_size)
-    elapsed = time.perf_counter() - started
-    print(json.dumps({"loop": args.child, "seconds": elapsed,
-                      "msgs_per_s": args.messages / elapsed, "peak_rss_mib": peak_rss_mib()}))
+    """Run one row's loop and print its figures as one JSON line."""
+    row = Row.parse(args.child)
+    if row.kind == "kasper":  # imported before the clock starts, as the raw loop's are
+        importlib.import_module("kasper_py")
+    cpu_before, started = cpu_seconds(), time.perf_counter()
+    LOOPS[row.kind](row, args)
+    elapsed, cpu = time.perf_counter() - started, cpu_seconds() - cpu_before
+    print(json.dumps({"row": row.name, "seconds": elapsed, "msgs_per_s": args.messages / elapsed,
+                      "cpu_s": cpu, "cpu_s_per_million": cpu * 1e6 / args.messages,
+                      "peak_rss_mib": peak_rss_mib(),
+                      "library": getattr(sys.modules.get("kasper_py"), "__file__", None)}))
+
+
+def cpu_seconds() -> float:
+    """User + system CPU of this process so far, every thread (librdkafka's) included."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def peak_rss_mib() -> float:
@@ -108,45 +253,148 @@ def peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def run_child(kind: str, args: argparse.Namespace, source: str) -> dict[str, Any]:
+def run_child(row: Row, args: argparse.Namespace, source: str) -> dict[str, Any]:
+    """One row in a fresh process, against its own output topic (the ceiling has none)."""
     output = f"bench-out-{uuid.uuid4().hex[:8]}"
-    create_topics(args.bootstrap, [output], args.partitions)
-    cmd = [sys.executable, __file__, "--child", kind, "--bootstrap", args.bootstrap,
-           "--source", source, "--output", output, "--messages", str(args.messages),
-           "--batch-size", str(args.batch_size)]
-    result = subprocess.run(cmd, check=True, capture_output=True, text=True)
-    delete_topics(args.bootstrap, [output])
+    if row.kind != "ceiling":
+        create_topics(args.bootstrap, [output], args.partitions)
+    cmd = [sys.executable, __file__, "--child", row.name, "--bootstrap", args.bootstrap,
+           "--source", source, "--output", output, "--messages", str(args.messages)]
+    try:
+        result = subprocess.run(cmd, check=True, capture_output=True, text=True)
+    except subprocess.CalledProcessError as exc:
+        sys.exit(f"{row.name} failed:\n{exc.stderr}")
+    finally:
+        if row.kind != "ceiling":
+            delete_topics(args.bootstrap, [output])
     return dict(json.loads(result.stdout.strip().splitlines()[-1]))
 
 
-def main() -> None:
-    parser = arguments(__doc__.splitlines()[0], messages=1_000_000, partitions=4)
-    parser.add_argument("--size", type=int, default=100)
-    parser.add_argument("--child", choices=["raw", "kasper"])
+@dataclass(frozen=True)
+class Ratio:
+    """A ratio of two rows' figure at each batch size, and its target if it has one."""
+
+    title: str
+    numerator: str
+    """Row name without its batch size, e.g. ``kasper-deep``."""
+    denominator: str
+    figure: str
+    targets: Mapping[int, str] | str = ""
+    """The target at every batch size, or per batch size; empty: no target."""
+
+    def target(self, batch_size: int) -> str:
+        if isinstance(self.targets, str):
+            return self.targets
+        return self.targets.get(batch_size, "")
+
+
+RATIOS = (
+    Ratio("kasper/raw msgs/s, deep prefetch on both", "kasper-deep", "raw-deep", "msgs_per_s",
+          {10_000: ">= 0.9", 1_000: ">= 0.8"}),
+    Ratio("kasper/raw msgs/s, librdkafka settings on both", "kasper-librdkafka",
+          "raw-librdkafka", "msgs_per_s"),
+    Ratio("kasper own defaults / raw librdkafka defaults, msgs/s", "kasper-own",
+          "raw-librdkafka", "msgs_per_s", ">= 2"),
+    Ratio("CPU per message kasper/raw, deep prefetch on both", "kasper-deep", "raw-deep",
+          "cpu_s_per_million", "<= 1.3"),
+)
+
+
+def ratio_lines(best: Mapping[str, dict[str, Any]], batch_sizes: Sequence[int]) -> Iterator[str]:
+    """The ratios whose two rows ran, each with its target."""
+    for ratio in RATIOS:
+        yield f"{ratio.title}:"
+        for size in batch_sizes:
+            top = best.get(f"{ratio.numerator}-{size}")
+            bottom = best.get(f"{ratio.denominator}-{size}")
+            if top is None or bottom is None:
+                yield f"  batch {size:>6,}: not run"
+                continue
+            target = ratio.target(size)
+            yield (f"  batch {size:>6,}: {top[ratio.figure] / bottom[ratio.figure]:5.2f}"
+                   f"  (target {target or 'none'})")
+    ceiling = next((r for name, r in best.items() if name.startswith("ceiling-deep-")), None)
+    if ceiling is None:
+        return
+    yield "every row / ceiling-deep, msgs/s:"
+    for name, result in best.items():
+        yield f"  {name:24} {result['msgs_per_s'] / ceiling['msgs_per_s']:5.2f}  (target none)"
+
+
+def run_line(result: Mapping[str, Any]) -> str:
+    return (f"  {result['row']:24} {result['msgs_per_s']:>10,.0f} msgs/s  "
+            f"{result['seconds']:6.2f} s  CPU {result['cpu_s']:6.2f} s "
+            f"({result['cpu_s_per_million']:5.2f} s/1M)  "
+            f"peak RSS {result['peak_rss_mib']:4.0f} MiB")
+
+
+def table_lines(best: Mapping[str, dict[str, Any]]) -> Iterator[str]:
+    yield f"  {'row':24} {'msgs/s':>10}  {'CPU s/1M':>8}  {'peak RSS MiB':>12}"
+    for name, result in best.items():
+        yield (f"  {name:24} {result['msgs_per_s']:>10,.0f}  {result['cpu_s_per_million']:>8.2f}"
+               f"  {result['peak_rss_mib']:>12.0f}")
+
+
+def header_lines(args: argparse.Namespace, rows: Sequence[Row]) -> Iterator[str]:
+    spec = importlib.util.find_spec("kasper_py")
+    yield (f"input: {args.messages:,} messages of {args.size} bytes on {args.partitions} "
+           f"partitions; {args.rounds} round(s) of {len(rows)} rows")
+    yield f"kasper_py: {spec.origin if spec else 'not found'}"
+    yield (f"confluent-kafka {confluent_kafka.version()[0]}, "
+           f"librdkafka {confluent_kafka.libversion()[0]}; {os.cpu_count()} CPUs, "
+           f"load average {os.getloadavg()[0]:.2f}")
+    yield f"deep: {DEEP}"
+    yield f"librdkafka defaults (kasper's librdkafka rows): {LIBRDKAFKA_DEFAULTS}"
+
+
+def parse_args() -> argparse.Namespace:
+    parser = arguments(__doc__.splitlines()[0], messages=1_000_000, partitions=4, rounds=1,
+                       batch_size=None)
+    parser.add_argument("--size", type=int, default=100, help="bytes per message value")
+    parser.add_argument("--batch-sizes", default="1000,10000",
+                        type=lambda text: [int(size) for size in text.split(",")])
+    parser.add_argument("--only", type=lambda text: text.split(","),
+                        help="comma list of row names to run, e.g. kasper-deep-10000")
+    parser.add_argument("--child", help=argparse.SUPPRESS)  # the row a child process runs
     args = parser.parse_args()
+    if set(DEEP) != set(LIBRDKAFKA_DEFAULTS):
+        parser.error("DEEP and LIBRDKAFKA_DEFAULTS must name the same keys")
+    if args.only:
+        known = [row.name for row in planned_rows(args.batch_sizes)]
+        unknown = [name for name in args.only if name not in known]
+        if unknown:
+            parser.error(f"unknown rows {unknown}; rows are: {', '.join(known)}")
+    return args
+
+
+def main() -> None:
+    args = parse_args()
     if args.child:
         child(args)
         return
+    rows = [row for row in planned_rows(args.batch_sizes)
+            if not args.only or row.name in args.only]
+    for line in header_lines(args, rows):
+        print(line, flush=True)
     source = f"bench-in-{uuid.uuid4().hex[:8]}"
     create_topics(args.bootstrap, [source], args.partitions)
     fill(args.bootstrap, source, args.partitions, payloads(args.messages, args.size))
-    print(f"input: {args.messages} messages of {args.size} bytes on {args.partitions} "
-          f"partitions, batch_size {args.batch_size}")
-    results: dict[str, list[dict[str, Any]]] = {"raw": [], "kasper": []}
-    for _ in range(args.rounds):  # alternate, so both see the same machine conditions
-        for kind in ("raw", "kasper"):
-            results[kind].append(run_child(kind, args, source))
-            r = results[kind][-1]
-            print(f"  {kind:6} {r['msgs_per_s']:>10,.0f} msgs/s  "
-                  f"peak RSS {r['peak_rss_mib']:.0f} MiB")
-    best = {k: max(v, key=lambda r: r["msgs_per_s"]) for k, v in results.items()}
-    ratio = best["kasper"]["msgs_per_s"] / best["raw"]["msgs_per_s"]
-    print(f"best raw confluent-kafka: {best['raw']['msgs_per_s']:,.0f} msgs/s, "
-          f"peak RSS {best['raw']['peak_rss_mib']:.0f} MiB")
-    print(f"best kasper_py:           {best['kasper']['msgs_per_s']:,.0f} msgs/s, "
-          f"peak RSS {best['kasper']['peak_rss_mib']:.0f} MiB")
-    print(f"ratio kasper/raw: {ratio:.2f} (target >= 0.8)")
-    delete_topics(args.bootstrap, [source])
+    expected_library = getattr(importlib.util.find_spec("kasper_py"), "origin", None)
+    results: dict[str, list[dict[str, Any]]] = {row.name: [] for row in rows}
+    try:
+        for _ in range(args.rounds):
+            for row in rows:
+                result = run_child(row, args, source)
+                results[row.name].append(result)
+                print(run_line(result), flush=True)
+                if result["library"] not in (None, expected_library):
+                    print(f"  ! {row.name} imported kasper_py from {result['library']}")
+    finally:
+        delete_topics(args.bootstrap, [source])
+    best = {name: max(runs, key=lambda r: r["msgs_per_s"]) for name, runs in results.items()}
+    print(f"best of {args.rounds} round(s):")
+    for line in (*table_lines(best), *ratio_lines(best, args.batch_sizes)):
+        print(line)
 
 
 if __name__ == "__main__":

@@ -54,15 +54,18 @@ def fill(bootstrap: str, topic: str, partitions: int, records: Sequence[dict[str
     producer.flush(120)
 
 
-def arguments(description: str, *, messages: int, partitions: int) -> argparse.ArgumentParser:
-    """A parser with the options every bench takes; each script adds its own."""
+def arguments(description: str, *, messages: int, partitions: int, rounds: int = 2,
+              batch_size: int | None = 10_000) -> argparse.ArgumentParser:
+    """A parser with the options every bench takes; each script adds its own. A script
+    that sweeps batch sizes passes ``batch_size=None`` and adds its own option."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--bootstrap", default=os.environ.get("KASPER_BOOTSTRAP_SERVERS",
                                                               "127.0.0.1:19092"))
     parser.add_argument("--messages", type=int, default=messages)
     parser.add_argument("--partitions", type=int, default=partitions)
-    parser.add_argument("--batch-size", type=int, default=10_000)
-    parser.add_argument("--rounds", type=int, default=2)
+    if batch_size is not None:
+        parser.add_argument("--batch-size", type=int, default=batch_size)
+    parser.add_argument("--rounds", type=int, default=rounds)
     for internal in ("--source", "--output"):  # set by the script for its child processes
         parser.add_argument(internal, help=argparse.SUPPRESS)
     return parser
