@@ -469,11 +469,13 @@ class _Producer:
     def __init__(self, process: _Process) -> None:
         self._process, self._broker = process, process.broker
         self._queue: list[_Queued] = []
+        self._asked = False
 
     def produce(self, messages: Sequence[OutgoingRecord]) -> None:
         """Queue ``messages``; ``ProduceError`` for an unknown topic or partition, or
         when a ``fail_produce`` fault fires (the messages before it stay queued)."""
         self._process.check_alive()
+        self._asked = False
         faults = self._broker.faults
         for record in messages:
             message = OutgoingMessage._make(record)
@@ -484,8 +486,11 @@ class _Producer:
                                        int(time.time() * 1000)))
 
     def outstanding(self) -> int:
-        """Messages queued and not yet appended: acks come only with ``wait_for_acks``."""
-        return len(self._queue)
+        """Messages queued and not yet acked, as a real producer reports them while the
+        loop reads ahead: the first ask after a hand-over sees them all, later asks none
+        (acks arrive while the loop consumes once). ``wait_for_acks`` appends them."""
+        asked, self._asked = self._asked, True
+        return 0 if asked else len(self._queue)
 
     def wait_for_acks(self, waiting: Callable[[], None] | None = None) -> None:
         """Append every queued message in order; then raise the first delivery failure."""

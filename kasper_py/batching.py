@@ -15,7 +15,7 @@ from kasper_py.exceptions import ConsumeError, OffsetError, SerdeError
 from kasper_py.message import Message
 from kasper_py.serdes import Serde
 
-__all__ = ["Batch", "OffsetRange", "build_batch", "collect", "decode_batch"]
+__all__ = ["Batch", "Collector", "OffsetRange", "build_batch", "decode_batch"]
 
 TopicPartitionKey = tuple[str, int]
 
@@ -58,23 +58,40 @@ class Batch:
         return {tp: r.last + 1 for tp, r in self.ranges.items()}
 
 
-def collect(
-    consume: Callable[[int, float], Sequence[Any]],
-    batch_size: int,
-    batch_wait: float,
-    clock: Callable[[], float] = time.monotonic,
-) -> list[Any]:
-    """Call ``consume(max_count, timeout)`` until ``batch_size`` records or ``batch_wait``
-    seconds, whichever comes first, and return the records in arrival order."""
-    deadline = clock() + batch_wait
-    records: list[Any] = []
-    while True:
-        remaining = deadline - clock()
-        if remaining <= 0:
-            return records
-        records.extend(consume(batch_size - len(records), remaining))
-        if len(records) >= batch_size:
-            return records
+class Collector:
+    """Gathers the raw records of the next batch, over one call or several: a batch is
+    released at ``batch_size`` records or ``batch_wait`` seconds after its first
+    consume, whichever comes first. The loop gathers ahead while a turn's acks are
+    outstanding (``until``), then finishes the batch when the turn is done."""
+
+    def __init__(self, consume: Callable[[int, float], Sequence[Any]], batch_size: int,
+                 batch_wait: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self._consume, self._size, self._wait, self._clock = consume, batch_size, batch_wait, clock
+        self.records: list[Any] = []
+        """The records gathered so far, in arrival order."""
+        self._deadline: float | None = None
+
+    def gather(self, until: Callable[[], bool] | None = None, step: float | None = None) -> bool:
+        """Consume toward a full batch; stop early once ``until()`` is true, letting each
+        consume wait at most ``step`` seconds. True when the batch is ready: full, or its
+        ``batch_wait`` is over."""
+        clock, records = self._clock, self.records
+        if self._deadline is None:
+            self._deadline = clock() + self._wait
+        while len(records) < self._size:
+            if until is not None and until():
+                return False
+            remaining = self._deadline - clock()
+            if remaining <= 0:
+                return True
+            wait = remaining if step is None else min(step, remaining)
+            records.extend(self._consume(self._size - len(records), wait))
+        return True
+
+    def take(self) -> list[Any]:
+        """The gathered records; the next batch starts empty, its wait not begun."""
+        records, self.records, self._deadline = self.records, [], None
+        return records
 
 
 def build_batch(records: Sequence[Any], key_serde: Serde, value_serde: Serde,

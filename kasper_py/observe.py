@@ -22,7 +22,7 @@ __all__ = [
     "with_store_observer",
 ]
 
-STEPS = ("process", "flush", "produce", "commit")
+STEPS = ("process", "flush", "produce", "read_ahead", "commit")
 
 
 @dataclass

@@ -2,12 +2,15 @@
 
 1. process every partition's batch (``MessageProcessor.process``)
 2. flush the state stores
-3. produce the buffered output and wait for every ack
-4. commit the input offsets (last processed + 1), synchronously
-5. report the turn (metrics, one log line)
+3. produce the buffered output; while its acks are outstanding, read the next batch
+   (consume and, once it is full, decode: nothing of it is processed yet)
+4. wait for every ack
+5. commit the input offsets (last processed + 1), synchronously
+6. report the turn (metrics, one log line)
 
-A failure in any step stops the loop before step 4, so the batch is replayed on
-restart: at-least-once, with duplicates bounded by one batch.
+A failure in any step stops the loop before step 5, so the batch is replayed on
+restart: at-least-once, with duplicates bounded by one batch. The batch read ahead was
+never processed and is never committed before its own turn: it is read again too.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from typing import Any, Literal
 import structlog
 
 from kasper_py._closing import close_all
-from kasper_py.batching import Batch, build_batch, collect
+from kasper_py.batching import Batch, Collector, build_batch
 from kasper_py.config import Config
 from kasper_py.consumer import InputConsumer
 from kasper_py.exceptions import (
@@ -44,6 +47,9 @@ __all__ = ["TopicProcessor"]
 
 _log = structlog.get_logger("kasper_py")
 _KAFKA_TROUBLE = (ProduceError, CommitError, ConsumeError, KeyboardInterrupt)
+_AHEAD_STEP = 0.005
+"""Longest a consume waits while reading ahead: acks that arrive meanwhile delay the
+commit by at most this much."""
 
 
 class TopicProcessor:
@@ -74,6 +80,11 @@ class TopicProcessor:
         self._engine = TurnEngine(config, self._producer, waiting=self._observer.on_idle,
                                   on_step=clients.on_step)
         self._offsets = OffsetTracker()
+        self._collector = Collector(self._consumer.consume, config.batch_size,
+                                    config.batch_wait, self._clock)
+        self._ahead: Batch | KasperError | None = None
+        """The next batch, read (or failed to read) while the last turn's acks were
+        outstanding."""
         self._closing = threading.Event()
         self._stopped = threading.Event()
         self._loop_thread: int | None = None
@@ -165,14 +176,24 @@ class TopicProcessor:
         self.close()
 
     def has_consumed_all(self) -> bool:
-        """True when every assigned partition's next offset reached its high watermark."""
+        """True when every assigned partition's next offset reached its high watermark
+        and no batch read ahead waits to be processed.
+
+        The high watermarks are the consumer's cached ones, which every fetch response
+        renews (a round trip only for a partition with none cached yet): a running loop
+        checks this after every batch that is not full, at no cost to the broker.
+        """
         if not self._consumer.assigned:
             self._consumer.assign(self._partitions(self._consumer.partition_count()))
+        if self._collector.records or self._ahead is not None:
+            return False
         positions = self._consumer.positions()
         unknown = [tp for tp, pos in positions.items() if pos is None]
         committed = self._consumer.committed(unknown) if unknown else {}
         for tp, consumed_to in positions.items():
-            low, high = self._consumer.watermarks(tp)
+            low, high = self._consumer.watermarks(tp, cached=True)
+            if high < 0:  # no fetch response yet
+                low, high = self._consumer.watermarks(tp)
             position = consumed_to if consumed_to is not None else committed.get(tp)
             if position is None:
                 position = low if self.config.auto_offset_reset == "earliest" else high
@@ -220,15 +241,36 @@ class TopicProcessor:
                 return
 
     def _next_batch(self) -> Batch:
-        records = collect(self._consumer.consume, self.config.batch_size, self.config.batch_wait,
-                          self._clock)
+        ahead, self._ahead = self._ahead, None
+        if isinstance(ahead, KasperError):
+            raise ahead  # reading it failed: it is this turn's failure, not the last one's
+        if ahead is not None:
+            return ahead
+        self._collector.gather()
+        return self._decode(self._collector.take())
+
+    def _decode(self, records: list[Any]) -> Batch:
         return build_batch(records, self.config.key_decoder, self.config.value_decoder,
                            self._consumer.transient_error,
                            set_aside=self.config.on_decode_error != "fail")
 
+    def _read_ahead(self) -> None:
+        """While a turn's acks are outstanding, read the next batch: consume until the
+        acks are in or the batch is ready, and decode a ready one. A Kafka or decoding
+        error is kept for the next turn, which fails with it; this turn goes on."""
+        try:
+            if self._collector.gather(until=self._all_acked, step=_AHEAD_STEP):
+                batch = self._decode(self._collector.take())
+                self._ahead = batch if batch.ranges else None  # batch_wait over, nothing read
+        except KasperError as exc:
+            self._ahead = exc
+
+    def _all_acked(self) -> bool:
+        return self._producer.outstanding() == 0
+
     def _turn(self, batch: Batch) -> None:
         try:
-            result = self._engine.run(batch)                         # process, flush, produce
+            result = self._engine.run(batch, self._read_ahead)  # process, flush, produce
             started = time.perf_counter()
             self._commit(batch)                                      # commit
             result.durations["commit"] = time.perf_counter() - started
@@ -249,9 +291,12 @@ class TopicProcessor:
 
     def _past_markers(self, next_offsets: dict[tuple[str, int], int]) -> dict[tuple[str, int], int]:
         """Transaction markers (and, read_committed, aborted records) after a batch's last
-        record are never returned, but the consumer's position moves past them. Nothing
-        was consumed beyond the batch, so that position is safe to commit; it keeps the
-        end of a transactional topic from showing a lag that never drains."""
+        record are never returned, but the consumer's position moves past them. When no
+        record was consumed beyond the batch (none is held for the next one) that
+        position is safe to commit; it keeps the end of a transactional topic from
+        showing a lag that never drains."""
+        if self._collector.records or self._ahead is not None:
+            return next_offsets  # read ahead: the position is past unprocessed records
         positions = self._consumer.positions()
         return {tp: max(offset, positions.get(tp) or offset)
                 for tp, offset in next_offsets.items()}

@@ -5,7 +5,9 @@ testing driver). Given a decoded ``Batch``, in this order (the order is the guar
 2. process every partition's messages; set undecodable input aside (dead letters)
 3. with effectively-once stores, produce the output and wait for its acks first
 4. flush the stores
-5. produce the (rest of the) output and wait for every ack; stores see the acks
+5. produce the (rest of the) output; while its acks are outstanding the runner may
+   work ahead (``meanwhile``: the loop reads its next batch), then wait for every ack;
+   stores see the acks
 6. hand back the offsets the runner must commit (last offset + 1 per topic-partition)
 
 A failure in any step raises a ``KasperError`` naming the uncommitted batch, and the
@@ -67,7 +69,7 @@ class TurnResult:
     produced: int
     """Messages the turn handed to the output port (dead letters included)."""
     durations: dict[str, float]
-    """Seconds per step: process, flush, produce."""
+    """Seconds per step: process, flush, produce, read_ahead (the runner's ``meanwhile``)."""
 
 
 class TurnEngine:
@@ -119,8 +121,10 @@ class TurnEngine:
 
     # -- the turn -------------------------------------------------------------------
 
-    def run(self, batch: Batch) -> TurnResult:
-        """Run one turn over ``batch`` (steps in the module docstring)."""
+    def run(self, batch: Batch, meanwhile: Callable[[], object] | None = None) -> TurnResult:
+        """Run one turn over ``batch`` (steps in the module docstring). ``meanwhile`` is
+        called once, after the last output is handed over and before its acks are
+        awaited; whatever it raises fails the turn (uncommitted), like any step."""
         durations: dict[str, float] = {}
         try:
             self._check_order(batch)
@@ -137,7 +141,10 @@ class TurnEngine:
             next_offsets = batch.next_offsets()
             _timed(durations, "flush", self._flush, next_offsets)
             self._on_step("after_flush")
-            _timed(durations, "produce", self._produce, sender.drain())
+            _timed(durations, "produce", self._hand_over, sender.drain())
+            if meanwhile is not None:
+                _timed(durations, "read_ahead", meanwhile)
+            _timed(durations, "produce", self._port.wait_for_acks, self._waiting)
             self._after_delivery()
             self._on_step("after_produce")
         except BaseException as exc:
@@ -179,9 +186,12 @@ class TurnEngine:
             self._store_call(name, partition, store.flush, mine)
 
     def _produce(self, messages: list[OutgoingRecord]) -> None:
+        self._hand_over(messages)
+        self._port.wait_for_acks(self._waiting)
+
+    def _hand_over(self, messages: list[OutgoingRecord]) -> None:
         if messages:
             self._port.produce(messages)
-        self._port.wait_for_acks(self._waiting)
 
     def _after_delivery(self) -> None:
         for partition, name, store in self.stores():

@@ -109,7 +109,7 @@ def test_kill_minus_nine_never_undercounts(bootstrap, new_topic, kafka, unique_n
     words = [f"w{i % 53}" for i in range(6000)]
     produce_words(kafka, topic, words, 2)
     host, port = cassandra_contact
-    options = ["--cassandra", f"{host}:{port}", "--keyspace", KEYSPACE, "--pause", "0.02"]
+    options = ["--cassandra", f"{host}:{port}", "--keyspace", KEYSPACE, "--pause", "0.05"]
     args = worker_args("cassandra", bootstrap, name, topic, batch_size, *options,
                        *(["--effectively-once"] if effectively_once else []))
     kill_randomly_then_finish(

@@ -78,7 +78,7 @@ def test_kill_minus_nine_never_undercounts(bootstrap, new_topic, kafka, unique_n
     topic, name, batch_size, kills = new_topic("words", partitions=2), unique_name("kill"), 100, 3
     words = [f"w{i % 53}" for i in range(6000)]
     produce_words(kafka, topic, words, 2)
-    options = ["--redis-url", redis_url, "--pause", "0.02"]
+    options = ["--redis-url", redis_url, "--pause", "0.05"]
     args = worker_args("redis", bootstrap, name, topic, batch_size, *options,
                        *(["--effectively-once"] if effectively_once else []))
     kill_randomly_then_finish(

@@ -144,7 +144,7 @@ def test_kill_minus_nine_never_undercounts(bootstrap, new_topic, kafka, unique_n
     words = [f"w{i % 53}" for i in range(6000)]
     produce_words(kafka, topic, words, 2)
     args = worker_args("rocksdb", bootstrap, name, topic, batch_size, "--state-dir",
-                       str(tmp_path), "--pause", "0.02")
+                       str(tmp_path), "--pause", "0.05")
     kill_randomly_then_finish(
         args, kills, lambda: sum(o or 0 for o in kafka.committed(name, topic, 2).values()),
         len(words))

@@ -10,7 +10,7 @@ from confluent_kafka import KafkaError
 from confluent_kafka import Message as RawMessage
 
 from kasper_py import BYTES, JSON, ConsumeError, OffsetError, SerdeError
-from kasper_py.batching import build_batch, collect
+from kasper_py.batching import Collector, build_batch
 from kasper_py.offsets import OffsetTracker
 
 
@@ -39,7 +39,9 @@ def test_collect_releases_at_batch_size() -> None:
         calls.append((max_count, timeout))
         return list(range(min(max_count, 3)))
 
-    assert len(collect(consume, 10, 5.0, clock)) == 10
+    collector = Collector(consume, 10, 5.0, clock)
+    assert collector.gather()
+    assert len(collector.take()) == 10
     assert [c[0] for c in calls] == [10, 7, 4, 1]
 
 
@@ -51,9 +53,42 @@ def test_collect_releases_at_batch_wait() -> None:
         clock.now += min(timeout, 0.4)
         return [1]
 
-    records = collect(consume, 1000, 1.0, clock)
+    collector = Collector(consume, 1000, 1.0, clock)
+    assert collector.gather()
+    records = collector.take()
     assert len(records) == 3  # polls end at 0.4, 0.8 and 1.0 seconds
     assert clock.now == pytest.approx(1.0)
+
+
+def test_gathering_ahead_stops_when_told_and_the_batch_wait_runs_from_its_first_consume(
+) -> None:
+    """Gathering while acks are outstanding stops as soon as ``until()`` is true, each
+    consume waiting at most ``step``; finishing the batch later waits only what is left
+    of batch_wait, counted from the first consume; the next batch starts afresh."""
+    clock = FakeClock()
+    waits: list[float] = []
+
+    def consume(max_count: int, timeout: float) -> Sequence[int]:
+        waits.append(timeout)
+        clock.now += timeout  # nothing arrives
+        return []
+
+    collector = Collector(consume, 10, 1.0, clock)
+    acks_due = iter([False, False, True])
+    assert not collector.gather(until=lambda: next(acks_due), step=0.01)
+    assert waits == [0.01, 0.01]
+    assert collector.gather()  # the rest of batch_wait, then released empty
+    assert waits[2:] == [pytest.approx(0.98)] and clock.now == pytest.approx(1.0)
+    assert collector.take() == []
+    assert collector.gather(until=lambda: True) is False
+    assert len(waits) == 3  # told to stop before consuming: nothing waited
+
+
+def test_gathering_ahead_reports_a_full_batch() -> None:
+    """Records arriving faster than the acks: the batch fills while they are awaited."""
+    collector = Collector(lambda n, _t: list(range(min(n, 4))), 10, 1.0, FakeClock())
+    assert collector.gather(until=lambda: False, step=0.01)
+    assert len(collector.take()) == 10
 
 
 def test_build_batch_groups_partitions_across_topics() -> None:
