@@ -52,6 +52,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, To
 
 DEEP: dict[str, int] = {
     "queued.min.messages": 1_000_000,
+    "fetch.queue.backoff.ms": 10,
     "fetch.wait.max.ms": 100,
     "max.partition.fetch.bytes": 4 * 1024 * 1024,
     "fetch.max.bytes": 64 * 1024 * 1024,
@@ -61,6 +62,7 @@ DEEP: dict[str, int] = {
 
 LIBRDKAFKA_DEFAULTS: dict[str, int] = {
     "queued.min.messages": 100_000,
+    "fetch.queue.backoff.ms": 1000,
     "fetch.wait.max.ms": 500,
     "max.partition.fetch.bytes": 1024 * 1024,
     "fetch.max.bytes": 50 * 1024 * 1024,

@@ -30,6 +30,21 @@ _FIELD_KEYS = {
 ClientValue = str | int | float | bool
 
 
+def _prefetch(batch_size: int) -> dict[str, ClientValue]:
+    """The consumer's prefetch, for a loop that takes thousands of records at a time.
+
+    librdkafka fetches until a partition's local queue holds ``queued.min.messages``
+    records or the consumer's holds ``queued.max.messages.kbytes``, then waits
+    ``fetch.queue.backoff.ms`` before fetching that partition again: 1 s by default, so a
+    loop that drains the queue a batch at a time stalls on every refill. 10 ms keeps
+    the queue topped up at the same memory bound (measured: 0.2M -> 0.95M records/s
+    consume-only, see bench/bench_passthrough.py). The bound stays librdkafka's: 64 MiB
+    of prefetched records, plus one fetch response."""
+    return {"fetch.queue.backoff.ms": 10,
+            "queued.min.messages": max(100_000, batch_size),
+            "queued.max.messages.kbytes": 65_536}
+
+
 @dataclass(frozen=True, repr=False)
 class Config:
     """Settings of one processor. Invalid values raise ``ConfigError`` naming the field."""
@@ -213,6 +228,7 @@ class Config:
             "enable.auto.offset.store": False,
             "isolation.level": "read_committed",
             "enable.partition.eof": False,
+            **_prefetch(self.batch_size),
         }
         from_fields = {"group.id": self.group, "auto.offset.reset": self.auto_offset_reset}
         return self._client_conf(defaults, self.consumer_overrides, from_fields)
