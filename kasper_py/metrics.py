@@ -110,7 +110,7 @@ class _Collectors:
             buckets=_BATCH_BUCKETS, **common)
         self.step_seconds = prom.Histogram(
             "step_duration_seconds", "Seconds per step of a turn: process, flush, produce, "
-            "commit.", ["processor", "step"], buckets=_SECONDS_BUCKETS, **common)
+            "read_ahead, commit.", ["processor", "step"], buckets=_SECONDS_BUCKETS, **common)
         self.last_turn = prom.Gauge(
             "last_turn_timestamp_seconds", "Unix time of the last committed turn.",
             ["processor"], **common)

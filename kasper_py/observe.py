@@ -32,7 +32,7 @@ class TurnStats:
     batch: Batch
     produced: int
     durations: dict[str, float] = field(default_factory=dict)
-    """Seconds per step: process, flush, produce, commit."""
+    """Seconds per step: process, flush, produce, read_ahead, commit."""
     committed: dict[tuple[str, int], int] = field(default_factory=dict)
     """Next offset to read per assigned (topic, partition), as committed so far; where
     nothing is committed yet, where ``auto_offset_reset`` starts (from the watermarks)."""

@@ -24,6 +24,7 @@ from typing import Any, Literal
 import structlog
 
 from kasper_py._closing import close_all
+from kasper_py._gc import paced_for
 from kasper_py.batching import Batch, Collector, build_batch
 from kasper_py.config import Config
 from kasper_py.consumer import InputConsumer
@@ -108,7 +109,8 @@ class TopicProcessor:
         self._stopped.clear()
         try:
             self._start()
-            self._loop(until_caught_up)
+            with paced_for(self.config.batch_size):
+                self._loop(until_caught_up)
             if self._closing.is_set():
                 self._shutdown()  # before _stopped is set: close() waits for the clients
         except SimulatedCrash:

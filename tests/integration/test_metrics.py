@@ -69,7 +69,7 @@ def test_metric_values_and_log_lines_after_a_known_run(
     assert sample(observer, "kasper_messages_produced_total", processor=name) == N
     turns = sample(observer, "kasper_turns_total", processor=name)
     assert turns >= N / config.batch_size
-    for step in ("process", "flush", "produce", "commit"):
+    for step in ("process", "flush", "produce", "read_ahead", "commit"):
         assert sample(observer, "kasper_step_duration_seconds_count", step=step) == turns
     for partition in ("0", "1"):
         labels = {"processor": name, "topic": source, "partition": partition}
