@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Iterator
+from typing import ClassVar
 
 import pytest
 
@@ -22,7 +23,7 @@ def thresholds() -> Iterator[tuple[int, int, int]]:
 
 
 class Watch(MessageProcessor):
-    seen: list[tuple[int, int, int]] = []
+    seen: ClassVar[list[tuple[int, int, int]]] = []
 
     def process(self, messages: list[Message], sender: Sender) -> None:
         Watch.seen.append(gc.get_threshold())
