@@ -187,7 +187,7 @@ class TopicProcessor:
         """
         if not self._consumer.assigned:
             self._consumer.assign(self._partitions(self._consumer.partition_count()))
-        if self._collector.records or self._ahead is not None:
+        if self._holding():
             return False
         positions = self._consumer.positions()
         unknown = [tp for tp, pos in positions.items() if pos is None]
@@ -270,6 +270,10 @@ class TopicProcessor:
     def _all_acked(self) -> bool:
         return self._producer.outstanding() == 0
 
+    def _holding(self) -> bool:
+        """True while records of the next batch are read and not yet processed."""
+        return bool(self._collector.records) or self._ahead is not None
+
     def _turn(self, batch: Batch) -> None:
         try:
             result = self._engine.run(batch, self._read_ahead)  # process, flush, produce
@@ -297,7 +301,7 @@ class TopicProcessor:
         record was consumed beyond the batch (none is held for the next one) that
         position is safe to commit; it keeps the end of a transactional topic from
         showing a lag that never drains."""
-        if self._collector.records or self._ahead is not None:
+        if self._holding():
             return next_offsets  # read ahead: the position is past unprocessed records
         positions = self._consumer.positions()
         return {tp: max(offset, positions.get(tp) or offset)
