@@ -19,12 +19,14 @@ __all__ = ["Config"]
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _MAX_BATCH = 1_000_000  # confluent-kafka's cap on one consume() call
 _DECODE_POLICIES = ("fail", "skip", "dead_letter")
+_GUARANTEES = ("at_least_once", "exactly_once")
 # librdkafka keys (aliases included) that a Config field decides: an override naming
 # one is refused, so a setting is never silently replaced or dropped.
 _FIELD_KEYS = {
     "bootstrap.servers": "bootstrap_servers", "metadata.broker.list": "bootstrap_servers",
     "group.id": "group_id", "auto.offset.reset": "auto_offset_reset",
     "message.timeout.ms": "delivery_timeout", "delivery.timeout.ms": "delivery_timeout",
+    "transactional.id": "processing_guarantee", "transaction.timeout.ms": "delivery_timeout",
 }
 
 ClientValue = str | int | float | bool
@@ -70,7 +72,14 @@ class Config:
     group_id: str | None = None
     """Consumer group for the committed offsets; defaults to ``name``."""
     delivery_timeout: float = 120.0
-    """Seconds to wait for every output message's ack before the turn fails."""
+    """Seconds to wait for every output message's ack before the turn fails. With
+    ``exactly_once`` it is also the transaction timeout: how long a crashed loop's open
+    transaction holds back ``read_committed`` readers if no process takes over."""
+    processing_guarantee: Literal["at_least_once", "exactly_once"] = "at_least_once"
+    """``at_least_once``: a crash replays the uncommitted batch (duplicates bounded by
+    one batch). ``exactly_once``: each turn is one Kafka transaction (outputs, table
+    changelogs and input offsets), so ``read_committed`` readers see every input's
+    effects once; a second loop on the same partitions fences the first."""
     state_dir: str = "kasper-state"
     """Folder under which local RocksDB tables keep one database per partition."""
     metrics_port: int | None = None
@@ -94,6 +103,7 @@ class Config:
         self._check_batching()
         self._check_serdes()
         self._check_decode_policy()
+        self._check_guarantee()
         self._check_overrides()
 
     def _set(self, name: str, value: Any) -> None:
@@ -170,6 +180,11 @@ class Config:
             raise ConfigError("dead_letter_topic", f"{topic!r} is an input topic: undecodable "
                               "messages would come back as input")
 
+    def _check_guarantee(self) -> None:
+        if self.processing_guarantee not in _GUARANTEES:
+            raise ConfigError("processing_guarantee", f"must be one of {', '.join(_GUARANTEES)}"
+                              f", got {self.processing_guarantee!r}")
+
     def _check_overrides(self) -> None:
         for name in ("client_overrides", "consumer_overrides", "producer_overrides"):
             overrides = getattr(self, name)
@@ -198,11 +213,39 @@ class Config:
         where = "consumer_overrides"
         if str(consumer.get("enable.auto.commit", "false")).lower() != "false":
             raise ConfigError(where, "enable.auto.commit must stay false: the loop commits")
+        isolation = str(consumer.get("isolation.level", "read_committed")).lower()
+        if self.exactly_once and isolation != "read_committed":
+            raise ConfigError(where, "isolation.level must stay read_committed with "
+                              "processing_guarantee='exactly_once'")
         where = "producer_overrides"
         if str(producer.get("acks", "all")).lower() not in ("all", "-1"):
             raise ConfigError(where, "acks must stay 'all' for at-least-once delivery")
         if str(producer.get("enable.idempotence", "true")).lower() != "true":
             raise ConfigError(where, "enable.idempotence must stay true")
+
+    @property
+    def exactly_once(self) -> bool:
+        """True when ``processing_guarantee`` is ``exactly_once``."""
+        return self.processing_guarantee == "exactly_once"
+
+    @property
+    def partition_set(self) -> str:
+        """This process's input partitions as a label: ``all``, or ranges like ``0-3,7``."""
+        if self.input_partitions is None:
+            return "all"
+        spans: list[list[int]] = []
+        for partition in self.input_partitions:
+            if spans and spans[-1][1] == partition - 1:
+                spans[-1][1] = partition
+            else:
+                spans.append([partition, partition])
+        return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
+
+    @property
+    def transactional_id(self) -> str:
+        """``<name>@<partition set>``: the exactly-once producer's id. A second process with
+        the same name and partitions gets the same id, and so fences the first."""
+        return f"{self.name}@{self.partition_set}"
 
     @property
     def group(self) -> str:
@@ -248,8 +291,16 @@ class Config:
             # failures still reach the producer's callback; successes cost no callback
             "delivery.report.only.error": True,
         }
-        return self._client_conf(defaults, self.producer_overrides,
-                                 {"message.timeout.ms": int(self.delivery_timeout * 1000)})
+        timeout_ms = int(self.delivery_timeout * 1000)
+        from_fields: dict[str, ClientValue] = {"message.timeout.ms": timeout_ms}
+        if self.exactly_once:
+            # A transaction's AddPartitions is refused (CONCURRENT_TRANSACTIONS) until the
+            # previous one's markers are written, then retried after retry.backoff.ms: at
+            # librdkafka's 100 ms every turn waited ~100 ms; at 10 ms about 15 ms.
+            defaults["retry.backoff.ms"] = 10
+            from_fields.update({"transactional.id": self.transactional_id,
+                                "transaction.timeout.ms": timeout_ms})
+        return self._client_conf(defaults, self.producer_overrides, from_fields)
 
     def to_admin_conf(self) -> dict[str, ClientValue]:
         """librdkafka admin client settings (topic metadata, changelog creation, group

@@ -7,7 +7,9 @@
     ├── ProcessingError      MessageProcessor.process() raised
     ├── ConsumeError         the consumer returned an error for a partition
     ├── ProduceError         an output or changelog message was not delivered
-    ├── CommitError          the offset commit failed
+    ├── CommitError          the offset commit (or the transaction's commit) failed
+    ├── FencedError          exactly-once: a newer process took over these partitions
+    ├── AlreadyRunningError  another loop is running on these partitions right now
     ├── OffsetError          an offset would move backwards
     ├── StoreError           a state store operation failed
     │   └── StoreUnavailableError   the store server could not be reached
@@ -23,9 +25,11 @@ uncommitted (partitions and offset ranges) and chains the original cause.
 from __future__ import annotations
 
 __all__ = [
+    "AlreadyRunningError",
     "CommitError",
     "ConfigError",
     "ConsumeError",
+    "FencedError",
     "KasperError",
     "OffsetError",
     "ProcessingError",
@@ -102,6 +106,18 @@ class ProduceError(KasperError):
 
 class CommitError(KasperError):
     """Committing input offsets failed; the batch will be replayed."""
+
+
+class FencedError(KasperError):
+    """Exactly-once: another producer with this loop's transactional id (the same
+    processor name and partition set) started, so this one may write nothing more. The
+    loop stops without committing; its open transaction is aborted by the newer one."""
+
+
+class AlreadyRunningError(KasperError):
+    """Another loop is running on these input partitions (its commit note says so, and
+    it is recent). Two loops would both process and both commit; pass ``force`` to
+    start anyway."""
 
 
 class OffsetError(KasperError):
