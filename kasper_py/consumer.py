@@ -6,7 +6,7 @@ exceptions become kasper_py's here and nowhere else.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import structlog
@@ -23,6 +23,7 @@ from confluent_kafka import (
 from kasper_py._client_log import with_client_log
 from kasper_py.config import Config
 from kasper_py.exceptions import CommitError, ConsumeError, TopicError
+from kasper_py.offsets import lowered
 from kasper_py.topics import partition_count
 
 __all__ = ["InputConsumer"]
@@ -60,16 +61,18 @@ class InputConsumer:
                              f"{exc.args[0]}") from exc
         return partition_count(self._config, metadata)
 
-    def assign(self, partitions: Sequence[int]) -> dict[TopicPartitionKey, int | None]:
-        """Assign ``partitions`` of every input topic at their committed offsets (where
-        none is committed: ``auto_offset_reset``); returns the committed offsets.
+    def assign(self, partitions: Sequence[int], below: Mapping[TopicPartitionKey, int] | None = None
+               ) -> dict[TopicPartitionKey, int | None]:
+        """Assign ``partitions`` of every input topic at their committed offsets, lowered
+        to ``below`` where that is lower (where none is committed: ``auto_offset_reset``);
+        returns those start offsets.
 
         The offsets are read here, with retries while the group coordinator moves or
         loads, and handed to ``assign``: left to librdkafka, such a failure on a fresh
         broker leaves the partitions without a start position and the loop idle.
         """
         keys = [(t, p) for t in self._config.input_topics for p in partitions]
-        committed = self.committed(keys)
+        committed = lowered(self.committed(keys), below or {})
         reset = OFFSET_BEGINNING if self._config.auto_offset_reset == "earliest" else OFFSET_END
         starts = {tp: reset if offset is None else offset for tp, offset in committed.items()}
         self._consumer.assign([TopicPartition(t, p, starts[t, p]) for t, p in keys])
@@ -110,6 +113,25 @@ class InputConsumer:
                     f"{tp.error.str()}", code=tp.error.code(),
                 )
 
+    def group_metadata(self) -> object:
+        """The consumer group's metadata, for ``OutputProducer.commit`` (exactly-once)."""
+        return self._consumer.consumer_group_metadata()
+
+    def seek(self, next_offsets: dict[TopicPartitionKey, int]) -> None:
+        """Read each topic-partition from ``next_offsets`` on: records fetched past them
+        are dropped (an aborted turn's rewind)."""
+        try:
+            for (topic, partition), offset in next_offsets.items():
+                self._consumer.seek(TopicPartition(topic, partition, offset))
+        except KafkaException as exc:
+            raise ConsumeError(f"rewinding to the committed offsets failed: "
+                               f"{exc.args[0]}") from exc
+
+    def notes(self, keys: Iterable[TopicPartitionKey] | None = None
+              ) -> dict[TopicPartitionKey, str | None]:
+        """The metadata of the group's committed offsets: loops' commit notes."""
+        return {key: metadata for key, (_, metadata) in self._read_committed(keys).items()}
+
     def committed(
         self, keys: Iterable[TopicPartitionKey] | None = None
     ) -> dict[TopicPartitionKey, int | None]:
@@ -119,6 +141,10 @@ class InputConsumer:
         coordinator moves or loads, then raised as ``ConsumeError``: taken for "nothing
         committed", it would start that partition at ``auto_offset_reset``.
         """
+        return {key: offset for key, (offset, _) in self._read_committed(keys).items()}
+
+    def _read_committed(self, keys: Iterable[TopicPartitionKey] | None
+                        ) -> dict[TopicPartitionKey, tuple[int | None, str | None]]:
         tps = [TopicPartition(t, p) for t, p in (keys if keys is not None else self.assigned)]
         deadline = time.monotonic() + _METADATA_TIMEOUT
         error: Any
@@ -135,7 +161,8 @@ class InputConsumer:
                 raise ConsumeError(f"reading committed offsets of group {self._config.group!r}"
                                    f"{where} failed: {error.str()}", code=error.code())
             time.sleep(0.2)
-        return {(tp.topic, tp.partition): (None if tp.offset < 0 else tp.offset) for tp in result}
+        return {(tp.topic, tp.partition): (None if tp.offset < 0 else tp.offset, tp.metadata)
+                for tp in result}
 
     def positions(self) -> dict[TopicPartitionKey, int | None]:
         """Next offset the application will read, per assigned partition, if known."""
@@ -156,3 +183,4 @@ class InputConsumer:
     def close(self) -> None:
         """Leave without committing: only the loop commits."""
         self._consumer.close()
+

@@ -51,9 +51,13 @@ class KasperError(Exception):
     when the cause came from Kafka, else ``None``.
     """
 
-    def __init__(self, message: str, *, code: int | None = None) -> None:
+    def __init__(self, message: str, *, code: int | None = None,
+                 retriable: bool = False) -> None:
         super().__init__(message)
         self.code = code
+        self.retriable = retriable
+        """Exactly-once: the turn's transaction was aborted for a reason Kafka calls
+        transient, so the loop may run the turn again from the committed offsets."""
         self.uncommitted: str | None = None
         """The batch left uncommitted (partitions and offset ranges), when raised by a turn."""
 

@@ -86,7 +86,7 @@ class _Collectors:
     """The counters, histograms and gauges of one processor, in one registry."""
 
     def __init__(self, processor: str, registry: CollectorRegistry | None,
-                 decode_policy: str = "fail") -> None:
+                 decode_policy: str = "fail", guarantee: str = "at_least_once") -> None:
         prom = _import_prometheus()
         self.processor = processor
         self.decode_policy = decode_policy
@@ -114,6 +114,17 @@ class _Collectors:
         self.last_turn = prom.Gauge(
             "last_turn_timestamp_seconds", "Unix time of the last committed turn.",
             ["processor"], **common)
+        self.guarantee = prom.Gauge(
+            "processing_guarantee", "1 for the processing guarantee the loop runs with.",
+            ["processor", "guarantee"], **common)
+        self.guarantee.labels(processor, guarantee).set(1)
+        self.transactions = prom.Counter(
+            "transactions", "Exactly-once transactions by result: committed, aborted.",
+            ["processor", "result"], **common)
+        self.transaction_seconds = prom.Histogram(
+            "transaction_commit_seconds", "Exactly-once: seconds to add the input offsets "
+            "to a transaction and commit it.", ["processor"], buckets=_SECONDS_BUCKETS,
+            **common)
         self.client_logs = prom.Counter(
             "client_log_messages", "Log lines of the Kafka clients (librdkafka), by the "
             "level they are logged at; repeats held back from the log count too.",
@@ -145,6 +156,9 @@ class _Collectors:
                 self.errors.labels(self.processor, name)
         for step in STEPS:
             self.step_seconds.labels(self.processor, step)
+        for result in ("committed", "aborted"):
+            self.transactions.labels(self.processor, result)
+        self.transaction_seconds.labels(self.processor)
         for client in ("consumer", "producer"):
             for level in ("error", "warning"):
                 self.client_logs.labels(self.processor, client, level)
@@ -270,7 +284,8 @@ class PrometheusObserver(LoopObserver, StoreObserver):
                  live_timeout: float | None = None,
                  clock: Callable[[], float] = time.time) -> None:
         self.processor = config.name
-        self.collectors = _Collectors(config.name, registry, config.on_decode_error)
+        self.collectors = _Collectors(config.name, registry, config.on_decode_error,
+                                      config.processing_guarantee)
         self.clock = clock
         self.live_timeout = live_timeout or max(5 * config.batch_wait, _LIVE_FLOOR)
         self._lock = threading.Lock()
@@ -329,6 +344,12 @@ class PrometheusObserver(LoopObserver, StoreObserver):
         """A poll came back empty: the loop is alive."""
         with self._lock:
             self._last_activity = self.clock()
+
+    def on_transaction(self, result: str, seconds: float) -> None:
+        """Count an exactly-once transaction; time a committed one."""
+        self.collectors.transactions.labels(self.processor, result).inc()
+        if result == "committed":
+            self.collectors.transaction_seconds.labels(self.processor).observe(seconds)
 
     def on_error(self, error: BaseException) -> None:
         """Count the error by type; the loop is stopping."""

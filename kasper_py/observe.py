@@ -96,6 +96,10 @@ class LoopObserver(Protocol):
         """A poll returned nothing, or a turn is still waiting for its acks (about once
         a second, up to ``delivery_timeout``): the loop is alive."""
 
+    def on_transaction(self, result: str, seconds: float) -> None:
+        """Exactly-once: a transaction ended, ``committed`` (its commit took ``seconds``)
+        or ``aborted``."""
+
     def on_error(self, error: BaseException) -> None:
         """The loop is stopping on ``error``."""
 
@@ -117,6 +121,9 @@ class NoopObserver:
         pass
 
     def on_idle(self) -> None:
+        pass
+
+    def on_transaction(self, result: str, seconds: float) -> None:
         pass
 
     def on_error(self, error: BaseException) -> None:
@@ -144,6 +151,9 @@ class _WithStoreObserver:
 
     def on_idle(self) -> None:
         self._loop.on_idle()
+
+    def on_transaction(self, result: str, seconds: float) -> None:
+        self._loop.on_transaction(result, seconds)
 
     def on_error(self, error: BaseException) -> None:
         self._loop.on_error(error)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import socket
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
@@ -25,6 +25,7 @@ __all__ = [
     "IDLE_GROUP_STATES",
     "CommitNote",
     "OffsetTracker",
+    "lowered",
     "running_loop",
     "running_window",
 ]
@@ -83,28 +84,50 @@ class CommitNote:
     """Unix time of the commit, in seconds."""
     host: str
     pid: int
+    partitions: str | None = None
+    """The loop's partition set (``Config.partition_set``), when it said."""
 
     @classmethod
-    def now(cls, state: Literal["running", "stopped"]) -> CommitNote:
+    def now(cls, state: Literal["running", "stopped"],
+            partitions: str | None = None) -> CommitNote:
         """A note for a commit made now by this process."""
-        return cls(state, time.time(), socket.gethostname(), os.getpid())
+        return cls(state, time.time(), socket.gethostname(), os.getpid(), partitions)
 
     def encode(self) -> str:
-        """``kasper/1 <state> <unix time> <host> <pid>``."""
-        return f"{_NOTE_PREFIX} {self.state} {self.at:.3f} {self.host} {self.pid}"
+        """``kasper/1 <state> <unix time> <host> <pid> [<partition set>]``."""
+        text = f"{_NOTE_PREFIX} {self.state} {self.at:.3f} {self.host} {self.pid}"
+        return text if self.partitions is None else f"{text} {self.partitions}"
+
+    def is_mine(self) -> bool:
+        """True when this process wrote the note."""
+        return self.host == socket.gethostname() and self.pid == os.getpid()
+
+    def process_gone(self) -> bool:
+        """True when the note's process is known to have ended: it ran on this host and
+        no process with its pid exists (a killed loop's note still says running)."""
+        if self.host != socket.gethostname():
+            return False
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            return False
+        return False
 
     @classmethod
     def decode(cls, metadata: str | None) -> CommitNote | None:
         """The note in a commit's metadata; ``None`` when another client committed."""
         parts = (metadata or "").split(" ")
-        if len(parts) != 5 or parts[0] != _NOTE_PREFIX or parts[1] not in ("running", "stopped"):
+        if len(parts) not in (5, 6) or parts[0] != _NOTE_PREFIX or parts[1] not in (
+                "running", "stopped"):
             return None
         try:
             at, pid = float(parts[2]), int(parts[4])
         except ValueError:
             return None
         state: Literal["running", "stopped"] = "running" if parts[1] == "running" else "stopped"
-        return cls(state, at, parts[3], pid)
+        return cls(state, at, parts[3], pid, parts[5] if len(parts) == 6 else None)
 
     def running_within(self, window: float, now: float | None = None) -> bool:
         """True when a running loop made this commit less than ``window`` seconds ago."""
@@ -113,7 +136,9 @@ class CommitNote:
     def describe(self, now: float | None = None) -> str:
         """``running on host (pid 12), committed 3 s ago`` for messages."""
         age = max((now or time.time()) - self.at, 0.0)
-        return f"{self.state} on {self.host} (pid {self.pid}), committed {age:.0f} s ago"
+        where = "" if self.partitions is None else f" on partitions {self.partitions}"
+        return (f"{self.state} on {self.host} (pid {self.pid}){where}, "
+                f"committed {age:.0f} s ago")
 
 
 def running_window(config: Config) -> float:
@@ -129,3 +154,11 @@ def running_loop(config: Config, notes: Iterable[CommitNote | None]) -> CommitNo
     window = running_window(config)
     running = [note for note in notes if note is not None and note.running_within(window)]
     return max(running, key=lambda note: note.at) if running else None
+
+
+def lowered(committed: Mapping[TopicPartitionKey, int | None],
+            below: Mapping[TopicPartitionKey, int]) -> dict[TopicPartitionKey, int | None]:
+    """The committed offsets, each lowered to ``below``'s where that is lower (where a
+    loop starts when an effectively-once store is behind the committed offsets)."""
+    return {tp: offset if offset is None or tp not in below else min(offset, below[tp])
+            for tp, offset in committed.items()}

@@ -7,14 +7,14 @@ confluent-kafka; ``kasper_py.testing.InMemoryBroker`` implements them in memory.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from kasper_py.message import OutgoingRecord
 
-__all__ = ["InputPort", "KafkaClients", "OutputPort"]
+__all__ = ["InputPort", "KafkaClients", "OutputPort", "ProducerPort", "Transactions"]
 
 TopicPartitionKey = tuple[str, int]
 
@@ -30,8 +30,32 @@ class OutputPort(Protocol):
         delivery error. ``waiting`` is called about once a second meanwhile."""
 
 
-class ProducerPort(OutputPort, Protocol):
-    """The loop's producer: an output port that can also be closed."""
+class Transactions(Protocol):
+    """An output port's transactions (``processing_guarantee="exactly_once"``): every
+    message produced between ``begin`` and ``commit`` becomes visible to
+    ``read_committed`` readers at once, with the input offsets, or never."""
+
+    def begin(self) -> None:
+        """Open the turn's transaction."""
+
+    def commit(self, next_offsets: dict[TopicPartitionKey, int], note: str | None,
+               group: object) -> None:
+        """Add the input offsets (``note`` as their metadata) for the consumer group
+        ``group`` (the consumer's ``group_metadata()``) and commit the transaction.
+        Raises ``FencedError`` when a newer process took over the transactional id."""
+
+    def abort(self) -> None:
+        """Abort the open transaction, if any; never raises (a failed abort is logged:
+        the broker aborts the transaction at its timeout, or when the id is taken over)."""
+
+
+class ProducerPort(OutputPort, Transactions, Protocol):
+    """The loop's producer: an output port that can also be closed, and with
+    ``exactly_once`` runs one transaction per turn."""
+
+    def init_transactions(self) -> None:
+        """Exactly-once: take over this loop's transactional id, fencing any older
+        producer with it and aborting its open transaction."""
 
     def outstanding(self) -> int:
         """How many messages handed over still await their ack; never blocks."""
@@ -48,8 +72,11 @@ class InputPort(Protocol):
     def partition_count(self) -> int:
         """Check the input topics exist with one partition count; return it."""
 
-    def assign(self, partitions: Sequence[int]) -> dict[TopicPartitionKey, int | None]:
-        """Assign ``partitions`` of every input topic at their committed offsets."""
+    def assign(self, partitions: Sequence[int], below: Mapping[TopicPartitionKey, int] | None = None
+               ) -> dict[TopicPartitionKey, int | None]:
+        """Assign ``partitions`` of every input topic at their committed offsets, lowered
+        to ``below`` where it is lower; return those start offsets (``None``: nothing
+        committed, ``auto_offset_reset`` applies)."""
 
     def consume(self, max_count: int, timeout: float) -> list[Any]:
         """Up to ``max_count`` raw records (confluent-kafka ``Message``-shaped)."""
@@ -60,9 +87,19 @@ class InputPort(Protocol):
     def commit(self, next_offsets: dict[TopicPartitionKey, int], note: str | None = None) -> None:
         """Commit synchronously, with ``note`` as each offset's metadata."""
 
+    def group_metadata(self) -> object:
+        """The consumer group's metadata, for ``Transactions.commit``."""
+
+    def seek(self, next_offsets: dict[TopicPartitionKey, int]) -> None:
+        """Read each topic-partition from ``next_offsets`` on (an aborted turn's rewind)."""
+
     def committed(self, keys: Iterable[TopicPartitionKey] | None = None
                   ) -> dict[TopicPartitionKey, int | None]:
         """The group's committed next offsets (``None`` where nothing is committed)."""
+
+    def notes(self, keys: Iterable[TopicPartitionKey] | None = None
+              ) -> dict[TopicPartitionKey, str | None]:
+        """The metadata of the group's committed offsets (the loops' commit notes)."""
 
     def positions(self) -> dict[TopicPartitionKey, int | None]:
         """Next offset the application will read, per assigned partition, if known."""

@@ -1,6 +1,6 @@
 """``OutputProducer`` wraps confluent_kafka.Producer: produces a turn's buffered
 messages in order, keeps the first delivery error, and raises it when the turn waits
-for its acks.
+for its acks. With ``exactly_once`` it also runs the turn's transaction (``Transactions``).
 """
 
 from __future__ import annotations
@@ -9,17 +9,23 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException, Producer
+import structlog
+
+from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 
 from kasper_py._client_log import with_client_log
 from kasper_py.config import Config
-from kasper_py.exceptions import ProduceError
+from kasper_py.exceptions import CommitError, FencedError, KasperError, ProduceError
 from kasper_py.message import OutgoingRecord
 
 __all__ = ["OutputProducer"]
 
 _QUEUE_FULL_PAUSE = 0.05
 _WAIT_SLICE = 1.0
+# What a broker answers a producer whose transactional id a newer one took over.
+_FENCED = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED,
+                     KafkaError.INVALID_PRODUCER_EPOCH})
+_log = structlog.get_logger("kasper_py")
 
 
 class OutputProducer:
@@ -27,9 +33,11 @@ class OutputProducer:
 
     def __init__(self, config: Config) -> None:
         self._delivery_timeout = config.delivery_timeout
+        self._transactional_id = config.transactional_id if config.exactly_once else None
         conf = with_client_log(config.to_producer_conf(), config.name, "producer")
         self._producer = Producer({**conf, "on_delivery": self._on_delivery})
-        self._error: ProduceError | None = None
+        self._error: KasperError | None = None
+        self._in_transaction = False
 
     def produce(self, messages: Sequence[OutgoingRecord]) -> None:
         """Enqueue ``messages`` in the order given, so in send order per output partition;
@@ -62,7 +70,7 @@ class OutputProducer:
                 self._producer.poll(_QUEUE_FULL_PAUSE)
                 start = index
             except KafkaException as exc:
-                raise _enqueue_error(topic, exc.args[0]) from exc
+                raise self._fenced(exc.args[0]) or _enqueue_error(topic, exc.args[0]) from exc
 
     def outstanding(self) -> int:
         """Messages handed over and not yet acknowledged (or failed); never blocks."""
@@ -85,20 +93,80 @@ class OutputProducer:
                 code=KafkaError._MSG_TIMED_OUT,
             )
 
+    # -- transactions (exactly-once) -------------------------------------------------
+
+    def init_transactions(self) -> None:
+        """Take over the transactional id: a producer that held it is fenced, and its
+        open transaction aborted, before this returns."""
+        self._transaction_call("taking over the transactional id",
+                               self._producer.init_transactions, self._delivery_timeout)
+
+    def begin(self) -> None:
+        """Open the turn's transaction."""
+        self._transaction_call("beginning a transaction", self._producer.begin_transaction)
+        self._in_transaction = True
+
+    def commit(self, next_offsets: dict[tuple[str, int], int], note: str | None,
+               group: object) -> None:
+        """Add the input offsets (``note`` as metadata) and commit: the turn's outputs,
+        changelog records and offsets become visible together. The acks were awaited
+        before (``wait_for_acks``), so this costs the commit round trips only."""
+        offsets = [TopicPartition(t, p, o, note) for (t, p), o in next_offsets.items()]
+        if offsets:
+            self._transaction_call("adding the input offsets to the transaction",
+                                   self._producer.send_offsets_to_transaction, offsets, group,
+                                   self._delivery_timeout)
+        self._transaction_call("committing the transaction", self._producer.commit_transaction,
+                               self._delivery_timeout)
+        self._in_transaction = False
+
+    def abort(self) -> None:
+        """Abort the open transaction (its outputs are never visible to read_committed
+        readers); a failure is logged, not raised: the broker aborts it anyway, at the
+        transaction timeout or when the id is taken over."""
+        if not self._in_transaction:
+            return
+        self._in_transaction = False
+        self._error = None
+        try:
+            self._producer.abort_transaction(self._delivery_timeout)
+        except KafkaException as exc:
+            _log.warning("kasper.transaction_abort_failed", transactional_id=self._transactional_id,
+                         error=exc.args[0].str())
+
+    def _transaction_call(self, doing: str, call: Callable[..., Any], *args: Any) -> None:
+        try:
+            call(*args)
+        except KafkaException as exc:
+            error = exc.args[0]
+            raise self._fenced(error) or CommitError(
+                f"exactly-once: {doing} failed: {error.str()}", code=error.code(),
+                retriable=error.retriable() or error.txn_requires_abort()) from exc
+
+    def _fenced(self, error: Any) -> FencedError | None:
+        if not isinstance(error, KafkaError) or error.code() not in _FENCED:
+            return None
+        return FencedError(f"exactly-once: transactional id {self._transactional_id!r} was "
+                           f"taken over by a newer process ({error.str()})", code=error.code())
+
+    # -- closing and delivery reports -------------------------------------------------
+
     def close(self, discard: bool = False) -> None:
         """Deliver what is still queued (bounded by the delivery timeout); with
-        ``discard``, drop it instead (a failed turn's output, replayed on restart)."""
+        ``discard``, drop it instead (a failed turn's output, replayed on restart).
+        An open transaction is aborted."""
         if discard:
             self._producer.purge()
+        self.abort()
         self._producer.flush(0 if discard else self._delivery_timeout)
 
     def _on_delivery(self, error: KafkaError | None, message: Any) -> None:
         if error is None:
             return
         if self._error is None:
-            self._error = ProduceError(
+            self._error = self._fenced(error) or ProduceError(
                 f"delivery to {message.topic()}[{message.partition()}] failed: {error.str()}",
-                code=error.code(),
+                code=error.code(), retriable=error.retriable() or error.txn_requires_abort(),
             )
 
     def _raise_for_error(self) -> None:

@@ -5,12 +5,17 @@
 3. produce the buffered output; while its acks are outstanding, read the next batch
    (consume and, once it is full, decode: nothing of it is processed yet)
 4. wait for every ack
-5. commit the input offsets (last processed + 1), synchronously
+5. commit the input offsets (last processed + 1), synchronously; with exactly-once,
+   commit the turn's transaction with them
 6. report the turn (metrics, one log line)
 
 A failure in any step stops the loop before step 5, so the batch is replayed on
-restart: at-least-once, with duplicates bounded by one batch. The batch read ahead was
-never processed and is never committed before its own turn: it is read again too.
+restart: at-least-once, with duplicates bounded by one batch; with exactly-once the
+transaction is aborted, so nothing of it is ever visible to read_committed readers. The
+batch read ahead was never processed and is never committed before its own turn: it
+is read again too. At start the loop refuses partitions another loop is running (its
+commit note is recent), unless forced; with exactly-once, a loop on the same partition
+set is fenced instead.
 """
 
 from __future__ import annotations
@@ -29,14 +34,16 @@ from kasper_py.batching import Batch, Collector, build_batch
 from kasper_py.config import Config
 from kasper_py.consumer import InputConsumer
 from kasper_py.exceptions import (
+    AlreadyRunningError,
     CommitError,
     ConsumeError,
+    FencedError,
     KasperError,
     ProduceError,
     SimulatedCrash,
 )
 from kasper_py.observe import LoopObserver, NoopObserver, TurnStats
-from kasper_py.offsets import HEARTBEAT_SECONDS, CommitNote, OffsetTracker
+from kasper_py.offsets import HEARTBEAT_SECONDS, CommitNote, OffsetTracker, running_loop
 from kasper_py.ports import KafkaClients
 from kasper_py.processor import ProcessorFactory
 from kasper_py.producer import OutputProducer
@@ -47,8 +54,12 @@ from kasper_py.turn import TurnEngine
 __all__ = ["TopicProcessor"]
 
 _log = structlog.get_logger("kasper_py")
-_KAFKA_TROUBLE = (ProduceError, CommitError, ConsumeError, KeyboardInterrupt)
+_KAFKA_TROUBLE = (ProduceError, CommitError, ConsumeError, FencedError, KeyboardInterrupt)
 _AHEAD_STEP = 0.005
+_TURN_RETRIES = 5
+"""Exactly-once: aborted turns in a row, for errors Kafka calls transient, run again
+before the loop stops."""
+_RETRY_PAUSE = 0.5
 """Longest a consume waits while reading ahead: acks that arrive meanwhile delay the
 commit by at most this much."""
 
@@ -64,9 +75,12 @@ class TopicProcessor:
         stores: Sequence[StoreSpec] = (),
         observer: LoopObserver | None = None,
         clients: KafkaClients | None = None,
+        force: bool = False,
     ) -> None:
         """``clients`` default to confluent-kafka clients built from ``config``; pass
-        ``kasper_py.testing.InMemoryBroker(...).clients(config)`` to run with no broker."""
+        ``kasper_py.testing.InMemoryBroker(...).clients(config)`` to run with no broker.
+        ``force`` starts even when another loop's recent commit note says it is running
+        these partitions (by default that raises ``AlreadyRunningError``)."""
         names = [spec.name for spec in stores]
         if len(set(names)) != len(names):
             raise ValueError(f"store names must be unique, got {names}")
@@ -78,8 +92,11 @@ class TopicProcessor:
         clients = clients or KafkaClients(InputConsumer(config), OutputProducer(config))
         self._consumer, self._producer = clients.consumer, clients.producer
         self._on_step, self._clock = clients.on_step, clients.clock
-        self._engine = TurnEngine(config, self._producer, waiting=self._observer.on_idle,
-                                  on_step=clients.on_step)
+        self._force = force
+        self._engine = TurnEngine(
+            config, self._producer, commit=self._commit_offsets,
+            transactions=self._producer if config.exactly_once else None,
+            waiting=self._observer.on_idle, on_step=clients.on_step)
         self._offsets = OffsetTracker()
         self._collector = Collector(self._consumer.consume, config.batch_size,
                                     config.batch_wait, self._clock)
@@ -219,16 +236,52 @@ class TopicProcessor:
             return
         count = self._consumer.partition_count()
         partitions = self._partitions(count)
+        keys = [(t, p) for t in self.config.input_topics for p in partitions]
+        self._check_not_running(keys)
+        if self.config.exactly_once:
+            # Before any restore: fences an older loop with this id and aborts its open
+            # transaction, so the changelogs' committed ends are final.
+            self._producer.init_transactions()
         for partition in partitions:
             runtime = StoreRuntime(self.config, partition, self._producer,
                                    self._observer.store_observer())
             self._engine.open_partition(partition, self._factory, self._store_specs, runtime)
-        committed = self._consumer.assign(partitions)
-        self._offsets.mark_committed({tp: o for tp, o in committed.items() if o is not None})
+        committed = self._consumer.assign(partitions, self._engine.resume_from())
+        known = {tp: o for tp, o in committed.items() if o is not None}
+        self._offsets.mark_committed(known)
         self._started = True
+        if known:  # say at once that these partitions are taken (and, exactly-once, by whom)
+            self._recommit(known, "running", fail=True)
         self._observer.on_start(self._consumer.assigned)
         _log.info("kasper.started", processor=self.config.name, partitions=list(partitions),
-                  topics=list(self.config.input_topics), group=self.config.group)
+                  topics=list(self.config.input_topics), group=self.config.group,
+                  processing_guarantee=self.config.processing_guarantee,
+                  **({"transactional_id": self.config.transactional_id}
+                     if self.config.exactly_once else {}))
+
+    def _check_not_running(self, keys: list[tuple[str, int]]) -> None:
+        """Refuse partitions another loop is running: its last commit note says running
+        and is recent (a loop re-commits at least every ``HEARTBEAT_SECONDS``). A note of
+        a process on this host that no longer exists does not count (a killed loop). With
+        exactly-once, a loop on the same partition set is fenced instead, not refused."""
+        notes = [CommitNote.decode(m) for m in self._consumer.notes(keys).values()]
+        others = [n for n in notes if n is not None and not n.is_mine() and not n.process_gone()]
+        other = running_loop(self.config, others)
+        if other is None:
+            return
+        if self.config.exactly_once and other.partitions == self.config.partition_set:
+            _log.info("kasper.fencing", processor=self.config.name, other=other.describe(),
+                      transactional_id=self.config.transactional_id)
+            return
+        if self._force:
+            _log.warning("kasper.forced_start", processor=self.config.name,
+                         other=other.describe())
+            return
+        raise AlreadyRunningError(
+            f"processor {self.config.name!r}: another loop is running partitions "
+            f"{self.config.partition_set} of {', '.join(self.config.input_topics)} "
+            f"(group {self.config.group!r}): {other.describe()}. Two loops would both "
+            "process and commit; stop it, or start with force (--force)")
 
     def _loop(self, until_caught_up: bool) -> None:
         while not self._closing.is_set():
@@ -275,25 +328,77 @@ class TopicProcessor:
         return bool(self._collector.records) or self._ahead is not None
 
     def _turn(self, batch: Batch) -> None:
-        try:
-            result = self._engine.run(batch, self._read_ahead)  # process, flush, produce
-            started = time.perf_counter()
-            self._commit(batch)                                      # commit
-            result.durations["commit"] = time.perf_counter() - started
-            self._on_step("after_commit")
-        except KasperError as exc:
-            exc.uncommitted = batch.describe()
-            raise
+        for attempt in range(_TURN_RETRIES + 1):
+            try:
+                # process, flush, produce, commit (exactly-once: one transaction)
+                result = self._engine.run(batch, self._read_ahead)
+                break
+            except KasperError as exc:
+                if self.config.exactly_once:
+                    self._observer.on_transaction("aborted", 0.0)
+                if isinstance(exc, FencedError):
+                    raise self._fenced(exc) from exc
+                if not (self.config.exactly_once and exc.retriable) or attempt == _TURN_RETRIES:
+                    raise
+                self._retry(exc, attempt + 1)
         self._report(TurnStats(batch, result.produced, result.durations, *self._progress()))
+
+    def _retry(self, exc: KasperError, attempt: int) -> None:
+        """Exactly-once, after a transient abort: nothing of the turn is visible and its
+        store writes are dropped; rebuild the processors (plain Python state as after a
+        restart) and run the same batch again, read from the committed offsets."""
+        _log.warning("kasper.turn_retried", processor=self.config.name, attempt=attempt,
+                     of=_TURN_RETRIES, error=str(exc))
+        time.sleep(_RETRY_PAUSE * attempt)
+        self._engine.rebuild_processors(self._factory)
+
+    def _fenced(self, exc: FencedError) -> FencedError:
+        """The fencing error, naming the partitions and the loop that took them over
+        (from its start note, committed in its first transaction)."""
+        try:
+            notes = [CommitNote.decode(m) for m in self._consumer.notes().values()]
+        except KasperError:
+            notes = []
+        newer = [n for n in notes if n is not None and not n.is_mine()]
+        who = (max(newer, key=lambda n: n.at).describe() if newer
+               else "a process that has not committed yet")
+        fenced = FencedError(
+            f"processor {self.config.name!r} was fenced: another loop took over partitions "
+            f"{self.config.partition_set} of {', '.join(self.config.input_topics)} "
+            f"(transactional id {self.config.transactional_id!r}); it is {who}. This loop "
+            "committed nothing more and stops", code=exc.code)
+        fenced.uncommitted = exc.uncommitted
+        return fenced
 
     # -- the steps around the turn --------------------------------------------------
 
-    def _commit(self, batch: Batch) -> None:
-        next_offsets = self._past_markers(batch.next_offsets())
+    def _commit_offsets(self, next_offsets: dict[tuple[str, int], int]) -> None:
+        """The engine's commit: the input offsets (moved past transaction markers), with
+        a running note; with exactly-once, in the turn's transaction, which it commits."""
+        next_offsets = self._past_markers(next_offsets)
         self._offsets.check(next_offsets)
-        self._consumer.commit(next_offsets, CommitNote.now("running").encode())
+        self._commit_with_note(next_offsets, "running")
         self._offsets.mark_committed(next_offsets)
         self._last_commit = time.monotonic()
+
+    def _commit_with_note(self, next_offsets: dict[tuple[str, int], int],
+                          state: Literal["running", "stopped"], *, own: bool = False) -> None:
+        """Commit through the consumer, or exactly-once through a transaction (the turn's,
+        or with ``own`` one opened for this commit alone)."""
+        note = CommitNote.now(state, self.config.partition_set).encode()
+        if not self.config.exactly_once:
+            self._consumer.commit(next_offsets, note)
+            return
+        started = time.perf_counter()
+        try:
+            if own:
+                self._producer.begin()
+            self._producer.commit(next_offsets, note, self._consumer.group_metadata())
+        except BaseException:
+            if own:
+                self._producer.abort()
+            raise
+        self._observer.on_transaction("committed", time.perf_counter() - started)
 
     def _past_markers(self, next_offsets: dict[tuple[str, int], int]) -> dict[tuple[str, int], int]:
         """Transaction markers (and, read_committed, aborted records) after a batch's last
@@ -326,12 +431,17 @@ class TopicProcessor:
             self._recommit(committed, "stopped")
 
     def _recommit(self, offsets: dict[tuple[str, int], int],
-                  state: Literal["running", "stopped"]) -> bool:
+                  state: Literal["running", "stopped"], *, fail: bool = False) -> bool:
         """Commit already-processed ``offsets`` with a fresh note; a failure is logged
-        (the next turn's commit reports one that lasts) and returns False."""
+        (the next turn's commit reports one that lasts) and returns False, or with
+        ``fail`` (and always when fenced) raised."""
         try:
-            self._consumer.commit(offsets, CommitNote.now(state).encode())
+            self._commit_with_note(offsets, state, own=True)
+        except FencedError as exc:
+            raise self._fenced(exc) from exc
         except KasperError as exc:
+            if fail:
+                raise
             _log.warning("kasper.note_commit_failed", processor=self.config.name,
                          state=state, error=str(exc))
             return False

@@ -2,18 +2,21 @@
 testing driver). Given a decoded ``Batch``, in this order (the order is the guarantee):
 
 1. skip input an effectively-once store already applied (a replayed batch)
-2. process every partition's messages; set undecodable input aside (dead letters)
-3. with effectively-once stores, produce the output and wait for its acks first
-4. flush the stores
-5. produce the (rest of the) output; while its acks are outstanding the runner may
-   work ahead (``meanwhile``: the loop reads its next batch), then wait for every ack;
-   stores see the acks
-6. hand back the offsets the runner must commit (last offset + 1 per topic-partition)
+2. exactly-once: begin the turn's transaction
+3. process every partition's messages; set undecodable input aside (dead letters)
+4. with effectively-once stores, produce the output and wait for its acks first
+   (exactly-once: and commit, so the store records offsets whose outputs are visible)
+5. flush the stores
+6. produce the (rest of the) output; while its acks are outstanding the runner may
+   work ahead (``meanwhile``: the loop reads its next batch), then wait for every ack
+7. commit through the runner's ``commit`` (the loop: the input offsets, or with
+   exactly-once the transaction with them); the Spark task and the driver have none
+8. stores see the turn done (local tables apply their writes)
 
-A failure in any step raises a ``KasperError`` naming the uncommitted batch, and the
-stores drop the turn's buffered writes; the runner must then not commit. What a
-runner does around the turn (polling and committing, Arrow rows and task reports,
-an in-memory broker) lives in the runner, never here.
+A failure in any step raises a ``KasperError`` naming the uncommitted batch; the
+stores drop the turn's buffered writes and the transaction is aborted; the runner
+must then not commit. What a runner does around the turn (polling, Arrow rows and
+task reports, an in-memory broker) lives in the runner, never here.
 """
 
 from __future__ import annotations
@@ -28,9 +31,15 @@ import structlog
 from kasper_py.batching import Batch
 from kasper_py.config import Config
 from kasper_py.dead_letters import send_aside
-from kasper_py.exceptions import KasperError, OffsetError, ProcessingError, StoreError
+from kasper_py.exceptions import (
+    KasperError,
+    OffsetError,
+    ProcessingError,
+    SimulatedCrash,
+    StoreError,
+)
 from kasper_py.message import OutgoingRecord
-from kasper_py.ports import OutputPort
+from kasper_py.ports import OutputPort, Transactions
 from kasper_py.processor import MessageProcessor, ProcessorContext, ProcessorFactory
 from kasper_py.sender import Sender
 from kasper_py.stores.base import (
@@ -46,9 +55,11 @@ _log = structlog.get_logger("kasper_py")
 T = TypeVar("T")
 TopicPartitionKey = tuple[str, int]
 
-STEPS = ("before_process", "after_process", "after_flush", "after_produce")
-"""The step boundaries of a turn at which ``TurnEngine``'s ``on_step`` hook is called
-(the runner adds ``after_commit``); fault injection stops a process there."""
+STEPS = ("before_process", "after_process", "after_flush", "after_produce", "after_commit")
+"""The step boundaries of a turn at which ``TurnEngine``'s ``on_step`` hook is called;
+fault injection stops a process there."""
+Commit = Callable[[dict[TopicPartitionKey, int]], None]
+"""A runner's commit of a turn's next offsets (with exactly-once: of its transaction)."""
 
 
 @dataclass
@@ -69,18 +80,24 @@ class TurnResult:
     produced: int
     """Messages the turn handed to the output port (dead letters included)."""
     durations: dict[str, float]
-    """Seconds per step: process, flush, produce, read_ahead (the runner's ``meanwhile``)."""
+    """Seconds per step: process, flush, produce, read_ahead (the runner's ``meanwhile``),
+    commit."""
 
 
 class TurnEngine:
     """Runs turns over a set of partitions, each with its processor and stores."""
 
     def __init__(self, config: Config, port: OutputPort, *,
+                 commit: Commit | None = None, transactions: Transactions | None = None,
                  waiting: Callable[[], None] | None = None,
                  on_step: Callable[[str], None] | None = None) -> None:
+        """``transactions`` (exactly-once) wraps every turn in a transaction of ``port``,
+        which ``commit`` must commit."""
         self.config = config
         self.partitions: dict[int, PartitionState] = {}
         self._port = port
+        self._commit = commit or _no_commit
+        self._transactions = transactions
         self._waiting = waiting
         self._on_step = on_step or _no_step
         self._skip_below: dict[TopicPartitionKey, int] = {}
@@ -107,6 +124,23 @@ class TurnEngine:
         state.processor = factory(ProcessorContext(partition, self.config, dict(state.stores)))
         return state
 
+    def rebuild_processors(self, factory: ProcessorFactory) -> None:
+        """Close every processor and build a fresh one on the same stores: after an
+        aborted turn, plain Python state is as a restarted process would have it."""
+        for state in self.partitions.values():
+            if state.processor is not None:
+                state.processor.close()
+            state.processor = factory(ProcessorContext(state.partition, self.config,
+                                                       dict(state.stores)))
+
+    def resume_from(self) -> dict[TopicPartitionKey, int]:
+        """Exactly-once with an effectively-once store: the input offsets the stores have
+        applied. A turn's transaction (outputs and offsets) commits before its store
+        flush, so a crash between the two leaves the store behind the committed offsets;
+        the runner starts from here where lower, and that input is processed again
+        (its outputs twice). Empty otherwise."""
+        return dict(self._skip_below) if self._transactions is not None else {}
+
     def stores(self) -> list[tuple[int, str, KeyValueStore]]:
         """(partition, name, store) of every open store."""
         return [(p, name, store) for p, state in self.partitions.items()
@@ -126,34 +160,47 @@ class TurnEngine:
         called once, after the last output is handed over and before its acks are
         awaited; whatever it raises fails the turn (uncommitted), like any step."""
         durations: dict[str, float] = {}
+        transactions = self._transactions
         try:
             self._check_order(batch)
             if self._skip_below:
                 self._drop_applied(batch)
+            if transactions is not None:
+                transactions.begin()
             self._on_step("before_process")
             sender = _timed(durations, "process", self._process, batch)
             produced = len(sender)
             self._on_step("after_process")
+            next_offsets = batch.next_offsets()
+            committed = self._outputs_first and transactions is not None
             if self._outputs_first:
                 # Effectively-once stores skip replayed input, so its output must be
-                # acked before the store records the offsets as applied.
+                # acked (exactly-once: committed) before the store records the offsets.
                 _timed(durations, "produce", self._produce, sender.drain())
-            next_offsets = batch.next_offsets()
+                if committed:
+                    _timed(durations, "commit", self._commit, next_offsets)
             _timed(durations, "flush", self._flush, next_offsets)
             self._on_step("after_flush")
             _timed(durations, "produce", self._hand_over, sender.drain())
             if meanwhile is not None:
                 _timed(durations, "read_ahead", meanwhile)
             _timed(durations, "produce", self._port.wait_for_acks, self._waiting)
-            self._after_delivery()
             self._on_step("after_produce")
+            if not committed:
+                _timed(durations, "commit", self._commit, next_offsets)
+            self._on_step("after_commit")
         except BaseException as exc:
             self._discard_pending()
+            if transactions is not None and not isinstance(exc, SimulatedCrash):
+                transactions.abort()  # a killed process aborts nothing: its successor does
             if isinstance(exc, KasperError) and exc.uncommitted is None:
                 exc.uncommitted = batch.describe()
             raise
         self._next.update(next_offsets)
         self._forget_applied(next_offsets)
+        # Committed: a local table that fails to apply now is behind its changelog, and
+        # its next open reads the difference back.
+        self._after_delivery()
         return TurnResult(next_offsets, produced, durations)
 
     def _check_order(self, batch: Batch) -> None:
@@ -246,4 +293,8 @@ def _timed(durations: dict[str, float], step: str, fn: Callable[..., T], *args: 
 
 
 def _no_step(_step: str) -> None:
+    pass
+
+
+def _no_commit(_next_offsets: dict[TopicPartitionKey, int]) -> None:
     pass
