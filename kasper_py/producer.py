@@ -73,7 +73,13 @@ class OutputProducer:
                 raise self._fenced(exc.args[0]) or _enqueue_error(topic, exc.args[0]) from exc
 
     def outstanding(self) -> int:
-        """Messages handed over and not yet acknowledged (or failed); never blocks."""
+        """Messages handed over and not yet acknowledged (or failed); never blocks.
+
+        Serves the client's queue first: librdkafka counts an acked message as
+        outstanding until its (error-only, so silent) delivery report is served, and
+        without this the count never fell while the loop read ahead (measured: 1,000
+        messages "outstanding" for 2 s, 16 ms once served)."""
+        self._producer.poll(0)
         return len(self._producer)
 
     def wait_for_acks(self, waiting: Callable[[], None] | None = None) -> None:
