@@ -10,7 +10,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import structlog
-
 from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 
 from kasper_py._client_log import with_client_log
@@ -87,17 +86,37 @@ class OutputProducer:
         ``waiting`` is called about once a second while acks are outstanding (the loop
         stays live during a long wait, which ends by ``delivery_timeout`` at the latest)."""
         deadline = time.monotonic() + self._delivery_timeout
-        remaining = self._producer.flush(min(_WAIT_SLICE, self._delivery_timeout))
+        remaining = self._flush(min(_WAIT_SLICE, self._delivery_timeout))
         while remaining and time.monotonic() < deadline:
             if waiting is not None:
                 waiting()
-            remaining = self._producer.flush(min(_WAIT_SLICE, deadline - time.monotonic()))
+            remaining = self._flush(min(_WAIT_SLICE, deadline - time.monotonic()))
         self._raise_for_error()
         if remaining:
             raise ProduceError(
                 f"{remaining} messages were not acknowledged within {self._delivery_timeout}s",
                 code=KafkaError._MSG_TIMED_OUT,
             )
+
+    def _flush(self, timeout: float) -> int:
+        try:
+            return int(self._producer.flush(timeout))
+        except SystemError as exc:
+            raise self._fatal_error() from exc
+
+    def _fatal_error(self) -> KasperError:
+        """confluent-kafka's ``flush()`` raises a bare SystemError once the client hit a
+        fatal error (seen when a transactional producer is fenced mid-turn); the
+        transaction API still reports the error itself, so ask it."""
+        if self._in_transaction:
+            self._in_transaction = False
+            try:
+                self._producer.abort_transaction(_WAIT_SLICE)
+            except KafkaException as exc:
+                error = exc.args[0]
+                return self._fenced(error) or ProduceError(
+                    f"the producer failed: {error.str()}", code=error.code())
+        return ProduceError("the producer failed with a fatal error (see the client log)")
 
     # -- transactions (exactly-once) -------------------------------------------------
 

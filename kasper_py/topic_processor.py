@@ -60,6 +60,7 @@ _TURN_RETRIES = 5
 """Exactly-once: aborted turns in a row, for errors Kafka calls transient, run again
 before the loop stops."""
 _RETRY_PAUSE = 0.5
+_FENCED_NOTE_WAIT = 5.0
 """Longest a consume waits while reading ahead: acks that arrive meanwhile delay the
 commit by at most this much."""
 
@@ -110,6 +111,7 @@ class TopicProcessor:
         self._shut = False
         self._started = False
         self._last_commit = time.monotonic()
+        self._started_at = time.time()
 
     # -- public ---------------------------------------------------------------
 
@@ -234,6 +236,7 @@ class TopicProcessor:
     def _start(self) -> None:
         if self._started:
             return
+        self._started_at = time.time()
         count = self._consumer.partition_count()
         partitions = self._partitions(count)
         keys = [(t, p) for t in self.config.input_topics for p in partitions]
@@ -242,22 +245,29 @@ class TopicProcessor:
             # Before any restore: fences an older loop with this id and aborts its open
             # transaction, so the changelogs' committed ends are final.
             self._producer.init_transactions()
+        # Say at once that these partitions are taken (exactly-once: by whom, for the
+        # loop just fenced), before restoring tables takes its time.
+        self._announce({tp: o for tp, o in self._consumer.committed(keys).items()
+                        if o is not None})
         for partition in partitions:
             runtime = StoreRuntime(self.config, partition, self._producer,
                                    self._observer.store_observer())
             self._engine.open_partition(partition, self._factory, self._store_specs, runtime)
         committed = self._consumer.assign(partitions, self._engine.resume_from())
-        known = {tp: o for tp, o in committed.items() if o is not None}
-        self._offsets.mark_committed(known)
+        self._offsets.mark_committed({tp: o for tp, o in committed.items() if o is not None})
         self._started = True
-        if known:  # say at once that these partitions are taken (and, exactly-once, by whom)
-            self._recommit(known, "running", fail=True)
         self._observer.on_start(self._consumer.assigned)
         _log.info("kasper.started", processor=self.config.name, partitions=list(partitions),
                   topics=list(self.config.input_topics), group=self.config.group,
                   processing_guarantee=self.config.processing_guarantee,
                   **({"transactional_id": self.config.transactional_id}
                      if self.config.exactly_once else {}))
+
+    def _announce(self, committed: dict[tuple[str, int], int]) -> None:
+        """Re-commit the committed offsets with this loop's running note."""
+        if committed:
+            self._recommit(committed, "running", fail=True)
+            self._last_commit = time.monotonic()
 
     def _check_not_running(self, keys: list[tuple[str, int]]) -> None:
         """Refuse partitions another loop is running: its last commit note says running
@@ -355,11 +365,7 @@ class TopicProcessor:
     def _fenced(self, exc: FencedError) -> FencedError:
         """The fencing error, naming the partitions and the loop that took them over
         (from its start note, committed in its first transaction)."""
-        try:
-            notes = [CommitNote.decode(m) for m in self._consumer.notes().values()]
-        except KasperError:
-            notes = []
-        newer = [n for n in notes if n is not None and not n.is_mine()]
+        newer = self._newer_notes()
         who = (max(newer, key=lambda n: n.at).describe() if newer
                else "a process that has not committed yet")
         fenced = FencedError(
@@ -369,6 +375,21 @@ class TopicProcessor:
             "committed nothing more and stops", code=exc.code)
         fenced.uncommitted = exc.uncommitted
         return fenced
+
+    def _newer_notes(self) -> list[CommitNote]:
+        """Notes of other loops on these partitions; the loop that fenced this one
+        commits its note right after, so wait a little for it."""
+        deadline = time.monotonic() + _FENCED_NOTE_WAIT
+        while True:
+            try:
+                notes = [CommitNote.decode(m) for m in self._consumer.notes().values()]
+            except KasperError:
+                return []
+            newer = [n for n in notes
+                     if n is not None and not n.is_mine() and n.at >= self._started_at]
+            if newer or time.monotonic() > deadline:
+                return newer
+            time.sleep(0.2)
 
     # -- the steps around the turn --------------------------------------------------
 
@@ -428,7 +449,11 @@ class TopicProcessor:
         past the consumer's position: after a failed turn it is ahead of what was done."""
         committed = self._offsets.all()
         if committed:
-            self._recommit(committed, "stopped")
+            try:
+                self._recommit(committed, "stopped")
+            except FencedError as exc:  # closing anyway: the newer loop's notes stand
+                _log.warning("kasper.note_commit_failed", processor=self.config.name,
+                             state="stopped", error=str(exc))
 
     def _recommit(self, offsets: dict[tuple[str, int], int],
                   state: Literal["running", "stopped"], *, fail: bool = False) -> bool:

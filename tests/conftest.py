@@ -126,8 +126,10 @@ class KafkaHelper:
                 for msg in batch:
                     assert msg.error() is None, msg.error()
                     out.append(msg)
-                    if msg.offset() + 1 >= ends.get(msg.partition(), 0):
-                        ends.pop(msg.partition(), None)
+                # the position, not the last offset: a transactional topic ends in markers
+                for tp in consumer.position([TopicPartition(topic, p) for p in ends]):
+                    if tp.offset >= ends[tp.partition]:
+                        ends.pop(tp.partition)
             return out
         finally:
             consumer.close()

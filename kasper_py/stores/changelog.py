@@ -217,7 +217,23 @@ class ChangelogReader:
         for partition, chunk in by_partition.items():
             apply(partition, chunk)
             self._positions[partition] = chunk[-1].offset() + 1
+        self._past_markers()
         return len(records)
+
+    def _past_markers(self) -> None:
+        """Move positions past what read_committed never returns: transaction markers and
+        aborted records (an exactly-once changelog ends with a commit marker, so the
+        last record's offset + 1 never reaches the high watermark)."""
+        if not self._positions:
+            return
+        asked = [TopicPartition(self.topic, p) for p in self._positions]
+        try:
+            found = self._consumer.position(asked)
+        except KafkaException as exc:
+            raise RestoreError(f"reading changelog {self.topic}: {exc.args[0]}") from exc
+        for tp in found:
+            if tp.offset >= 0 and tp.offset > self._positions.get(tp.partition, tp.offset):
+                self._positions[tp.partition] = tp.offset
 
     def _lagging(self, remaining: Mapping[int, int]) -> str:
         return ", ".join(f"[{p}] at {self._positions[p]} of {end}"

@@ -4,9 +4,12 @@ Changelog topics and restores are in changelog.py; the loop's order is in topic_
 
 A turn writes a table like this: ``flush()`` produces the buffered writes to the
 changelog partition (deletes as tombstones) with the loop's producer; the loop waits
-for their acks with the outputs'; ``after_delivery()`` then applies them locally in one
-``WriteBatch`` together with the next changelog offset. A crash in between leaves the
-local copy behind its changelog, and the next start reads the difference back.
+for their acks with the outputs' and commits; ``after_delivery()`` then applies them
+locally in one ``WriteBatch`` together with the next changelog offset. A crash in
+between leaves the local copy behind its changelog, and the next start reads the
+difference back. With exactly-once the changelog records are in the turn's transaction
+and are applied only once it committed, so the local copy never holds an aborted
+turn's writes; restores read committed records only.
 """
 
 from __future__ import annotations
@@ -163,7 +166,11 @@ class RocksDBStore(BufferedStore):
         self.partition = runtime.partition
         self.changelog_topic = table.topic(runtime.config) if table.changelog else None
         self._producer = runtime.producer if table.changelog else None
-        self._changelog_offset = changelog_offset
+        self._table, self._config = table, runtime.config
+        self._transactional = runtime.config.exactly_once
+        self._changelog_offset: int | None = changelog_offset
+        """``None`` after an aborted transaction wrote to the changelog: how many offsets
+        it took is unknown until the changelog's end is read again."""
         self._in_flight: dict[bytes, bytes | None] = {}
         self._in_flight_count = 0
 
@@ -193,18 +200,35 @@ class RocksDBStore(BufferedStore):
         self._in_flight_count += len(writes)
 
     def after_delivery(self) -> None:
-        """Every changelog record of the turn is acked: apply them in one ``WriteBatch``
-        with ``changelog_offset/<p>`` moved past them (reported as op ``apply``)."""
+        """Every changelog record of the turn is acked and the turn committed: apply them
+        in one ``WriteBatch`` with ``changelog_offset/<p>`` moved past them (reported as
+        op ``apply``). A transaction's records are followed by its commit marker, which
+        takes an offset too."""
         if not self._in_flight:
             return
-        self._changelog_offset += self._in_flight_count
-        self._observed("apply", lambda: self.db.write(
-            self._in_flight, {self.partition: self._changelog_offset}))
+        if self._changelog_offset is None:
+            # after an abort: we are the partition's only writer, so its end is ours
+            _, end = self._table._changelog_reader(self._config).watermarks(self.partition)
+        else:
+            marker = 1 if self._transactional else 0
+            end = self._changelog_offset + self._in_flight_count + marker
+        self._changelog_offset = end
+        self._observed("apply", lambda: self.db.write(self._in_flight, {self.partition: end}))
+        self._in_flight, self._in_flight_count = {}, 0
+
+    def discard_pending(self) -> None:
+        """Drop the buffered writes and those produced to the changelog but not applied
+        (their transaction is aborted; without exactly-once the loop stops, and the
+        records, if delivered, are read back on restart)."""
+        super().discard_pending()
+        if self._in_flight and self._transactional:
+            self._changelog_offset = None
         self._in_flight, self._in_flight_count = {}, 0
 
     @property
-    def changelog_offset(self) -> int:
-        """Next changelog offset this partition's files have applied."""
+    def changelog_offset(self) -> int | None:
+        """Next changelog offset this partition's files have applied (``None`` for a
+        moment after an aborted transaction wrote to the changelog)."""
         return self._changelog_offset
 
     def items(self) -> Iterator[tuple[Any, Any]]:

@@ -3,9 +3,11 @@
     python stores_worker.py KIND BOOTSTRAP NAME TOPIC BATCH_SIZE [--until-caught-up]
         [--effectively-once] [--state-dir DIR] [--redis-url URL]
         [--cassandra HOST:PORT] [--keyspace KS] [--pause SECONDS]
+        [--exactly-once] [--output TOPIC] [--force]
 
 KIND is redis, cassandra or rocksdb. The store is called "counts"; each input value is
-one or more words, and a word written "-word" deletes that word's count.
+one or more words, and a word written "-word" deletes that word's count. With
+``--output`` every input message is also sent on, key and value unchanged.
 """
 
 from __future__ import annotations
@@ -24,10 +26,12 @@ class WordCount(MessageProcessor):
     put_many; ``hook(messages)`` runs between the read and the writes."""
 
     def __init__(self, context: ProcessorContext, pause: float = 0.0,
-                 hook: Callable[[list[Message]], None] | None = None) -> None:
+                 hook: Callable[[list[Message]], None] | None = None,
+                 output: str | None = None) -> None:
         self.counts = context.store("counts")
         self.pause = pause
         self.hook = hook
+        self.output = output
 
     def process(self, messages: list[Message], sender: Sender) -> None:
         words = [word for m in messages for word in m.value.split()]
@@ -41,6 +45,9 @@ class WordCount(MessageProcessor):
                 totals[word] = (totals.get(word) or 0) + 1
         self.counts.put_many({w: n for w, n in totals.items() if n is not None})
         self.counts.delete_many([w for w, n in totals.items() if n is None])
+        if self.output is not None:
+            for m in messages:
+                sender.send(self.output, m.value, m.key)
         if self.pause:
             time.sleep(self.pause)
 
@@ -74,12 +81,16 @@ def main() -> None:
     parser.add_argument("--cassandra", default="127.0.0.1:19042")
     parser.add_argument("--keyspace", default="kasper_tests")
     parser.add_argument("--pause", type=float, default=0.0)
+    parser.add_argument("--exactly-once", action="store_true")
+    parser.add_argument("--output")
+    parser.add_argument("--force", action="store_true")
     args = parser.parse_args()
+    guarantee = "exactly_once" if args.exactly_once else "at_least_once"
     config = Config(name=args.name, bootstrap_servers=args.bootstrap, input_topics=[args.topic],
                     batch_size=args.batch_size, batch_wait=0.2, state_dir=args.state_dir,
-                    value_serde="str")
-    processor = TopicProcessor(config, lambda c: WordCount(c, args.pause),
-                               stores=[store_spec(args.kind, args)])
+                    key_serde="str", value_serde="str", processing_guarantee=guarantee)
+    processor = TopicProcessor(config, lambda c: WordCount(c, args.pause, output=args.output),
+                               stores=[store_spec(args.kind, args)], force=args.force)
     print("started", flush=True)
     with processor:
         processor.run_until_stopped(until_caught_up=args.until_caught_up)
