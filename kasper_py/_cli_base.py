@@ -85,6 +85,7 @@ CONFIG_FLAGS: dict[str, tuple[Callable[[str], Any], str]] = {
     "batch_size": (int, "messages per batch at most"),
     "batch_wait": (float, "seconds to wait for a batch to fill"),
     "metrics_port": (int, "serve /metrics and /health on this port"),
+    "processing_guarantee": (str, "at_least_once (default) or exactly_once"),
 }
 
 

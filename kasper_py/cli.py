@@ -86,6 +86,9 @@ def _parser() -> argparse.ArgumentParser:
     add_target_arguments(run)
     run.add_argument("--metrics-host", default="0.0.0.0",
                      help="address the metrics server binds (default: 0.0.0.0)")
+    run.add_argument("--force", action="store_true",
+                     help="start although another loop's recent commit says it is running "
+                          "these partitions (two loops would both process and commit)")
     run.add_argument("--until-caught-up", action="store_true",
                      help="exit 0 once every partition is consumed to its end")
     _add_config_flags(run)
@@ -217,7 +220,8 @@ def _run(config: Config, args: argparse.Namespace) -> int:
     observer = _observer(config, args.metrics_host)
     try:
         processor = _build_processor(config, factory, stores,
-                                     with_store_observer(observer, _RestoreDisplay()))
+                                     with_store_observer(observer, _RestoreDisplay()),
+                                     force=args.force)
         _log.info("kasper.run", processor=config.name, target=args.target, config=repr(config))
         return _run_loop(processor, args.until_caught_up)
     finally:
@@ -240,9 +244,9 @@ def _observer(config: Config, host: str) -> LoopObserver:
 
 
 def _build_processor(config: Config, factory: ProcessorFactory, stores: list[StoreSpec],
-                     observer: LoopObserver) -> TopicProcessor:
+                     observer: LoopObserver, *, force: bool = False) -> TopicProcessor:
     try:
-        return TopicProcessor(config, factory, stores=stores, observer=observer)
+        return TopicProcessor(config, factory, stores=stores, observer=observer, force=force)
     except KafkaException as exc:
         raise CliError(EXIT_CONFIG, "librdkafka refused the client settings "
                        f"(client_overrides, consumer_overrides, producer_overrides): "

@@ -293,3 +293,24 @@ def test_reset_to_offset_skips_a_poison_record(
         process.wait(timeout=60)
     assert refused.returncode == 5 and "is being processed" in refused.stderr
     assert kafka.committed(name, source, partitions=2)[1] == 7
+
+
+def test_run_exactly_once_says_so_and_commits_in_transactions(
+        bootstrap: str, new_topic: Callable[..., str], kafka: Any,
+        unique_name: Callable[[str], str], tmp_path: Path) -> None:
+    """`kasper run --processing-guarantee exactly_once` logs the mode and its
+    transactional id at start; a read_committed reader sees every output once and the
+    input offsets are committed (through the transactions)."""
+    source, sink = new_topic("cli-eos-in", partitions=2), new_topic("cli-eos-out", partitions=2)
+    kafka.produce(source, [(f"k{i % 3}".encode(), f"v{i}".encode()) for i in range(N)])
+    name = unique_name("cli-eos")
+    config = write_config(tmp_path, name, source, batch_size=7)
+    result = kasper(*run_args(config, "--until-caught-up", "--processing-guarantee",
+                              "exactly_once"), env=cli_env(bootstrap, sink))
+    assert result.returncode == 0, result.stderr
+    started = [e for e in json_lines(result.stderr) if e["event"] == "kasper.started"]
+    assert [(e["processing_guarantee"], e["transactional_id"]) for e in started] == [
+        ("exactly_once", f"{name}@all")]
+    assert sorted(m.value() for m in kafka.read_all(sink)) == sorted(
+        f"V{i}".encode() for i in range(N))
+    assert sum(o or 0 for o in kafka.committed(name, source, partitions=2).values()) == N
