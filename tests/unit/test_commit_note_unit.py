@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
+import sys
 import time
 
 import pytest
@@ -46,3 +48,28 @@ def test_running_loop_is_the_newest_running_note_inside_the_window() -> None:
     assert running_loop(config, [recent, killed, newest, stopped]) == newest
     assert running_loop(config, [recent]) == recent
     assert newest.describe(now) == "running on d (pid 4), committed 5 s ago"
+
+
+def test_a_note_may_name_the_partition_set_and_old_notes_still_read() -> None:
+    """Loops name their partition set (fencing tells same from overlapping sets by it);
+    notes written before it existed still decode, with no set."""
+    note = CommitNote.now("running", "0-3,7")
+    decoded = CommitNote.decode(note.encode())
+    assert decoded is not None and decoded.partitions == "0-3,7"
+    assert decoded.describe(decoded.at).startswith(
+        f"running on {note.host} (pid {note.pid}) on partitions 0-3,7,")
+    old = CommitNote.decode("kasper/1 stopped 12.5 h 9")
+    assert old == CommitNote("stopped", 12.5, "h", 9, None)
+
+
+def test_a_note_of_a_process_gone_from_this_host_is_known_dead() -> None:
+    """A killed loop's note still says running; on this host its pid is checked, so a
+    restart need not wait for the note to age. Other hosts' processes cannot be checked."""
+    finished = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                              capture_output=True, text=True, check=True)
+    dead = CommitNote("running", time.time(), socket.gethostname(), int(finished.stdout))
+    assert dead.process_gone() and not dead.is_mine()
+    mine = CommitNote.now("running")
+    assert mine.is_mine() and not mine.process_gone()
+    elsewhere = CommitNote("running", time.time(), "another-host.invalid", int(finished.stdout))
+    assert not elsewhere.process_gone()

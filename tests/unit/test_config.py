@@ -164,3 +164,28 @@ def test_repr_masks_every_setting_not_known_harmless() -> None:
     text = repr(config)
     assert "opaque-value-1" not in text and "secretpw" not in text
     assert "'some.future.credential': '***'" in text
+
+
+def test_exactly_once_makes_a_transactional_producer_named_for_the_partition_set() -> None:
+    """exactly_once: the producer's transactional.id is <name>@<partition set> (a second
+    process on the same partitions gets the same id and fences the first), its
+    transaction timeout is the delivery timeout, and AddPartitions retries after 10 ms."""
+    conf = make(processing_guarantee="exactly_once", input_partitions=[7, 0, 1, 2, 3],
+                delivery_timeout=30.0).to_producer_conf()
+    assert conf["transactional.id"] == "reach@0-3,7"
+    assert conf["transaction.timeout.ms"] == conf["message.timeout.ms"] == 30_000
+    assert conf["retry.backoff.ms"] == 10
+    assert make(processing_guarantee="exactly_once").transactional_id == "reach@all"
+    assert "transactional.id" not in make().to_producer_conf()
+
+
+def test_processing_guarantee_is_checked_and_read_committed_kept() -> None:
+    """An unknown guarantee names the field; exactly_once refuses read_uncommitted input
+    and a hand-set transactional.id."""
+    with pytest.raises(ConfigError, match="processing_guarantee.*exactly_once"):
+        make(processing_guarantee="exactly-once")
+    with pytest.raises(ConfigError, match="isolation.level must stay read_committed"):
+        make(processing_guarantee="exactly_once",
+             consumer_overrides={"isolation.level": "read_uncommitted"})
+    with pytest.raises(ConfigError, match="transactional.id comes from"):
+        make(producer_overrides={"transactional.id": "mine"})
