@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import structlog
@@ -84,7 +84,10 @@ def reprocess(
     """
     _check_arguments(stores, output)
     require_pyspark()
-    spec = TaskSpec(config, factory, tuple(stores), output)
+    # Spark's tasks produce at-least-once (a task is not a transaction; a failed job is
+    # rerun whole), so they never take the live loop's transactional id.
+    spec = TaskSpec(replace(config, processing_guarantee="at_least_once"),
+                    factory, tuple(stores), output)
     facts = KafkaFacts(config)
     try:
         plan = _plan(facts, start, end)                                            # 1
