@@ -250,3 +250,24 @@ def test_importing_metrics_does_not_import_prometheus() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_transactions_counted_by_result_and_the_guarantee_shown(clock: FakeClock) -> None:
+    """The processing guarantee is a labelled gauge; committed and aborted transactions
+    start at 0, are counted by result, and a commit's seconds go to the histogram."""
+    observer = PrometheusObserver(make_config(processing_guarantee="exactly_once"), clock=clock)
+    try:
+        labels = {"processor": "orders"}
+        assert value(observer, "kasper_processing_guarantee",
+                     guarantee="exactly_once", **labels) == 1
+        assert value(observer, "kasper_transactions_total", result="aborted", **labels) == 0
+        observer.on_transaction("committed", 0.004)
+        observer.on_transaction("committed", 0.006)
+        observer.on_transaction("aborted", 0.0)
+        assert value(observer, "kasper_transactions_total", result="committed", **labels) == 2
+        assert value(observer, "kasper_transactions_total", result="aborted", **labels) == 1
+        assert value(observer, "kasper_transaction_commit_seconds_count", **labels) == 2
+        assert value(observer, "kasper_transaction_commit_seconds_sum",
+                     **labels) == pytest.approx(0.010)
+    finally:
+        observer.close()
