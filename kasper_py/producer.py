@@ -10,7 +10,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import structlog
-
 from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 
 from kasper_py._client_log import with_client_log
