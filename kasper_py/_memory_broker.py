@@ -5,7 +5,13 @@ steps of a turn. Public through ``kasper_py.testing``; no server, and nothing sl
 
 What survives a ``SimulatedCrash`` is what a real one leaves: the topic logs (acked
 output), committed offsets and flushed store data. Lost with the crashed process: its
-queued, unacked output, its consumer positions and its stores' buffered writes.
+queued, unacked output, its open transaction, its consumer positions and its stores'
+buffered writes.
+
+Exactly-once (``Config.processing_guarantee``): a producer's transaction holds its
+acked records until ``commit`` appends them, with the input offsets, at once; so the
+logs hold committed records only (what ``read_committed`` readers see), and aborted
+records and transaction markers take no offsets, unlike Kafka's logs.
 """
 
 from __future__ import annotations
@@ -14,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, NoReturn
 
 from confluent_kafka import TIMESTAMP_CREATE_TIME, TIMESTAMP_NOT_AVAILABLE, KafkaError
 
@@ -22,6 +28,7 @@ from kasper_py.config import Config
 from kasper_py.exceptions import (
     CommitError,
     ConsumeError,
+    FencedError,
     KasperError,
     ProduceError,
     SimulatedCrash,
@@ -29,6 +36,7 @@ from kasper_py.exceptions import (
     TopicError,
 )
 from kasper_py.message import Message, OutgoingMessage, OutgoingRecord
+from kasper_py.offsets import lowered
 from kasper_py.ports import KafkaClients
 from kasper_py.stores.base import StoreRuntime, StoreSpec, TopicPartitionKey, already_applied
 from kasper_py.stores.memory import MemoryStore
@@ -37,7 +45,7 @@ from kasper_py.turn import STEPS
 
 __all__ = ["CRASH_STEPS", "Commit", "Faults", "InMemoryBroker", "murmur2"]
 
-CRASH_STEPS = (*STEPS, "after_commit")
+CRASH_STEPS = STEPS
 """The step boundaries of a turn at which ``Faults.crash_at`` can stop a process."""
 _IDLE_PAUSE = 0.001  # a consume that finds nothing yields, so an idle loop does not spin
 _INJECTED = "injected by InMemoryBroker.faults"
@@ -81,6 +89,8 @@ class _Trigger:
     nth: int
     times: int = 1
     seen: int = 0
+    retriable: bool = False
+    """The error it raises says the failure is transient (``KasperError.retriable``)."""
 
     def fire(self) -> bool:
         self.seen += 1
@@ -111,9 +121,14 @@ class Faults:
         ``ProduceError``."""
         self._armed["delivery"] = _Trigger(_positive("nth", nth))
 
-    def fail_commit(self, times: int = 1) -> None:
-        """The next ``times`` offset commits raise ``CommitError``; nothing is committed."""
-        self._armed["commit"] = _Trigger(1, _positive("times", times))
+    def fail_commit(self, times: int = 1, *, nth: int = 1, retriable: bool = False) -> None:
+        """The ``nth`` offset commit (exactly-once: transaction commit) and the
+        ``times - 1`` after it raise ``CommitError``; nothing is committed, and an open
+        transaction is left for the loop to abort. A restarted loop's first commit is
+        its start note's. ``retriable`` marks the error transient, as Kafka marks an
+        abortable transaction error: an exactly-once loop runs the turn again."""
+        self._armed["commit"] = _Trigger(_positive("nth", nth), _positive("times", times),
+                                         retriable=retriable)
 
     def fail_store_write(self, store: str, times: int = 1) -> None:
         """The next ``times`` flushes (of any partition) of the broker store ``store``
@@ -139,13 +154,17 @@ class Faults:
 
     def _fires(self, kind: str) -> bool:
         """Count one event of ``kind``; True when an armed fault fires on it."""
+        return self._fired(kind) is not None
+
+    def _fired(self, kind: str) -> _Trigger | None:
+        """Count one event of ``kind``; the armed fault that fires on it, if one does."""
         trigger = self._armed.get(kind)
         if trigger is None:
-            return False
+            return None
         fired = trigger.fire()
         if trigger.spent:
             del self._armed[kind]
-        return fired
+        return trigger if fired else None
 
 
 def _positive(name: str, value: int) -> int:
@@ -177,6 +196,7 @@ class InMemoryBroker:
         self._commits: dict[str, list[Commit]] = {}
         self._tables: dict[tuple[str, int], dict[Any, Any]] = {}
         self._applied: dict[tuple[str, int], dict[TopicPartitionKey, int]] = {}
+        self._epochs: dict[str, int] = {}
         self._now = 0.0
 
     # -- topics ----------------------------------------------------------------------
@@ -305,6 +325,30 @@ class InMemoryBroker:
         with self._lock:
             self._commits.setdefault(group, []).extend(commits)
 
+    def _take_over(self, transactional_id: str) -> _Owner:
+        """``init_transactions``: the id's next epoch, which fences every older one."""
+        with self._lock:
+            epoch = self._epochs.get(transactional_id, 0) + 1
+            self._epochs[transactional_id] = epoch
+            return _Owner(transactional_id, epoch)
+
+    def _holds(self, owner: _Owner) -> bool:
+        """True while no newer producer took over ``owner``'s transactional id."""
+        with self._lock:
+            return self._epochs.get(owner.transactional_id) == owner.epoch
+
+    def _commit_transaction(self, owner: _Owner, records: list[_Queued], group: str,
+                            commits: list[Commit]) -> bool:
+        """Append ``records`` and commit ``commits`` for ``group``, all at once; False
+        (nothing done) when ``owner`` was fenced."""
+        with self._lock:
+            if not self._holds(owner):
+                return False
+            for record in records:
+                self._append(record.partition, record.message, record.timestamp)
+            self._commit(group, commits)
+            return True
+
     def _wait(self, timeout: float, idle: bool) -> None:
         self._now += timeout
         if idle:
@@ -325,7 +369,7 @@ class _Process:
         self.broker = broker
         self.crashed = False
         self.consumer = _Consumer(self, config)
-        self.producer = _Producer(self)
+        self.producer = _Producer(self, config)
 
     def on_step(self, step: str) -> None:
         """``KafkaClients.on_step``: crash here when ``Faults.crash_at`` says so."""
@@ -394,10 +438,13 @@ class _Consumer:
             counts[topic] = count
         return common_partition_count(counts)
 
-    def assign(self, partitions: Sequence[int]) -> dict[TopicPartitionKey, int | None]:
-        """Start each partition of every input topic at its committed offset."""
+    def assign(self, partitions: Sequence[int], below: Mapping[TopicPartitionKey, int] | None = None
+               ) -> dict[TopicPartitionKey, int | None]:
+        """Start each partition of every input topic at its committed offset, lowered to
+        ``below`` where that is lower (where none is committed: ``auto_offset_reset``);
+        return those start offsets."""
         keys = [(t, p) for t in self._config.input_topics for p in partitions]
-        committed = self.committed(keys)
+        committed = lowered(self.committed(keys), below or {})
         for tp, offset in committed.items():
             low, high = self._broker.watermarks(*tp)
             reset = low if self._config.auto_offset_reset == "earliest" else high
@@ -429,10 +476,33 @@ class _Consumer:
         """Commit for the config's group, ``note`` as metadata; ``CommitError`` when a
         ``fail_commit`` fault fires."""
         self._process.check_alive()
-        if self._broker.faults._fires("commit"):
-            raise CommitError(f"commit failed: {_INJECTED}")
+        fault = self._broker.faults._fired("commit")
+        if fault is not None:
+            raise CommitError(f"commit failed: {_INJECTED}", retriable=fault.retriable)
         self._broker._commit(self._config.group, [
             Commit(t, p, offset, note) for (t, p), offset in next_offsets.items()])
+
+    def group_metadata(self) -> object:
+        """The config's group, as ``_Producer.commit`` takes it (opaque, like the real one)."""
+        return _GroupMetadata(self._config.group)
+
+    def seek(self, next_offsets: dict[TopicPartitionKey, int]) -> None:
+        """Read each assigned topic-partition from ``next_offsets`` on."""
+        self._process.check_alive()
+        for tp, offset in next_offsets.items():
+            if tp not in self._positions:
+                code = KafkaError._UNKNOWN_PARTITION
+                raise ConsumeError("rewinding to the committed offsets failed: "
+                                   f"{tp[0]}[{tp[1]}]: {KafkaError(code).str()}", code=code)
+            self._positions[tp] = offset
+
+    def notes(self, keys: Iterable[TopicPartitionKey] | None = None
+              ) -> dict[TopicPartitionKey, str | None]:
+        """The metadata of the group's latest commit per topic-partition (``None`` where
+        nothing is committed)."""
+        latest = {(c.topic, c.partition): c.metadata
+                  for c in self._broker.commits(self._config.group)}
+        return {tp: latest.get(tp) for tp in (self.assigned if keys is None else keys)}
 
     def committed(self, keys: Iterable[TopicPartitionKey] | None = None
                   ) -> dict[TopicPartitionKey, int | None]:
@@ -462,19 +532,50 @@ class _Queued:
     timestamp: int
 
 
+class _Owner(NamedTuple):
+    """A transactional id and the epoch a producer took it over at."""
+
+    transactional_id: str
+    epoch: int
+
+
+class _GroupMetadata(NamedTuple):
+    """``_Consumer.group_metadata()``: the group a transaction commits offsets for."""
+
+    group: str
+
+
 class _Producer:
     """``ProducerPort`` on the broker: messages are routed when handed over and
-    appended (acked) in order by ``wait_for_acks``."""
+    appended (acked) in order by ``wait_for_acks``.
 
-    def __init__(self, process: _Process) -> None:
+    Exactly-once, acked messages wait in the open transaction, and ``commit`` appends
+    them together with the input offsets. ``init_transactions`` takes the config's
+    transactional id over at a new epoch: an older producer with it is fenced, and its
+    open transaction can never commit (it is aborted). A fenced producer learns it at
+    its next call, where a real one learns it at its next request to the broker.
+    """
+
+    def __init__(self, process: _Process, config: Config) -> None:
         self._process, self._broker = process, process.broker
         self._queue: list[_Queued] = []
         self._asked = False
+        self._transactional_id = config.transactional_id if config.exactly_once else None
+        self._owner: _Owner | None = None
+        self._transaction: list[_Queued] | None = None
+        """The acked records of the open transaction; ``None`` when none is open."""
 
     def produce(self, messages: Sequence[OutgoingRecord]) -> None:
         """Queue ``messages``; ``ProduceError`` for an unknown topic or partition, or
-        when a ``fail_produce`` fault fires (the messages before it stay queued)."""
+        when a ``fail_produce`` fault fires (the messages before it stay queued).
+        Exactly-once, only inside a transaction, and ``FencedError`` once fenced."""
         self._process.check_alive()
+        if self._transactional_id is not None and messages:
+            self._check_not_fenced()
+            if self._transaction is None:
+                code = KafkaError._STATE
+                raise ProduceError(f"cannot produce to {messages[0][0]!r}: "
+                                   f"{KafkaError(code).str()}", code=code)
         self._asked = False
         faults = self._broker.faults
         for record in messages:
@@ -493,30 +594,112 @@ class _Producer:
         return 0 if asked else len(self._queue)
 
     def wait_for_acks(self, waiting: Callable[[], None] | None = None) -> None:
-        """Append every queued message in order; then raise the first delivery failure."""
+        """Append every queued message in order (exactly-once: keep it in the open
+        transaction); then raise the first delivery failure."""
         self._process.check_alive()
+        if self._queue:
+            self._check_not_fenced()
         failed = self._deliver()
         if failed is not None:
             raise ProduceError(f"delivery to {failed.message.topic}[{failed.partition}] "
                                f"failed: {_INJECTED}")
 
+    # -- transactions (exactly-once) ---------------------------------------------------
+
+    def init_transactions(self) -> None:
+        """Take over the config's transactional id, fencing any older producer with it."""
+        self._process.check_alive()
+        if self._transactional_id is None:
+            self._refuse("taking over the transactional id", KafkaError._NOT_CONFIGURED)
+        self._queue.clear()
+        self._transaction = None
+        self._owner = self._broker._take_over(self._transactional_id)
+
+    def begin(self) -> None:
+        """Open a transaction."""
+        self._check_transaction("beginning a transaction", open_=False)
+        self._transaction = []
+
+    def commit(self, next_offsets: dict[TopicPartitionKey, int], note: str | None,
+               group: object) -> None:
+        """Ack what is still queued (as ``commit_transaction`` flushes), then append the
+        transaction's records and commit ``next_offsets`` (``note`` as metadata) for
+        ``group``, all at once. When a ``fail_commit`` fault fires, ``CommitError`` and
+        the transaction stays open, for ``abort``."""
+        self._check_transaction("committing the transaction", open_=True)
+        if not isinstance(group, _GroupMetadata):
+            raise TypeError(f"group must be the consumer's group_metadata(), got {group!r}")
+        fault = self._broker.faults._fired("commit")
+        if fault is not None:
+            raise CommitError(f"exactly-once: committing the transaction failed: {_INJECTED}",
+                              retriable=fault.retriable)
+        self.wait_for_acks()
+        assert self._owner is not None and self._transaction is not None  # checked above
+        commits = [Commit(t, p, offset, note) for (t, p), offset in next_offsets.items()]
+        if not self._broker._commit_transaction(self._owner, self._transaction, group.group,
+                                                commits):
+            raise self._fenced()
+        self._transaction = None
+
+    def abort(self) -> None:
+        """Drop the open transaction: its records and what is still queued are never
+        appended. Never raises."""
+        if self._transaction is None:
+            return
+        self._transaction = None
+        self._queue.clear()
+
+    def _check_transaction(self, doing: str, *, open_: bool) -> None:
+        """Raise as ``OutputProducer`` does when ``doing`` is not valid now: fenced, not
+        exactly-once, not initialized, or the transaction not (or already) open."""
+        self._process.check_alive()
+        self._check_not_fenced()
+        if self._transactional_id is None:
+            self._refuse(doing, KafkaError._NOT_CONFIGURED)
+        if self._owner is None or (self._transaction is not None) != open_:
+            self._refuse(doing, KafkaError._STATE)
+
+    def _check_not_fenced(self) -> None:
+        if self._owner is not None and not self._broker._holds(self._owner):
+            raise self._fenced()
+
+    def _fenced(self) -> FencedError:
+        code = KafkaError._FENCED
+        return FencedError(f"exactly-once: transactional id {self._transactional_id!r} was "
+                           f"taken over by a newer process ({KafkaError(code).str()})",
+                           code=code)
+
+    @staticmethod
+    def _refuse(doing: str, code: int) -> NoReturn:
+        raise CommitError(f"exactly-once: {doing} failed: {KafkaError(code).str()}", code=code)
+
+    # -- closing -------------------------------------------------------------------------
+
     def close(self, discard: bool = False) -> None:
-        """Deliver what is queued (failures are dropped, as a closing producer's
-        callbacks are), or with ``discard`` drop it."""
+        """Abort an open transaction; deliver what is queued (failures are dropped, as a
+        closing producer's callbacks are), or with ``discard`` drop it."""
+        self.abort()
         if not discard and not self._process.crashed:
             self._deliver()
         self._queue.clear()
 
     def lose_queue(self) -> None:
-        """The process died: what was not acked is gone."""
+        """The process died: what was not acked is gone, and so is its open transaction
+        (Kafka aborts it when a successor takes the id over, or at its timeout)."""
         self._queue.clear()
+        self._transaction = None
 
     def _deliver(self) -> _Queued | None:
+        """Ack every queued message: append it to its log, or keep it in the open
+        transaction; return the first whose delivery fails."""
         queued, self._queue = self._queue, []
-        failed = [q for q in queued if q.fails]
-        for q in queued:
-            if not q.fails:
+        delivered = [q for q in queued if not q.fails]
+        if self._transaction is not None:
+            self._transaction += delivered
+        else:
+            for q in delivered:
                 self._broker._append(q.partition, q.message, q.timestamp)
+        failed = [q for q in queued if q.fails]
         return failed[0] if failed else None
 
 

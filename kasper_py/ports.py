@@ -118,8 +118,8 @@ def _no_step(_step: str) -> None:
 @dataclass
 class KafkaClients:
     """The clients one ``TopicProcessor`` runs on. ``on_step`` is called at each step
-    boundary of a turn (``kasper_py.turn.STEPS`` and ``after_commit``); real clients
-    ignore it, the in-memory broker injects faults there."""
+    boundary of a turn (``kasper_py.turn.STEPS``); real clients ignore it, the
+    in-memory broker injects faults there."""
 
     consumer: InputPort
     producer: ProducerPort

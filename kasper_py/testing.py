@@ -8,7 +8,8 @@
 The driver runs the loop's own turn (``kasper_py.turn``): skipping
 input an effectively-once store applied, process, dead letters, outputs first for
 effectively-once stores, flush, "produce" and wait for the "acks", and the offset
-checks; so a processor that passes here behaves the same way inside ``TopicProcessor``.
+checks (with ``processing_guarantee="exactly_once"``, in a transaction per turn); so a
+processor that passes here behaves the same way inside ``TopicProcessor``.
 
     driver = ProcessorDriver(WordCount, value_serde="str")
     driver.process([make_message("lines", "a b a")])
@@ -73,15 +74,19 @@ class ProcessorDriver:
         self._factory = factory
         self._store_specs = list(stores)
         self._port = _AckedList()
-        self._engine = TurnEngine(self.config, self._port)
+        exactly_once = self.config.exactly_once
+        self._engine = TurnEngine(self.config, self._port,
+                                  commit=self._port.commit if exactly_once else None,
+                                  transactions=self._port if exactly_once else None)
         self._next_offset: dict[tuple[str, int], int] = {}
         self.committed: dict[tuple[str, int], int] = {}
         """Next offset per (topic, partition), as the loop would commit it."""
 
     @property
     def sent(self) -> list[OutgoingMessage]:
-        """Every message produced and acked, in order (a failed turn's output is not,
-        unless an effectively-once store had it acked before its flush, as the loop does)."""
+        """Every message produced and acked (exactly-once: committed), in order; a failed
+        turn's output is not, unless an effectively-once store had it acked (committed)
+        before its flush, as the loop does."""
         return self._port.acked
 
     def process(self, messages: Iterable[Message], *, encoded: bool = False
@@ -134,15 +139,30 @@ class ProcessorDriver:
 
 
 class _AckedList:
-    """The driver's output port: produced messages count as acked when waited for."""
+    """The driver's output port: produced messages count as acked when waited for;
+    in a transaction, once it commits (an aborted one's are dropped)."""
 
     def __init__(self) -> None:
         self.acked: list[OutgoingMessage] = []
         self._queued: list[OutgoingMessage] = []
+        self._transaction: list[OutgoingMessage] | None = None
 
     def produce(self, messages: Sequence[OutgoingRecord]) -> None:
         self._queued.extend(map(OutgoingMessage._make, messages))
 
     def wait_for_acks(self, waiting: Callable[[], None] | None = None) -> None:
-        self.acked.extend(self._queued)
+        (self.acked if self._transaction is None else self._transaction).extend(self._queued)
         self._queued.clear()
+
+    def begin(self) -> None:
+        self._transaction = []
+
+    def commit(self, next_offsets: dict[tuple[str, int], int], note: str | None = None,
+               group: object = None) -> None:
+        self.wait_for_acks()
+        self.acked.extend(self._transaction or ())
+        self._transaction = None
+
+    def abort(self) -> None:
+        self._queued.clear()
+        self._transaction = None

@@ -28,7 +28,8 @@ class CommittedAnswers:
 
 def partition(offset: int, code: int | None = None) -> Any:
     error = None if code is None else KafkaError(code)
-    return SimpleNamespace(topic="t", partition=1, offset=offset, error=error)
+    return SimpleNamespace(topic="t", partition=1, offset=offset, error=error,
+                           metadata=None)
 
 
 def consumer_answering(*answers: list[Any]) -> InputConsumer:

@@ -175,7 +175,8 @@ FAILURES: dict[str, tuple[Callable[[Faults], None], type[KasperError], str]] = {
                 "cannot produce to 'out': injected by InMemoryBroker.faults"),
     "delivery": (lambda f: f.fail_delivery(nth=2), ProduceError,
                  r"delivery to out\[\d\] failed: injected by InMemoryBroker.faults"),
-    "commit": (lambda f: f.fail_commit(), CommitError,
+    # the restarted loop's first commit is its start note's; the second is a turn's
+    "commit": (lambda f: f.fail_commit(nth=2), CommitError,
                "commit failed: injected by InMemoryBroker.faults"),
     "store": (lambda f: f.fail_store_write("counts"), StoreError,
               r"store 'counts' of partition \d: write failed: injected by InMemoryBroker"),

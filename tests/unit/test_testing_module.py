@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from kasper_py import Message, MessageProcessor, ProcessingError, ProcessorContext, Sender
+from kasper_py import (
+    Config,
+    Message,
+    MessageProcessor,
+    ProcessingError,
+    ProcessorContext,
+    Sender,
+)
 from kasper_py.stores.base import StoreRuntime
 from kasper_py.stores.memory import MemoryTable
 from kasper_py.testing import ProcessorDriver, make_message
@@ -54,6 +61,22 @@ def test_failure_commits_nothing_and_keeps_state() -> None:
     assert d.committed == {("lines", 0): 1}
     assert d.outputs() == [("a", "1")]
     assert d.store("counts").get("a") == 1
+
+
+def test_exactly_once_turns_send_on_commit_and_fail_whole() -> None:
+    """With processing_guarantee="exactly_once" each turn runs in a transaction of the
+    driver's port, sent when it commits: outputs, state and offsets are as
+    at-least-once, and a failed turn sends and commits nothing."""
+    config = Config(name="testing", bootstrap_servers="in-memory:0", input_topics=("lines",),
+                    key_serde="str", value_serde="str", processing_guarantee="exactly_once")
+    d = ProcessorDriver(WordCount, config=config, stores=[MemoryTable("counts")])
+    assert d.process([make_message("lines", "a b a")]) == d.sent
+    with pytest.raises(ProcessingError):
+        d.process([make_message("lines", "a boom")])
+    d.process([make_message("lines", "a", offset=1)])
+    assert d.outputs("counts") == [("a", "2"), ("b", "1"), ("a", "3")]
+    assert d.store("counts").get("a") == 3
+    assert d.committed == {("lines", 0): 2}
 
 
 def test_one_processor_per_partition() -> None:

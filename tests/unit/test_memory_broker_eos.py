@@ -1,0 +1,379 @@
+"""Exactly-once (``processing_guarantee="exactly_once"``) on ``InMemoryBroker``: crashes
+at every step boundary, failures inside a turn's transaction, a second process fencing
+the first, transient aborts run again, and the broker's transactions as a Kafka's. The
+at-least-once counterparts are in test_memory_broker.py, whose helpers these reuse."""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import re
+from collections.abc import Callable
+
+import pytest
+from test_memory_broker import (
+    GROUP,
+    Counter,
+    add_input,
+    assert_every_input_has_output,
+    assert_never_backwards,
+    broker_with_input,
+    coordinates,
+    end_offsets,
+)
+
+from kasper_py import (
+    CommitError,
+    Config,
+    ProcessorContext,
+    ProduceError,
+    StoreError,
+    TopicProcessor,
+    topic_processor,
+)
+from kasper_py._memory_broker import CRASH_STEPS
+from kasper_py.exceptions import ConsumeError, FencedError, KasperError, SimulatedCrash
+from kasper_py.message import OutgoingMessage
+from kasper_py.stores.base import StoreSpec
+from kasper_py.testing import Faults, InMemoryBroker
+
+EOS = Config(name=GROUP, bootstrap_servers="in-memory", input_topics=["in"],
+             key_serde="str", value_serde="str", batch_size=4,
+             processing_guarantee="exactly_once")
+OTHER = dataclasses.replace(EOS, name="other")
+
+
+def start(broker: InMemoryBroker, spec: StoreSpec, turns: list[set[str]] | None = None,
+          on_step: Callable[[str], None] | None = None,
+          builds: list[int] | None = None) -> TopicProcessor:
+    """One exactly-once process (not yet running): ``turns`` gets what each turn
+    processed, ``on_step`` is called before the broker's fault hook, ``builds`` the
+    partition of every processor the factory builds."""
+    turns = [] if turns is None else turns
+    clients = broker.clients(EOS)
+    broker_hook = clients.on_step
+
+    def hook(step: str) -> None:
+        if step == "before_process":
+            turns.append(set())
+        if on_step is not None:
+            on_step(step)
+        broker_hook(step)
+
+    def factory(context: ProcessorContext) -> Counter:
+        if builds is not None:
+            builds.append(context.partition)
+        return Counter(context, turns)
+
+    clients.on_step = hook
+    return TopicProcessor(EOS, factory, stores=[spec], clients=clients)
+
+
+def run(broker: InMemoryBroker, spec: StoreSpec, turns: list[set[str]] | None = None,
+        on_step: Callable[[str], None] | None = None, builds: list[int] | None = None) -> None:
+    """One exactly-once process run until caught up, then closed."""
+    processor = start(broker, spec, turns, on_step, builds)
+    processor.run_loop(until_caught_up=True)
+    processor.close()
+
+
+def assert_exactly_once(broker: InMemoryBroker) -> None:
+    """Every input's output is in the log once, and all input is committed."""
+    outputs = assert_every_input_has_output(broker)
+    assert {c: n for c, n in outputs.items() if n > 1} == {}
+    assert_never_backwards(broker)
+    assert broker.committed(GROUP) == end_offsets(broker)
+
+
+def exact_counts(broker: InMemoryBroker) -> collections.Counter[str]:
+    return collections.Counter(m.key.decode() for m in broker.read("in"))
+
+
+# -- crashes ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("effectively_once", [False, True], ids=["plain", "effectively-once"])
+@pytest.mark.parametrize("step", CRASH_STEPS)
+def test_crash_at_each_step_then_restart_outputs_once(step: str, effectively_once: bool) -> None:
+    """A process killed at any step boundary of turn 3 and restarted on the same broker:
+    the crashed turn's outputs show only if its transaction committed, and in the end
+    every input's output is in the log exactly once, with all input committed. A plain
+    store, flushed before the commit, counts a crashed uncommitted turn twice; an
+    effectively-once store (flushed after the commit) is exact."""
+    broker = broker_with_input()
+    spec = broker.store("counts", effectively_once=effectively_once)
+    broker.faults.crash_at(step, turn=3)
+    crashed: list[set[str]] = []
+    with pytest.raises(SimulatedCrash, match=step):
+        run(broker, spec, crashed)
+    assert broker.faults.armed() == []
+    assert len(crashed) == 3
+    crashed_turn = crashed[-1]
+    assert bool(crashed_turn) == (step != "before_process")
+    committed = step == "after_commit" or (
+        effectively_once and step in ("after_flush", "after_produce"))
+    shown = crashed_turn & {m.value.decode() for m in broker.read("out")}
+    assert shown == (crashed_turn if committed else set())
+
+    run(broker, spec)
+
+    assert_exactly_once(broker)
+    key_of = {coordinates(m): m.key.decode() for m in broker.read("in")}
+    replayed = not effectively_once and step in ("after_flush", "after_produce")
+    extra = collections.Counter(key_of[c] for c in crashed_turn) if replayed else {}
+    assert broker.table("counts") == exact_counts(broker) + collections.Counter(extra)
+
+
+# -- failures inside the transaction ------------------------------------------------------
+
+
+FAILURES: dict[str, tuple[Callable[[Faults], None], type[KasperError], str]] = {
+    "produce": (lambda f: f.fail_produce(nth=2), ProduceError,
+                "cannot produce to 'out': injected by InMemoryBroker.faults"),
+    "delivery": (lambda f: f.fail_delivery(nth=2), ProduceError,
+                 r"delivery to out\[\d\] failed: injected by InMemoryBroker.faults"),
+    # the restarted loop's first commit is its start note's; the second is a turn's
+    "commit": (lambda f: f.fail_commit(nth=2), CommitError,
+               "exactly-once: committing the transaction failed: injected by InMemoryBroker"),
+}
+
+
+@pytest.mark.parametrize("failure", FAILURES)
+def test_a_failure_inside_the_transaction_shows_nothing(failure: str) -> None:
+    """The turn's second output refused or its delivery failed (the first was handed
+    over, or acked into the transaction), or the transaction's commit failing: the loop
+    stops with that error, nothing of the batch is in the output log and the committed
+    offsets do not move; a restart outputs every input once."""
+    arm, error, text = FAILURES[failure]
+    broker = broker_with_input(10)
+    spec = broker.store("counts", effectively_once=True)
+    run(broker, spec)
+    before = broker.read("out"), broker.committed(GROUP)
+    add_input(broker, 10)
+    arm(broker.faults)
+    with pytest.raises(error) as info:
+        run(broker, spec)
+    assert re.search(text, str(info.value)), str(info.value)
+    assert re.search(r"\[batch not committed: in\[\d\] offsets \d+\.\.\d+", str(info.value))
+    assert not info.value.retriable
+    assert (broker.read("out"), broker.committed(GROUP)) == before
+    assert broker.faults.armed() == []
+
+    run(broker, spec)
+
+    assert_exactly_once(broker)
+    assert broker.table("counts") == exact_counts(broker)
+
+
+def test_a_store_behind_the_committed_offsets_is_caught_up_on_restart() -> None:
+    """With an effectively-once store the transaction commits before the store's flush,
+    so a failed flush leaves the store behind the committed offsets: the restart
+    starts from the store's offsets (assign lowers to them), the counts are exact and
+    only that turn's outputs show twice."""
+    broker = broker_with_input(10)
+    spec = broker.store("counts", effectively_once=True)
+    run(broker, spec)
+    add_input(broker, 10)
+    broker.faults.fail_store_write("counts")
+    turns: list[set[str]] = []
+    with pytest.raises(StoreError):
+        run(broker, spec, turns)
+    failed_turn = turns[-1]
+    assert failed_turn <= {m.value.decode() for m in broker.read("out")}
+
+    run(broker, spec)
+
+    outputs = assert_every_input_has_output(broker)
+    duplicated = {c for c, n in outputs.items() if n > 1}
+    assert duplicated and duplicated <= failed_turn
+    assert broker.table("counts") == exact_counts(broker)
+    assert broker.committed(GROUP) == end_offsets(broker)
+
+
+# -- fencing ------------------------------------------------------------------------------
+
+
+def test_a_second_process_fences_the_first() -> None:
+    """Process A runs; process B with the same config starts on the same broker (taking
+    the transactional id over) and processes new input. A's next turn raises
+    FencedError naming the partitions, A commits nothing more, and every input's
+    output is in the log once."""
+    broker = broker_with_input(10)
+    spec = broker.store("counts", effectively_once=True)
+    first = start(broker, spec)
+    first.run_loop(until_caught_up=True)
+    add_input(broker, 10)
+    run(broker, spec)
+    commits = broker.commits(GROUP)
+
+    with pytest.raises(FencedError) as info:
+        first.run_loop(until_caught_up=True)
+
+    message = str(info.value)
+    assert "was fenced: another loop took over partitions all of in" in message
+    assert "transactional id 'counter@all'" in message
+    assert "batch not committed: in[" in message
+    assert broker.commits(GROUP) == commits
+    assert_exactly_once(broker)
+    assert broker.table("counts") == exact_counts(broker)
+
+
+@pytest.mark.parametrize("step", ["before_process", "after_produce"])
+def test_a_process_taken_over_inside_a_turn_commits_nothing(step: str) -> None:
+    """B takes the transactional id over and runs to the end while A is inside turn 2,
+    its transaction open (before processing, or with its outputs acked into it): A's
+    produce or commit raises FencedError, its open transaction never shows, and B's
+    outputs are the only ones."""
+    broker = broker_with_input(20)
+    spec = broker.store("counts")
+    reached: list[str] = []
+    commits: list[object] = []
+
+    def take_over(at: str) -> None:
+        reached.append(at)
+        if at == step and reached.count(step) == 2:
+            run(broker, spec)
+            commits.extend(broker.commits(GROUP))
+
+    with pytest.raises(FencedError, match="another loop took over partitions all of in"):
+        start(broker, spec, on_step=take_over).run_loop(until_caught_up=True)
+
+    assert commits and broker.commits(GROUP) == commits
+    assert_exactly_once(broker)
+
+
+# -- transient aborts ---------------------------------------------------------------------
+
+
+def test_a_retriable_commit_failure_runs_the_turn_again(monkeypatch: pytest.MonkeyPatch
+                                                        ) -> None:
+    """Transaction commits that fail with a transient error are aborted and the turn
+    runs again on rebuilt processors (the factory is called again for every partition):
+    every input's output is in the log once and the counts are exact."""
+    monkeypatch.setattr(topic_processor, "_RETRY_PAUSE", 0.0)
+    broker = broker_with_input(10)
+    spec = broker.store("counts", effectively_once=True)
+    broker.faults.fail_commit(times=2, retriable=True)
+    builds: list[int] = []
+
+    run(broker, spec, builds=builds)
+
+    assert broker.faults.armed() == []
+    assert sorted(builds) == [0, 0, 0, 1, 1, 1]
+    assert_exactly_once(broker)
+    assert broker.table("counts") == exact_counts(broker)
+
+
+def test_a_turn_aborted_six_times_stops_the_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A transient abort is run again five times at most; the sixth stops the loop with
+    the commit's error, nothing of the batch shown or committed."""
+    monkeypatch.setattr(topic_processor, "_RETRY_PAUSE", 0.0)
+    broker = broker_with_input(10)
+    spec = broker.store("counts", effectively_once=True)
+    broker.faults.fail_commit(times=6, retriable=True)
+    builds: list[int] = []
+
+    with pytest.raises(CommitError, match="committing the transaction failed") as info:
+        run(broker, spec, builds=builds)
+
+    assert info.value.retriable
+    assert len(builds) == 2 * 6
+    assert broker.read("out") == []
+    assert broker.committed(GROUP) == {}
+    assert broker.table("counts") == {}
+
+
+# -- the broker's transactions as a Kafka's -------------------------------------------------
+
+
+def test_transactions_commit_outputs_with_offsets_or_nothing() -> None:
+    """Records produced in a transaction are appended, with the offsets and their note,
+    only when it commits; an aborted one's never are; producing outside a transaction
+    or with an at-least-once config is refused, worded like the real producer."""
+    broker = broker_with_input(0)
+    clients = broker.clients(EOS)
+    producer, group = clients.producer, clients.consumer.group_metadata()
+    producer.init_transactions()
+    producer.begin()
+    producer.produce([OutgoingMessage("out", b"aborted", b"k0")])
+    producer.wait_for_acks()
+    producer.abort()
+    producer.abort()  # nothing open: does nothing
+    producer.begin()
+    producer.produce([OutgoingMessage("out", b"committed", b"k0")])
+    producer.wait_for_acks()
+    assert broker.read("out") == []
+    producer.commit({("in", 0): 3}, "note", group)
+
+    assert [m.value for m in broker.read("out")] == [b"committed"]
+    assert broker.commits(GROUP) == [("in", 0, 3, "note")]
+    assert clients.consumer.notes([("in", 0), ("in", 1)]) == {("in", 0): "note", ("in", 1): None}
+    with pytest.raises(ProduceError, match="cannot produce to 'out': Local: Erroneous state"):
+        producer.produce([OutgoingMessage("out", b"outside")])
+    plain = broker.clients(dataclasses.replace(EOS, processing_guarantee="at_least_once"))
+    with pytest.raises(CommitError, match="Functionality not configured"):
+        plain.producer.init_transactions()
+
+
+def test_a_newer_producer_fences_the_older_and_aborts_its_transaction() -> None:
+    """init_transactions with the same transactional id fences the older producer: its
+    open transaction never commits, and its later calls raise FencedError worded like
+    OutputProducer's (abort still never raises); another id is not fenced."""
+    broker = broker_with_input(0)
+    older, newer, other = (broker.clients(c) for c in (EOS, EOS, OTHER))
+    for clients in (older, other):
+        clients.producer.init_transactions()
+        clients.producer.begin()
+        clients.producer.produce([OutgoingMessage("out", b"open", b"k0")])
+        clients.producer.wait_for_acks()
+    newer.producer.init_transactions()
+
+    fenced = (r"exactly-once: transactional id 'counter@all' was taken over by a newer "
+              r"process \(Local: This instance has been fenced by a newer instance\)")
+    with pytest.raises(FencedError, match=fenced):
+        older.producer.commit({("in", 0): 1}, None, older.consumer.group_metadata())
+    older.producer.abort()
+    for call in (older.producer.begin,
+                 lambda: older.producer.produce([OutgoingMessage("out", b"late")])):
+        with pytest.raises(FencedError, match=fenced):
+            call()
+    other.producer.commit({("in", 0): 1}, None, other.consumer.group_metadata())
+    assert [m.value for m in broker.read("out")] == [b"open"]
+    assert broker.committed(GROUP) == {}
+    assert broker.committed("other") == {("in", 0): 1}
+
+
+def test_a_crash_loses_the_open_transaction() -> None:
+    """A process killed with its transaction open (outputs acked into it) leaves
+    nothing: its successor's commit holds its own records only."""
+    broker = broker_with_input(0)
+    crashed = broker.clients(EOS)
+    crashed.producer.init_transactions()
+    crashed.producer.begin()
+    crashed.producer.produce([OutgoingMessage("out", b"lost", b"k0")])
+    crashed.producer.wait_for_acks()
+    broker.faults.crash_at("after_produce")
+    with pytest.raises(SimulatedCrash):
+        crashed.on_step("after_produce")
+    successor = broker.clients(EOS)
+    successor.producer.init_transactions()
+    successor.producer.begin()
+    successor.producer.commit({("in", 1): 0}, None, successor.consumer.group_metadata())
+    assert broker.read("out") == []
+    assert broker.committed(GROUP) == {("in", 1): 0}
+
+
+def test_consumer_starts_at_the_lowered_offsets_and_seeks() -> None:
+    """assign lowers the committed offsets to ``below`` where lower (as InputConsumer
+    does) and returns them; seek moves an assigned partition's position and refuses
+    one not assigned."""
+    broker = broker_with_input(10)
+    consumer = broker.clients(EOS).consumer
+    consumer.commit({("in", 0): 3, ("in", 1): 5})
+    assert consumer.assign([0, 1], below={("in", 0): 1, ("in", 1): 6}) == {
+        ("in", 0): 1, ("in", 1): 5}
+    assert consumer.positions() == {("in", 0): 1, ("in", 1): 5}
+    consumer.seek({("in", 1): 2})
+    assert consumer.positions() == {("in", 0): 1, ("in", 1): 2}
+    with pytest.raises(ConsumeError, match=r"in\[7\]: Local: Unknown partition"):
+        consumer.seek({("in", 7): 0})
