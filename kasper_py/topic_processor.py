@@ -253,6 +253,7 @@ class TopicProcessor:
             runtime = StoreRuntime(self.config, partition, self._producer,
                                    self._observer.store_observer())
             self._engine.open_partition(partition, self._factory, self._store_specs, runtime)
+        self._record_starts(keys)
         committed = self._consumer.assign(partitions, self._engine.resume_from())
         self._offsets.mark_committed({tp: o for tp, o in committed.items() if o is not None})
         self._started = True
@@ -262,6 +263,23 @@ class TopicProcessor:
                   processing_guarantee=self.config.processing_guarantee,
                   **({"transactional_id": self.config.transactional_id}
                      if self.config.exactly_once else {}))
+
+    def _record_starts(self, keys: list[tuple[str, int]]) -> None:
+        """Exactly-once with an effectively-once store: where the store has recorded
+        nothing, record where the loop starts (the committed offset, else where
+        ``auto_offset_reset`` points), so the store always knows where it stands."""
+        unrecorded = self._engine.unrecorded(keys)
+        if not unrecorded:
+            return
+        committed = self._consumer.committed(unrecorded)
+        starts = {}
+        for tp in unrecorded:
+            offset = committed.get(tp)
+            if offset is None:
+                low, high = self._consumer.watermarks(tp)
+                offset = low if self.config.auto_offset_reset == "earliest" else high
+            starts[tp] = offset
+        self._engine.record(starts)
 
     def _announce(self, committed: dict[tuple[str, int], int]) -> None:
         """Re-commit the committed offsets with this loop's running note."""

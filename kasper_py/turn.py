@@ -22,7 +22,7 @@ task reports, an in-memory broker) lives in the runner, never here.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -133,6 +133,26 @@ class TurnEngine:
             state.processor = factory(ProcessorContext(state.partition, self.config,
                                                        dict(state.stores)))
 
+    def unrecorded(self, keys: Sequence[TopicPartitionKey]) -> list[TopicPartitionKey]:
+        """Exactly-once with effectively-once stores: the topic-partitions of ``keys``
+        for which a store has recorded no applied offset yet (see ``record``)."""
+        if self._transactions is None:
+            return []
+        return [tp for p, _, store in self.stores() if store.effectively_once
+                for tp in keys if tp[1] == p and tp not in store.applied_offsets()]
+
+    def record(self, starts: Mapping[TopicPartitionKey, int]) -> None:
+        """Record ``starts`` as applied in every effectively-once store lacking them,
+        before the first turn. A turn's transaction commits before its store write; if
+        a store's first write failed after that, a restart must find where the store
+        stands (here) to process the batch again, not the committed offsets past it."""
+        for partition, name, store in self.stores():
+            mine = {tp: o for tp, o in starts.items() if tp[1] == partition}
+            if store.effectively_once and mine:
+                self._store_call(name, partition, store.flush, mine)
+                for tp, offset in mine.items():
+                    self._skip_below[tp] = min(offset, self._skip_below.get(tp, offset))
+
     def resume_from(self) -> dict[TopicPartitionKey, int]:
         """Exactly-once with an effectively-once store: the input offsets the stores have
         applied. A turn's transaction (outputs and offsets) commits before its store
@@ -161,6 +181,7 @@ class TurnEngine:
         awaited; whatever it raises fails the turn (uncommitted), like any step."""
         durations: dict[str, float] = {}
         transactions = self._transactions
+        committed = False
         try:
             self._check_order(batch)
             if self._skip_below:
@@ -172,13 +193,13 @@ class TurnEngine:
             produced = len(sender)
             self._on_step("after_process")
             next_offsets = batch.next_offsets()
-            committed = self._outputs_first and transactions is not None
             if self._outputs_first:
                 # Effectively-once stores skip replayed input, so its output must be
                 # acked (exactly-once: committed) before the store records the offsets.
                 _timed(durations, "produce", self._produce, sender.drain())
-                if committed:
+                if transactions is not None:
                     _timed(durations, "commit", self._commit, next_offsets)
+                    committed = True
             _timed(durations, "flush", self._flush, next_offsets)
             self._on_step("after_flush")
             _timed(durations, "produce", self._hand_over, sender.drain())
@@ -193,8 +214,11 @@ class TurnEngine:
             self._discard_pending()
             if transactions is not None and not isinstance(exc, SimulatedCrash):
                 transactions.abort()  # a killed process aborts nothing: its successor does
-            if isinstance(exc, KasperError) and exc.uncommitted is None:
+            if isinstance(exc, KasperError) and exc.uncommitted is None and not committed:
                 exc.uncommitted = batch.describe()
+            elif isinstance(exc, KasperError) and committed:
+                exc.add_note(f"The batch ({batch.describe()}) was committed; the store is "
+                             "behind it and the next start processes it again.")
             raise
         self._next.update(next_offsets)
         self._forget_applied(next_offsets)

@@ -221,8 +221,14 @@ class BufferedStore(KeyValueStore):
             self._observed("flush", lambda: self._write(writes, next_offsets))
 
     def discard_pending(self) -> None:
-        """Drop the buffered writes, as a failed turn does."""
+        """Drop the buffered writes, as a failed turn does, and what ``_write`` handed
+        on but the backend has not applied yet (``_drop_unapplied``)."""
         self._pending.clear()
+        self._drop_unapplied()
+
+    def _drop_unapplied(self) -> None:  # noqa: B027 - optional hook
+        """Forget writes ``_write`` handed on that wait for ``after_delivery`` (none by
+        default: most backends apply in ``_write``)."""
 
     def _observed(self, op: str, request: Callable[[], T]) -> T:
         """Run ``request`` and report it as ``op``: its latency, and the round trips

@@ -216,11 +216,10 @@ class RocksDBStore(BufferedStore):
         self._observed("apply", lambda: self.db.write(self._in_flight, {self.partition: end}))
         self._in_flight, self._in_flight_count = {}, 0
 
-    def discard_pending(self) -> None:
-        """Drop the buffered writes and those produced to the changelog but not applied
-        (their transaction is aborted; without exactly-once the loop stops, and the
-        records, if delivered, are read back on restart)."""
-        super().discard_pending()
+    def _drop_unapplied(self) -> None:
+        """Forget the writes produced to the changelog but not applied (with exactly-once
+        their transaction is aborted, so where the changelog ends is read again; without,
+        the loop stops, and the records, if delivered, are read back on restart)."""
         if self._in_flight and self._transactional:
             self._changelog_offset = None
         self._in_flight, self._in_flight_count = {}, 0
