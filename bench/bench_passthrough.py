@@ -1,18 +1,27 @@
 """Passthrough throughput: kasper_py's TopicProcessor against a hand-written
-confluent-kafka loop and a consume-only ceiling, at two consumer prefetch settings.
+confluent-kafka loop and a consume-only ceiling, at two consumer prefetch settings, and
+both again exactly-once.
 
 One input topic is filled once; every run reads all of it from the beginning with its
 own fresh consumer group, in its own child process (peak RSS and CPU are its own), and
 writes to its own output topic, deleted afterwards. A row is ``kind-settings-batch``:
 
 kinds
-    ``ceiling``  consume(batch, 1.0) until every message is read, touching none.
-    ``raw``      what a careful user writes: consume a batch, produce() each message
-                 (acks=all, idempotent, linger.ms=5, a 1M-message queue, delivery
-                 reports for errors only, the first one raised after flush()), flush,
-                 commit offset+1 per partition synchronously.
-    ``kasper``   the same work through TopicProcessor: a Passthrough processor, stopped
-                 by an observer after the turn that commits the last message.
+    ``ceiling``     consume(batch, 1.0) until every message is read, touching none.
+    ``raw``         what a careful user writes: consume a batch, produce() each message
+                    (acks=all, idempotent, linger.ms=5, a 1M-message queue, delivery
+                    reports for errors only, the first one raised after flush()), flush,
+                    commit offset+1 per partition synchronously.
+    ``raw_eos``     the raw loop exactly-once, as confluent's eos example writes it: a
+                    transactional producer (retry.backoff.ms=10, as kasper's), the
+                    consumer read_committed as every row's; per batch begin_transaction,
+                    produce() each message, flush, send_offsets_to_transaction,
+                    commit_transaction. The ceiling for exactly-once on this machine;
+                    deep prefetch only.
+    ``kasper``      the same work through TopicProcessor: a Passthrough processor,
+                    stopped by an observer after the turn that commits the last message.
+    ``kasper_eos``  kasper with processing_guarantee="exactly_once" (each turn one
+                    transaction of its outputs and input offsets); own defaults only.
 settings (the consumer's prefetch keys, the ones in ``DEEP``)
     ``librdkafka``  librdkafka's defaults; kasper gets them back as consumer_overrides,
                     so it is measured at the same fetch limits as the raw loop.
@@ -21,13 +30,18 @@ settings (the consumer's prefetch keys, the ones in ``DEEP``)
 
 The ceiling runs at the largest batch size only. Each child reports msgs/s and wall
 seconds, client CPU seconds (user+sys of its own process, all threads included, from
-getrusage around the loop: client creation to close, imports excluded) and peak RSS
-(VmHWM). Rounds run every row in the same order, so compared rows see the same machine;
-the table keeps each row's best round. A benchmark, not a test: targets are printed
-next to the ratios, never asserted.
+getrusage around the loop: client creation to close, imports excluded), peak RSS
+(VmHWM), and the commit latency: median, p99 and max over its turns of the commit step
+(raw: the synchronous offset commit; kasper: ``TurnStats.durations["commit"]``;
+exactly-once: send_offsets_to_transaction and commit_transaction, after the acks).
+Rounds run every row in the same order, so compared rows see the same machine; the
+table keeps each row's best round. A benchmark, not a test: targets are printed next
+to the ratios, never asserted.
 
     python bench/bench_passthrough.py --rounds 2
     python bench/bench_passthrough.py --messages 100000 --only raw-deep-1000,kasper-deep-1000
+    python bench/bench_passthrough.py --messages 200000 --batch-sizes 10000 \
+        --only kasper-own-10000,kasper_eos-own-10000,raw_eos-deep-10000
 """
 
 from __future__ import annotations
@@ -47,7 +61,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import confluent_kafka
-from benchkit import arguments, create_topics, delete_topics, fill, payloads
+from benchkit import arguments, commit_latency, create_topics, delete_topics, fill, payloads
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 
 DEEP: dict[str, int] = {
@@ -70,10 +84,10 @@ LIBRDKAFKA_DEFAULTS: dict[str, int] = {
 }
 """librdkafka's own defaults for the keys in ``DEEP`` (keep the two key sets equal)."""
 
-# (kind, settings) in the order a round runs them at one batch size: each kasper row
-# right after the raw row it is compared with.
+# (kind, settings) in the order a round runs them at one batch size: each row right
+# after the row it is compared with (kasper_eos after kasper-own, raw_eos after it).
 PAIRS = (("raw", "librdkafka"), ("kasper", "librdkafka"), ("kasper", "own"),
-         ("raw", "deep"), ("kasper", "deep"))
+         ("kasper_eos", "own"), ("raw_eos", "deep"), ("raw", "deep"), ("kasper", "deep"))
 
 
 @dataclass(frozen=True)
@@ -93,11 +107,16 @@ class Row:
         kind, settings, batch_size = name.split("-")
         return cls(kind, settings, int(batch_size))
 
+    @property
+    def exactly_once(self) -> bool:
+        """Each batch is one transaction (``raw_eos``, ``kasper_eos``)."""
+        return self.kind.endswith("_eos")
+
     def consumer_settings(self) -> dict[str, int]:
         """The prefetch keys this row adds to its consumer (kasper: as overrides)."""
         if self.settings == "deep":
             return DEEP
-        if self.kind == "kasper" and self.settings == "librdkafka":
+        if self.kind.startswith("kasper") and self.settings == "librdkafka":
             return LIBRDKAFKA_DEFAULTS
         return {}
 
@@ -111,7 +130,8 @@ def planned_rows(batch_sizes: Sequence[int]) -> list[Row]:
 
 
 def raw_consumer(row: Row, bootstrap: str, source: str, prefix: str) -> Consumer:
-    """A consumer in a fresh group, assigned every partition of ``source`` from the start."""
+    """A consumer in a fresh group, assigned every partition of ``source`` from the start;
+    read_committed, librdkafka's default (as exactly-once needs)."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{prefix}-{uuid.uuid4()}",
                          "enable.auto.commit": False, "auto.offset.reset": "earliest",
                          **row.consumer_settings()})
@@ -120,13 +140,14 @@ def raw_consumer(row: Row, bootstrap: str, source: str, prefix: str) -> Consumer
     return consumer
 
 
-def ceiling_loop(row: Row, args: argparse.Namespace) -> None:
-    """The ceiling: consume only, touching no message."""
+def ceiling_loop(row: Row, args: argparse.Namespace) -> list[float]:
+    """The ceiling: consume only, touching no message (and committing nothing)."""
     consumer = raw_consumer(row, args.bootstrap, args.source, "ceiling")
     done = 0
     while done < args.messages:
         done += len(consumer.consume(row.batch_size, 1.0))
     consumer.close()
+    return []
 
 
 class FirstDeliveryError:
@@ -145,26 +166,72 @@ class FirstDeliveryError:
             raise RuntimeError(f"delivery failed: {self.error.str()}")
 
 
-def raw_loop(row: Row, args: argparse.Namespace) -> None:
-    """The baseline: confluent-kafka by hand, one produce() per message."""
+def raw_producer(args: argparse.Namespace, failed: FirstDeliveryError,
+                 **transactional: str | int) -> Producer:
+    """The raw loops' producer: acks=all, idempotent, linger.ms=5, a 1M-message queue,
+    delivery reports for errors only (to ``failed``), plus the ``transactional`` keys."""
+    return Producer({"bootstrap.servers": args.bootstrap, "acks": "all",
+                     "enable.idempotence": True, "linger.ms": 5,
+                     "queue.buffering.max.messages": 1_000_000,
+                     "delivery.report.only.error": True, "on_delivery": failed,
+                     **transactional})
+
+
+def raw_loop(row: Row, args: argparse.Namespace) -> list[float]:
+    """The baseline: confluent-kafka by hand, one produce() per message. Returns the
+    seconds of each offset commit."""
     consumer = raw_consumer(row, args.bootstrap, args.source, "raw")
     failed = FirstDeliveryError()
-    producer = Producer({"bootstrap.servers": args.bootstrap, "acks": "all",
-                         "enable.idempotence": True, "linger.ms": 5,
-                         "queue.buffering.max.messages": 1_000_000,
-                         "delivery.report.only.error": True, "on_delivery": failed})
-    done = 0
+    producer = raw_producer(args, failed)
+    done, commits = 0, []
     while done < args.messages:
         batch = consumer.consume(row.batch_size, 1.0)
         offsets = produce_all(producer, args.output, batch)
-        if producer.flush(60):
-            raise RuntimeError("messages still unacknowledged after 60 s")
-        failed.raise_if_any()
+        wait_for_acks(producer, failed)
         if offsets:
-            consumer.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in offsets.items()],
-                            asynchronous=False)
+            started = time.perf_counter()
+            consumer.commit(offsets=topic_partitions(offsets), asynchronous=False)
+            commits.append(time.perf_counter() - started)
         done += len(batch)
     consumer.close()
+    return commits
+
+
+def raw_eos_loop(row: Row, args: argparse.Namespace) -> list[float]:
+    """The baseline exactly-once: each batch one transaction of its outputs and its
+    input offsets. The acks are awaited before the commit, as kasper does, so the
+    commit's seconds (returned, one per transaction) are its own round trips."""
+    consumer = raw_consumer(row, args.bootstrap, args.source, "raw-eos")
+    failed = FirstDeliveryError()
+    producer = raw_producer(args, failed, **{"transactional.id": f"raw-eos-{uuid.uuid4()}",
+                                             "retry.backoff.ms": 10})
+    producer.init_transactions(60)
+    done, commits = 0, []
+    while done < args.messages:
+        batch = consumer.consume(row.batch_size, 1.0)
+        if not batch:
+            continue
+        producer.begin_transaction()
+        offsets = produce_all(producer, args.output, batch)
+        wait_for_acks(producer, failed)
+        started = time.perf_counter()
+        producer.send_offsets_to_transaction(topic_partitions(offsets),
+                                             consumer.consumer_group_metadata(), 60)
+        producer.commit_transaction(60)
+        commits.append(time.perf_counter() - started)
+        done += len(batch)
+    consumer.close()
+    return commits
+
+
+def wait_for_acks(producer: Producer, failed: FirstDeliveryError) -> None:
+    if producer.flush(60):
+        raise RuntimeError("messages still unacknowledged after 60 s")
+    failed.raise_if_any()
+
+
+def topic_partitions(offsets: Mapping[tuple[str, int], int]) -> list[TopicPartition]:
+    return [TopicPartition(t, p, o) for (t, p), o in offsets.items()]
 
 
 def produce_all(producer: Producer, output: str, batch: list[Any]) -> dict[tuple[str, int], int]:
@@ -183,8 +250,9 @@ def produce_all(producer: Producer, output: str, batch: list[Any]) -> dict[tuple
     return offsets
 
 
-def kasper_loop(row: Row, args: argparse.Namespace) -> None:
-    """The same work through TopicProcessor."""
+def kasper_loop(row: Row, args: argparse.Namespace) -> list[float]:
+    """The same work through TopicProcessor, exactly-once for ``kasper_eos``. Returns
+    each turn's commit seconds (exactly-once: its transaction's commit)."""
     import logging
 
     import structlog
@@ -202,36 +270,44 @@ def kasper_loop(row: Row, args: argparse.Namespace) -> None:
                 send(output, m.value, m.key, m.partition)
 
     class StopWhenDone(NoopObserver):
-        """Stops the loop after the turn that commits the last message, as the raw loop does."""
+        """Stops the loop after the turn that commits the last message, as the raw loop
+        does; keeps each turn's commit seconds."""
 
-        done = 0
+        def __init__(self) -> None:
+            self.done = 0
+            self.commits: list[float] = []
 
         def on_turn(self, stats: TurnStats) -> None:
             self.done += len(stats.batch)
+            self.commits.append(stats.durations["commit"])
             if self.done >= total:
                 processor.close()
 
     config = Config(name=f"bench-{uuid.uuid4()}", bootstrap_servers=args.bootstrap,
                     input_topics=[args.source], batch_size=row.batch_size, batch_wait=1.0,
-                    consumer_overrides=row.consumer_settings())
-    processor = TopicProcessor(config, lambda _c: Passthrough(), observer=StopWhenDone())
+                    consumer_overrides=row.consumer_settings(),
+                    processing_guarantee="exactly_once" if row.exactly_once else "at_least_once")
+    observer = StopWhenDone()
+    processor = TopicProcessor(config, lambda _c: Passthrough(), observer=observer)
     processor.run_loop()
+    return observer.commits
 
 
-LOOPS = {"ceiling": ceiling_loop, "raw": raw_loop, "kasper": kasper_loop}
+LOOPS = {"ceiling": ceiling_loop, "raw": raw_loop, "raw_eos": raw_eos_loop,
+         "kasper": kasper_loop, "kasper_eos": kasper_loop}
 
 
 def child(args: argparse.Namespace) -> None:
     """Run one row's loop and print its figures as one JSON line."""
     row = Row.parse(args.child)
-    if row.kind == "kasper":  # imported before the clock starts, as the raw loop's are
+    if row.kind.startswith("kasper"):  # imported before the clock starts, as the raw loop's are
         importlib.import_module("kasper_py")
     cpu_before, started = cpu_seconds(), time.perf_counter()
-    LOOPS[row.kind](row, args)
+    commits = LOOPS[row.kind](row, args)
     elapsed, cpu = time.perf_counter() - started, cpu_seconds() - cpu_before
     print(json.dumps({"row": row.name, "seconds": elapsed, "msgs_per_s": args.messages / elapsed,
                       "cpu_s": cpu, "cpu_s_per_million": cpu * 1e6 / args.messages,
-                      "peak_rss_mib": peak_rss_mib(),
+                      "peak_rss_mib": peak_rss_mib(), **commit_latency(commits),
                       "library": getattr(sys.modules.get("kasper_py"), "__file__", None)}))
 
 
@@ -299,6 +375,12 @@ RATIOS = (
           "raw-librdkafka", "msgs_per_s", ">= 2"),
     Ratio("CPU per message kasper/raw, deep prefetch on both", "kasper-deep", "raw-deep",
           "cpu_s_per_million", "<= 1.3"),
+    Ratio("exactly-once / at-least-once msgs/s (own defaults)", "kasper_eos-own", "kasper-own",
+          "msgs_per_s", {10_000: ">= 0.85"}),
+    Ratio("raw exactly-once / raw at-least-once msgs/s, deep prefetch on both", "raw_eos-deep",
+          "raw-deep", "msgs_per_s"),
+    Ratio("kasper exactly-once own defaults / raw exactly-once deep, msgs/s", "kasper_eos-own",
+          "raw_eos-deep", "msgs_per_s"),
 )
 
 
@@ -327,14 +409,24 @@ def run_line(result: Mapping[str, Any]) -> str:
     return (f"  {result['row']:24} {result['msgs_per_s']:>10,.0f} msgs/s  "
             f"{result['seconds']:6.2f} s  CPU {result['cpu_s']:6.2f} s "
             f"({result['cpu_s_per_million']:5.2f} s/1M)  "
-            f"peak RSS {result['peak_rss_mib']:4.0f} MiB")
+            f"peak RSS {result['peak_rss_mib']:4.0f} MiB  commit ms {commit_ms(result)}")
+
+
+def commit_ms(result: Mapping[str, Any]) -> str:
+    """Median / p99 / max commit milliseconds, or a dash for a row that commits nothing."""
+    if not result["commits"]:
+        return f"{'-':>17}"
+    return (f"{result['commit_ms_p50']:5.1f} /{result['commit_ms_p99']:5.1f} /"
+            f"{result['commit_ms_max']:5.1f}")
 
 
 def table_lines(best: Mapping[str, dict[str, Any]]) -> Iterator[str]:
-    yield f"  {'row':24} {'msgs/s':>10}  {'CPU s/1M':>8}  {'peak RSS MiB':>12}"
+    yield (f"  {'row':24} {'msgs/s':>10}  {'CPU s/1M':>8}  {'peak RSS MiB':>12}  "
+           f"{'commit ms p50/p99/max':>21}  {'commits':>7}")
     for name, result in best.items():
         yield (f"  {name:24} {result['msgs_per_s']:>10,.0f}  {result['cpu_s_per_million']:>8.2f}"
-               f"  {result['peak_rss_mib']:>12.0f}")
+               f"  {result['peak_rss_mib']:>12.0f}  {commit_ms(result):>21}"
+               f"  {result['commits']:>7}")
 
 
 def header_lines(args: argparse.Namespace, rows: Sequence[Row]) -> Iterator[str]:

@@ -1,11 +1,18 @@
 """Stateful word count throughput per store against passthrough, round trips per batch,
-and RocksDB restore speed, all in the same run on the same broker.
+commit latency, exactly-once against at-least-once, and RocksDB restore speed, all in
+the same run on the same broker.
 
 Every loop reads the same input (lines of five words from a 1000-word vocabulary), each
 in its own process. Passthrough sends every line on; the word counts add each batch's
 counts to a table (one get_many, one put_many per partition per batch) and send every
-changed total on. Then a changelog of --restore-records records is restored into an
-empty RocksDB folder. A benchmark, not a test: it asserts nothing.
+changed total on. A loop is ``<store>`` (at-least-once), ``<store>-eo`` (an
+effectively-once Redis or Cassandra table, at-least-once loop) or ``<store>-eos``
+(processing_guarantee="exactly_once": each turn one Kafka transaction of its outputs,
+changelog records and input offsets; passthrough and RocksDB only, the stores whose
+writes the transaction holds). Commit latency is each turn's commit step
+(``TurnStats.durations["commit"]``; exactly-once: the transaction's commit). Then a
+changelog of --restore-records records is restored into an empty RocksDB folder. A
+benchmark, not a test: targets are printed, never asserted.
 
     python bench/bench_stores.py --messages 200000 --partitions 2
 """
@@ -26,7 +33,7 @@ from typing import Any
 
 import redis
 import structlog
-from benchkit import arguments, create_topics, delete_topics, fill
+from benchkit import arguments, commit_latency, create_topics, delete_topics, fill
 from confluent_kafka.admin import AdminClient
 
 from kasper_py import Config, Message, MessageProcessor, ProcessorContext, Sender, TopicProcessor
@@ -38,7 +45,10 @@ from kasper_py.stores.memory import MemoryTable
 from kasper_py.stores.redis import RedisTable
 from kasper_py.stores.rocksdb import RocksDBTable
 
-KINDS = ("passthrough", "memory", "rocksdb", "redis", "redis-eo", "cassandra", "cassandra-eo")
+KINDS = ("passthrough", "passthrough-eos", "memory", "rocksdb", "rocksdb-eos", "redis",
+         "redis-eo", "cassandra", "cassandra-eo")
+EXACTLY_ONCE = ("passthrough", "rocksdb")
+"""The kinds whose ``-eos`` loop is compared with their at-least-once one."""
 
 
 def lines(count: int) -> list[dict[str, Any]]:
@@ -74,26 +84,30 @@ class WordCount(MessageProcessor):
 
 
 class StopWhenDone(NoopObserver):
-    """Stops the loop after the turn that commits the last message; counts batches."""
+    """Stops the loop after the turn that commits the last message; counts batches and
+    keeps each turn's commit seconds."""
 
     def __init__(self, total: int) -> None:
         self.total, self.done, self.partition_batches = total, 0, 0
+        self.commits: list[float] = []
         self.processor: TopicProcessor | None = None
 
     def on_turn(self, stats: TurnStats) -> None:
         self.done += len(stats.batch)
         self.partition_batches += len({p for _, p in stats.batch.ranges})
+        self.commits.append(stats.durations["commit"])
         if self.done >= self.total and self.processor is not None:
             self.processor.close()
 
 
 def store_spec(kind: str, args: argparse.Namespace) -> StoreSpec:
-    effectively_once = kind.endswith("-eo")
-    if kind == "memory":
+    store, _, mode = kind.partition("-")
+    effectively_once = mode == "eo"
+    if store == "memory":
         return MemoryTable("counts")
-    if kind == "rocksdb":
+    if store == "rocksdb":
         return RocksDBTable("counts")
-    if kind.startswith("redis"):
+    if store == "redis":
         return RedisTable("counts", url=args.redis_url, effectively_once=effectively_once)
     host, port = args.cassandra.rsplit(":", 1)
     return CassandraTable("counts", contact_points=[host], port=int(port),
@@ -102,21 +116,23 @@ def store_spec(kind: str, args: argparse.Namespace) -> StoreSpec:
 
 def loop_child(args: argparse.Namespace) -> dict[str, Any]:
     kind = args.child
+    passthrough = kind.partition("-")[0] == "passthrough"
+    guarantee = "exactly_once" if kind.endswith("-eos") else "at_least_once"
     config = Config(name=f"bench-{kind}-{uuid.uuid4().hex[:8]}", bootstrap_servers=args.bootstrap,
                     input_topics=[args.source], batch_size=args.batch_size, batch_wait=1.0,
-                    value_serde="bytes" if kind == "passthrough" else "str", key_serde="str",
-                    state_dir=args.state_dir)
+                    value_serde="bytes" if passthrough else "str", key_serde="str",
+                    state_dir=args.state_dir, processing_guarantee=guarantee)
     opened: list[Any] = []
 
     def factory(context: ProcessorContext) -> MessageProcessor:
-        if kind == "passthrough":
+        if passthrough:
             return Passthrough(args.output)
         processor = WordCount(context, args.output)
         opened.append(processor.counts)
         return processor
 
     observer = StopWhenDone(args.messages)
-    stores = [] if kind == "passthrough" else [store_spec(kind, args)]
+    stores = [] if passthrough else [store_spec(kind, args)]
     processor = TopicProcessor(config, factory, stores=stores, observer=observer)
     observer.processor = processor
     started = time.perf_counter()
@@ -125,7 +141,8 @@ def loop_child(args: argparse.Namespace) -> dict[str, Any]:
     round_trips = sum(store.round_trips for store in opened)
     return {"kind": kind, "name": config.name, "seconds": elapsed,
             "msgs_per_s": args.messages / elapsed,
-            "round_trips_per_batch": round_trips / max(observer.partition_batches, 1)}
+            "round_trips_per_batch": round_trips / max(observer.partition_batches, 1),
+            **commit_latency(observer.commits)}
 
 
 def restore_child(args: argparse.Namespace) -> dict[str, Any]:
@@ -159,7 +176,7 @@ def run_child(kind: str, args: argparse.Namespace, source: str, output: str) -> 
 
 def clean_up(args: argparse.Namespace, result: dict[str, Any]) -> None:
     """Delete what a word count left behind: its changelog topic or its Redis keys."""
-    if result["kind"] == "rocksdb":
+    if result["kind"].startswith("rocksdb"):
         delete_topics(args.bootstrap, [f"{result['name']}-counts-changelog"])
     elif result["kind"].startswith("redis"):
         client = redis.Redis.from_url(args.redis_url)
@@ -184,15 +201,23 @@ def restore_bench(args: argparse.Namespace, source: str) -> dict[str, Any]:
 
 def report(results: dict[str, list[dict[str, Any]]], restore: dict[str, Any]) -> None:
     best = {k: max(v, key=lambda r: r["msgs_per_s"]) for k, v in results.items()}
-    base = best["passthrough"]["msgs_per_s"]
-    print(f"\n{'loop':14} {'lines/s':>10} {'x passthrough':>14} {'round trips/batch':>18}")
+    base = best["passthrough"]["msgs_per_s"] if "passthrough" in best else float("nan")
+    print(f"\n{'loop':16} {'lines/s':>10} {'x passthrough':>14} {'round trips/batch':>18} "
+          f"{'commit ms p50/max':>18}")
     for kind, r in best.items():
-        trips = "" if kind == "passthrough" else f"{r['round_trips_per_batch']:.2f}"
-        print(f"{kind:14} {r['msgs_per_s']:>10,.0f} {r['msgs_per_s'] / base:>14.2f} {trips:>18}")
+        trips = "" if kind.startswith("passthrough") else f"{r['round_trips_per_batch']:.2f}"
+        commit = f"{r['commit_ms_p50']:.1f} / {r['commit_ms_max']:.1f}" if r["commits"] else "-"
+        print(f"{kind:16} {r['msgs_per_s']:>10,.0f} {r['msgs_per_s'] / base:>14.2f} {trips:>18} "
+              f"{commit:>18}")
     print(f"rocksdb restore: {restore['records_per_s']:,.0f} records/s "
           f"({restore['seconds']:.2f} s; target >= 100,000)")
     ratio = best["rocksdb"]["msgs_per_s"] / base if "rocksdb" in best else float("nan")
     print(f"rocksdb word count / passthrough: {ratio:.2f} (target >= 0.5)")
+    for kind in EXACTLY_ONCE:
+        if kind in best and f"{kind}-eos" in best:
+            ratio = best[f"{kind}-eos"]["msgs_per_s"] / best[kind]["msgs_per_s"]
+            print(f"{kind} exactly-once / at-least-once, lines/s: {ratio:.2f} "
+                  "(target >= 0.85 at batch 10,000)")
 
 
 def main() -> None:
@@ -221,7 +246,7 @@ def main() -> None:
             r = run_child(kind, args, source, output)
             clean_up(args, r)
             results.setdefault(kind, []).append(r)
-            print(f"  {kind:14} {r['msgs_per_s']:>10,.0f} lines/s")
+            print(f"  {kind:16} {r['msgs_per_s']:>10,.0f} lines/s")
     restore = restore_bench(args, source)
     report(results, restore)
     delete_topics(args.bootstrap, [source, output])

@@ -1,10 +1,12 @@
-"""What the bench scripts share: topic set-up and clean-up, filling an input topic, and
-the command-line options every bench takes. Not part of the library."""
+"""What the bench scripts share: topic set-up and clean-up, filling an input topic,
+commit latency figures, and the command-line options every bench takes. Not part of
+the library."""
 
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
 from collections.abc import Sequence
 from typing import Any
 
@@ -52,6 +54,19 @@ def fill(bootstrap: str, topic: str, partitions: int, records: Sequence[dict[str
                 producer.poll(0.1)
         producer.poll(0)
     producer.flush(120)
+
+
+def commit_latency(seconds: Sequence[float]) -> dict[str, float | int | None]:
+    """A loop's commit times (one a turn; with exactly-once, the transaction's) as the
+    ``commits`` count and their median, p99 and max in milliseconds (None if none). Over
+    fewer than 100 commits the p99 is interpolated between the largest two."""
+    if not seconds:
+        return {"commits": 0, "commit_ms_p50": None, "commit_ms_p99": None,
+                "commit_ms_max": None}
+    ms = [s * 1000 for s in seconds]
+    p99 = statistics.quantiles(ms, n=100, method="inclusive")[98] if len(ms) > 1 else ms[0]
+    return {"commits": len(ms), "commit_ms_p50": statistics.median(ms), "commit_ms_p99": p99,
+            "commit_ms_max": max(ms)}
 
 
 def arguments(description: str, *, messages: int, partitions: int, rounds: int = 2,
