@@ -486,16 +486,6 @@ class _Consumer:
         """The config's group, as ``_Producer.commit`` takes it (opaque, like the real one)."""
         return _GroupMetadata(self._config.group)
 
-    def seek(self, next_offsets: dict[TopicPartitionKey, int]) -> None:
-        """Read each assigned topic-partition from ``next_offsets`` on."""
-        self._process.check_alive()
-        for tp, offset in next_offsets.items():
-            if tp not in self._positions:
-                code = KafkaError._UNKNOWN_PARTITION
-                raise ConsumeError("rewinding to the committed offsets failed: "
-                                   f"{tp[0]}[{tp[1]}]: {KafkaError(code).str()}", code=code)
-            self._positions[tp] = offset
-
     def notes(self, keys: Iterable[TopicPartitionKey] | None = None
               ) -> dict[TopicPartitionKey, str | None]:
         """The metadata of the group's latest commit per topic-partition (``None`` where

@@ -117,16 +117,6 @@ class InputConsumer:
         """The consumer group's metadata, for ``OutputProducer.commit`` (exactly-once)."""
         return self._consumer.consumer_group_metadata()
 
-    def seek(self, next_offsets: dict[TopicPartitionKey, int]) -> None:
-        """Read each topic-partition from ``next_offsets`` on: records fetched past them
-        are dropped (an aborted turn's rewind)."""
-        try:
-            for (topic, partition), offset in next_offsets.items():
-                self._consumer.seek(TopicPartition(topic, partition, offset))
-        except KafkaException as exc:
-            raise ConsumeError(f"rewinding to the committed offsets failed: "
-                               f"{exc.args[0]}") from exc
-
     def notes(self, keys: Iterable[TopicPartitionKey] | None = None
               ) -> dict[TopicPartitionKey, str | None]:
         """The metadata of the group's committed offsets: loops' commit notes."""

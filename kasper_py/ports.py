@@ -90,8 +90,6 @@ class InputPort(Protocol):
     def group_metadata(self) -> object:
         """The consumer group's metadata, for ``Transactions.commit``."""
 
-    def seek(self, next_offsets: dict[TopicPartitionKey, int]) -> None:
-        """Read each topic-partition from ``next_offsets`` on (an aborted turn's rewind)."""
 
     def committed(self, keys: Iterable[TopicPartitionKey] | None = None
                   ) -> dict[TopicPartitionKey, int | None]:

@@ -226,7 +226,7 @@ class BufferedStore(KeyValueStore):
         self._pending.clear()
         self._drop_unapplied()
 
-    def _drop_unapplied(self) -> None:  # noqa: B027 - optional hook
+    def _drop_unapplied(self) -> None:
         """Forget writes ``_write`` handed on that wait for ``after_delivery`` (none by
         default: most backends apply in ``_write``)."""
 

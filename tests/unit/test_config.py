@@ -182,10 +182,10 @@ def test_exactly_once_makes_a_transactional_producer_named_for_the_partition_set
 def test_processing_guarantee_is_checked_and_read_committed_kept() -> None:
     """An unknown guarantee names the field; exactly_once refuses read_uncommitted input
     and a hand-set transactional.id."""
-    with pytest.raises(ConfigError, match="processing_guarantee.*exactly_once"):
+    with pytest.raises(ConfigError, match=r"processing_guarantee.*exactly_once"):
         make(processing_guarantee="exactly-once")
-    with pytest.raises(ConfigError, match="isolation.level must stay read_committed"):
+    with pytest.raises(ConfigError, match=r"isolation\.level must stay read_committed"):
         make(processing_guarantee="exactly_once",
              consumer_overrides={"isolation.level": "read_uncommitted"})
-    with pytest.raises(ConfigError, match="transactional.id comes from"):
+    with pytest.raises(ConfigError, match=r"transactional\.id comes from"):
         make(producer_overrides={"transactional.id": "mine"})

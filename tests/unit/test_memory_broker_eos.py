@@ -32,7 +32,7 @@ from kasper_py import (
     topic_processor,
 )
 from kasper_py._memory_broker import CRASH_STEPS
-from kasper_py.exceptions import ConsumeError, FencedError, KasperError, SimulatedCrash
+from kasper_py.exceptions import FencedError, KasperError, SimulatedCrash
 from kasper_py.message import OutgoingMessage
 from kasper_py.stores.base import StoreSpec
 from kasper_py.testing import Faults, InMemoryBroker
@@ -363,17 +363,35 @@ def test_a_crash_loses_the_open_transaction() -> None:
     assert broker.committed(GROUP) == {("in", 1): 0}
 
 
-def test_consumer_starts_at_the_lowered_offsets_and_seeks() -> None:
+def test_consumer_starts_at_the_lowered_offsets() -> None:
     """assign lowers the committed offsets to ``below`` where lower (as InputConsumer
-    does) and returns them; seek moves an assigned partition's position and refuses
-    one not assigned."""
+    does) and returns them."""
     broker = broker_with_input(10)
     consumer = broker.clients(EOS).consumer
     consumer.commit({("in", 0): 3, ("in", 1): 5})
     assert consumer.assign([0, 1], below={("in", 0): 1, ("in", 1): 6}) == {
         ("in", 0): 1, ("in", 1): 5}
     assert consumer.positions() == {("in", 0): 1, ("in", 1): 5}
-    consumer.seek({("in", 1): 2})
-    assert consumer.positions() == {("in", 0): 1, ("in", 1): 2}
-    with pytest.raises(ConsumeError, match=r"in\[7\]: Local: Unknown partition"):
-        consumer.seek({("in", 7): 0})
+
+
+def test_a_failed_first_store_write_after_the_commit_loses_no_state() -> None:
+    """The store's very first write fails after its turn's transaction committed: the
+    store had recorded where the loop started, so the restart processes that batch
+    again and the counts are exact (its outputs show twice, each time whole)."""
+    broker = broker_with_input(10)
+    spec = broker.store("counts", effectively_once=True)
+    armed: list[str] = []
+
+    def arm_once(step: str) -> None:  # after the start, at the first turn
+        if step == "before_process" and not armed:
+            armed.append(step)
+            broker.faults.fail_store_write("counts")
+
+    with pytest.raises(StoreError) as failed:
+        run(broker, spec, on_step=arm_once)
+    assert "was committed; the store is behind it" in "".join(failed.value.__notes__)
+    assert broker.committed(GROUP) != {}
+    run(broker, spec)
+    assert broker.table("counts") == exact_counts(broker)
+    assert_every_input_has_output(broker)
+    assert broker.committed(GROUP) == end_offsets(broker)
