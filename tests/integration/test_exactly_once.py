@@ -23,6 +23,7 @@ from kasper_py.producer import OutputProducer
 from kasper_py.stores.rocksdb import RocksDBTable
 
 sys.path.insert(0, str(Path(__file__).parent))
+pytest.register_assert_rewrite("conftest_stores")
 from conftest_stores import (  # isort: skip
     kill_randomly_then_finish, read_counts, worker_args)
 
