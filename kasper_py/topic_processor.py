@@ -56,13 +56,14 @@ __all__ = ["TopicProcessor"]
 _log = structlog.get_logger("kasper_py")
 _KAFKA_TROUBLE = (ProduceError, CommitError, ConsumeError, FencedError, KeyboardInterrupt)
 _AHEAD_STEP = 0.005
+"""Longest a consume waits while reading ahead: acks that arrive meanwhile delay the
+commit by at most this much."""
 _TURN_RETRIES = 5
 """Exactly-once: aborted turns in a row, for errors Kafka calls transient, run again
 before the loop stops."""
 _RETRY_PAUSE = 0.5
 _FENCED_NOTE_WAIT = 5.0
-"""Longest a consume waits while reading ahead: acks that arrive meanwhile delay the
-commit by at most this much."""
+"""Fenced: how long to wait for the note of the loop that took over, to name it."""
 
 
 class TopicProcessor:
