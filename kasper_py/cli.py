@@ -51,7 +51,7 @@ from kasper_py._cli_base import (
 )
 from kasper_py._client_log import ClientKind, with_client_log
 from kasper_py.config import Config
-from kasper_py.exceptions import KasperError, TopicError
+from kasper_py.exceptions import AlreadyRunningError, KasperError, TopicError
 from kasper_py.metrics import PrometheusObserver, observer_for
 from kasper_py.observe import LoopObserver, NoopStoreObserver, with_store_observer
 from kasper_py.offsets import (
@@ -260,6 +260,9 @@ def _run_loop(processor: TopicProcessor, until_caught_up: bool) -> int:
     except KeyboardInterrupt:
         _log.warning("kasper.interrupted", processor=processor.config.name)
         return EXIT_INTERRUPTED
+    except AlreadyRunningError as exc:
+        raise CliError(EXIT_REFUSED, f"processor {processor.config.name!r} refused to "
+                       f"start: {exc}") from None
     except KasperError as exc:
         raise CliError(EXIT_FAILED, f"processor {processor.config.name!r} stopped: {exc}") from None
     except Exception as exc:

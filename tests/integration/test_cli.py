@@ -314,3 +314,28 @@ def test_run_exactly_once_says_so_and_commits_in_transactions(
     assert sorted(m.value() for m in kafka.read_all(sink)) == sorted(
         f"V{i}".encode() for i in range(N))
     assert sum(o or 0 for o in kafka.committed(name, source, partitions=2).values()) == N
+
+
+def test_run_refuses_partitions_another_loop_is_running(
+        bootstrap: str, new_topic: Callable[..., str], kafka: Any,
+        unique_name: Callable[[str], str], tmp_path: Path) -> None:
+    """While `kasper run` processes a topic, a second `kasper run` of the same processor
+    exits 5 naming the first one's pid; `--force` lets it start."""
+    source, sink = new_topic("cli-busy-in"), new_topic("cli-busy-out")
+    kafka.produce(source, [(b"k", f"v{i}".encode()) for i in range(N)])
+    name = unique_name("cli-busy")
+    config = write_config(tmp_path, name, source, batch_size=1)
+    env = cli_env(bootstrap, sink)
+    first = subprocess.Popen([*kasper_command(), *run_args(config)], env=env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: sum(o or 0 for o in kafka.committed(name, source).values()) > 0,
+                 "the first loop to commit")
+        refused = kasper(*run_args(config, "--until-caught-up"), env=env)
+        assert refused.returncode == 5, refused.stderr
+        assert "refused to start" in refused.stderr and f"(pid {first.pid})" in refused.stderr
+        forced = kasper(*run_args(config, "--until-caught-up", "--force"), env=env)
+        assert forced.returncode == 0, forced.stderr
+    finally:
+        first.terminate()
+        first.wait(60)

@@ -24,7 +24,7 @@ from kasper_py.stores.rocksdb import RocksDBTable
 
 sys.path.insert(0, str(Path(__file__).parent))
 pytest.register_assert_rewrite("conftest_stores")
-from conftest_stores import (  # isort: skip
+from conftest_stores import (  # isort: skip  # noqa: E402
     kill_randomly_then_finish, read_counts, worker_args)
 
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
