@@ -294,8 +294,10 @@ def _admin(config: Config, errors: list[str]) -> Any:
 def _consumer(config: Config, errors: list[str]) -> Any:
     """A consumer of the processor's group, as the loop's but never subscribing (so
     never a member) and under its own client id."""
+    # read_uncommitted: the committed offsets as they stand, not waited on while a killed
+    # exactly-once loop's open transaction holds offsets (until its successor aborts it)
     conf = {**_quiet(config, config.to_consumer_conf(), errors, "consumer"),
-            "client.id": f"{config.name}-cli"}
+            "client.id": f"{config.name}-cli", "isolation.level": "read_uncommitted"}
     try:
         return Consumer(conf)
     except KafkaException as exc:

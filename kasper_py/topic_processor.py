@@ -241,11 +241,13 @@ class TopicProcessor:
         count = self._consumer.partition_count()
         partitions = self._partitions(count)
         keys = [(t, p) for t in self.config.input_topics for p in partitions]
-        self._check_not_running(keys)
         if self.config.exactly_once:
-            # Before any restore: fences an older loop with this id and aborts its open
-            # transaction, so the changelogs' committed ends are final.
+            # First: fences an older loop with this id and aborts its open transaction,
+            # so the committed offsets (read with require-stable, which waits on an open
+            # transaction's offsets) and the changelogs' committed ends are final. Only
+            # a loop with this id is fenced: the same partition set, never another.
             self._producer.init_transactions()
+        self._check_not_running(keys)
         # Say at once that these partitions are taken (exactly-once: by whom, for the
         # loop just fenced), before restoring tables takes its time.
         self._announce({tp: o for tp, o in self._consumer.committed(keys).items()

@@ -140,8 +140,11 @@ class KafkaHelper:
         retriable answer is asked again."""
         from confluent_kafka import Consumer, KafkaException, TopicPartition
 
+        # read_uncommitted asks for the stable offsets without waiting: read_committed
+        # (librdkafka's default) waits while a killed exactly-once loop's transaction
+        # holds pending offsets, until its successor or the transaction timeout ends it.
         consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": group,
-                             "enable.auto.commit": False})
+                             "enable.auto.commit": False, "isolation.level": "read_uncommitted"})
         deadline = time.monotonic() + 30
         try:
             while True:

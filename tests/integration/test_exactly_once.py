@@ -223,3 +223,42 @@ def test_outstanding_falls_to_zero_without_a_flush(bootstrap, new_topic) -> None
         time.sleep(0.01)
     assert producer.outstanding() == 0
     producer.close()
+
+
+ZOMBIE = """
+import os, sys
+from confluent_kafka import Consumer, Producer, TopicPartition
+bootstrap, transactional_id, group, topic = sys.argv[1:5]
+producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": transactional_id})
+producer.init_transactions(30)
+producer.begin_transaction()
+producer.produce(topic, b"never committed", partition=0)
+producer.flush(30)
+consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+producer.send_offsets_to_transaction([TopicPartition(topic, 0, 1)],
+                                     consumer.consumer_group_metadata(), 30)
+os.kill(os.getpid(), 9)  # dies inside the transaction: its offsets stay pending
+"""
+
+
+def test_a_loop_starts_over_a_killed_loops_open_transaction(bootstrap, new_topic, kafka,
+                                                            unique_name) -> None:
+    """A loop killed inside a transaction leaves pending offsets, which read_committed
+    offset reads wait on until the transaction ends. The next loop takes the
+    transactional id over first (aborting it), so it starts at once, processes every
+    input once, and the aborted record is never visible."""
+    source = new_topic("in")
+    kafka.produce(source, [b"a", b"b", b"c"], partition=0)
+    cfg = Config(name=unique_name("eos-zombie"), bootstrap_servers=bootstrap,
+                 input_topics=[source], batch_size=10, batch_wait=0.2,
+                 processing_guarantee="exactly_once")
+    zombie = subprocess.run([sys.executable, "-c", ZOMBIE, bootstrap, cfg.transactional_id,
+                             cfg.group, source], env=ENV, check=False, timeout=60)
+    assert zombie.returncode == -9
+    output = new_topic("out")
+    loop = TopicProcessor(cfg, lambda _c: Forward(output))
+    loop.run_loop(until_caught_up=True)
+    loop.close()
+    assert sorted(m.value() for m in kafka.read_all(output)) == [b"a", b"b", b"c"]
+    assert [m.value() for m in kafka.read_all(source)] == [b"a", b"b", b"c"]
+    assert kafka.committed(cfg.name, source) == {0: 5}
