@@ -86,6 +86,8 @@ CONFIG_FLAGS: dict[str, tuple[Callable[[str], Any], str]] = {
     "batch_wait": (float, "seconds to wait for a batch to fill"),
     "metrics_port": (int, "serve /metrics and /health on this port"),
     "processing_guarantee": (str, "at_least_once (default) or exactly_once"),
+    "assignment": (str, "static (default: input_partitions) or group (join the consumer "
+                        "group; processes come and go)"),
 }
 
 

@@ -27,6 +27,7 @@ from confluent_kafka import TIMESTAMP_CREATE_TIME, TIMESTAMP_NOT_AVAILABLE, Kafk
 from kasper_py.config import Config
 from kasper_py.exceptions import (
     CommitError,
+    ConfigError,
     ConsumeError,
     FencedError,
     KasperError,
@@ -37,7 +38,7 @@ from kasper_py.exceptions import (
 )
 from kasper_py.message import Message, OutgoingMessage, OutgoingRecord
 from kasper_py.offsets import lowered
-from kasper_py.ports import KafkaClients
+from kasper_py.ports import KafkaClients, Rebalance
 from kasper_py.stores.base import StoreRuntime, StoreSpec, TopicPartitionKey, already_applied
 from kasper_py.stores.memory import MemoryStore
 from kasper_py.topics import common_partition_count
@@ -451,6 +452,11 @@ class _Consumer:
             self._positions[tp] = reset if offset is None else offset
         self.assigned = keys
         return committed
+
+    def subscribe(self, on_assign: Rebalance, on_revoke: Rebalance) -> None:
+        """Group mode needs a real broker's group coordinator."""
+        raise ConfigError("assignment", "'group' needs a Kafka broker: InMemoryBroker "
+                          "assigns static partition sets only")
 
     def consume(self, max_count: int, timeout: float) -> list[Any]:
         """Up to ``max_count`` records, a run per partition, starting one partition

@@ -88,6 +88,11 @@ class Collector:
             records.extend(self._consume(self._size - len(records), wait))
         return True
 
+    def drop(self, keys: set[TopicPartitionKey]) -> None:
+        """Forget gathered records of ``keys`` (partitions revoked mid-gather). In place:
+        a ``gather`` under way keeps appending to this same list."""
+        self.records[:] = [r for r in self.records if (r.topic(), r.partition()) not in keys]
+
     def take(self) -> list[Any]:
         """The gathered records; the next batch starts empty, its wait not begun."""
         records, self.records, self._deadline = self.records, [], None

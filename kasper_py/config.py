@@ -5,7 +5,9 @@ Loading from TOML or the environment lives in the CLI, not here.
 
 from __future__ import annotations
 
+import os
 import re
+import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
@@ -47,6 +49,18 @@ def _prefetch(batch_size: int) -> dict[str, ClientValue]:
             "queued.max.messages.kbytes": 65_536}
 
 
+def _group_protocol(protocol: str, topics: int) -> dict[str, ClientValue]:
+    """Group mode: Kafka 4's broker-side incremental protocol (KIP-848) with its ``range``
+    assignor, which gives partition p of every co-partitioned topic to one member; a
+    rebalance moves only the partitions that change owner. With ``group.protocol=classic``
+    (brokers before 4.0) the fallback is ``cooperative-sticky`` for one input topic and,
+    since that does not co-partition, eager ``range`` for several."""
+    if protocol == "classic":
+        return {"group.protocol": "classic", "partition.assignment.strategy":
+                "cooperative-sticky" if topics == 1 else "range"}
+    return {"group.protocol": "consumer", "group.remote.assignor": "range"}
+
+
 @dataclass(frozen=True, repr=False)
 class Config:
     """Settings of one processor. Invalid values raise ``ConfigError`` naming the field."""
@@ -58,7 +72,13 @@ class Config:
     input_topics: Sequence[str]
     """Topics read together; they must have the same partition count."""
     input_partitions: Sequence[int] | None = None
-    """Partition numbers this process owns across all input topics; ``None`` means all."""
+    """Partition numbers this process owns across all input topics; ``None`` means all.
+    With ``assignment="group"`` the group decides, and this must stay ``None``."""
+    assignment: Literal["static", "group"] = "static"
+    """``static``: this process owns ``input_partitions``, placed by hand. ``group``: it
+    joins the consumer group and owns what the group assigns it (incremental
+    rebalances), so processes can come and go; the same partition number of every input
+    topic goes to one member."""
     batch_size: int = 1000
     """A batch is released when it holds this many messages..."""
     batch_wait: float = 1.0
@@ -100,6 +120,7 @@ class Config:
     def __post_init__(self) -> None:
         self._check_identity()
         self._check_topics()
+        self._check_assignment()
         self._check_batching()
         self._check_serdes()
         self._check_decode_policy()
@@ -144,6 +165,13 @@ class Config:
         if len(set(partitions)) != len(partitions):
             raise ConfigError("input_partitions", f"lists a partition twice: {list(partitions)}")
         self._set("input_partitions", tuple(sorted(partitions)))
+
+    def _check_assignment(self) -> None:
+        if self.assignment not in ("static", "group"):
+            raise ConfigError("assignment", f"must be 'static' or 'group', got {self.assignment!r}")
+        if self.assignment == "group" and self.input_partitions is not None:
+            raise ConfigError("input_partitions", "must be None with assignment='group': the "
+                              "group assigns the partitions")
 
     def _check_batching(self) -> None:
         size = self.batch_size
@@ -229,8 +257,16 @@ class Config:
         return self.processing_guarantee == "exactly_once"
 
     @property
+    def group_mode(self) -> bool:
+        """True when ``assignment`` is ``group``."""
+        return self.assignment == "group"
+
+    @property
     def partition_set(self) -> str:
-        """This process's input partitions as a label: ``all``, or ranges like ``0-3,7``."""
+        """This process's input partitions as a label: ``all``, ranges like ``0-3,7``, or
+        in group mode ``group-<host>-<pid>`` (what the group assigns changes)."""
+        if self.group_mode:
+            return f"group-{socket.gethostname()}-{os.getpid()}"
         if self.input_partitions is None:
             return "all"
         spans: list[list[int]] = []
@@ -244,7 +280,8 @@ class Config:
     @property
     def transactional_id(self) -> str:
         """``<name>@<partition set>``: the exactly-once producer's id. A second process with
-        the same name and partitions gets the same id, and so fences the first."""
+        the same name and partitions gets the same id, and so fences the first. In group
+        mode each process has its own; the group's generation fences a zombie instead."""
         return f"{self.name}@{self.partition_set}"
 
     @property
@@ -273,6 +310,13 @@ class Config:
             "enable.partition.eof": False,
             **_prefetch(self.batch_size),
         }
+        if self.group_mode:
+            protocol = {**self.client_overrides, **self.consumer_overrides}.get(
+                "group.protocol", "consumer")
+            defaults.update(_group_protocol(str(protocol), len(self.input_topics)))
+            # A member that does not consume for this long leaves the group. A turn waits
+            # up to delivery_timeout for its acks, so the budget is three of those.
+            defaults["max.poll.interval.ms"] = max(300_000, int(3 * self.delivery_timeout * 1000))
         from_fields = {"group.id": self.group, "auto.offset.reset": self.auto_offset_reset}
         return self._client_conf(defaults, self.consumer_overrides, from_fields)
 

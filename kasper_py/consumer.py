@@ -24,6 +24,7 @@ from kasper_py._client_log import with_client_log
 from kasper_py.config import Config
 from kasper_py.exceptions import CommitError, ConsumeError, TopicError
 from kasper_py.offsets import lowered
+from kasper_py.ports import Rebalance
 from kasper_py.topics import partition_count
 
 __all__ = ["InputConsumer"]
@@ -78,6 +79,34 @@ class InputConsumer:
         self._consumer.assign([TopicPartition(t, p, starts[t, p]) for t, p in keys])
         self.assigned = keys
         return committed
+
+    def subscribe(self, on_assign: Rebalance, on_revoke: Rebalance) -> None:
+        """Group mode: join the group (``Config.to_consumer_conf`` picks the protocol).
+        ``assigned`` follows the rebalances; a lost partition is revoked too."""
+
+        conf = self._config.to_consumer_conf()
+        incremental = (conf.get("group.protocol") == "consumer"
+                       or conf.get("partition.assignment.strategy") == "cooperative-sticky")
+
+        def assign(consumer: Consumer, partitions: list[TopicPartition]) -> None:
+            keys = [(tp.topic, tp.partition) for tp in partitions]
+            self.assigned = sorted({*self.assigned, *keys})
+            starts = on_assign(keys) or {}
+            if starts:  # else the client starts at the committed offsets by itself
+                chosen = [TopicPartition(t, p, starts.get((t, p), OFFSET_INVALID))
+                          for t, p in keys]
+                if incremental:
+                    consumer.incremental_assign(chosen)
+                else:
+                    consumer.assign(chosen)
+
+        def revoke(_consumer: Consumer, partitions: list[TopicPartition]) -> None:
+            keys = [(tp.topic, tp.partition) for tp in partitions]
+            on_revoke(keys)
+            self.assigned = [tp for tp in self.assigned if tp not in set(keys)]
+
+        self._consumer.subscribe(list(self._config.input_topics), on_assign=assign,
+                                 on_revoke=revoke, on_lost=revoke)
 
     def consume(self, max_count: int, timeout: float) -> list[Any]:
         """Up to ``max_count`` raw records within ``timeout`` seconds."""

@@ -66,6 +66,11 @@ class OffsetTracker:
         """The next offset to read that this process committed last, or ``None``."""
         return self._committed.get((topic, partition))
 
+    def forget(self, keys: Iterable[TopicPartitionKey]) -> None:
+        """Drop what is known of ``keys`` (partitions revoked from this process)."""
+        for key in keys:
+            self._committed.pop(key, None)
+
     def all(self) -> dict[TopicPartitionKey, int]:
         """Every offset this process committed, by topic-partition."""
         return dict(self._committed)

@@ -19,6 +19,10 @@ __all__ = ["InputPort", "KafkaClients", "OutputPort", "ProducerPort", "Transacti
 TopicPartitionKey = tuple[str, int]
 
 
+Rebalance = Callable[[list[TopicPartitionKey]], "dict[TopicPartitionKey, int] | None"]
+"""A rebalance callback of group mode: the topic-partitions assigned or revoked."""
+
+
 class OutputPort(Protocol):
     """Where output goes: produced in order per output partition, then acknowledged."""
 
@@ -77,6 +81,12 @@ class InputPort(Protocol):
         """Assign ``partitions`` of every input topic at their committed offsets, lowered
         to ``below`` where it is lower; return those start offsets (``None``: nothing
         committed, ``auto_offset_reset`` applies)."""
+
+    def subscribe(self, on_assign: Rebalance, on_revoke: Rebalance) -> None:
+        """Group mode: join the consumer group. ``on_assign`` gets the topic-partitions
+        added to this member (and returns start offsets to use instead of the committed
+        ones, where lower); ``on_revoke`` those taken away (lost ones included). Both run
+        inside ``consume``."""
 
     def consume(self, max_count: int, timeout: float) -> list[Any]:
         """Up to ``max_count`` raw records (confluent-kafka ``Message``-shaped)."""

@@ -41,9 +41,16 @@ from kasper_py.exceptions import (
     KasperError,
     ProduceError,
     SimulatedCrash,
+    TopicError,
 )
 from kasper_py.observe import LoopObserver, NoopObserver, TurnStats
-from kasper_py.offsets import HEARTBEAT_SECONDS, CommitNote, OffsetTracker, running_loop
+from kasper_py.offsets import (
+    HEARTBEAT_SECONDS,
+    CommitNote,
+    OffsetTracker,
+    lowered,
+    running_loop,
+)
 from kasper_py.ports import KafkaClients
 from kasper_py.processor import ProcessorFactory
 from kasper_py.producer import OutputProducer
@@ -95,6 +102,8 @@ class TopicProcessor:
         self._consumer, self._producer = clients.consumer, clients.producer
         self._on_step, self._clock = clients.on_step, clients.clock
         self._force = force
+        self._poll_budget_ms = float(config.to_consumer_conf().get("max.poll.interval.ms",
+                                                                   300_000))
         self._engine = TurnEngine(
             config, self._producer, commit=self._commit_offsets,
             transactions=self._producer if config.exactly_once else None,
@@ -206,6 +215,8 @@ class TopicProcessor:
         checks this after every batch that is not full, at no cost to the broker.
         """
         if not self._consumer.assigned:
+            if self.config.group_mode:
+                return False  # nothing assigned yet
             self._consumer.assign(self._partitions(self._consumer.partition_count()))
         if self._holding():
             return False
@@ -239,6 +250,9 @@ class TopicProcessor:
             return
         self._started_at = time.time()
         count = self._consumer.partition_count()
+        if self.config.group_mode:
+            self._join_group()
+            return
         partitions = self._partitions(count)
         keys = [(t, p) for t in self.config.input_topics for p in partitions]
         if self.config.exactly_once:
@@ -266,6 +280,65 @@ class TopicProcessor:
                   processing_guarantee=self.config.processing_guarantee,
                   **({"transactional_id": self.config.transactional_id}
                      if self.config.exactly_once else {}))
+
+    # -- group mode -------------------------------------------------------------------
+
+    def _join_group(self) -> None:
+        """Group mode: subscribe; partitions arrive (and leave) through the rebalance
+        callbacks, which run inside ``consume``, so between turns: the loop reads no
+        batch ahead in this mode, and every turn is committed before the next consume."""
+        if self.config.exactly_once:
+            self._producer.init_transactions()
+        self._consumer.subscribe(self._assigned, self._revoked)
+        self._started = True
+        self._observer.on_start([])
+        conf = self.config.to_consumer_conf()
+        _log.info("kasper.started", processor=self.config.name, assignment="group",
+                  group_protocol=conf["group.protocol"],
+                  assignor=conf.get("group.remote.assignor",
+                                    conf.get("partition.assignment.strategy")),
+                  topics=list(self.config.input_topics), group=self.config.group,
+                  processing_guarantee=self.config.processing_guarantee)
+
+    def _assigned(self, keys: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        """The group added ``keys``: open the new partitions (restoring their tables)
+        and build their processors; partitions already held are left untouched. Returns
+        where an effectively-once store is behind the committed offsets."""
+        partitions = sorted({p for _, p in keys})
+        missing = [(t, p) for p in partitions for t in self.config.input_topics
+                   if (t, p) not in keys and (t, p) not in self._consumer.assigned]
+        if missing:
+            raise TopicError(f"the group assigned partitions without their co-partitioned "
+                             f"peers {missing}: use the range assignor (see Config.assignment)")
+        started = time.perf_counter()
+        for partition in partitions:
+            if partition not in self._engine.partitions:
+                runtime = StoreRuntime(self.config, partition, self._producer,
+                                       self._observer.store_observer())
+                self._engine.open_partition(partition, self._factory, self._store_specs,
+                                            runtime)
+        self._record_starts(keys)
+        committed = self._consumer.committed(keys)
+        starts = lowered(committed, self._engine.resume_from())
+        self._offsets.mark_committed({tp: o for tp, o in starts.items() if o is not None})
+        self._observer.on_start(self._consumer.assigned)
+        if partitions:
+            _log.info("kasper.partitions_assigned", processor=self.config.name,
+                      partitions=partitions, seconds=round(time.perf_counter() - started, 3))
+        return {tp: o for tp, o in starts.items() if o is not None and o != committed[tp]}
+
+    def _revoked(self, keys: list[tuple[str, int]]) -> None:
+        """The group took ``keys`` away. Every processed batch is already committed (no
+        consume happens inside a turn), so only records gathered for the next batch are
+        dropped (the new owner reads them from the committed offsets); the partitions'
+        processors and stores close, the others stay."""
+        self._collector.drop(set(keys))
+        self._offsets.forget(keys)
+        partitions = sorted({p for _, p in keys})
+        steps = [step for p in partitions for step in self._engine.close_partition(p)]
+        close_all(steps, self.config.name)
+        _log.info("kasper.partitions_revoked", processor=self.config.name,
+                  partitions=partitions)
 
     def _record_starts(self, keys: list[tuple[str, int]]) -> None:
         """Exactly-once with an effectively-once store: where the store has recorded
@@ -362,7 +435,9 @@ class TopicProcessor:
         for attempt in range(_TURN_RETRIES + 1):
             try:
                 # process, flush, produce, commit (exactly-once: one transaction)
-                result = self._engine.run(batch, self._read_ahead)
+                # group mode reads nothing ahead: a rebalance must find no turn in hand
+                ahead = None if self.config.group_mode else self._read_ahead
+                result = self._engine.run(batch, ahead)
                 break
             except KasperError as exc:
                 if self.config.exactly_once:
@@ -372,7 +447,21 @@ class TopicProcessor:
                 if not (self.config.exactly_once and exc.retriable) or attempt == _TURN_RETRIES:
                     raise
                 self._retry(exc, attempt + 1)
+        if self.config.group_mode:
+            self._check_poll_budget(result.durations)
         self._report(TurnStats(batch, result.produced, result.durations, *self._progress()))
+
+    def _check_poll_budget(self, durations: dict[str, float]) -> None:
+        """Group mode: the loop consumes only between turns, so a turn must stay well
+        inside the group's poll budget (``max.poll.interval.ms``), or the member is
+        dropped and its partitions move. A turn over half the budget is reported."""
+        budget = self._poll_budget_ms
+        seconds = sum(durations.values())
+        if seconds * 1000 > budget / 2:
+            _log.warning("kasper.turn_near_poll_budget", processor=self.config.name,
+                         turn_seconds=round(seconds, 3), budget_seconds=budget / 1000,
+                         hint="lower batch_size, or raise max.poll.interval.ms in "
+                              "consumer_overrides")
 
     def _retry(self, exc: KasperError, attempt: int) -> None:
         """Exactly-once, after a transient abort: nothing of the turn is visible and its

@@ -166,6 +166,20 @@ class TurnEngine:
         return [(p, name, store) for p, state in self.partitions.items()
                 for name, store in state.stores.items()]
 
+    def close_partition(self, partition: int) -> list[Callable[[], object]]:
+        """Forget ``partition`` (revoked from this process): the steps closing its
+        processor, then its stores, for ``close_all``. Every other partition's processor
+        and stores stay as they are."""
+        state = self.partitions.pop(partition, None)
+        if state is None:
+            return []
+        for tp in [tp for tp in (*self._next, *self._skip_below) if tp[1] == partition]:
+            self._next.pop(tp, None)
+            self._skip_below.pop(tp, None)
+        steps: list[Callable[[], object]] = [] if state.processor is None else [
+            state.processor.close]
+        return steps + [store.close for store in state.stores.values()]
+
     def close_steps(self) -> list[Callable[[], object]]:
         """Closing every processor, then every store: for ``close_all``."""
         steps: list[Callable[[], object]] = [

@@ -158,3 +158,22 @@ def test_offsets_going_backwards_are_refused() -> None:
     with pytest.raises(OffsetError, match=r"t\[0\] offset 9: 10 was already committed"):
         tracker.check({("t", 0): 9})
     assert tracker.committed("t", 0) == 10
+
+
+def test_dropping_revoked_partitions_mid_gather_keeps_what_comes_after() -> None:
+    """A rebalance callback runs inside ``consume``, in the middle of ``gather``: the
+    revoked partitions' records go, and records consumed after it still reach the batch
+    (the list is filtered in place, not replaced under ``gather``)."""
+    collector: Collector
+    calls = iter([[raw("t", 1, 0)], "revoke", [raw("t", 0, 0), raw("t", 0, 1)]])
+
+    def consume(_count: int, _timeout: float) -> list[RawMessage]:
+        step = next(calls)
+        if step == "revoke":
+            collector.drop({("t", 1)})
+            return []
+        return list(step)
+
+    collector = Collector(consume, batch_size=2, batch_wait=10.0, clock=lambda: 0.0)
+    assert collector.gather()
+    assert [(r.partition(), r.offset()) for r in collector.take()] == [(0, 0), (0, 1)]

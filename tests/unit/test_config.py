@@ -189,3 +189,26 @@ def test_processing_guarantee_is_checked_and_read_committed_kept() -> None:
              consumer_overrides={"isolation.level": "read_uncommitted"})
     with pytest.raises(ConfigError, match=r"transactional\.id comes from"):
         make(producer_overrides={"transactional.id": "mine"})
+
+
+def test_group_mode_joins_with_the_incremental_protocol_and_co_partitions() -> None:
+    """assignment='group': KIP-848's consumer protocol with the range assignor (partition
+    p of every input topic to one member); the classic fallback is cooperative-sticky for
+    one topic and range for several; the poll budget covers a turn's longest ack wait;
+    each process gets its own transactional id; input_partitions must stay None."""
+    conf = make(assignment="group", delivery_timeout=200.0).to_consumer_conf()
+    assert (conf["group.protocol"], conf["group.remote.assignor"]) == ("consumer", "range")
+    assert "partition.assignment.strategy" not in conf
+    assert conf["max.poll.interval.ms"] == 600_000
+    classic = {"group.protocol": "classic"}
+    one = make(assignment="group", consumer_overrides=classic).to_consumer_conf()
+    two = make(assignment="group", input_topics=["a", "b"],
+               consumer_overrides=classic).to_consumer_conf()
+    assert one["partition.assignment.strategy"] == "cooperative-sticky"
+    assert two["partition.assignment.strategy"] == "range"
+    assert "group.remote.assignor" not in one
+    assert make(assignment="group").partition_set.startswith("group-")
+    with pytest.raises(ConfigError, match="input_partitions.*group assigns"):
+        make(assignment="group", input_partitions=[0])
+    with pytest.raises(ConfigError, match="assignment"):
+        make(assignment="elastic")

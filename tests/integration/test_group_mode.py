@@ -1,0 +1,140 @@
+"""Group mode (``Config.assignment="group"``) on the real broker: workers join and leave
+a RocksDB word count while it runs (one killed with -9, one stopped with SIGTERM); every
+input is counted (exactly, with exactly-once), and a partition a worker kept was never
+restored or rebuilt again."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from kasper_py import Config
+from kasper_py.stores.rocksdb import RocksDBTable
+
+sys.path.insert(0, str(Path(__file__).parent))
+pytest.register_assert_rewrite("conftest_stores")
+from conftest_stores import produce_words, read_counts, worker_args  # isort: skip  # noqa: E402
+
+ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+EVENT = re.compile(r"kasper\.partitions_(assigned|revoked)\s+partitions=\[([0-9, ]*)\]")
+
+
+def start(args: list[str], log: Path) -> subprocess.Popen[bytes]:
+    with log.open("wb") as out:
+        return subprocess.Popen(args, env=ENV, stdout=out, stderr=subprocess.STDOUT)
+
+
+def wait_for(condition: Callable[[], bool], what: str, timeout: float = 90.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
+
+
+def events(log: Path) -> list[tuple[str, set[int]]]:
+    """The worker's assignments and revocations, in order."""
+    found = EVENT.findall(log.read_text(errors="replace"))
+    return [(kind, {int(p) for p in parts.split(",") if p.strip()}) for kind, parts in found]
+
+
+def holds(log: Path) -> set[int]:
+    held: set[int] = set()
+    for kind, partitions in events(log):
+        held = held | partitions if kind == "assigned" else held - partitions
+    return held
+
+
+def assert_kept_partitions_never_reopened(log: Path) -> None:
+    """A partition is assigned again only after it was revoked: one the worker kept
+    through a rebalance kept its processor and table (no restore, no rebuild)."""
+    held: set[int] = set()
+    for kind, partitions in events(log):
+        if kind == "assigned":
+            assert not partitions & held, f"reopened kept partitions {partitions & held}"
+            held |= partitions
+        else:
+            held -= partitions
+
+
+@pytest.mark.parametrize("exactly_once", [False, True], ids=["at-least-once", "exactly-once"])
+def test_workers_join_and_leave_a_running_word_count(  # noqa: PLR0917 - pytest fixtures
+        bootstrap, new_topic, kafka, unique_name, tmp_path, exactly_once) -> None:
+    """Worker A runs alone, B and C join, B is killed with -9, C stops on SIGTERM, A
+    finishes: every word is counted (the overcount is at most one batch for the kill, and
+    none with exactly-once), all input is committed, and A never reopened a partition it
+    kept."""
+    partitions, batch_size = 4, 100
+    topic, name = new_topic("words", partitions=partitions), unique_name("group")
+    words = [f"w{i % 53}" for i in range(40_000)]
+    produce_words(kafka, topic, words, partitions)
+    args = worker_args("rocksdb", bootstrap, name, topic, batch_size, "--group",
+                       "--pause", "0.05", *(["--exactly-once"] if exactly_once else []))
+    logs = {w: tmp_path / f"{w}.log" for w in "abc"}
+    workers = {w: start([*args, "--state-dir", str(tmp_path / w)], logs[w]) for w in "a"}
+    committed = lambda: sum(o or 0 for o in kafka.committed(name, topic, partitions).values())  # noqa: E731
+    wait_for(lambda: committed() > 0, "worker a to commit")
+    for w in "bc":
+        workers[w] = start([*args, "--state-dir", str(tmp_path / w)], logs[w])
+    wait_for(lambda: all(holds(logs[w]) for w in "bc"), "workers b and c to get partitions")
+    workers["b"].kill()
+    workers["b"].wait(30)
+    workers["c"].send_signal(signal.SIGTERM)
+    assert workers["c"].wait(60) == 0
+    wait_for(lambda: holds(logs["a"]) == set(range(partitions)), "worker a to hold every "
+             "partition again")
+    wait_for(lambda: committed() == len(words), "every word to be committed", timeout=180)
+    workers["a"].send_signal(signal.SIGTERM)
+    assert workers["a"].wait(60) == 0
+    assert_kept_partitions_never_reopened(logs["a"])
+    guarantee = "exactly_once" if exactly_once else "at_least_once"
+    cfg = Config(name=name, bootstrap_servers=bootstrap, input_topics=[topic],
+                 state_dir=str(tmp_path / "check"), processing_guarantee=guarantee)
+    counts = read_counts(RocksDBTable("counts"), cfg, partitions, sorted(set(words)))
+    expected = Counter(words)
+    assert all(counts[w] >= n for w, n in expected.items()), expected - counts
+    overcount = sum(counts.values()) - len(words)
+    assert overcount == 0 if exactly_once else overcount <= batch_size, overcount
+
+
+def batches(log: Path) -> list[dict[str, str]]:
+    """The fields of every ``kasper.batch`` line of a worker's log, in order."""
+    return [dict(re.findall(r"(\w+)=(\S+)", line))
+            for line in log.read_text(errors="replace").splitlines() if "kasper.batch" in line]
+
+
+def test_a_revoked_partition_goes_on_where_its_last_owner_stopped(
+        bootstrap, new_topic, kafka, unique_name, tmp_path) -> None:
+    """A second worker joins: the first gives a partition up between turns, with every
+    batch it processed committed, so the new owner's first batch starts at the offset
+    after the first worker's last one: nothing processed twice, nothing skipped."""
+    partitions = 2
+    topic, name = new_topic("words", partitions=partitions), unique_name("revoke")
+    produce_words(kafka, topic, [f"w{i % 7}" for i in range(20_000)], partitions)
+    args = worker_args("rocksdb", bootstrap, name, topic, 50, "--group", "--pause", "0.1")
+    first_log, second_log = tmp_path / "first.log", tmp_path / "second.log"
+    first = start([*args, "--state-dir", str(tmp_path / "1")], first_log)
+    second = None
+    try:
+        wait_for(lambda: holds(first_log) == {0, 1}, "the first worker to hold both partitions")
+        second = start([*args, "--state-dir", str(tmp_path / "2")], second_log)
+        wait_for(lambda: len(holds(first_log)) == 1, "the first worker to give one up")
+        moved = ({0, 1} - holds(first_log)).pop()
+        wait_for(lambda: any(b["partition"] == str(moved) for b in batches(second_log)),
+                 "the second worker to process the partition it got")
+        last = [b for b in batches(first_log) if b["partition"] == str(moved)][-1]
+        taken = next(b for b in batches(second_log) if b["partition"] == str(moved))
+        assert int(taken["first_offset"]) == int(last["last_offset"]) + 1
+    finally:
+        for worker in (first, second):
+            if worker is not None:
+                worker.send_signal(signal.SIGTERM)
+                worker.wait(60)
