@@ -208,7 +208,7 @@ def test_group_mode_joins_with_the_incremental_protocol_and_co_partitions() -> N
     assert two["partition.assignment.strategy"] == "range"
     assert "group.remote.assignor" not in one
     assert make(assignment="group").partition_set.startswith("group-")
-    with pytest.raises(ConfigError, match="input_partitions.*group assigns"):
+    with pytest.raises(ConfigError, match=r"input_partitions.*group assigns"):
         make(assignment="group", input_partitions=[0])
     with pytest.raises(ConfigError, match="assignment"):
         make(assignment="elastic")
