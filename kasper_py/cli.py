@@ -14,6 +14,7 @@ Errors are one line on stderr, no traceback, with an exit code per cause:
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -63,6 +64,7 @@ from kasper_py.offsets import (
 )
 from kasper_py.processor import ProcessorFactory
 from kasper_py.stores.base import StoreSpec
+from kasper_py.supervisor import Supervisor, WorkerSpec, split_partitions
 from kasper_py.topic_processor import TopicProcessor
 from kasper_py.topics import input_partitions
 
@@ -91,6 +93,10 @@ def _parser() -> argparse.ArgumentParser:
                           "these partitions (two loops would both process and commit)")
     run.add_argument("--until-caught-up", action="store_true",
                      help="exit 0 once every partition is consumed to its end")
+    run.add_argument("--processes", type=int, nargs="?", const=os.cpu_count() or 1,
+                     metavar="N", help="run N worker processes (default: the core count) on "
+                     "disjoint partition sets, or all in the group with --assignment group; "
+                     "the metrics port, if set, serves the supervisor, workers the next ones")
     _add_config_flags(run)
     commands.add_parser("stack", help="start/stop the local stack (see `kasper stack -h`)",
                         add_help=False)
@@ -174,6 +180,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args_list[:1] == ["reprocess"]:
         return _reprocess(args_list[1:])
     args = _parser().parse_args(args_list)
+    args.argv = args_list
     try:
         return _dispatch(args)
     except (CliError, TopicError) as exc:  # a TopicError is bad configuration: exit 3
@@ -215,6 +222,8 @@ def _reprocess(argv: list[str]) -> int:
 # -- kasper run ---------------------------------------------------------------------
 
 def _run(config: Config, args: argparse.Namespace) -> int:
+    if args.processes is not None:
+        return _supervise(config, args)
     factory, stores = load_target(args, config)
     input_partitions(config, _probe(config, args.connect_timeout))  # topics exist?
     observer = _observer(config, args.metrics_host)
@@ -227,6 +236,59 @@ def _run(config: Config, args: argparse.Namespace) -> int:
     finally:
         if isinstance(observer, PrometheusObserver):
             observer.close()
+
+
+def _supervise(config: Config, args: argparse.Namespace) -> int:
+    """``kasper run --processes N``: N workers, each this same command without
+    ``--processes``, given its partitions (static) and its metrics port."""
+    if args.processes < 1:
+        raise CliError(EXIT_USAGE, f"--processes must be at least 1, got {args.processes}")
+    load_target(args, config)  # a bad target fails here, not N times in the workers
+    owned = input_partitions(config, _probe(config, args.connect_timeout))
+    base = [*_kasper_command(), *_without_processes(args.argv)]
+    if config.group_mode:
+        sets: list[list[int] | None] = [None] * args.processes
+    else:
+        try:
+            sets = list(split_partitions(sorted({p for _, p in owned}), args.processes))
+        except ValueError as exc:
+            raise CliError(EXIT_USAGE, str(exc)) from None
+    port = config.metrics_port
+    workers = []
+    for index, partitions in enumerate(sets):
+        command = list(base)
+        if partitions is not None:
+            command += ["--input-partitions", ",".join(map(str, partitions))]
+        worker_port = None if port is None else port + 1 + index
+        if worker_port is not None:
+            command += ["--metrics-port", str(worker_port)]
+        workers.append(WorkerSpec(index, command, worker_port))
+    _log.info("kasper.supervising", processor=config.name, workers=len(workers),
+              assignment=config.assignment,
+              partitions="group" if config.group_mode else sets)
+    metrics = None if port is None else (args.metrics_host, port)
+    return Supervisor(workers, env=dict(os.environ), metrics=metrics).run()
+
+
+def _kasper_command() -> list[str]:
+    return [sys.executable, "-m", "kasper_py"]
+
+
+def _without_processes(argv: Sequence[str]) -> list[str]:
+    """The command line minus ``--processes [N]`` (a worker runs one process)."""
+    kept, skip = [], False
+    for index, token in enumerate(argv):
+        if skip:
+            skip = False
+            continue
+        if token.startswith("--processes="):
+            continue
+        if token == "--processes":
+            following = argv[index + 1] if index + 1 < len(argv) else ""
+            skip = following.isdigit()
+            continue
+        kept.append(token)
+    return kept
 
 
 def _observer(config: Config, host: str) -> LoopObserver:

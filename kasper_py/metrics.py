@@ -16,10 +16,11 @@ import time
 import weakref
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 
 from kasper_py import exceptions
+from kasper_py._http import QuietHandler
 from kasper_py.observe import STEPS, LoopObserver, NoopObserver, StoreObserver, TurnStats
 
 if TYPE_CHECKING:
@@ -443,16 +444,16 @@ class MetricsServer:
         self._thread.join(5)
 
 
-def _handler_for(observer: PrometheusObserver) -> type[BaseHTTPRequestHandler]:
+def _handler_for(observer: PrometheusObserver) -> type[QuietHandler]:
     from prometheus_client import (  # noqa: PLC0415 - optional extra
         CONTENT_TYPE_LATEST,
         generate_latest,
     )
 
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(QuietHandler):
         """Routes the three paths; anything else is 404."""
 
-        def do_GET(self) -> None:
+        def do_GET(self) -> None:  # noqa: N802 - the name http.server calls
             path = self.path.split("?", 1)[0]
             if path == "/metrics":
                 self._send(200, CONTENT_TYPE_LATEST, generate_latest(observer.registry))
@@ -461,16 +462,6 @@ def _handler_for(observer: PrometheusObserver) -> type[BaseHTTPRequestHandler]:
                 self._send(200 if report.ok else 503, "application/json", report.body())
             else:
                 self._send(404, "text/plain", b"try /metrics, /health/live, /health/ready\n")
-
-        def _send(self, status: int, content_type: str, body: bytes) -> None:
-            self.send_response(status)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: Any) -> None:
-            """Scrapes every second would flood stderr; stay quiet."""
 
     return Handler
 

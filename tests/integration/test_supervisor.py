@@ -1,0 +1,92 @@
+"""`kasper run --processes N` against the stack's Kafka: workers on disjoint partition
+sets, a worker killed with -9 restarted with nothing lost, one endpoint for health and
+the workers' metrics, and SIGTERM to the supervisor ending with every batch committed."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import sys
+import urllib.request
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_cli import (  # isort: skip
+    cli_env, json_lines, kasper_command, run_args, wait_for, write_config)
+
+pytestmark = pytest.mark.integration
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def get(url: str) -> tuple[int, Any]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read())
+
+
+def events(log: Path, name: str) -> list[dict[str, Any]]:
+    return [e for e in json_lines(log.read_text(errors="replace")) if e["event"] == name]
+
+
+def test_two_workers_split_the_partitions_survive_a_kill_and_stop_on_sigterm(
+        bootstrap: str, new_topic: Callable[..., str], kafka: Any,
+        unique_name: Callable[[str], str], tmp_path: Path) -> None:
+    """`--processes 2` on 4 partitions: the workers own {0,1} and {2,3}; a worker killed
+    with -9 is restarted (the death and its cause logged); the supervisor's endpoint is
+    ready when every worker is and lists both workers' metrics; SIGTERM to the
+    supervisor ends with exit 0 and every input committed, each output at least once."""
+    source, sink = new_topic("sup-in", partitions=4), new_topic("sup-out", partitions=4)
+    name, port = unique_name("sup"), free_port()
+    while port + 2 >= 65535:
+        port = free_port()
+    config = write_config(tmp_path, name, source, batch_size=20, metrics_port=port)
+    log = tmp_path / "supervisor.log"
+    with log.open("wb") as err:
+        supervisor = subprocess.Popen(
+            [*kasper_command(), *run_args(config, "--processes", "2", "--metrics-host",
+                                          "127.0.0.1")],
+            env=cli_env(bootstrap, sink), stdout=subprocess.DEVNULL, stderr=err)
+    try:
+        first = [(f"k{i}".encode(), f"v{i}".encode()) for i in range(400)]
+        kafka.produce(source, first)
+        committed = lambda: sum(o or 0 for o in kafka.committed(name, source, 4).values())  # noqa: E731
+        wait_for(lambda: committed() == 400, "the first 400 inputs to be committed")
+        started = events(log, "kasper.started")
+        assert sorted(tuple(e["partitions"]) for e in started) == [(0, 1), (2, 3)]
+        status, ready = get(f"http://127.0.0.1:{port}/health/ready")
+        assert status == 200 and set(ready["workers"]) == {"0", "1"}, ready
+        assert [t["targets"] for t in get(f"http://127.0.0.1:{port}/workers")[1]] == [
+            [f"127.0.0.1:{port + 1}"], [f"127.0.0.1:{port + 2}"]]
+
+        victim = next(e for e in events(log, "kasper.worker_started") if e["worker"] == 1)
+        subprocess.run(["kill", "-9", str(victim["pid"])], check=True)
+        wait_for(lambda: any(e["worker"] == 1 and e["restarts"] == 1
+                             for e in events(log, "kasper.worker_started")),
+                 "the killed worker to be restarted")
+        died = [e for e in events(log, "kasper.worker_died") if e["worker"] == 1]
+        assert died and died[0]["why"] == "killed by SIGKILL"
+        second = [(f"k{i}".encode(), f"v{i}".encode()) for i in range(400, 800)]
+        kafka.produce(source, second)
+        wait_for(lambda: committed() == 800, "every input to be committed after the restart")
+    finally:
+        supervisor.send_signal(signal.SIGTERM)
+        code = supervisor.wait(90)
+    assert code == 0, log.read_text()[-3000:]
+    assert committed() == 800
+    outputs = Counter(m.value() for m in kafka.read_all(sink))
+    assert set(outputs) == {f"V{i}".encode() for i in range(800)}
+    assert sum(outputs.values()) - 800 <= 20  # the killed worker's batch in hand, at most
