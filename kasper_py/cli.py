@@ -436,9 +436,11 @@ def _offsets_show(config: Config, timeout: float) -> int:
     state, members = _group_state(config, timeout)
     rows = _read_offsets(config, metadata, timeout)
     print(f"group {config.group} ({state.lower()}, {len(members)} members)")
-    table = [["TOPIC", "PARTITION", "COMMITTED", "LOW", "HIGH", "LAG"]]
+    owners = _owners(members)
+    table = [["TOPIC", "PARTITION", "COMMITTED", "LOW", "HIGH", "LAG", "MEMBER"]]
     table += [[r.topic, str(r.partition), "-" if r.committed is None else str(r.committed),
-               str(r.low), str(r.high), str(r.lag(config.auto_offset_reset))] for r in rows]
+               str(r.low), str(r.high), str(r.lag(config.auto_offset_reset)),
+               owners.get((r.topic, r.partition), "-")] for r in rows]
     print(_format_table(table))
     notes = [r.note for r in rows if r.note is not None]
     if notes:
@@ -448,9 +450,11 @@ def _offsets_show(config: Config, timeout: float) -> int:
 
 def _lag(config: Config, timeout: float) -> int:
     rows = _read_offsets(config, _probe(config, timeout), timeout)
+    owners = _owners(_group_state(config, timeout)[1])
     lags = [r.lag(config.auto_offset_reset) for r in rows]
-    table = [["TOPIC", "PARTITION", "LAG"]]
-    table += [[r.topic, str(r.partition), str(lag)] for r, lag in zip(rows, lags, strict=True)]
+    table = [["TOPIC", "PARTITION", "LAG", "MEMBER"]]
+    table += [[r.topic, str(r.partition), str(lag), owners.get((r.topic, r.partition), "-")]
+              for r, lag in zip(rows, lags, strict=True)]
     print(_format_table(table))
     print(f"total lag of group {config.group}: {sum(lags)} messages")
     return EXIT_OK
@@ -494,8 +498,21 @@ def _describe_target(to: ResetTarget) -> str:
     return f"{moment.isoformat(timespec='milliseconds')} ({to} ms)"
 
 
-def _group_state(config: Config, timeout: float) -> tuple[str, list[str]]:
-    """The group's state name and its members' client ids."""
+@dataclass(frozen=True)
+class GroupMember:
+    """A member of the consumer group (group mode) and what it is assigned."""
+
+    client_id: str
+    host: str
+    partitions: tuple[tuple[str, int], ...]
+
+    def describe(self) -> str:
+        """``client-id@host``."""
+        return f"{self.client_id}@{self.host.lstrip('/')}"
+
+
+def _group_state(config: Config, timeout: float) -> tuple[str, list[GroupMember]]:
+    """The group's state name and its members, with their assignments."""
     admin = _admin(config, [])  # must outlive the future, or the future never completes
     future = admin.describe_consumer_groups([config.group], request_timeout=timeout)
     try:
@@ -503,14 +520,22 @@ def _group_state(config: Config, timeout: float) -> tuple[str, list[str]]:
     except KafkaException as exc:
         raise CliError(EXIT_BROKER, f"describing group {config.group!r} failed: "
                        f"{_reason(exc)}") from None
-    return description.state.name, [m.client_id for m in description.members]
+    members = [GroupMember(m.client_id, m.host, tuple(sorted(
+        (tp.topic, tp.partition) for tp in (m.assignment.topic_partitions if m.assignment
+                                            else ())))) for m in description.members]
+    return description.state.name, members
+
+
+def _owners(members: list[GroupMember]) -> dict[tuple[str, int], str]:
+    return {tp: member.describe() for member in members for tp in member.partitions}
 
 
 def _refuse_if_active(config: Config, timeout: float) -> None:
     state, members = _group_state(config, timeout)
     if members or state not in IDLE_GROUP_STATES:
+        listed = ", ".join(m.describe() for m in members) or "none"
         raise CliError(EXIT_REFUSED, f"group {config.group!r} is active ({state.lower()}, "
-                       f"members: {', '.join(members) or 'none'}): stop its processors first")
+                       f"members: {listed}): stop its processors first")
 
 
 def _refuse_if_running(config: Config, current: list[PartitionOffsets]) -> None:

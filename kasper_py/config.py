@@ -311,6 +311,8 @@ class Config:
             **_prefetch(self.batch_size),
         }
         if self.group_mode:
+            # members are told apart (kasper lag, offsets show) by their client id
+            defaults["client.id"] = f"{self.name}-consumer-{os.getpid()}"
             protocol = {**self.client_overrides, **self.consumer_overrides}.get(
                 "group.protocol", "consumer")
             defaults.update(_group_protocol(str(protocol), len(self.input_topics)))
