@@ -285,7 +285,8 @@ class FakeAdmin:
     def describe_consumer_groups(self, groups: list[str], **_: object) -> dict[str, Any]:
         description = SimpleNamespace(
             state=SimpleNamespace(name=self.state),
-            members=[SimpleNamespace(client_id=c) for c in self.members])
+            members=[SimpleNamespace(client_id=c, host="/10.0.0.1", assignment=None)
+                     for c in self.members])
         return {groups[0]: done(description)}
 
     def alter_consumer_group_offsets(self, requests: list[Any], **_: object) -> dict[str, Any]:
