@@ -62,7 +62,10 @@ def configure_logging(json: bool | None = None, level: int | str = "INFO",
     structlog.configure(
         processors=[*shared, renderer],
         wrapper_class=structlog.make_filtering_bound_logger(number),
-        logger_factory=structlog.PrintLoggerFactory(stream),
+        # One write per line (print() writes the line, then the newline): workers of
+        # `kasper run --processes N` share the supervisor's stderr, and their lines
+        # must not interleave.
+        logger_factory=structlog.WriteLoggerFactory(stream),
         cache_logger_on_first_use=False,  # keeps structlog.testing.capture_logs working
     )
     _route_stdlib(shared, renderer, number, stream)

@@ -174,3 +174,27 @@ def test_a_saved_exc_info_is_rendered_outside_its_except_block() -> None:
     [line] = lines(stream)
     [exception] = line["exception"]  # type: ignore[misc]
     assert exception["exc_type"] == "KeyError" and "lost-partition" in exception["exc_value"]
+
+
+class RecordingStream(io.StringIO):
+    """A stream that keeps every write, as the pipe under it would see them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes: list[str] = []
+
+    def write(self, text: str) -> int:
+        self.writes.append(text)
+        return super().write(text)
+
+
+def test_each_log_line_is_one_write() -> None:
+    """Workers of `kasper run --processes N` share one stderr: each JSON line must reach
+    it in a single write, newline included, or lines of two workers interleave."""
+    stream = RecordingStream()
+    configure_logging(json=True, stream=stream)
+    structlog.get_logger("kasper_py").info("kasper.batch", partition=3, consumed=100)
+    logging.getLogger("kasper_py.stdlib").warning("from the standard library")
+    assert len(stream.writes) == 2
+    assert all(w.endswith("\n") and w.count("\n") == 1 for w in stream.writes)
+    assert json.loads(stream.writes[0])["event"] == "kasper.batch"

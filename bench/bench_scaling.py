@@ -1,0 +1,197 @@
+"""Scaling out: ``kasper run --processes N`` with 1 and 2 worker processes, in one run,
+on the same input (a passthrough and a RocksDB word count), and the pause a rebalance
+causes in group mode. A benchmark, never a test: figures are printed, not asserted.
+
+Throughput rows run ``kasper run ... --processes N --until-caught-up`` on a 4-partition
+topic (static assignment: the supervisor splits the partitions evenly) and time it from
+launch to exit, start-up included (reported apart from the run as the time to the
+first batch). Rebalance rows run worker A alone in group mode on a topic fed
+continuously, then start worker B, and read their JSON logs: the time from B's launch
+to its first batch (join to processing), and the longest gap between A's batches of the
+partitions A kept (the retained partitions' pause; a gap of a few batch_waits means
+none).
+
+    python bench/bench_scaling.py --messages 2000000 --rounds 2
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from benchkit import arguments, create_topics, delete_topics, fill, payloads
+from confluent_kafka import Producer
+
+HERE = Path(__file__).parent
+WORDS = [f"w{i}" for i in range(1000)]
+
+
+def kasper(*args: str) -> list[str]:
+    return [sys.executable, "-m", "kasper_py", "run", *args, "--app-dir", str(HERE),
+            "--log-format", "json"]
+
+
+def write_config(folder: Path, name: str, topic: str, batch_size: int, **more: str) -> str:
+    lines = [f'name = "{name}"', f'input_topics = ["{topic}"]', f"batch_size = {batch_size}",
+             "batch_wait = 0.2", f'state_dir = "{folder / "state"}"']
+    lines += [f'{key} = "{value}"' for key, value in more.items()]
+    path = folder / f"{name}.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return str(path)
+
+
+def log_events(text: str) -> Iterator[dict[str, Any]]:
+    """The JSON log lines of ``text`` (workers share one stderr: a line that two of them
+    garbled would be reported, not skipped)."""
+    for line in text.splitlines():
+        if line.startswith("{"):
+            try:
+                yield json.loads(line)
+            except json.JSONDecodeError:
+                print(f"  garbled log line: {line[:120]}", flush=True)
+
+
+def seconds(event: dict[str, Any]) -> float:
+    return datetime.fromisoformat(event["timestamp"].replace("Z", "+00:00")).timestamp()
+
+
+def throughput_row(kind: str, workers: int, args: Any, folder: Path, source: str) -> dict[str, Any]:
+    """One ``--processes N --until-caught-up`` run over the whole source topic."""
+    name = f"scale-{kind}-{workers}-{uuid.uuid4().hex[:6]}"
+    output = f"{name}-out"
+    create_topics(args.bootstrap, [output], args.partitions)
+    env = {**os.environ, "KASPER_BOOTSTRAP_SERVERS": args.bootstrap, "SCALING_OUTPUT": output}
+    serdes = {"value_serde": "str"} if kind == "wordcount" else {}
+    config = write_config(folder, name, source, args.batch_size, **serdes)
+    target = (["scaling_app:word_count", "--stores", "scaling_app:tables"]
+              if kind == "wordcount" else ["scaling_app:passthrough"])
+    launched = time.time()
+    done = subprocess.run([*kasper(*target, "--config", config, "--processes", str(workers),
+                                   "--until-caught-up")],
+                          env=env, capture_output=True, text=True, check=False)
+    elapsed = time.time() - launched
+    delete_topics(args.bootstrap, [output])
+    if done.returncode != 0:
+        raise SystemExit(f"{kind} x{workers} failed:\n{done.stderr[-3000:]}")
+    batches = [e for e in log_events(done.stderr) if e["event"] == "kasper.batch"]
+    first = min(seconds(e) for e in batches) - launched
+    return {"row": f"{kind}-x{workers}", "msgs_per_s": args.messages / elapsed,
+            "seconds": elapsed, "to_first_batch_s": first,
+            "steady_msgs_per_s": args.messages / max(elapsed - first, 1e-9)}
+
+
+def feed(bootstrap: str, topic: str, partitions: int, stop: threading.Event) -> None:
+    """Keep the topic fed: 100 messages every 10 ms per partition, until ``stop``."""
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    n = 0
+    while not stop.is_set():
+        for partition in range(partitions):
+            for _ in range(100):
+                producer.produce(topic, WORDS[n % len(WORDS)].encode(), partition=partition)
+                n += 1
+        producer.poll(0)
+        time.sleep(0.01)
+    producer.flush(30)
+
+
+def rebalance_row(args: Any, folder: Path) -> dict[str, Any]:
+    """Worker A alone in group mode, then B joins: B's join-to-first-batch time and the
+    longest gap in A's batches of the partitions A kept."""
+    name = f"scale-rebalance-{uuid.uuid4().hex[:6]}"
+    topic, output = f"{name}-in", f"{name}-out"
+    create_topics(args.bootstrap, [topic, output], args.partitions)
+    env = {**os.environ, "KASPER_BOOTSTRAP_SERVERS": args.bootstrap, "SCALING_OUTPUT": output}
+    config = write_config(folder, name, topic, 1000, assignment="group")
+    stop = threading.Event()
+    feeder = threading.Thread(target=feed, args=(args.bootstrap, topic, args.partitions, stop))
+    feeder.start()
+    logs = {w: folder / f"{name}-{w}.log" for w in "ab"}
+    workers = {}
+    try:
+        with logs["a"].open("w") as out:
+            workers["a"] = subprocess.Popen(kasper("scaling_app:passthrough", "--config", config),
+                                            env=env, stderr=out, stdout=subprocess.DEVNULL)
+        time.sleep(8)
+        joined = time.time()
+        with logs["b"].open("w") as out:
+            workers["b"] = subprocess.Popen(kasper("scaling_app:passthrough", "--config", config),
+                                            env=env, stderr=out, stdout=subprocess.DEVNULL)
+        time.sleep(20)
+    finally:
+        for worker in workers.values():
+            worker.terminate()
+            worker.wait(60)
+        stop.set()
+        feeder.join()
+        delete_topics(args.bootstrap, [topic, output])
+    a = list(log_events(logs["a"].read_text()))
+    b = list(log_events(logs["b"].read_text()))
+    kept = {p for e in a if e["event"] == "kasper.partitions_assigned" for p in e["partitions"]}
+    given_up = [e for e in a if e["event"] == "kasper.partitions_revoked" and seconds(e) > joined]
+    if given_up:  # the rebalance B caused (later ones are A stopping)
+        kept -= set(given_up[0]["partitions"])
+        until = seconds(given_up[0]) + 10
+    else:
+        until = joined + 20
+    b_batches = [seconds(e) for e in b if e["event"] == "kasper.batch"]
+    kept_times = sorted(seconds(e) for e in a if e["event"] == "kasper.batch"
+                        and e["partition"] in kept and joined - 2 < seconds(e) < until)
+    gaps = [later - earlier for earlier, later in itertools.pairwise(kept_times)]
+    return {"row": "rebalance", "join_to_first_batch_s": min(b_batches) - joined if b_batches
+            else None, "kept_partitions": sorted(kept), "kept_max_gap_s": max(gaps, default=None),
+            "kept_median_gap_s": sorted(gaps)[len(gaps) // 2] if gaps else None}
+
+
+def main() -> None:
+    parser = arguments(__doc__.splitlines()[0], messages=2_000_000, partitions=4, rounds=1)
+    args = parser.parse_args()
+    print(f"{args.messages:,} messages, {args.partitions} partitions, batch {args.batch_size}, "
+          f"{os.cpu_count()} cores, best of {args.rounds}", flush=True)
+    folder = Path(tempfile.mkdtemp(prefix="kasper-scaling-"))
+    source = f"scale-in-{uuid.uuid4().hex[:6]}"
+    create_topics(args.bootstrap, [source], args.partitions)
+    fill(args.bootstrap, source, args.partitions,
+         [{**record, "value": WORDS[i % len(WORDS)].encode()}
+          for i, record in enumerate(payloads(args.messages, 10))])
+    best: dict[str, dict[str, Any]] = {}
+    try:
+        for _ in range(args.rounds):
+            for kind in ("passthrough", "wordcount"):
+                for workers in (1, 2):
+                    row = throughput_row(kind, workers, args, folder, source)
+                    print(f"  {row['row']:16} {row['msgs_per_s']:>10,.0f} msgs/s  "
+                          f"{row['seconds']:6.2f} s  (first batch after "
+                          f"{row['to_first_batch_s']:.2f} s; after it "
+                          f"{row['steady_msgs_per_s']:,.0f} msgs/s)", flush=True)
+                    if row["row"] not in best or row["msgs_per_s"] > best[row["row"]]["msgs_per_s"]:
+                        best[row["row"]] = row
+        rebalance = rebalance_row(args, folder)
+    finally:
+        delete_topics(args.bootstrap, [source])
+        shutil.rmtree(folder, ignore_errors=True)
+    print("2 workers / 1 worker, msgs/s (target >= 1.7):")
+    for kind in ("passthrough", "wordcount"):
+        one, two = best[f"{kind}-x1"], best[f"{kind}-x2"]
+        print(f"  {kind:12} {two['msgs_per_s'] / one['msgs_per_s']:.2f}  (after the first batch: "
+              f"{two['steady_msgs_per_s'] / one['steady_msgs_per_s']:.2f})")
+    print("group mode, a second worker joins a running one:")
+    print(f"  join to its first batch: {rebalance['join_to_first_batch_s']:.2f} s")
+    print(f"  partitions the first worker kept {rebalance['kept_partitions']}: longest gap "
+          f"between their batches {rebalance['kept_max_gap_s']:.2f} s (median "
+          f"{rebalance['kept_median_gap_s']:.3f} s)")
+
+
+if __name__ == "__main__":
+    main()
