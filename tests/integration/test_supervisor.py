@@ -95,28 +95,40 @@ def test_two_workers_split_the_partitions_survive_a_kill_and_stop_on_sigterm(
 def test_group_workers_share_the_partitions_and_lag_names_them(
         bootstrap: str, new_topic: Callable[..., str], kafka: Any,
         unique_name: Callable[[str], str], tmp_path: Path) -> None:
-    """`--processes 2 --assignment group`: both workers join the group and share the 4
-    partitions; `kasper lag` and `offsets show` name each partition's member; SIGTERM
-    ends with every input committed."""
+    """`--processes 2 --assignment group` over two co-partitioned input topics: both
+    workers join the group and share the 4 partition numbers, partition p of both topics
+    going to one member; `kasper lag` and `offsets show` name each partition's member;
+    SIGTERM ends with every input committed."""
     source, sink = new_topic("sup-g-in", partitions=4), new_topic("sup-g-out", partitions=4)
+    joined = new_topic("sup-g-joined", partitions=4)
     name = unique_name("sup-group")
     config = write_config(tmp_path, name, source, batch_size=20)
+    text = Path(config).read_text().replace(f'input_topics = ["{source}"]',
+                                            f'input_topics = ["{source}", "{joined}"]')
+    Path(config).write_text(text)
     env = cli_env(bootstrap, sink)
     supervisor = subprocess.Popen(
         [*kasper_command(), *run_args(config, "--processes", "2", "--assignment", "group")],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         kafka.produce(source, [(f"k{i}".encode(), f"v{i}".encode()) for i in range(200)])
-        committed = lambda: sum(o or 0 for o in kafka.committed(name, source, 4).values())  # noqa: E731
+        kafka.produce(joined, [(f"k{i}".encode(), f"j{i}".encode()) for i in range(100)])
+        committed = lambda: sum(o or 0 for t in (source, joined)  # noqa: E731
+                                for o in kafka.committed(name, t, 4).values())
+        owners: dict[tuple[str, str], str] = {}
 
         def members_in_lag() -> set[str]:
             lines = subprocess.run([*kasper_command(), "lag", "--config", config], env=env,
                                    capture_output=True, text=True, check=True).stdout
-            rows = [line.split() for line in lines.splitlines()[1:] if line.startswith(source)]
-            return {row[3] for row in rows if len(row) == 4 and row[3] != "-"}
+            rows = [line.split() for line in lines.splitlines()[1:]
+                    if line.startswith((source, joined))]
+            owners.clear()
+            owners.update({(row[0], row[1]): row[3] for row in rows if len(row) == 4})
+            return {member for member in owners.values() if member != "-"}
 
-        wait_for(lambda: committed() == 200, "every input to be committed")
+        wait_for(lambda: committed() == 300, "every input to be committed")
         wait_for(lambda: len(members_in_lag()) == 2, "two members to share the partitions")
+        assert all(owners[(source, p)] == owners[(joined, p)] for p in "0123"), owners
         shown = subprocess.run([*kasper_command(), "offsets", "show", "--config", config],
                                env=env, capture_output=True, text=True, check=True).stdout
         assert "MEMBER" in shown and "2 members" in shown, shown
@@ -124,4 +136,4 @@ def test_group_workers_share_the_partitions_and_lag_names_them(
         supervisor.send_signal(signal.SIGTERM)
         code = supervisor.wait(90)
     assert code == 0
-    assert committed() == 200
+    assert committed() == 300
