@@ -118,16 +118,18 @@ def test_a_revoked_partition_goes_on_where_its_last_owner_stopped(
     after the first worker's last one: nothing processed twice, nothing skipped."""
     partitions = 2
     topic, name = new_topic("words", partitions=partitions), unique_name("revoke")
-    produce_words(kafka, topic, [f"w{i % 7}" for i in range(20_000)], partitions)
+    produce_words(kafka, topic, [f"w{i % 7}" for i in range(2_000)], partitions)
     args = worker_args("rocksdb", bootstrap, name, topic, 50, "--group", "--pause", "0.1")
     first_log, second_log = tmp_path / "first.log", tmp_path / "second.log"
     first = start([*args, "--state-dir", str(tmp_path / "1")], first_log)
     second = None
     try:
-        wait_for(lambda: holds(first_log) == {0, 1}, "the first worker to hold both partitions")
+        wait_for(lambda: {b["partition"] for b in batches(first_log)} == {"0", "1"},
+                 "the first worker to process both partitions")
         second = start([*args, "--state-dir", str(tmp_path / "2")], second_log)
         wait_for(lambda: len(holds(first_log)) == 1, "the first worker to give one up")
         moved = ({0, 1} - holds(first_log)).pop()
+        produce_words(kafka, topic, [f"w{i % 7}" for i in range(2_000)], partitions)
         wait_for(lambda: any(b["partition"] == str(moved) for b in batches(second_log)),
                  "the second worker to process the partition it got")
         last = [b for b in batches(first_log) if b["partition"] == str(moved)][-1]
