@@ -22,6 +22,7 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _MAX_BATCH = 1_000_000  # confluent-kafka's cap on one consume() call
 _DECODE_POLICIES = ("fail", "skip", "dead_letter")
 _GUARANTEES = ("at_least_once", "exactly_once")
+_GROUP_TRANSACTION_TIMEOUT_MS = 10_000
 # librdkafka keys (aliases included) that a Config field decides: an override naming
 # one is refused, so a setting is never silently replaced or dropped.
 _FIELD_KEYS = {
@@ -338,6 +339,12 @@ class Config:
             "delivery.report.only.error": True,
         }
         timeout_ms = int(self.delivery_timeout * 1000)
+        if self.exactly_once and self.group_mode:
+            # A member killed mid-transaction leaves offsets pending that its partitions'
+            # next owner must wait out (each member has its own transactional id, so no
+            # successor aborts it): the transaction timeout bounds that wait. librdkafka
+            # needs deliveries within it too. Kafka Streams' default is the same 10 s.
+            timeout_ms = min(timeout_ms, _GROUP_TRANSACTION_TIMEOUT_MS)
         from_fields: dict[str, ClientValue] = {"message.timeout.ms": timeout_ms}
         if self.exactly_once:
             # A transaction's AddPartitions is refused (CONCURRENT_TRANSACTIONS) until the

@@ -212,3 +212,12 @@ def test_group_mode_joins_with_the_incremental_protocol_and_co_partitions() -> N
         make(assignment="group", input_partitions=[0])
     with pytest.raises(ConfigError, match="assignment"):
         make(assignment="elastic")
+
+
+def test_exactly_once_in_group_mode_bounds_the_transaction_timeout() -> None:
+    """In group mode a killed member's open transaction is waited out by the next owner
+    of its partitions, so the transaction (and delivery) timeout is at most 10 s."""
+    conf = make(assignment="group", processing_guarantee="exactly_once").to_producer_conf()
+    assert conf["transaction.timeout.ms"] == conf["message.timeout.ms"] == 10_000
+    static = make(processing_guarantee="exactly_once").to_producer_conf()
+    assert static["transaction.timeout.ms"] == 120_000
