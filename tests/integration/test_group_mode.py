@@ -18,12 +18,15 @@ from pathlib import Path
 import pytest
 
 from kasper_py import Config
+from kasper_py.stores.redis import RedisTable
 from kasper_py.stores.rocksdb import RocksDBTable
 
 sys.path.insert(0, str(Path(__file__).parent))
 pytest.register_assert_rewrite("conftest_stores")
-from conftest_stores import produce_words, read_counts, worker_args  # isort: skip  # noqa: E402
+from conftest_stores import (  # isort: skip  # noqa: E402
+    produce_words, read_counts, store_config, worker_args)
 
+pytest_plugins = ["conftest_stores"]
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
 EVENT = re.compile(r"kasper\.partitions_(assigned|revoked)\s+partitions=\[([0-9, ]*)\]")
 
@@ -140,3 +143,32 @@ def test_a_revoked_partition_goes_on_where_its_last_owner_stopped(
             if worker is not None:
                 worker.send_signal(signal.SIGTERM)
                 worker.wait(60)
+
+
+def test_an_effectively_once_store_stays_exact_as_members_come_and_go(  # noqa: PLR0917
+        bootstrap, new_topic, kafka, unique_name, redis_url, tmp_path) -> None:
+    """An effectively-once Redis table in group mode: worker B joins A and is killed with
+    -9 mid-run; its partitions return to A, whose store skips what B already applied, so
+    the counts are exact although the kill replays a batch."""
+    partitions = 4
+    topic, name = new_topic("words", partitions=partitions), unique_name("group-eo")
+    words = [f"w{i % 53}" for i in range(20_000)]
+    produce_words(kafka, topic, words, partitions)
+    args = worker_args("redis", bootstrap, name, topic, 100, "--group", "--redis-url", redis_url,
+                       "--effectively-once", "--pause", "0.05")
+    logs = {w: tmp_path / f"{w}.log" for w in "ab"}
+    first = start(args, logs["a"])
+    committed = lambda: sum(o or 0 for o in kafka.committed(name, topic, partitions).values())  # noqa: E731
+    try:
+        wait_for(lambda: committed() > 0, "worker a to commit")
+        second = start(args, logs["b"])
+        wait_for(lambda: any(b for b in batches(logs["b"])), "worker b to process a batch")
+        second.kill()
+        second.wait(30)
+        wait_for(lambda: committed() == len(words), "every word to be committed", timeout=180)
+    finally:
+        first.send_signal(signal.SIGTERM)
+        first.wait(60)
+    counts = read_counts(RedisTable("counts", url=redis_url),
+                         store_config(bootstrap, name, topic), partitions, sorted(set(words)))
+    assert counts == Counter(words)
