@@ -66,7 +66,7 @@ from kasper_py.processor import ProcessorFactory
 from kasper_py.stores.base import StoreSpec
 from kasper_py.supervisor import Supervisor, WorkerSpec, split_partitions
 from kasper_py.topic_processor import TopicProcessor
-from kasper_py.topics import input_partitions
+from kasper_py.topics import input_partitions, owned_partitions, partition_count
 
 __all__ = ["EXIT_BROKER", "EXIT_CONFIG", "EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_REFUSED",
            "CliError", "load_config", "main"]
@@ -244,13 +244,14 @@ def _supervise(config: Config, args: argparse.Namespace) -> int:
     if args.processes < 1:
         raise CliError(EXIT_USAGE, f"--processes must be at least 1, got {args.processes}")
     load_target(args, config)  # a bad target fails here, not N times in the workers
-    owned = input_partitions(config, _probe(config, args.connect_timeout))
+    owned = owned_partitions(config, partition_count(config, _probe(config,
+                                                                    args.connect_timeout)))
     base = [*_kasper_command(), *_without_processes(args.argv)]
     if config.group_mode:
         sets: list[list[int] | None] = [None] * args.processes
     else:
         try:
-            sets = list(split_partitions(sorted({p for _, p in owned}), args.processes))
+            sets = list(split_partitions(owned, args.processes))
         except ValueError as exc:
             raise CliError(EXIT_USAGE, str(exc)) from None
     port = config.metrics_port

@@ -103,7 +103,8 @@ class InputConsumer:
         def revoke(_consumer: Consumer, partitions: list[TopicPartition]) -> None:
             keys = [(tp.topic, tp.partition) for tp in partitions]
             on_revoke(keys)
-            self.assigned = [tp for tp in self.assigned if tp not in set(keys)]
+            gone = set(keys)
+            self.assigned = [tp for tp in self.assigned if tp not in gone]
 
         self._consumer.subscribe(list(self._config.input_topics), on_assign=assign,
                                  on_revoke=revoke, on_lost=revoke)

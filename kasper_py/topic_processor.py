@@ -264,13 +264,13 @@ class TopicProcessor:
         self._check_not_running(keys)
         # Say at once that these partitions are taken (exactly-once: by whom, for the
         # loop just fenced), before restoring tables takes its time.
-        self._announce({tp: o for tp, o in self._consumer.committed(keys).items()
-                        if o is not None})
+        committed = self._consumer.committed(keys)
+        self._announce({tp: o for tp, o in committed.items() if o is not None})
         for partition in partitions:
             runtime = StoreRuntime(self.config, partition, self._producer,
                                    self._observer.store_observer())
             self._engine.open_partition(partition, self._factory, self._store_specs, runtime)
-        self._record_starts(keys)
+        self._record_starts(committed)
         committed = self._consumer.assign(partitions, self._engine.resume_from())
         self._offsets.mark_committed({tp: o for tp, o in committed.items() if o is not None})
         self._started = True
@@ -317,8 +317,8 @@ class TopicProcessor:
                                        self._observer.store_observer())
                 self._engine.open_partition(partition, self._factory, self._store_specs,
                                             runtime)
-        self._record_starts(keys)
         committed = self._consumer.committed(keys)
+        self._record_starts(committed)
         starts = lowered(committed, self._engine.resume_from())
         self._offsets.mark_committed({tp: o for tp, o in starts.items() if o is not None})
         self._observer.on_start(self._consumer.assigned)
@@ -340,14 +340,13 @@ class TopicProcessor:
         _log.info("kasper.partitions_revoked", processor=self.config.name,
                   partitions=partitions)
 
-    def _record_starts(self, keys: list[tuple[str, int]]) -> None:
+    def _record_starts(self, committed: dict[tuple[str, int], int | None]) -> None:
         """Exactly-once with an effectively-once store: where the store has recorded
-        nothing, record where the loop starts (the committed offset, else where
+        nothing, record where the loop starts (the ``committed`` offset, else where
         ``auto_offset_reset`` points), so the store always knows where it stands."""
-        unrecorded = self._engine.unrecorded(keys)
+        unrecorded = self._engine.unrecorded(list(committed))
         if not unrecorded:
             return
-        committed = self._consumer.committed(unrecorded)
         starts = {}
         for tp in unrecorded:
             offset = committed.get(tp)

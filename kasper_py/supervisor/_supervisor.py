@@ -76,7 +76,6 @@ class Supervisor:
     popen: Callable[..., subprocess.Popen[bytes]] = subprocess.Popen
     _state: list[_Worker] = field(default_factory=list, init=False)
     _stopping: str | None = field(default=None, init=False)
-    _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
 
     def run(self) -> int:
         """Start every worker, supervise, and return 0 when all ended well."""

@@ -11,6 +11,7 @@ import re
 from collections.abc import Callable
 
 import pytest
+from test_memory_broker import FAILURES as AT_LEAST_ONCE_FAILURES
 from test_memory_broker import (
     GROUP,
     Counter,
@@ -128,10 +129,8 @@ def test_crash_at_each_step_then_restart_outputs_once(step: str, effectively_onc
 
 
 FAILURES: dict[str, tuple[Callable[[Faults], None], type[KasperError], str]] = {
-    "produce": (lambda f: f.fail_produce(nth=2), ProduceError,
-                "cannot produce to 'out': injected by InMemoryBroker.faults"),
-    "delivery": (lambda f: f.fail_delivery(nth=2), ProduceError,
-                 r"delivery to out\[\d\] failed: injected by InMemoryBroker.faults"),
+    "produce": AT_LEAST_ONCE_FAILURES["produce"],
+    "delivery": AT_LEAST_ONCE_FAILURES["delivery"],
     # the restarted loop's first commit is its start note's; the second is a turn's
     "commit": (lambda f: f.fail_commit(nth=2), CommitError,
                "exactly-once: committing the transaction failed: injected by InMemoryBroker"),
