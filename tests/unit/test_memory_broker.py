@@ -10,6 +10,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -73,21 +74,36 @@ def add_input(broker: InMemoryBroker, count: int) -> None:
         broker.produce("in", f"v{n}", key=KEYS[n % len(KEYS)])
 
 
-def run(broker: InMemoryBroker, spec: StoreSpec, turns: list[set[str]] | None = None,
-        config: Config = CONFIG) -> None:
-    """One process: a fresh TopicProcessor run until caught up, then closed."""
+def start(broker: InMemoryBroker, spec: StoreSpec, turns: list[set[str]] | None = None, *,
+          config: Config = CONFIG, on_step: Callable[[str], None] | None = None,
+          builds: list[int] | None = None) -> TopicProcessor:
+    """One process, not yet running: ``turns`` gets what each turn processed,
+    ``on_step`` is called before the broker's fault hook, ``builds`` gets the partition
+    of every processor the factory builds."""
     turns = [] if turns is None else turns
     clients = broker.clients(config)
     broker_hook = clients.on_step
 
-    def on_step(step: str) -> None:
+    def hook(step: str) -> None:
         if step == "before_process":
             turns.append(set())
+        if on_step is not None:
+            on_step(step)
         broker_hook(step)
 
-    clients.on_step = on_step
-    processor = TopicProcessor(config, lambda context: Counter(context, turns),
-                               stores=[spec], clients=clients)
+    def factory(context: ProcessorContext) -> Counter:
+        if builds is not None:
+            builds.append(context.partition)
+        return Counter(context, turns)
+
+    clients.on_step = hook
+    return TopicProcessor(config, factory, stores=[spec], clients=clients)
+
+
+def run(broker: InMemoryBroker, spec: StoreSpec, turns: list[set[str]] | None = None,
+        **options: Any) -> None:
+    """One process (``start``'s options) run until caught up, then closed."""
+    processor = start(broker, spec, turns, **options)
     processor.run_loop(until_caught_up=True)
     processor.close()
 

@@ -9,12 +9,12 @@ import collections
 import dataclasses
 import re
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 from test_memory_broker import FAILURES as AT_LEAST_ONCE_FAILURES
 from test_memory_broker import (
     GROUP,
-    Counter,
     add_input,
     assert_every_input_has_output,
     assert_never_backwards,
@@ -22,11 +22,12 @@ from test_memory_broker import (
     coordinates,
     end_offsets,
 )
+from test_memory_broker import run as any_run
+from test_memory_broker import start as any_start
 
 from kasper_py import (
     CommitError,
     Config,
-    ProcessorContext,
     ProduceError,
     StoreError,
     TopicProcessor,
@@ -45,37 +46,15 @@ OTHER = dataclasses.replace(EOS, name="other")
 
 
 def start(broker: InMemoryBroker, spec: StoreSpec, turns: list[set[str]] | None = None,
-          on_step: Callable[[str], None] | None = None,
-          builds: list[int] | None = None) -> TopicProcessor:
-    """One exactly-once process (not yet running): ``turns`` gets what each turn
-    processed, ``on_step`` is called before the broker's fault hook, ``builds`` the
-    partition of every processor the factory builds."""
-    turns = [] if turns is None else turns
-    clients = broker.clients(EOS)
-    broker_hook = clients.on_step
-
-    def hook(step: str) -> None:
-        if step == "before_process":
-            turns.append(set())
-        if on_step is not None:
-            on_step(step)
-        broker_hook(step)
-
-    def factory(context: ProcessorContext) -> Counter:
-        if builds is not None:
-            builds.append(context.partition)
-        return Counter(context, turns)
-
-    clients.on_step = hook
-    return TopicProcessor(EOS, factory, stores=[spec], clients=clients)
+          **options: Any) -> TopicProcessor:
+    """One exactly-once process, not yet running (``test_memory_broker.start``)."""
+    return any_start(broker, spec, turns, config=EOS, **options)
 
 
 def run(broker: InMemoryBroker, spec: StoreSpec, turns: list[set[str]] | None = None,
-        on_step: Callable[[str], None] | None = None, builds: list[int] | None = None) -> None:
+        **options: Any) -> None:
     """One exactly-once process run until caught up, then closed."""
-    processor = start(broker, spec, turns, on_step, builds)
-    processor.run_loop(until_caught_up=True)
-    processor.close()
+    any_run(broker, spec, turns, config=EOS, **options)
 
 
 def assert_exactly_once(broker: InMemoryBroker) -> None:
