@@ -112,7 +112,8 @@ class Kafka(Component):
         # Kafka's Uuid text form: 16 random bytes, URL-safe base64 without padding.
         cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         command = [*self._java_prefix(java, "-Xmx256m"), "kafka.tools.StorageTool", "format",
-                   "--cluster-id", cluster_id, "--config", str(self.properties), "--standalone"]
+                   # "=" form: a cluster id may start with "-", which would read as an option
+                   f"--cluster-id={cluster_id}", "--config", str(self.properties), "--standalone"]
         result = subprocess.run(command, capture_output=True, text=True, check=False)
         if result.returncode != 0:
             shutil.rmtree(self.data_dir, ignore_errors=True)  # let the next `up` retry cleanly

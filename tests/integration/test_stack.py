@@ -6,7 +6,9 @@ running are reused and left running; the ones these tests start are stopped agai
 
 from __future__ import annotations
 
+import dataclasses
 import socket
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,7 +16,8 @@ import pytest
 from confluent_kafka.admin import AdminClient
 
 from kasper_py import stack
-from kasper_py.stack import StackError
+from kasper_py.stack import StackError, _components
+from kasper_py.stack._settings import Settings
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
@@ -128,3 +131,16 @@ def test_cassandra_answers_cql() -> None:
         cluster.shutdown()
         if started_here:
             stack.down(["cassandra"])
+
+
+def test_kafka_storage_formats_with_a_cluster_id_starting_with_a_dash(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cluster id is URL-safe base64 of random bytes, so 1 in 64 starts with "-": the
+    storage tool must take it as the id, not as an option (it once failed `make test`)."""
+    (tmp_path / "lib").symlink_to(Settings.load().stack_dir / "lib")  # the jars, resolved
+    kafka = _components.Kafka(dataclasses.replace(Settings.load(), stack_dir=tmp_path))
+    dashed = uuid.UUID(bytes=b"\xf8" + bytes(15))  # base64 "-AAA..."
+    monkeypatch.setattr(_components.uuid, "uuid4", lambda: dashed)
+    kafka.prepare()
+    meta = (kafka.data_dir / "meta.properties").read_text()
+    assert "cluster.id=-AAAAAAAAAAAAAAAAAAAAA" in meta
