@@ -106,6 +106,8 @@ class Supervisor:
     def _start(self, worker: _Worker) -> None:
         worker.process = self.popen(worker.spec.command, env=self.env)
         worker.started, worker.restart_at = time.monotonic(), None
+        if self._stopping is not None:  # the signal came while it was being started
+            worker.process.send_signal(signal.SIGTERM)
         _log.info("kasper.worker_started", worker=worker.spec.index, pid=worker.process.pid,
                   restarts=worker.restarts, metrics_port=worker.spec.metrics_port)
 

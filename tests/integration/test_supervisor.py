@@ -24,10 +24,21 @@ from test_cli import (  # isort: skip
 pytestmark = pytest.mark.integration
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+def free_ports(count: int) -> int:
+    """A port P such that P ... P+count-1 are free now (the supervisor and its workers)."""
+    while True:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            base = int(probe.getsockname()[1])
+        if base + count > 65535:
+            continue
+        try:
+            for port in range(base, base + count):
+                with socket.socket() as probe:
+                    probe.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        return base
 
 
 def get(url: str) -> tuple[int, Any]:
@@ -50,9 +61,7 @@ def test_two_workers_split_the_partitions_survive_a_kill_and_stop_on_sigterm(
     ready when every worker is and lists both workers' metrics; SIGTERM to the
     supervisor ends with exit 0 and every input committed, each output at least once."""
     source, sink = new_topic("sup-in", partitions=4), new_topic("sup-out", partitions=4)
-    name, port = unique_name("sup"), free_port()
-    while port + 2 >= 65535:
-        port = free_port()
+    name, port = unique_name("sup"), free_ports(3)
     config = write_config(tmp_path, name, source, batch_size=20, metrics_port=port)
     log = tmp_path / "supervisor.log"
     with log.open("wb") as err:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -62,3 +63,20 @@ def test_a_dying_worker_is_restarted_and_sigterm_stops_all(tmp_path) -> None:
     assert supervisor._state[0].process is not None
     assert supervisor._state[0].process.returncode == -signal.SIGTERM
     assert signal.getsignal(signal.SIGTERM) is previous
+
+
+def test_a_stop_signal_during_a_workers_start_still_reaches_it() -> None:
+    """SIGTERM handled while a worker is being started (between the restart decision and
+    its process existing): the new worker is stopped too, not left running."""
+    holder: list[Supervisor] = []
+
+    def popen(command: list[str], env: object = None) -> subprocess.Popen[bytes]:
+        holder[0]._on_signal(signal.SIGTERM, None)  # the signal lands mid-start
+        return subprocess.Popen(command, env=env)
+
+    supervisor = Supervisor([WorkerSpec(0, [sys.executable, "-c", "import time; time.sleep(60)"])],
+                            popen=popen)
+    holder.append(supervisor)
+    code = supervisor.run()
+    assert code == 1 and supervisor._state[0].process is not None
+    assert supervisor._state[0].process.returncode == -signal.SIGTERM  # not slept out
