@@ -147,6 +147,9 @@ class _Collectors:
         self.restore_remaining = prom.Gauge(
             "restore_remaining_messages", "Changelog messages left to restore.", restore,
             **common)
+        self.restores = prom.Counter(
+            "restores", "Times a store partition was opened and brought level with its "
+            "changelog (a partition kept through a rebalance is not).", restore, **common)
 
     def _initialize(self) -> None:
         """Create the label sets known in advance, so a dashboard shows 0, not 'no data'."""
@@ -183,6 +186,10 @@ class _Collectors:
         """Record one store operation."""
         self.store_seconds.labels(self.processor, store, op).observe(seconds)
         self.store_round_trips.labels(self.processor, store, op).inc(round_trips)
+
+    def count_restore(self, store: str, partition: int) -> None:
+        """Count one open of a store partition from its changelog."""
+        self.restores.labels(self.processor, store, str(partition)).inc()
 
     def set_restore(self, store: str, partition: int, restored: int, total: int) -> None:
         """Set the restore gauges of one store partition."""
@@ -372,6 +379,10 @@ class PrometheusObserver(LoopObserver, StoreObserver):
     def on_store_op(self, store: str, op: str, seconds: float, round_trips: int) -> None:
         """Record one store operation: its latency and round trips."""
         self.collectors.observe_store_op(store, op, seconds, round_trips)
+
+    def on_restore_started(self, store: str, partition: int, records: int) -> None:
+        """A store partition is opened from its changelog: count it."""
+        self.collectors.count_restore(store, partition)
 
     def on_restore_progress(self, store: str, partition: int, restored: int, total: int) -> None:
         """A restore made progress: set its gauges; restoring counts as alive."""

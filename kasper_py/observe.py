@@ -47,6 +47,11 @@ class StoreObserver(Protocol):
         """Store ``store`` ran ``op`` (``get_many``, ``flush``, ``open``) in ``seconds``,
         waiting on its backend ``round_trips`` times (retries included)."""
 
+    def on_restore_started(self, store: str, partition: int, records: int) -> None:
+        """``store``'s ``partition`` is being brought level with its changelog, which
+        takes ``records`` records (0: the local copy was up to date). Once per open of
+        a store partition: a partition kept through a rebalance reports nothing."""
+
     def on_restore_progress(self, store: str, partition: int, restored: int,
                             total: int) -> None:
         """A changelog restore of ``store`` for ``partition`` has applied ``restored``
@@ -57,6 +62,9 @@ class NoopStoreObserver:
     """Observes nothing: what a store reports to when no one listens."""
 
     def on_store_op(self, store: str, op: str, seconds: float, round_trips: int) -> None:
+        pass
+
+    def on_restore_started(self, store: str, partition: int, records: int) -> None:
         pass
 
     def on_restore_progress(self, store: str, partition: int, restored: int,
@@ -76,6 +84,10 @@ class StoreObservers:
     def on_store_op(self, store: str, op: str, seconds: float, round_trips: int) -> None:
         for observer in self.observers:
             observer.on_store_op(store, op, seconds, round_trips)
+
+    def on_restore_started(self, store: str, partition: int, records: int) -> None:
+        for observer in self.observers:
+            observer.on_restore_started(store, partition, records)
 
     def on_restore_progress(self, store: str, partition: int, restored: int,
                             total: int) -> None:

@@ -261,6 +261,9 @@ class _Progress:
                      if self.starts.get(p, e) < e}
             _log.info("kasper.restore_started", records=self.total, reason=reason,
                       partitions=spans, **self._fields)
+        for partition, end in self.ends.items():
+            self.observer.on_restore_started(self.table, partition,
+                                             max(end - self.starts.get(partition, end), 0))
         self._report(self.starts)
 
     def tick(self, positions: Mapping[int, int]) -> None:

@@ -66,9 +66,19 @@ class TurnCounter(NoopObserver):
 
 
 def free_port() -> int:
+    """A port nothing listens on right now."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
+
+
+def wait_for(condition: Callable[[], object], what: str = "the condition",
+             timeout: float = 60.0) -> None:
+    """Poll ``condition`` until true; fail naming ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
 
 
 @pytest.fixture(scope="session")

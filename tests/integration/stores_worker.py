@@ -3,7 +3,7 @@
     python stores_worker.py KIND BOOTSTRAP NAME TOPIC BATCH_SIZE [--until-caught-up]
         [--effectively-once] [--state-dir DIR] [--redis-url URL]
         [--cassandra HOST:PORT] [--keyspace KS] [--pause SECONDS]
-        [--exactly-once] [--output TOPIC] [--force] [--group]
+        [--exactly-once] [--output TOPIC] [--force] [--group] [--metrics-port PORT]
 
 KIND is redis, cassandra or rocksdb. The store is called "counts"; each input value is
 one or more words, and a word written "-word" deletes that word's count. With
@@ -85,12 +85,14 @@ def main() -> None:
     parser.add_argument("--output")
     parser.add_argument("--force", action="store_true")
     parser.add_argument("--group", action="store_true", help="assignment='group'")
+    parser.add_argument("--metrics-port", type=int)
     args = parser.parse_args()
     guarantee = "exactly_once" if args.exactly_once else "at_least_once"
     config = Config(name=args.name, bootstrap_servers=args.bootstrap, input_topics=[args.topic],
                     batch_size=args.batch_size, batch_wait=0.2, state_dir=args.state_dir,
                     key_serde="str", value_serde="str", processing_guarantee=guarantee,
-                    assignment="group" if args.group else "static")
+                    assignment="group" if args.group else "static",
+                    metrics_port=args.metrics_port)
     processor = TopicProcessor(config, lambda c: WordCount(c, args.pause, output=args.output),
                                stores=[store_spec(args.kind, args)], force=args.force)
     print("started", flush=True)

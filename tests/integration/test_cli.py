@@ -17,6 +17,10 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, Producer
 
+sys.path.insert(0, str(Path(__file__).parent))
+pytest.register_assert_rewrite("conftest_stores")
+from conftest_stores import wait_for  # isort: skip  # noqa: E402 - after register_assert_rewrite
+
 pytestmark = pytest.mark.integration
 
 HERE = Path(__file__).parent
@@ -64,13 +68,6 @@ def json_lines(text: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
 
 
-def wait_for(condition: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
-    """Poll ``condition`` until true; fail naming ``what`` after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        time.sleep(0.2)
 
 
 def test_run_processes_input_and_commits(bootstrap: str, new_topic: Callable[..., str],

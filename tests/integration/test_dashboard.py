@@ -7,10 +7,8 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -21,6 +19,10 @@ from typing import Any
 import pytest
 
 from kasper_py import stack
+
+sys.path.insert(0, str(Path(__file__).parent))
+pytest.register_assert_rewrite("conftest_stores")
+from conftest_stores import free_port, wait_for  # isort: skip  # noqa: E402 - after register_assert_rewrite
 
 pytestmark = [pytest.mark.integration, pytest.mark.prometheus]
 
@@ -61,20 +63,8 @@ def render(expr: str, processor: str) -> str:
     return expr.replace("$__rate_interval", "1m")
 
 
-def free_port() -> int:
-    """A port nothing listens on right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
-def wait_for(condition: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
-    """Poll ``condition`` until true; fail naming ``what`` after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        time.sleep(0.5)
 
 
 @pytest.fixture(scope="module")

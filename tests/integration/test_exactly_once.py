@@ -26,7 +26,7 @@ from kasper_py.stores.rocksdb import RocksDBTable
 sys.path.insert(0, str(Path(__file__).parent))
 pytest.register_assert_rewrite("conftest_stores")
 from conftest_stores import (  # isort: skip  # noqa: E402
-    kill_randomly_then_finish, read_counts, worker_args)
+    kill_randomly_then_finish, read_counts, worker_args, wait_for)
 from test_hot_path import Forward  # isort: skip  # noqa: E402
 
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
@@ -82,11 +82,6 @@ def test_kill_minus_nine_loses_and_repeats_nothing(bootstrap, new_topic, kafka, 
     assert read_counts(RocksDBTable("counts"), cfg, partitions, list(expected)) == expected
 
 
-def wait_for(condition: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
 
 
 def start_worker(args: list[str]) -> subprocess.Popen[bytes]:

@@ -10,21 +10,25 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
+import urllib.request
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from kasper_py import Config
+from kasper_py import Config, TopicProcessor
 from kasper_py.stores.redis import RedisTable
 from kasper_py.stores.rocksdb import RocksDBTable
 
 sys.path.insert(0, str(Path(__file__).parent))
 pytest.register_assert_rewrite("conftest_stores")
 from conftest_stores import (  # isort: skip  # noqa: E402
-    produce_words, read_counts, store_config, worker_args)
+    produce_words, read_counts, store_config, worker_args, wait_for, free_port,
+    run_until_caught_up)
+from test_stores_rocksdb import Lookup, Upsert  # isort: skip  # noqa: E402
 
 pytest_plugins = ["conftest_stores"]
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
@@ -36,11 +40,6 @@ def start(args: list[str], log: Path) -> subprocess.Popen[bytes]:
         return subprocess.Popen(args, env=ENV, stdout=out, stderr=subprocess.STDOUT)
 
 
-def wait_for(condition: Callable[[], bool], what: str, timeout: float = 90.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
 
 
 def events(log: Path) -> list[tuple[str, set[int]]]:
@@ -82,22 +81,30 @@ def test_workers_join_and_leave_a_running_word_count(  # noqa: PLR0917 - pytest 
     args = worker_args("rocksdb", bootstrap, name, topic, batch_size, "--group",
                        "--pause", "0.05", *(["--exactly-once"] if exactly_once else []))
     logs = {w: tmp_path / f"{w}.log" for w in "abc"}
-    workers = {w: start([*args, "--state-dir", str(tmp_path / w)], logs[w]) for w in "a"}
+    port = free_port()
+    workers = {"a": start([*args, "--state-dir", str(tmp_path / "a"), "--metrics-port",
+                           str(port)], logs["a"])}
     committed = lambda: sum(o or 0 for o in kafka.committed(name, topic, partitions).values())  # noqa: E731
-    wait_for(lambda: committed() > 0, "worker a to commit")
+    wait_for(lambda: committed() > 0, "worker a to commit", timeout=90)
     for w in "bc":
         workers[w] = start([*args, "--state-dir", str(tmp_path / w)], logs[w])
-    wait_for(lambda: all(holds(logs[w]) for w in "bc"), "workers b and c to get partitions")
+    wait_for(lambda: all(holds(logs[w]) for w in "bc"), "workers b and c to get partitions",
+             timeout=90)
     workers["b"].kill()
     workers["b"].wait(30)
     workers["c"].send_signal(signal.SIGTERM)
     assert workers["c"].wait(60) == 0
     wait_for(lambda: holds(logs["a"]) == set(range(partitions)), "worker a to hold every "
-             "partition again")
+             "partition again", timeout=90)
     wait_for(lambda: committed() == len(words), "every word to be committed", timeout=180)
+    restores = restore_counts(port, name)
     workers["a"].send_signal(signal.SIGTERM)
     assert workers["a"].wait(60) == 0
     assert_kept_partitions_never_reopened(logs["a"])
+    # The restore counter: one restore per assignment, none for a partition A kept.
+    assigned = Counter(p for kind, ps in events(logs["a"]) if kind == "assigned" for p in ps)
+    assert restores == dict(assigned), (restores, assigned)
+    assert max(restores.values()) >= 2, "no partition came back to A: nothing was checked"
     guarantee = "exactly_once" if exactly_once else "at_least_once"
     cfg = Config(name=name, bootstrap_servers=bootstrap, input_topics=[topic],
                  state_dir=str(tmp_path / "check"), processing_guarantee=guarantee)
@@ -106,6 +113,20 @@ def test_workers_join_and_leave_a_running_word_count(  # noqa: PLR0917 - pytest 
     assert all(counts[w] >= n for w, n in expected.items()), expected - counts
     overcount = sum(counts.values()) - len(words)
     assert overcount == 0 if exactly_once else overcount <= batch_size, overcount
+
+
+def restore_counts(port: int, processor: str) -> dict[int, int]:
+    """``kasper_restores_total`` of the "counts" table per partition, from a worker's
+    /metrics."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    found = re.findall(r'^kasper_restores_total\{([^}]*)\} (\S+)$', text, re.M)
+    counts = {}
+    for labels, value in found:
+        fields = dict(re.findall(r'(\w+)="([^"]*)"', labels))
+        if fields["processor"] == processor and fields["store"] == "counts":
+            counts[int(fields["partition"])] = int(float(value))
+    return counts
 
 
 def batches(log: Path) -> list[dict[str, str]]:
@@ -128,13 +149,13 @@ def test_a_revoked_partition_goes_on_where_its_last_owner_stopped(
     second = None
     try:
         wait_for(lambda: {b["partition"] for b in batches(first_log)} == {"0", "1"},
-                 "the first worker to process both partitions")
+                 "the first worker to process both partitions", timeout=90)
         second = start([*args, "--state-dir", str(tmp_path / "2")], second_log)
-        wait_for(lambda: len(holds(first_log)) == 1, "the first worker to give one up")
+        wait_for(lambda: len(holds(first_log)) == 1, "the first worker to give one up", timeout=90)
         moved = ({0, 1} - holds(first_log)).pop()
         produce_words(kafka, topic, [f"w{i % 7}" for i in range(2_000)], partitions)
         wait_for(lambda: any(b["partition"] == str(moved) for b in batches(second_log)),
-                 "the second worker to process the partition it got")
+                 "the second worker to process the partition it got", timeout=90)
         last = [b for b in batches(first_log) if b["partition"] == str(moved)][-1]
         taken = next(b for b in batches(second_log) if b["partition"] == str(moved))
         assert int(taken["first_offset"]) == int(last["last_offset"]) + 1
@@ -160,9 +181,10 @@ def test_an_effectively_once_store_stays_exact_as_members_come_and_go(  # noqa: 
     first = start(args, logs["a"])
     committed = lambda: sum(o or 0 for o in kafka.committed(name, topic, partitions).values())  # noqa: E731
     try:
-        wait_for(lambda: committed() > 0, "worker a to commit")
+        wait_for(lambda: committed() > 0, "worker a to commit", timeout=90)
         second = start(args, logs["b"])
-        wait_for(lambda: any(b for b in batches(logs["b"])), "worker b to process a batch")
+        wait_for(lambda: any(b for b in batches(logs["b"])), "worker b to process a batch",
+                 timeout=90)
         second.kill()
         second.wait(30)
         wait_for(lambda: committed() == len(words), "every word to be committed", timeout=180)
@@ -172,3 +194,72 @@ def test_an_effectively_once_store_stays_exact_as_members_come_and_go(  # noqa: 
     counts = read_counts(RedisTable("counts", url=redis_url),
                          store_config(bootstrap, name, topic), partitions, sorted(set(words)))
     assert counts == Counter(words)
+
+
+def test_a_global_table_answers_on_every_member(bootstrap, new_topic, kafka, unique_name,
+                                                tmp_path) -> None:
+    """Two group members look keys up in a global table of another processor's
+    changelog: whichever member holds a lookup's partition answers it from the whole
+    table, and the table stays open and current while partitions move between them."""
+    users, lookups = new_topic("users", partitions=3), new_topic("lookups", partitions=4)
+    owner = store_config(bootstrap, unique_name("owner"), users, key_serde="str",
+                         state_dir=str(tmp_path / "owner"))
+    kafka.produce(users, [(f"u{i}".encode(), f"name{i}".encode()) for i in range(12)])
+    run_until_caught_up(owner, RocksDBTable("profiles"), Upsert)
+    name = unique_name("global-group")
+    seen: dict[str, list[dict[str, Any]]] = {"a": [], "b": []}
+    members: dict[str, tuple[TopicProcessor, threading.Thread]] = {}
+    errors: list[BaseException] = []
+
+    def run(processor: TopicProcessor) -> None:
+        try:
+            processor.run_loop()
+        except BaseException as exc:
+            errors.append(exc)
+            raise
+
+    def join(member: str) -> None:
+        table = RocksDBTable("profiles", global_table=True,
+                             changelog_topic=f"{owner.name}-profiles-changelog")
+        cfg = store_config(bootstrap, name, lookups, assignment="group",
+                           state_dir=str(tmp_path / member))
+        processor = TopicProcessor(cfg, lambda c: Lookup(c, seen[member]), stores=[table])
+        thread = threading.Thread(target=run, args=(processor,))
+        thread.start()
+        members[member] = (processor, thread)
+
+    def answers(member: str) -> dict[str, Any]:
+        return {k: v for batch in seen[member] for k, v in batch.items()}
+
+    def lookup_everything() -> None:
+        for partition in range(4):
+            kafka.produce(lookups, [f"u{i}".encode() for i in range(12)], partition=partition)
+
+    expected = {f"u{i}": f"name{i}" for i in range(12)}
+    try:
+        join("a")
+        lookup_everything()
+        wait_for(lambda: answers("a") == expected, "member a to answer every lookup", 90)
+        join("b")
+        kafka.produce(users, [(b"u3", b"renamed")])
+        run_until_caught_up(owner, RocksDBTable("profiles"), Upsert)
+        expected["u3"] = "renamed"
+
+        def both_answered() -> bool:
+            # b gets partitions only once the group rebalanced: ask until both answered
+            if not all(s and s[-1].get("u3") == "renamed" for s in seen.values()):
+                lookup_everything()
+                time.sleep(0.5)
+                return False
+            return True
+
+        wait_for(both_answered, "both members to answer from the current table", 90)
+        for member in "ab":
+            batch = seen[member][-1]
+            assert batch == {k: expected[k] for k in batch}, (member, batch)
+    finally:
+        for processor, thread in members.values():
+            processor.close(timeout=30)
+            thread.join(30)
+    assert not [t for _, t in members.values() if t.is_alive()]
+    assert errors == []

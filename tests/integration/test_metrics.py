@@ -4,11 +4,12 @@ stack's Kafka, in process, with the example processor of examples_module.py."""
 from __future__ import annotations
 
 import json
+import sys
 import threading
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,6 +18,10 @@ from examples_module import factory, stores
 
 from kasper_py import Config, TopicProcessor
 from kasper_py.metrics import PrometheusObserver
+
+sys.path.insert(0, str(Path(__file__).parent))
+pytest.register_assert_rewrite("conftest_stores")
+from conftest_stores import wait_for  # isort: skip  # noqa: E402 - after register_assert_rewrite
 
 pytestmark = pytest.mark.integration
 
@@ -122,13 +127,6 @@ def get(url: str) -> tuple[int, str]:
         return error.code, error.read().decode()
 
 
-def wait_for(condition: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
-    """Poll ``condition`` until true; fail naming ``what`` after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        time.sleep(0.2)
 
 
 def test_exporter_and_health_of_a_running_processor(

@@ -30,7 +30,7 @@ from kasper_py.stores.rocksdb import LocalDB, RocksDBTable
 pytest.register_assert_rewrite("conftest_stores")
 from conftest_stores import (  # isort: skip  # noqa: E402 - after register_assert_rewrite
     WORDS, TurnCounter, kill_randomly_then_finish, produce_words, read_counts,
-    run_until_caught_up, store_config, worker_args)
+    run_until_caught_up, store_config, worker_args, wait_for)
 from stores_worker import WordCount  # isort: skip  # noqa: E402
 
 pytest_plugins = ["conftest_stores"]
@@ -245,11 +245,6 @@ def test_global_table_holds_every_partition_and_stays_current(bootstrap, new_top
         loop.join(30)
 
 
-def wait_for(condition: Any, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.05)
 
 
 def test_global_table_with_empty_changelog_partitions_is_not_reread(

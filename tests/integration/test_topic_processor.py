@@ -38,6 +38,10 @@ from kasper_py.offsets import CommitNote
 from kasper_py.stores.base import StoreRuntime
 from kasper_py.stores.memory import MemoryStore, MemoryTable
 
+sys.path.insert(0, str(Path(__file__).parent))
+pytest.register_assert_rewrite("conftest_stores")
+from conftest_stores import wait_for  # isort: skip  # noqa: E402 - after register_assert_rewrite
+
 pytestmark = pytest.mark.integration
 WORKER = Path(__file__).with_name("passthrough_worker.py")
 
@@ -456,10 +460,12 @@ def test_idle_loop_heartbeats_its_offsets_and_says_when_it_stopped(
     worker = threading.Thread(target=processor.run_loop)
     worker.start()
     try:
-        wait_until(lambda: committed_note(bootstrap, name, source)[0] == 2)
+        wait_for(lambda: committed_note(bootstrap, name, source)[0] == 2, "the second commit",
+                 timeout=30)
         offset, first = committed_note(bootstrap, name, source)
         assert first is not None and first.state == "running" and first.pid == os.getpid()
-        wait_until(lambda: (committed_note(bootstrap, name, source)[1] or first).at > first.at)
+        wait_for(lambda: (committed_note(bootstrap, name, source)[1] or first).at > first.at,
+                 "a newer commit note", timeout=30)
         offset, later = committed_note(bootstrap, name, source)
         assert offset == 2 and later is not None and later.state == "running"
     finally:
@@ -469,11 +475,6 @@ def test_idle_loop_heartbeats_its_offsets_and_says_when_it_stopped(
     assert offset == 2 and last is not None and last.state == "stopped"
 
 
-def wait_until(condition: Callable[[], bool], timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.1)
 
 
 class RaisesAndFailsToClose(Upper):

@@ -27,9 +27,13 @@ class Recorder:
     def __init__(self) -> None:
         self.ops: list[tuple[str, str, int]] = []
         self.restores: list[tuple[str, int, int, int]] = []
+        self.started: list[tuple[str, int, int]] = []
 
     def on_store_op(self, store: str, op: str, seconds: float, round_trips: int) -> None:
         self.ops.append((store, op, round_trips))
+
+    def on_restore_started(self, store: str, partition: int, records: int) -> None:
+        self.started.append((store, partition, records))
 
     def on_restore_progress(self, store: str, partition: int, restored: int,
                             total: int) -> None:
@@ -121,8 +125,10 @@ def test_with_store_observer_fans_store_reports_out() -> None:
     observer.on_idle()
     stores = observer.store_observer()
     assert isinstance(stores, StoreObservers)
+    stores.on_restore_started("t", 1, 10)
     stores.on_restore_progress("t", 1, 5, 10)
     stores.on_store_op("t", "get_many", 0.1, 2)
+    assert inner.started == extra.started == [("t", 1, 10)]
     assert inner.restores == extra.restores == [("t", 1, 5, 10)]
     assert inner.ops == extra.ops == [("t", "get_many", 2)]
 
