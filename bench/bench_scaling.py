@@ -19,6 +19,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -67,6 +68,39 @@ def seconds(event: dict[str, Any]) -> float:
     return datetime.fromisoformat(event["timestamp"].replace("Z", "+00:00")).timestamp()
 
 
+def machine_busy_seconds() -> tuple[float, float]:
+    """(busy, total) CPU seconds of the whole machine so far, all cores, from /proc/stat."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle + iowait
+    tick = os.sysconf("SC_CLK_TCK")
+    return (sum(fields[:8]) - idle) / tick, sum(fields[:8]) / tick
+
+
+def broker_cpu_seconds() -> float | None:
+    """CPU seconds the local stack's Kafka broker used so far (None: not the local one)."""
+    pid_file = Path(__file__).parent.parent / ".kasper-stack" / "kafka" / "kafka.pid"
+    try:
+        stat = Path(f"/proc/{int(pid_file.read_text())}/stat").read_text()
+    except (OSError, ValueError):
+        return None
+    utime, stime = (int(v) for v in stat.rsplit(")", 1)[1].split()[11:13])
+    return (utime + stime) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_split(before: tuple[float, float, float | None, float],
+              after: tuple[float, float, float | None, float]) -> dict[str, float | None]:
+    """Cores busy on average over a run: the whole machine, the broker, the workers
+    (``kasper run`` and its children)."""
+    wall = after[3] - before[3]
+    broker = None if before[2] is None or after[2] is None else (after[2] - before[2]) / wall
+    return {"machine_cores": (after[0] - before[0]) / wall, "broker_cores": broker}
+
+
+def cpu_now() -> tuple[float, float, float | None, float]:
+    busy, total = machine_busy_seconds()
+    return busy, total, broker_cpu_seconds(), time.monotonic()
+
+
 def throughput_row(kind: str, workers: int, args: Any, folder: Path, source: str) -> dict[str, Any]:
     """One ``--processes N --until-caught-up`` run over the whole source topic."""
     name = f"scale-{kind}-{workers}-{uuid.uuid4().hex[:6]}"
@@ -77,11 +111,15 @@ def throughput_row(kind: str, workers: int, args: Any, folder: Path, source: str
     config = write_config(folder, name, source, args.batch_size, **serdes)
     target = (["scaling_app:word_count", "--stores", "scaling_app:tables"]
               if kind == "wordcount" else ["scaling_app:passthrough"])
-    launched = time.time()
+    launched, cpu_before = time.time(), cpu_now()
+    children_before = resource.getrusage(resource.RUSAGE_CHILDREN)
     done = subprocess.run([*kasper(*target, "--config", config, "--processes", str(workers),
                                    "--until-caught-up")],
                           env=env, capture_output=True, text=True, check=False)
-    elapsed = time.time() - launched
+    elapsed, cpu = time.time() - launched, cpu_split(cpu_before, cpu_now())
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu["worker_cores"] = (children.ru_utime + children.ru_stime - children_before.ru_utime
+                           - children_before.ru_stime) / elapsed
     delete_topics(args.bootstrap, [output])
     if done.returncode != 0:
         raise SystemExit(f"{kind} x{workers} failed:\n{done.stderr[-3000:]}")
@@ -89,7 +127,11 @@ def throughput_row(kind: str, workers: int, args: Any, folder: Path, source: str
     first = min(seconds(e) for e in batches) - launched
     return {"row": f"{kind}-x{workers}", "msgs_per_s": args.messages / elapsed,
             "seconds": elapsed, "to_first_batch_s": first,
-            "steady_msgs_per_s": args.messages / max(elapsed - first, 1e-9)}
+            "steady_msgs_per_s": args.messages / max(elapsed - first, 1e-9), **cpu}
+
+
+def cores(value: float | None) -> str:
+    return "n/a (not the local stack's)" if value is None else f"{value:.2f}"
 
 
 def feed(bootstrap: str, topic: str, partitions: int, stop: threading.Event) -> None:
@@ -174,7 +216,10 @@ def main() -> None:
                     print(f"  {row['row']:16} {row['msgs_per_s']:>10,.0f} msgs/s  "
                           f"{row['seconds']:6.2f} s  (first batch after "
                           f"{row['to_first_batch_s']:.2f} s; after it "
-                          f"{row['steady_msgs_per_s']:,.0f} msgs/s)", flush=True)
+                          f"{row['steady_msgs_per_s']:,.0f} msgs/s); cores busy: machine "
+                          f"{row['machine_cores']:.2f} of {os.cpu_count()}, workers "
+                          f"{row['worker_cores']:.2f}, broker {cores(row['broker_cores'])}",
+                          flush=True)
                     if row["row"] not in best or row["msgs_per_s"] > best[row["row"]]["msgs_per_s"]:
                         best[row["row"]] = row
         rebalance = rebalance_row(args, folder)
