@@ -637,13 +637,14 @@ class _Producer:
             raise self._fenced()
         self._transaction = None
 
-    def abort(self) -> None:
+    def abort(self) -> bool:
         """Drop the open transaction: its records and what is still queued are never
-        appended. Never raises."""
+        appended; True when one was open. Never raises."""
         if self._transaction is None:
-            return
+            return False
         self._transaction = None
         self._queue.clear()
+        return True
 
     def _check_transaction(self, doing: str, *, open_: bool) -> None:
         """Raise as ``OutputProducer`` does when ``doing`` is not valid now: fenced, not

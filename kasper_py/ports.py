@@ -48,9 +48,10 @@ class Transactions(Protocol):
         ``group`` (the consumer's ``group_metadata()``) and commit the transaction.
         Raises ``FencedError`` when a newer process took over the transactional id."""
 
-    def abort(self) -> None:
-        """Abort the open transaction, if any; never raises (a failed abort is logged:
-        the broker aborts the transaction at its timeout, or when the id is taken over)."""
+    def abort(self) -> bool:
+        """Abort the open transaction, if any; True when one was open. Never raises (a
+        failed abort is logged: the broker aborts the transaction at its timeout, or
+        when the id is taken over)."""
 
 
 class ProducerPort(OutputPort, Transactions, Protocol):

@@ -145,12 +145,12 @@ class OutputProducer:
                                self._delivery_timeout)
         self._in_transaction = False
 
-    def abort(self) -> None:
+    def abort(self) -> bool:
         """Abort the open transaction (its outputs are never visible to read_committed
-        readers); a failure is logged, not raised: the broker aborts it anyway, at the
-        transaction timeout or when the id is taken over."""
+        readers); True when one was open. A failure is logged, not raised: the broker
+        aborts it anyway, at the transaction timeout or when the id is taken over."""
         if not self._in_transaction:
-            return
+            return False
         self._in_transaction = False
         self._error = None
         try:
@@ -158,6 +158,7 @@ class OutputProducer:
         except KafkaException as exc:
             _log.warning("kasper.transaction_abort_failed", transactional_id=self._transactional_id,
                          error=exc.args[0].str())
+        return True
 
     def _transaction_call(self, doing: str, call: Callable[..., Any], *args: Any) -> None:
         try:

@@ -163,6 +163,7 @@ class _AckedList:
         self.acked.extend(self._transaction or ())
         self._transaction = None
 
-    def abort(self) -> None:
+    def abort(self) -> bool:
         self._queued.clear()
-        self._transaction = None
+        was_open, self._transaction = self._transaction is not None, None
+        return was_open

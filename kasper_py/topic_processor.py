@@ -436,10 +436,11 @@ class TopicProcessor:
                 # process, flush, produce, commit (exactly-once: one transaction)
                 # group mode reads nothing ahead: a rebalance must find no turn in hand
                 ahead = None if self.config.group_mode else self._read_ahead
+                aborted = self._engine.aborted
                 result = self._engine.run(batch, ahead)
                 break
             except KasperError as exc:
-                if self.config.exactly_once:
+                for _ in range(self._engine.aborted - aborted):
                     self._observer.on_transaction("aborted", 0.0)
                 if isinstance(exc, FencedError):
                     raise self._fenced(exc) from exc
@@ -525,8 +526,8 @@ class TopicProcessor:
                 self._producer.begin()
             self._producer.commit(next_offsets, note, self._consumer.group_metadata())
         except BaseException:
-            if own:
-                self._producer.abort()
+            if own and self._producer.abort():
+                self._observer.on_transaction("aborted", 0.0)
             raise
         self._observer.on_transaction("committed", time.perf_counter() - started)
 

@@ -100,6 +100,8 @@ class TurnEngine:
         self._transactions = transactions
         self._waiting = waiting
         self._on_step = on_step or _no_step
+        self.aborted = 0
+        """Transactions this engine aborted (a turn that failed inside one)."""
         self._skip_below: dict[TopicPartitionKey, int] = {}
         self._next: dict[TopicPartitionKey, int] = {}
         self._outputs_first = False
@@ -226,8 +228,10 @@ class TurnEngine:
             self._on_step("after_commit")
         except BaseException as exc:
             self._discard_pending()
-            if transactions is not None and not isinstance(exc, SimulatedCrash):
-                transactions.abort()  # a killed process aborts nothing: its successor does
+            # a killed process aborts nothing: its successor does
+            if (transactions is not None and not isinstance(exc, SimulatedCrash)
+                    and transactions.abort()):
+                self.aborted += 1
             if isinstance(exc, KasperError) and exc.uncommitted is None and not committed:
                 exc.uncommitted = batch.describe()
             elif isinstance(exc, KasperError) and committed:

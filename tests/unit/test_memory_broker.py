@@ -29,6 +29,7 @@ from kasper_py import (
 from kasper_py._memory_broker import CRASH_STEPS, murmur2
 from kasper_py.exceptions import KasperError, SimulatedCrash
 from kasper_py.message import OutgoingMessage
+from kasper_py.observe import LoopObserver
 from kasper_py.offsets import CommitNote
 from kasper_py.stores.base import StoreRuntime, StoreSpec
 from kasper_py.testing import Faults, InMemoryBroker
@@ -76,7 +77,8 @@ def add_input(broker: InMemoryBroker, count: int) -> None:
 
 def start(broker: InMemoryBroker, spec: StoreSpec, turns: list[set[str]] | None = None, *,
           config: Config = CONFIG, on_step: Callable[[str], None] | None = None,
-          builds: list[int] | None = None) -> TopicProcessor:
+          builds: list[int] | None = None, observer: LoopObserver | None = None
+          ) -> TopicProcessor:
     """One process, not yet running: ``turns`` gets what each turn processed,
     ``on_step`` is called before the broker's fault hook, ``builds`` gets the partition
     of every processor the factory builds."""
@@ -97,7 +99,7 @@ def start(broker: InMemoryBroker, spec: StoreSpec, turns: list[set[str]] | None 
         return Counter(context, turns)
 
     clients.on_step = hook
-    return TopicProcessor(config, factory, stores=[spec], clients=clients)
+    return TopicProcessor(config, factory, stores=[spec], clients=clients, observer=observer)
 
 
 def run(broker: InMemoryBroker, spec: StoreSpec, turns: list[set[str]] | None = None,

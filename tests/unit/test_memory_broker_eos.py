@@ -36,6 +36,7 @@ from kasper_py import (
 from kasper_py._memory_broker import CRASH_STEPS
 from kasper_py.exceptions import FencedError, KasperError, SimulatedCrash
 from kasper_py.message import OutgoingMessage
+from kasper_py.observe import NoopObserver
 from kasper_py.stores.base import StoreSpec
 from kasper_py.testing import Faults, InMemoryBroker
 
@@ -55,6 +56,16 @@ def run(broker: InMemoryBroker, spec: StoreSpec, turns: list[set[str]] | None = 
         **options: Any) -> None:
     """One exactly-once process run until caught up, then closed."""
     any_run(broker, spec, turns, config=EOS, **options)
+
+
+class Transactions(NoopObserver):
+    """Keeps how each transaction ended, as the metrics count them."""
+
+    def __init__(self) -> None:
+        self.ended: list[str] = []
+
+    def on_transaction(self, result: str, seconds: float) -> None:
+        self.ended.append(result)
 
 
 def assert_exactly_once(broker: InMemoryBroker) -> None:
@@ -154,8 +165,10 @@ def test_a_store_behind_the_committed_offsets_is_caught_up_on_restart() -> None:
     add_input(broker, 10)
     broker.faults.fail_store_write("counts")
     turns: list[set[str]] = []
+    transactions = Transactions()
     with pytest.raises(StoreError):
-        run(broker, spec, turns)
+        run(broker, spec, turns, observer=transactions)
+    assert "aborted" not in transactions.ended  # the failed turn's transaction committed
     failed_turn = turns[-1]
     assert failed_turn <= {m.value.decode() for m in broker.read("out")}
 
@@ -233,9 +246,11 @@ def test_a_retriable_commit_failure_runs_the_turn_again(monkeypatch: pytest.Monk
     spec = broker.store("counts", effectively_once=True)
     broker.faults.fail_commit(times=2, retriable=True)
     builds: list[int] = []
+    transactions = Transactions()
 
-    run(broker, spec, builds=builds)
+    run(broker, spec, builds=builds, observer=transactions)
 
+    assert transactions.ended.count("aborted") == 2  # the two failed commits, no more
     assert broker.faults.armed() == []
     assert sorted(builds) == [0, 0, 0, 1, 1, 1]
     assert_exactly_once(broker)
