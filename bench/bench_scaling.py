@@ -80,8 +80,9 @@ def broker_cpu_seconds() -> float | None:
     """CPU seconds the local stack's Kafka broker used so far (None: not the local one)."""
     pid_file = Path(__file__).parent.parent / ".kasper-stack" / "kafka" / "kafka.pid"
     try:
-        stat = Path(f"/proc/{int(pid_file.read_text())}/stat").read_text()
-    except (OSError, ValueError):
+        pid = int(pid_file.read_text().split()[0])  # the pid, then its start time
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (OSError, ValueError, IndexError):
         return None
     utime, stime = (int(v) for v in stat.rsplit(")", 1)[1].split()[11:13])
     return (utime + stime) / os.sysconf("SC_CLK_TCK")
