@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib
 import os
 import sys
 import tomllib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from kasper_py._names import NameResolutionError, resolve_name
 from kasper_py._secrets import scrub
 from kasper_py.config import Config
 from kasper_py.exceptions import ConfigError, TopicError
@@ -251,19 +251,10 @@ def load_attr(spec: str, app_dir: str, what: str) -> Any:
     if path not in sys.path:
         sys.path.insert(0, path)
     try:
-        target: Any = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        raise CliError(EXIT_CONFIG, f"{what} {spec!r}: no module named {exc.name!r} "
-                       f"(searched {path} and sys.path)") from None
-    except Exception as exc:
-        raise CliError(EXIT_CONFIG, f"{what} {spec!r}: importing {module_name!r} raised "
-                       f"{type(exc).__name__}: {exc}") from None
-    for part in attr.split("."):
-        if not hasattr(target, part):
-            raise CliError(EXIT_CONFIG, f"{what} {spec!r}: {module_name!r} has no "
-                           f"attribute {attr!r}")
-        target = getattr(target, part)
-    return target
+        return resolve_name(spec)
+    except NameResolutionError as exc:
+        searched = f" (searched {path} and sys.path)" if exc.missing_module else ""
+        raise CliError(EXIT_CONFIG, f"{what} {spec!r}: {exc}{searched}") from None
 
 
 def _load_stores(spec: str, app_dir: str, config: Config) -> list[StoreSpec]:
