@@ -78,17 +78,19 @@ class ProcessorContext:
         carries ``timestamp_ms``.
 
         - ``"stream_time"``: due times are the multiples of ``interval`` since the epoch;
-          the timer fires in a turn in which this partition's records move stream time
-          to or past the due time (the first turn with a record fires it: its first due
-          time is 0), with ``timestamp_ms`` the stream time. Never on the wall clock,
-          never on records older than the stream time. When stream time jumps several
-          intervals it fires once, then waits for the next multiple after the stream
-          time (Kafka Streams' punctuation rule).
+          the timer fires right after a batch of this partition moves its stream time to
+          or past the due time (so the first batch with a timestamp fires it: its first
+          due time is 0), in that turn, with ``timestamp_ms`` the stream time. Never on
+          the wall clock, never on records older than the stream time. When stream time
+          jumps several intervals it fires once, then waits for the next multiple after
+          the stream time (Kafka Streams' punctuation rule).
         - ``"wall_clock"``: first due ``interval`` after scheduling, then every
-          ``interval``; it fires in the turn that finds it due, with ``timestamp_ms``
-          the wall-clock time, and the loop runs an empty turn for it while no input
-          comes. Runs missed while a turn was busy are skipped. It fires no later than
-          about one turn after it is due.
+          ``interval``; it fires at the start of the turn that finds it due (before that
+          turn's input is processed), with ``timestamp_ms`` the wall-clock time. While
+          no input comes, the loop runs a turn with no input for it; when input keeps
+          coming, the batch is cut short when the timer falls due. Runs missed while a
+          turn was busy are skipped. The Spark reprocess task has no wall clock: there
+          these timers never fire.
 
         Timers live with the processor instance: they are not kept across restarts;
         schedule them in the processor's ``__init__``.

@@ -89,12 +89,12 @@ def arrow(rows: list[tuple[Any, ...]]) -> Any:
 
 
 def run(batches: list[Any], *, batch_size: int = 3, topics: tuple[str, ...] = ("t",),
-        stores: tuple[Any, ...] = (), output: str = "kafka", **config: Any
-        ) -> tuple[list[dict[str, Any]], list[Any], list[PartitionStats]]:
+        stores: tuple[Any, ...] = (), output: str = "kafka", factory: Any = Recorder,
+        **config: Any) -> tuple[list[dict[str, Any]], list[Any], list[PartitionStats]]:
     Recorder.instances.clear()
     cfg = Config(name="unit", bootstrap_servers="in-memory:0", input_topics=topics,
                  batch_size=batch_size, **config)
-    spec = TaskSpec(cfg, Recorder, stores, output)  # type: ignore[arg-type]
+    spec = TaskSpec(cfg, factory, stores, output)
     log: list[Any] = []
     reported: list[PartitionStats] = []
     results = list(run_task(spec, batches, reported.extend, lambda _c: FakeProducer(log)))
@@ -129,6 +129,29 @@ def test_message_fields_headers_timestamps_and_serdes() -> None:
                             TIMESTAMP_CREATE_TIME)
     assert second == Message("t", 0, 3, "k3", "three", None, (), TIMESTAMP_NONE)
     assert third == Message("t", 0, 4, "k4", "four", 1004, (), TIMESTAMP_LOG_APPEND_TIME)
+
+
+class Timed(Recorder):
+    """A Recorder with a 2 ms stream-time timer (to "ticks") and a 1 ms wall-clock one."""
+
+    def __init__(self, context: ProcessorContext) -> None:
+        super().__init__(context)
+        context.schedule(0.002, lambda ts, sender: sender.send("ticks", b"%d" % ts))
+        context.schedule(0.001, lambda ts, sender: sender.send("wall", b"w"), "wall_clock")
+
+
+def test_stream_time_timers_fire_and_wall_clock_ones_never_in_a_spark_task() -> None:
+    """Event times 1000 + offset (offset 3 has none), batches of 3: stream time reaches
+    1002, 1005, 1006, and the 2 ms timer fires at each (due 0, 1004, 1006); output
+    inherits its batch's newest event time. History has no wall clock: the wall-clock
+    timer never fires, however long the task takes."""
+    _, log, _ = run([arrow([("t", 0, o, b"v%d" % o) for o in range(7)])], factory=Timed)
+    produced = [m for entry in log if entry[0] == "produce" for m in entry[1]]
+    assert [(m.value, m.timestamp) for m in produced if m.topic == "ticks"] == [
+        (b"1002", 1002), (b"1005", 1005), (b"1006", 1006)]
+    assert [m.timestamp for m in produced if m.topic == "out"] == [1002] * 3 + [1005] * 3 + [
+        1006]
+    assert not [m for m in produced if m.topic == "wall"]
 
 
 def test_one_processor_per_partition_in_turn() -> None:
