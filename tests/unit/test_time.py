@@ -125,6 +125,38 @@ def test_advance_stream_time_fires_due_timers_and_never_goes_back() -> None:
     assert driver.committed == {}  # no input, nothing to commit
 
 
+def test_observe_stream_time_seeds_it_without_firing_and_never_lowers_it() -> None:
+    """What a windowed table restoring its stream time does at open: the stream time is
+    known at once, no timer fires on it, a lower value leaves it, and records older than
+    it neither advance it nor fire; the first later record fires."""
+    def seeded(context: ProcessorContext) -> Ticker:
+        context.observe_stream_time(40_000)
+        context.observe_stream_time(30_000)
+        return Ticker(context)
+
+    driver = ProcessorDriver(seeded)
+    ticker = driver.processor()
+    assert isinstance(ticker, Ticker)
+    assert (driver.stream_time(), ticker.context.stream_time()) == (40_000, 40_000)
+    assert ticks(driver.process([record(39_000)])) == []
+    assert ticks(driver.process([record(41_000)])) == [(b"41000", 41_000)]
+    with pytest.raises(ValueError, match=r"stream time must be an int of milliseconds >= 0, "
+                                         r"got -1"):
+        ticker.context.observe_stream_time(-1)
+
+
+def test_schedule_refuses_bad_arguments() -> None:
+    """A non-positive interval, a callback that is not callable or an unknown kind."""
+    context = ProcessorContext(0, Config(name="t", bootstrap_servers="x", input_topics=["i"]))
+    with pytest.raises(ValueError, match=r"schedule\(\) interval must be a positive number"):
+        context.schedule(0, lambda ts, sender: None)
+    with pytest.raises(TypeError, match=r"schedule\(\) callback must be callable"):
+        context.schedule(1, "tick")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"kind must be 'stream_time' or 'wall_clock', got "
+                                         r"'event_time'"):
+        context.schedule(1, lambda ts, sender: None, "event_time")  # type: ignore[arg-type]
+
+
 def test_a_cancelled_timer_never_fires_again() -> None:
     """cancel() from inside the callback: it fired once, never again."""
     def once(context: ProcessorContext) -> Ticker:
