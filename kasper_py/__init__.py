@@ -21,16 +21,26 @@ from kasper_py.exceptions import (
     StoreUnavailableError,
     TopicError,
 )
-from kasper_py.message import Message, OutgoingMessage
+from kasper_py.message import (
+    TIMESTAMP_CREATE_TIME,
+    TIMESTAMP_LOG_APPEND_TIME,
+    TIMESTAMP_NONE,
+    Message,
+    OutgoingMessage,
+)
 from kasper_py.processor import MessageProcessor, ProcessorContext, ProcessorFactory
 from kasper_py.sender import Sender
 from kasper_py.serdes import BYTES, JSON, STRING, Serde
+from kasper_py.time import Task, Timer
 from kasper_py.topic_processor import TopicProcessor
 
 __all__ = [
     "BYTES",
     "JSON",
     "STRING",
+    "TIMESTAMP_CREATE_TIME",
+    "TIMESTAMP_LOG_APPEND_TIME",
+    "TIMESTAMP_NONE",
     "CommitError",
     "Config",
     "ConfigError",
@@ -51,6 +61,8 @@ __all__ = [
     "SerdeError",
     "StoreError",
     "StoreUnavailableError",
+    "Task",
+    "Timer",
     "TopicError",
     "TopicProcessor",
 ]

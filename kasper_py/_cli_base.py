@@ -8,25 +8,26 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib
 import os
 import sys
 import tomllib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from kasper_py._names import NameResolutionError, resolve_name
 from kasper_py._secrets import scrub
 from kasper_py.config import Config
 from kasper_py.exceptions import ConfigError, TopicError
 from kasper_py.logging import configure_logging
 from kasper_py.processor import ProcessorFactory
 from kasper_py.stores.base import StoreSpec
+from kasper_py.time import Task, extractor_for
 
 __all__ = ["CONFIG_FLAGS", "ENV_PREFIX", "EXIT_BROKER", "EXIT_CONFIG", "EXIT_FAILED",
            "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_REFUSED", "EXIT_USAGE", "CliError",
-           "ExitCodes", "add_config_flags", "add_target_arguments", "config_from_args",
-           "exit_code", "flag_name", "load_attr", "load_config", "load_target",
-           "print_error", "setup_logging"]
+           "ExitCodes", "add_config_flags", "add_target_arguments", "add_tasks_argument",
+           "config_from_args", "exit_code", "flag_name", "load_attr", "load_config",
+           "load_target", "load_tasks", "print_error", "setup_logging"]
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -44,7 +45,8 @@ _OVERRIDE_ENV = {"CLIENT": "client_overrides", "CONSUMER": "consumer_overrides",
                  "PRODUCER": "producer_overrides"}
 _INT_FIELDS = {"batch_size", "metrics_port"}
 _FLOAT_FIELDS = {"batch_wait", "delivery_timeout"}
-_NULLABLE = {"metrics_port", "input_partitions", "group_id", "dead_letter_topic"}
+_NULLABLE = {"metrics_port", "input_partitions", "group_id", "dead_letter_topic",
+             "timestamp_extractor"}
 _FIELDS = {f.name: f for f in dataclasses.fields(Config)}
 
 
@@ -233,13 +235,31 @@ def add_target_arguments(parser: argparse.ArgumentParser) -> None:
 def load_target(args: argparse.Namespace, config: Config
                 ) -> tuple[ProcessorFactory, list[StoreSpec]]:
     """The factory and store specs ``add_target_arguments`` named, imported and checked
-    before anything connects, so a typo is a config error rather than a crash later."""
+    before anything connects, so a typo is a config error rather than a crash later;
+    a ``timestamp_extractor`` given by name is imported too, from the same ``--app-dir``."""
     factory = load_attr(args.target, args.app_dir, "target")
     if not callable(factory):
         raise CliError(EXIT_CONFIG, f"target {args.target!r} is not callable: it must build "
                        "a MessageProcessor from a ProcessorContext")
-    stores = _load_stores(args.stores, args.app_dir, config) if args.stores else []
+    stores = _load_specs(args.stores, args.app_dir, config, StoreSpec, "--stores") \
+        if args.stores else []
+    try:
+        extractor_for(config.timestamp_extractor)
+    except ConfigError as exc:
+        raise CliError(EXIT_CONFIG, str(exc)) from None
     return factory, stores
+
+
+def add_tasks_argument(parser: argparse.ArgumentParser) -> None:
+    """``--tasks``: the scheduled tasks a loop runs (``kasper_py.time.Task``)."""
+    parser.add_argument("--tasks", metavar="MODULE:ATTR",
+                        help="Tasks to run on the wall clock: a sequence, or a callable "
+                             "taking the Config")
+
+
+def load_tasks(args: argparse.Namespace, config: Config) -> list[Task]:
+    """The tasks ``--tasks`` named (none without it), imported and checked."""
+    return _load_specs(args.tasks, args.app_dir, config, Task, "--tasks") if args.tasks else []
 
 
 def load_attr(spec: str, app_dir: str, what: str) -> Any:
@@ -251,27 +271,18 @@ def load_attr(spec: str, app_dir: str, what: str) -> Any:
     if path not in sys.path:
         sys.path.insert(0, path)
     try:
-        target: Any = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        raise CliError(EXIT_CONFIG, f"{what} {spec!r}: no module named {exc.name!r} "
-                       f"(searched {path} and sys.path)") from None
-    except Exception as exc:
-        raise CliError(EXIT_CONFIG, f"{what} {spec!r}: importing {module_name!r} raised "
-                       f"{type(exc).__name__}: {exc}") from None
-    for part in attr.split("."):
-        if not hasattr(target, part):
-            raise CliError(EXIT_CONFIG, f"{what} {spec!r}: {module_name!r} has no "
-                           f"attribute {attr!r}")
-        target = getattr(target, part)
-    return target
+        return resolve_name(spec)
+    except NameResolutionError as exc:
+        searched = f" (searched {path} and sys.path)" if exc.missing_module else ""
+        raise CliError(EXIT_CONFIG, f"{what} {spec!r}: {exc}{searched}") from None
 
 
-def _load_stores(spec: str, app_dir: str, config: Config) -> list[StoreSpec]:
-    """``--stores``: a sequence of ``StoreSpec``, or a callable building one from the
-    ``Config``."""
-    stores = load_attr(spec, app_dir, "--stores")
-    if callable(stores):
-        stores = stores(config)
-    if not isinstance(stores, Sequence) or not all(isinstance(s, StoreSpec) for s in stores):
-        raise CliError(EXIT_CONFIG, f"--stores {spec!r} must give a sequence of StoreSpec")
-    return list(stores)
+def _load_specs(spec: str, app_dir: str, config: Config, kind: type, flag: str) -> list[Any]:
+    """``--stores`` or ``--tasks``: a sequence of ``kind``, or a callable building one
+    from the ``Config``."""
+    found = load_attr(spec, app_dir, flag)
+    if callable(found):
+        found = found(config)
+    if not isinstance(found, Sequence) or not all(isinstance(s, kind) for s in found):
+        raise CliError(EXIT_CONFIG, f"{flag} {spec!r} must give a sequence of {kind.__name__}")
+    return list(found)

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, NoReturn
 
-from confluent_kafka import TIMESTAMP_CREATE_TIME, TIMESTAMP_NOT_AVAILABLE, KafkaError
+from confluent_kafka import KafkaError
 
 from kasper_py.config import Config
 from kasper_py.exceptions import (
@@ -36,7 +36,13 @@ from kasper_py.exceptions import (
     StoreError,
     TopicError,
 )
-from kasper_py.message import Message, OutgoingMessage, OutgoingRecord
+from kasper_py.message import (
+    TIMESTAMP_CREATE_TIME,
+    TIMESTAMP_NONE,
+    Message,
+    OutgoingMessage,
+    OutgoingRecord,
+)
 from kasper_py.offsets import lowered
 from kasper_py.ports import KafkaClients, Rebalance
 from kasper_py.stores.base import StoreRuntime, StoreSpec, TopicPartitionKey, already_applied
@@ -199,6 +205,7 @@ class InMemoryBroker:
         self._applied: dict[tuple[str, int], dict[TopicPartitionKey, int]] = {}
         self._epochs: dict[str, int] = {}
         self._now = 0.0
+        self._started = time.time()
 
     # -- topics ----------------------------------------------------------------------
 
@@ -215,9 +222,11 @@ class InMemoryBroker:
                 headers: Iterable[tuple[str, bytes | None]] = (),
                 timestamp: int | None = None) -> Message:
         """Append test input at once (acked); ``str`` key and value are encoded as UTF-8,
-        ``timestamp`` (ms) defaults to now. Returns the message as stored, offset included."""
-        message = OutgoingMessage(topic, _utf8(value), _utf8(key), partition, tuple(headers))
-        return self._append(self._route(message), message, timestamp)
+        ``timestamp`` (ms, its create time) defaults to now. Returns the message as stored,
+        offset included."""
+        message = OutgoingMessage(topic, _utf8(value), _utf8(key), partition, tuple(headers),
+                                  timestamp)
+        return self._append(self._route(message), message)
 
     def read(self, topic: str, partition: int | None = None) -> list[Message]:
         """What the log of ``topic`` holds (one partition's, or every partition's in
@@ -254,7 +263,8 @@ class InMemoryBroker:
         """A consumer and a producer for one process running ``config``, bound to this
         broker, with the faults' crash hook; pass them as ``TopicProcessor(clients=...)``."""
         process = _Process(self, config)
-        return KafkaClients(process.consumer, process.producer, process.on_step, self.clock)
+        return KafkaClients(process.consumer, process.producer, process.on_step, self.clock,
+                            self.wall_clock)
 
     def store(self, name: str, *, effectively_once: bool = False) -> StoreSpec:
         """A key-value table ``name`` whose flushed data lives in the broker (like a Redis
@@ -276,6 +286,12 @@ class InMemoryBroker:
         consume that finds fewer records than asked moves it on by its timeout, as if
         the wait had passed, so batches close at once."""
         return self._now
+
+    def wall_clock(self) -> float:
+        """Seconds since the epoch on which a loop runs wall-clock timers and tasks: the
+        wall time this broker was made at, moved on with ``clock``, so an idle loop
+        reaches a due timer without sleeping."""
+        return self._started + self._now
 
     # -- for the clients and stores --------------------------------------------------
 
@@ -308,13 +324,15 @@ class InMemoryBroker:
             self._round_robin[message.topic] = turn + 1
         return turn % count
 
-    def _append(self, partition: int, message: OutgoingMessage,
-                timestamp: int | None = None) -> Message:
+    def _append(self, partition: int, message: OutgoingMessage) -> Message:
+        """Append ``message`` with its create time (``timestamp``, else now), as a broker
+        keeps a producer's."""
+        timestamp = message.timestamp
         with self._lock:
             log = self._partitions(message.topic)[partition]
             stored = Message(message.topic, partition, len(log), message.key, message.value,
                              int(time.time() * 1000) if timestamp is None else timestamp,
-                             message.headers or ())
+                             message.headers or (), TIMESTAMP_CREATE_TIME)
             log.append(stored)
             return stored
 
@@ -346,7 +364,7 @@ class InMemoryBroker:
             if not self._holds(owner):
                 return False
             for record in records:
-                self._append(record.partition, record.message, record.timestamp)
+                self._append(record.partition, record.message)
             self._commit(group, commits)
             return True
 
@@ -413,7 +431,7 @@ class _Record:
 
     def timestamp(self) -> tuple[int, int]:
         ts = self._message.timestamp
-        return (TIMESTAMP_NOT_AVAILABLE, -1) if ts is None else (TIMESTAMP_CREATE_TIME, ts)
+        return (TIMESTAMP_NONE, -1) if ts is None else (self._message.timestamp_type, ts)
 
     def headers(self) -> list[tuple[str, bytes | None]] | None:
         return list(self._message.headers) or None
@@ -524,8 +542,8 @@ class _Consumer:
 class _Queued:
     partition: int
     message: OutgoingMessage
+    """Its ``timestamp`` set: the producer stamps an unstamped message when it is sent."""
     fails: bool
-    timestamp: int
 
 
 class _Owner(NamedTuple):
@@ -579,8 +597,9 @@ class _Producer:
             partition = self._broker._route(message)
             if faults._fires("produce"):
                 raise ProduceError(f"cannot produce to {message.topic!r}: {_INJECTED}")
-            self._queue.append(_Queued(partition, message, faults._fires("delivery"),
-                                       int(time.time() * 1000)))
+            if message.timestamp is None:
+                message = message._replace(timestamp=int(time.time() * 1000))
+            self._queue.append(_Queued(partition, message, faults._fires("delivery")))
 
     def outstanding(self) -> int:
         """Messages queued and not yet acked, as a real producer reports them while the
@@ -695,7 +714,7 @@ class _Producer:
             self._transaction += delivered
         else:
             for q in delivered:
-                self._broker._append(q.partition, q.message, q.timestamp)
+                self._broker._append(q.partition, q.message)
         failed = [q for q in queued if q.fails]
         return failed[0] if failed else None
 

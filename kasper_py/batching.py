@@ -119,7 +119,7 @@ def build_batch(records: Sequence[Any], key_serde: Serde, value_serde: Serde,
         headers = record.headers()
         messages.append(new(Message, (record.topic(), record.partition(), record.offset(),
                                       record.key(), record.value(), ts if ts_type else None,
-                                      tuple(headers) if headers else ())))
+                                      tuple(headers) if headers else (), ts_type)))
     return decode_batch(messages, key_serde, value_serde, set_aside)
 
 
@@ -145,7 +145,8 @@ def decode_batch(messages: Sequence[Message], key_serde: Serde, value_serde: Ser
         if decode:
             try:
                 message = new(Message, (topic, partition, read[2], key_serde.decode(read[3]),
-                                        value_serde.decode(read[4]), read[5], read[6]))
+                                        value_serde.decode(read[4]), read[5], read[6],
+                                        read[7]))
             except SerdeError as exc:
                 if not set_aside:
                     raise undecodable_error(topic, partition, read[2], exc) from exc

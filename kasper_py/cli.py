@@ -43,10 +43,12 @@ from kasper_py._cli_base import (
     CliError,
     add_config_flags,
     add_target_arguments,
+    add_tasks_argument,
     config_from_args,
     exit_code,
     load_config,
     load_target,
+    load_tasks,
     print_error,
     setup_logging,
 )
@@ -65,6 +67,7 @@ from kasper_py.offsets import (
 from kasper_py.processor import ProcessorFactory
 from kasper_py.stores.base import StoreSpec
 from kasper_py.supervisor import Supervisor, WorkerSpec, split_partitions
+from kasper_py.time import Task
 from kasper_py.topic_processor import TopicProcessor
 from kasper_py.topics import input_partitions, owned_partitions, partition_count
 
@@ -86,6 +89,7 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     run = commands.add_parser("run", help="run a processor until SIGTERM/SIGINT")
     add_target_arguments(run)
+    add_tasks_argument(run)
     run.add_argument("--metrics-host", default="0.0.0.0",
                      help="address the metrics server binds (default: 0.0.0.0)")
     run.add_argument("--force", action="store_true",
@@ -225,10 +229,11 @@ def _run(config: Config, args: argparse.Namespace) -> int:
     if args.processes is not None:
         return _supervise(config, args)
     factory, stores = load_target(args, config)
+    tasks = load_tasks(args, config)
     input_partitions(config, _probe(config, args.connect_timeout))  # topics exist?
     observer = _observer(config, args.metrics_host)
     try:
-        processor = _build_processor(config, factory, stores,
+        processor = _build_processor(config, factory, stores, tasks,
                                      with_store_observer(observer, _RestoreDisplay()),
                                      force=args.force)
         _log.info("kasper.run", processor=config.name, target=args.target, config=repr(config))
@@ -244,6 +249,7 @@ def _supervise(config: Config, args: argparse.Namespace) -> int:
     if args.processes < 1:
         raise CliError(EXIT_USAGE, f"--processes must be at least 1, got {args.processes}")
     load_target(args, config)  # a bad target fails here, not N times in the workers
+    load_tasks(args, config)
     owned = owned_partitions(config, partition_count(config, _probe(config,
                                                                     args.connect_timeout)))
     base = [*_kasper_command(), *_without_processes(args.argv)]
@@ -307,9 +313,11 @@ def _observer(config: Config, host: str) -> LoopObserver:
 
 
 def _build_processor(config: Config, factory: ProcessorFactory, stores: list[StoreSpec],
-                     observer: LoopObserver, *, force: bool = False) -> TopicProcessor:
+                     tasks: list[Task], observer: LoopObserver, *, force: bool = False
+                     ) -> TopicProcessor:
     try:
-        return TopicProcessor(config, factory, stores=stores, observer=observer, force=force)
+        return TopicProcessor(config, factory, stores=stores, observer=observer, force=force,
+                              tasks=tasks)
     except KafkaException as exc:
         raise CliError(EXIT_CONFIG, "librdkafka refused the client settings "
                        f"(client_overrides, consumer_overrides, producer_overrides): "

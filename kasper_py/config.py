@@ -8,13 +8,16 @@ from __future__ import annotations
 import os
 import re
 import socket
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from kasper_py._secrets import masked_settings, remember_secrets
 from kasper_py.exceptions import ConfigError
 from kasper_py.serdes import Serde, serde_for
+
+if TYPE_CHECKING:
+    from kasper_py.message import Message
 
 __all__ = ["Config"]
 
@@ -23,6 +26,7 @@ _MAX_BATCH = 1_000_000  # confluent-kafka's cap on one consume() call
 _DECODE_POLICIES = ("fail", "skip", "dead_letter")
 _GUARANTEES = ("at_least_once", "exactly_once")
 _GROUP_TRANSACTION_TIMEOUT_MS = 10_000
+_FUNCTION_NAME = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")  # module:function
 # librdkafka keys (aliases included) that a Config field decides: an override naming
 # one is refused, so a setting is never silently replaced or dropped.
 _FIELD_KEYS = {
@@ -111,6 +115,13 @@ class Config:
     ``dead_letter`` also produces its original bytes to ``dead_letter_topic``."""
     dead_letter_topic: str | None = None
     """Where ``on_decode_error="dead_letter"`` sends undecodable input; required by it."""
+    timestamp_extractor: str | Callable[[Message], int | None] | None = None
+    """The event time of an input message (``ProcessorContext.event_time``): a function
+    of the decoded ``Message`` returning milliseconds since the epoch (an int), or
+    ``None`` for its Kafka timestamp; or that function's ``"module:function"`` name,
+    which works from TOML and is imported where the turns run (Spark executors
+    included; checked when the ``TopicProcessor`` or driver is built). ``None``: the
+    Kafka timestamp."""
     client_overrides: Mapping[str, ClientValue] = field(default_factory=dict)
     """librdkafka settings applied to every client: consumer, producer, admin (e.g. SASL)."""
     consumer_overrides: Mapping[str, ClientValue] = field(default_factory=dict)
@@ -126,6 +137,7 @@ class Config:
         self._check_serdes()
         self._check_decode_policy()
         self._check_guarantee()
+        self._check_timestamp_extractor()
         self._check_overrides()
 
     def _set(self, name: str, value: Any) -> None:
@@ -213,6 +225,14 @@ class Config:
         if self.processing_guarantee not in _GUARANTEES:
             raise ConfigError("processing_guarantee", f"must be one of {', '.join(_GUARANTEES)}"
                               f", got {self.processing_guarantee!r}")
+
+    def _check_timestamp_extractor(self) -> None:
+        extractor = self.timestamp_extractor
+        if extractor is None or callable(extractor):
+            return
+        if not isinstance(extractor, str) or not _FUNCTION_NAME.match(extractor):
+            raise ConfigError("timestamp_extractor", "must be a function of a Message, or its "
+                              f"name as 'module:function', got {extractor!r}")
 
     def _check_overrides(self) -> None:
         for name in ("client_overrides", "consumer_overrides", "producer_overrides"):

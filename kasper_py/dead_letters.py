@@ -33,6 +33,7 @@ class Undecodable(NamedTuple):
     value: bytes | None
     timestamp: int | None
     headers: Headers
+    timestamp_type: int
     error: str
     """What the serde said, e.g. ``json serde: invalid JSON: ...``."""
 

@@ -4,7 +4,7 @@
     ├── ConfigError          a Config field (or a TOML/env value) is invalid
     ├── TopicError           an input topic or partition is missing, or partition counts differ
     ├── SerdeError           a key or value could not be decoded or encoded
-    ├── ProcessingError      MessageProcessor.process() raised
+    ├── ProcessingError      process(), a timer, a task or the timestamp extractor raised
     ├── ConsumeError         the consumer returned an error for a partition
     ├── ProduceError         an output or changelog message was not delivered
     ├── CommitError          the offset commit (or the transaction's commit) failed
@@ -86,11 +86,13 @@ class SerdeError(KasperError):
 
 
 class ProcessingError(KasperError):
-    """``MessageProcessor.process()`` raised; the batch was not committed."""
+    """``MessageProcessor.process()``, a timer callback, a scheduled task or the timestamp
+    extractor raised; the turn was not committed."""
 
-    def __init__(self, message: str, *, partition: int) -> None:
+    def __init__(self, message: str, *, partition: int | None) -> None:
         super().__init__(message)
         self.partition = partition
+        """The partition whose processor (or timer) raised; ``None`` for a task."""
 
     @classmethod
     def raised(cls, partition: int, exc: BaseException, offsets: str) -> ProcessingError:

@@ -136,3 +136,7 @@ class KafkaClients:
     clock: Callable[[], float] = time.monotonic
     """The clock ``batch_wait`` is measured on. The in-memory broker's moves on by the
     timeout of a consume that finds too little, so its batches close without sleeping."""
+    wall_clock: Callable[[], float] = time.time
+    """Seconds since the epoch, on which wall-clock timers and tasks run. The in-memory
+    broker's is its ``clock`` from the wall time it was made at, so an idle loop on it
+    reaches its timers without sleeping."""

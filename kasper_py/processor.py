@@ -1,5 +1,6 @@
 """``MessageProcessor``, the class users subclass, and ``ProcessorContext``, what a
-factory receives to build the processor of one partition.
+factory receives to build the processor of one partition: its stores, and its time
+(event time, stream time, timers).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar, overload
 
 from kasper_py.stores.base import KeyValueStore
+from kasper_py.time import PartitionClock, Timer, TimerCallback, TimerKind, extractor_for
 
 if TYPE_CHECKING:
     from kasper_py.config import Config
@@ -23,12 +25,77 @@ S = TypeVar("S", bound=KeyValueStore)
 
 @dataclass(frozen=True)
 class ProcessorContext:
-    """What the processor of one partition may use: its partition, config and stores."""
+    """What the processor of one partition may use: its partition, config, stores and
+    time (``event_time``, ``stream_time``, ``schedule``)."""
 
     partition: int
     config: Config
     stores: Mapping[str, KeyValueStore] = field(default_factory=dict)
     """The partition's state stores by name, as declared on the TopicProcessor."""
+    clock: PartitionClock | None = None
+    """The partition's stream time and timers, kept by the turn engine (which passes
+    it); use the methods below. A context built by hand gets one with no wall clock."""
+
+    def __post_init__(self) -> None:
+        if self.clock is None:
+            object.__setattr__(self, "clock", PartitionClock(
+                self.partition, extractor_for(self.config.timestamp_extractor)))
+
+    @property
+    def _clock(self) -> PartitionClock:
+        assert self.clock is not None  # set by __post_init__
+        return self.clock
+
+    def event_time(self, message: Message) -> int | None:
+        """``message``'s event time in milliseconds since the epoch: what
+        ``Config.timestamp_extractor`` returns for it, else (no extractor, or it returned
+        ``None``) its Kafka timestamp; ``None`` when it has neither."""
+        return self._clock.event_time(message)
+
+    def stream_time(self) -> int | None:
+        """The partition's stream time: the largest event time of its records processed
+        so far, the batch in hand included; it never goes back. ``None`` until a record
+        sets it: after a restart it starts unknown again, until a record (or a windowed
+        table restoring its own, see ``observe_stream_time``) sets it."""
+        return self._clock.stream_time
+
+    def observe_stream_time(self, millis: int) -> None:
+        """Raise the stream time to ``millis`` when that is later (never lower it): for a
+        table that keeps stream time across restarts, to seed it when it opens. Timers
+        fire only in turns whose records advance stream time, not on this."""
+        self._clock.observe(millis)
+
+    def schedule(self, interval: float, callback: TimerCallback,
+                 kind: TimerKind = "stream_time") -> Timer:
+        """Call ``callback(timestamp_ms, sender)`` every ``interval`` seconds of ``kind``
+        time, inside a turn; return the ``Timer`` (``cancel()`` stops it).
+
+        What the callback sends or writes is committed with its turn, exactly like
+        ``process()`` output (at-least-once, or in the turn's transaction); when it, or
+        anything later in that turn, fails, nothing of it is committed, and it fires
+        again once the turn is run again (a restart, or the exactly-once retry, whose
+        rebuilt processor schedules its timers anew). Output sent without a timestamp
+        carries ``timestamp_ms``.
+
+        - ``"stream_time"``: due times are the multiples of ``interval`` since the epoch;
+          the timer fires right after a batch of this partition moves its stream time to
+          or past the due time (so the first batch with a timestamp fires it: its first
+          due time is 0), in that turn, with ``timestamp_ms`` the stream time. Never on
+          the wall clock, never on records older than the stream time. When stream time
+          jumps several intervals it fires once, then waits for the next multiple after
+          the stream time (Kafka Streams' punctuation rule).
+        - ``"wall_clock"``: first due ``interval`` after scheduling, then every
+          ``interval``; it fires at the start of the turn that finds it due (before that
+          turn's input is processed), with ``timestamp_ms`` the wall-clock time. While
+          no input comes, the loop runs a turn with no input for it; when input keeps
+          coming, the batch is cut short when the timer falls due. Runs missed while a
+          turn was busy are skipped. The Spark reprocess task has no wall clock: there
+          these timers never fire.
+
+        Timers live with the processor instance: they are not kept across restarts;
+        schedule them in the processor's ``__init__``.
+        """
+        return self._clock.schedule(interval, callback, kind)
 
     @overload
     def store(self, name: str) -> KeyValueStore: ...

@@ -1,6 +1,7 @@
 """``Sender``: where ``process()`` puts output. It only buffers and encodes; the
 loop produces the buffer after ``process()`` returns, so a failed turn leaves
-nothing half-sent by the processor itself.
+nothing half-sent by the processor itself. It also stamps each message with its
+output timestamp: the one given, else the one the turn set for what runs now.
 """
 
 from __future__ import annotations
@@ -20,12 +21,18 @@ HeaderInput = Mapping[str, bytes | str | None] | Iterable[tuple[str, bytes | str
 class Sender:
     """Buffers output messages, encoding keys and values with the configured serdes."""
 
-    __slots__ = ("_buffer", "_key_serde", "_value_serde")
+    __slots__ = ("_buffer", "_key_serde", "_value_serde", "timestamp")
 
     def __init__(self, key_serde: Serde = BYTES, value_serde: Serde = BYTES) -> None:
         self._key_serde = key_serde
         self._value_serde = value_serde
         self._buffer: list[OutgoingRecord] = []
+        self.timestamp: int | None = None
+        """Milliseconds since the epoch given to a message sent without ``timestamp=``.
+        The turn sets it before each call into user code (Kafka Streams' rule: output
+        inherits the time of what caused it): for ``process()``, the newest event time of
+        the partition's batch; for a timer or task, the stream or wall-clock time that
+        fired it. ``None``: the producer stamps the time it produces the message."""
 
     def send(
         self,
@@ -34,11 +41,15 @@ class Sender:
         key: Any = None,
         partition: int | None = None,
         headers: HeaderInput | None = None,
+        *,
+        timestamp: int | None = None,
     ) -> None:
         """Buffer one message for ``topic``; bytes pass through, others go through the serde.
 
         ``partition=None`` lets the producer choose by key (murmur2, like the Java client).
-        Raises ``SerdeError`` naming the topic when the key or value cannot be encoded.
+        ``timestamp`` (milliseconds since the epoch) overrides the inherited one (see
+        ``Sender.timestamp``). Raises ``SerdeError`` naming the topic when the key or value
+        cannot be encoded, ``ValueError`` for a bad topic, partition or timestamp.
         """
         if type(value) is not bytes and value is not None:
             value = self._encode(self._value_serde, topic, value)
@@ -48,9 +59,14 @@ class Sender:
             raise ValueError(f"send() needs a topic name, got {topic!r}")
         if partition is not None and (type(partition) is not int or partition < 0):
             raise ValueError(f"send() partition must be a non-negative int, got {partition!r}")
+        if timestamp is None:
+            timestamp = self.timestamp
+        elif type(timestamp) is not int or timestamp < 0:
+            raise ValueError(f"send() timestamp must be a non-negative int of milliseconds, "
+                             f"got {timestamp!r}")
         encoded_headers = None if headers is None else _headers(headers)
         # a plain tuple: the producer only unpacks it (see OutgoingRecord)
-        self._buffer.append((topic, value, key, partition, encoded_headers))
+        self._buffer.append((topic, value, key, partition, encoded_headers, timestamp))
 
     @staticmethod
     def _encode(serde: Serde, topic: str, value: Any) -> bytes | None:

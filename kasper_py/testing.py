@@ -3,7 +3,9 @@
 - ``InMemoryBroker``: the real ``TopicProcessor`` on in-memory topics, offsets and
   stores, with faults injected on demand (a failed produce, delivery, commit or store
   write, or a crash between two steps of a turn, then a restart);
-- ``ProcessorDriver``: lists of messages in, what the processor sent out.
+- ``ProcessorDriver``: lists of messages in, what the processor sent out; its wall
+  clock and stream time move only when the test says (``advance_wall_clock``,
+  ``advance_stream_time``), so timers and tasks are tested in milliseconds.
 
 The driver runs the loop's own turn (``kasper_py.turn``): skipping
 input an effectively-once store applied, process, dead letters, outputs first for
@@ -14,21 +16,31 @@ processor that passes here behaves the same way inside ``TopicProcessor``.
     driver = ProcessorDriver(WordCount, value_serde="str")
     driver.process([make_message("lines", "a b a")])
     assert driver.outputs("counts") == [("a", "2"), ("b", "1")]
+    driver.advance_wall_clock(60)   # wall-clock timers and tasks due by then fire
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from kasper_py._memory_broker import Commit, Faults, InMemoryBroker
-from kasper_py.batching import decode_batch
+from kasper_py.batching import Batch, decode_batch
 from kasper_py.config import Config
 from kasper_py.exceptions import SimulatedCrash
-from kasper_py.message import Headers, Message, OutgoingMessage, OutgoingRecord
+from kasper_py.message import (
+    TIMESTAMP_CREATE_TIME,
+    TIMESTAMP_NONE,
+    Headers,
+    Message,
+    OutgoingMessage,
+    OutgoingRecord,
+)
 from kasper_py.processor import MessageProcessor, ProcessorFactory
 from kasper_py.serdes import Serde, serde_for
 from kasper_py.stores.base import KeyValueStore, StoreRuntime, StoreSpec
+from kasper_py.time import Task
 from kasper_py.turn import TurnEngine
 
 __all__ = ["Commit", "Faults", "InMemoryBroker", "ProcessorDriver", "SimulatedCrash",
@@ -46,17 +58,28 @@ def make_message(
     offset: int | None = None,
     timestamp: int | None = None,
     headers: Headers = (),
+    timestamp_type: int | None = None,
 ) -> Message:
     """A ``Message`` as a processor would receive it (key and value already decoded).
 
     With ``offset=None`` the driver numbers messages per topic-partition from 0.
+    ``timestamp_type`` defaults to create time when ``timestamp`` is given, else none.
     """
+    if timestamp_type is None:
+        timestamp_type = TIMESTAMP_NONE if timestamp is None else TIMESTAMP_CREATE_TIME
     return Message(topic, partition, -1 if offset is None else offset, key, value,
-                   timestamp, headers)
+                   timestamp, headers, timestamp_type)
 
 
 class ProcessorDriver:
-    """Runs a processor factory over batches in memory and records what it sent."""
+    """Runs a processor factory over batches in memory and records what it sent.
+
+    Time moves only when the test moves it: the wall clock starts at
+    ``wall_clock_start`` (seconds since the epoch; now by default) and stands still
+    until ``advance_wall_clock``; a partition's stream time moves with the event times
+    of the messages processed, or with ``advance_stream_time``. ``tasks`` run on the
+    driver's wall clock, as ``TopicProcessor(tasks=...)`` runs them on the real one.
+    """
 
     def __init__(
         self,
@@ -66,6 +89,8 @@ class ProcessorDriver:
         stores: Sequence[StoreSpec] = (),
         key_serde: str | Serde = "bytes",
         value_serde: str | Serde = "bytes",
+        tasks: Sequence[Task] = (),
+        wall_clock_start: float | None = None,
     ) -> None:
         self.config = config or Config(
             name="testing", bootstrap_servers="in-memory:0", input_topics=("input",),
@@ -74,10 +99,12 @@ class ProcessorDriver:
         self._factory = factory
         self._store_specs = list(stores)
         self._port = _AckedList()
+        self._wall_time = time.time() if wall_clock_start is None else float(wall_clock_start)
         exactly_once = self.config.exactly_once
         self._engine = TurnEngine(self.config, self._port,
                                   commit=self._port.commit if exactly_once else None,
-                                  transactions=self._port if exactly_once else None)
+                                  transactions=self._port if exactly_once else None,
+                                  wall_clock=lambda: self._wall_time, tasks=tasks)
         self._next_offset: dict[tuple[str, int], int] = {}
         self.committed: dict[tuple[str, int], int] = {}
         """Next offset per (topic, partition), as the loop would commit it."""
@@ -105,8 +132,49 @@ class ProcessorDriver:
                              set_aside=encoded and self.config.on_decode_error != "fail")
         for partition in batch.by_partition.keys() | {r.partition for r in batch.undecodable}:
             self.processor(partition)
+        return self._run(batch)
+
+    @property
+    def wall_time(self) -> float:
+        """The driver's wall clock, in seconds since the epoch."""
+        return self._wall_time
+
+    def stream_time(self, partition: int = 0) -> int | None:
+        """``partition``'s stream time in milliseconds (``None`` until one is known)."""
+        return self._engine.time.clock(partition).stream_time
+
+    def advance_wall_clock(self, seconds: float) -> list[OutgoingMessage]:
+        """Move the wall clock on by ``seconds`` and, when a wall-clock timer or task is
+        due, run a turn with no input, as the idle loop does; return what it sent.
+
+        Like the loop after a pause, a timer or task fires once however many of its
+        intervals the jump covers (missed runs are skipped): advance step by step to
+        see every run."""
+        if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds < 0:
+            raise ValueError(f"advance_wall_clock() takes seconds >= 0, got {seconds!r}")
+        self._wall_time += seconds
+        if not self._engine.time.due():
+            return []
+        return self._run(Batch())
+
+    def advance_stream_time(self, to: int, partition: int = 0) -> list[OutgoingMessage]:
+        """Move ``partition``'s stream time on to ``to`` (milliseconds since the epoch), as
+        a record with that event time would, in a turn with no input: its stream-time
+        timers due by then fire (and wall-clock ones due now). Return what it sent.
+        Stream time never goes back: a ``to`` before it is a ``ValueError``."""
+        if isinstance(to, bool) or not isinstance(to, int) or to < 0:
+            raise ValueError(f"advance_stream_time() takes milliseconds >= 0, got {to!r}")
+        current = self.stream_time(partition)
+        if current is not None and to < current:
+            raise ValueError(f"stream time of partition {partition} is {current}; it never "
+                             f"goes back to {to}")
+        self.processor(partition)
+        return self._run(Batch(), stream_times={partition: to})
+
+    def _run(self, batch: Batch, stream_times: dict[int, int] | None = None
+             ) -> list[OutgoingMessage]:
         before = len(self.sent)
-        result = self._engine.run(batch)
+        result = self._engine.run(batch, stream_times=stream_times)
         self.committed.update(result.next_offsets)
         return self.sent[before:]
 

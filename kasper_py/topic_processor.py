@@ -1,6 +1,7 @@
 """``TopicProcessor``: the loop. Each turn, in this order (the order is the guarantee):
 
-1. process every partition's batch (``MessageProcessor.process``)
+1. process every partition's batch (``MessageProcessor.process``), then fire the
+   timers and tasks that are due
 2. flush the state stores
 3. produce the buffered output; while its acks are outstanding, read the next batch
    (consume and, once it is full, decode: nothing of it is processed yet)
@@ -9,13 +10,14 @@
    commit the turn's transaction with them
 6. report the turn (metrics, one log line)
 
-A failure in any step stops the loop before step 5, so the batch is replayed on
-restart: at-least-once, with duplicates bounded by one batch; with exactly-once the
-transaction is aborted, so nothing of it is ever visible to read_committed readers. The
-batch read ahead was never processed and is never committed before its own turn: it
-is read again too. At start the loop refuses partitions another loop is running (its
-commit note is recent), unless forced; with exactly-once, a loop on the same partition
-set is fenced instead.
+While no input comes, a wall-clock timer or task that falls due gets a turn of its
+own, with no input (exactly-once: a transaction of its outputs). A failure in any step
+stops the loop before step 5, so the batch is replayed on restart: at-least-once, with
+duplicates bounded by one batch; with exactly-once the transaction is aborted, so
+nothing of it is ever visible to read_committed readers. The batch read ahead was
+never processed and is never committed before its own turn: it is read again too. At
+start the loop refuses partitions another loop is running (its commit note is recent),
+unless forced; with exactly-once, a loop on the same partition set is fenced instead.
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ from kasper_py.ports import KafkaClients
 from kasper_py.processor import ProcessorFactory
 from kasper_py.producer import OutputProducer
 from kasper_py.stores.base import StoreRuntime, StoreSpec
+from kasper_py.time import Task
 from kasper_py.topics import owned_partitions
 from kasper_py.turn import TurnEngine
 
@@ -71,6 +74,9 @@ before the loop stops."""
 _RETRY_PAUSE = 0.5
 _FENCED_NOTE_WAIT = 5.0
 """Fenced: how long to wait for the note of the loop that took over, to name it."""
+_DUE_STEP = 0.001
+"""Shortest consume wait while a wall-clock timer or task is due (it then ends the
+batch at once)."""
 
 
 class TopicProcessor:
@@ -85,11 +91,14 @@ class TopicProcessor:
         observer: LoopObserver | None = None,
         clients: KafkaClients | None = None,
         force: bool = False,
+        tasks: Sequence[Task] = (),
     ) -> None:
         """``clients`` default to confluent-kafka clients built from ``config``; pass
         ``kasper_py.testing.InMemoryBroker(...).clients(config)`` to run with no broker.
         ``force`` starts even when another loop's recent commit note says it is running
-        these partitions (by default that raises ``AlreadyRunningError``)."""
+        these partitions (by default that raises ``AlreadyRunningError``). ``tasks`` run
+        on the wall clock, in turns of this loop (see ``kasper_py.time.Task``).
+        Raises ``ConfigError`` when ``config.timestamp_extractor`` does not import."""
         names = [spec.name for spec in stores]
         if len(set(names)) != len(names):
             raise ValueError(f"store names must be unique, got {names}")
@@ -107,7 +116,8 @@ class TopicProcessor:
         self._engine = TurnEngine(
             config, self._producer, commit=self._commit_offsets,
             transactions=self._producer if config.exactly_once else None,
-            waiting=self._observer.on_idle, on_step=clients.on_step)
+            waiting=self._observer.on_idle, on_step=clients.on_step,
+            wall_clock=clients.wall_clock, tasks=tasks)
         self._offsets = OffsetTracker()
         self._collector = Collector(self._consumer.consume, config.batch_size,
                                     config.batch_wait, self._clock)
@@ -389,9 +399,9 @@ class TopicProcessor:
     def _loop(self, until_caught_up: bool) -> None:
         while not self._closing.is_set():
             batch = self._next_batch()
-            if batch.ranges:
-                self._turn(batch)
-            else:
+            if batch.ranges or self._engine.time.due():
+                self._turn(batch)  # with no input: for the timers and tasks due
+            if not batch.ranges:
                 self._observer.on_idle()
                 self._heartbeat()
             full = len(batch) >= self.config.batch_size
@@ -404,7 +414,11 @@ class TopicProcessor:
             raise ahead  # reading it failed: it is this turn's failure, not the last one's
         if ahead is not None:
             return ahead
-        self._collector.gather()
+        wait = self._engine.time.seconds_until_due()
+        if wait is None:
+            self._collector.gather()
+        else:  # a wall-clock timer or task ends the batch early when it falls due
+            self._collector.gather(until=self._engine.time.due, step=max(wait, _DUE_STEP))
         return self._decode(self._collector.take())
 
     def _decode(self, records: list[Any]) -> Batch:
@@ -506,6 +520,8 @@ class TopicProcessor:
     def _commit_offsets(self, next_offsets: dict[tuple[str, int], int]) -> None:
         """The engine's commit: the input offsets (moved past transaction markers), with
         a running note; with exactly-once, in the turn's transaction, which it commits."""
+        if not next_offsets and not self.config.exactly_once:
+            return  # a turn of timers and tasks alone: no input to commit
         next_offsets = self._past_markers(next_offsets)
         self._offsets.check(next_offsets)
         self._commit_with_note(next_offsets, "running")

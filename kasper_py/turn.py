@@ -3,7 +3,10 @@ testing driver). Given a decoded ``Batch``, in this order (the order is the guar
 
 1. skip input an effectively-once store already applied (a replayed batch)
 2. exactly-once: begin the turn's transaction
-3. process every partition's messages; set undecodable input aside (dead letters)
+3. run the wall-clock timers and tasks that are due; process every partition's
+   messages (its stream time moved on to the newest event time of its batch, which
+   stamps its output), each followed by its stream-time timers due when the batch
+   advanced its stream time; set undecodable input aside (dead letters)
 4. with effectively-once stores, produce the output and wait for its acks first
    (exactly-once: and commit, so the store records offsets whose outputs are visible)
 5. flush the stores
@@ -14,8 +17,10 @@ testing driver). Given a decoded ``Batch``, in this order (the order is the guar
 8. stores see the turn done (local tables apply their writes)
 
 A failure in any step raises a ``KasperError`` naming the uncommitted batch; the
-stores drop the turn's buffered writes and the transaction is aborted; the runner
-must then not commit. What a runner does around the turn (polling, Arrow rows and
+stores drop the turn's buffered writes, the transaction is aborted, and stream times
+and schedules go back to where they were (what fired fires again); the runner must
+then not commit. A turn may have no input: the loop runs one when a wall-clock timer
+or task is due. What a runner does around the turn (polling, Arrow rows and
 task reports, an in-memory broker) lives in the runner, never here.
 """
 
@@ -38,7 +43,7 @@ from kasper_py.exceptions import (
     SimulatedCrash,
     StoreError,
 )
-from kasper_py.message import OutgoingRecord
+from kasper_py.message import Message, OutgoingRecord
 from kasper_py.ports import OutputPort, Transactions
 from kasper_py.processor import MessageProcessor, ProcessorContext, ProcessorFactory
 from kasper_py.sender import Sender
@@ -48,6 +53,9 @@ from kasper_py.stores.base import (
     StoreSpec,
     check_effectively_once_alone,
 )
+from kasper_py.time import Task
+from kasper_py.time._extractor import EventTimeError
+from kasper_py.time._keeper import TimeKeeper
 
 __all__ = ["STEPS", "PartitionState", "TurnEngine", "TurnResult"]
 
@@ -90,10 +98,16 @@ class TurnEngine:
     def __init__(self, config: Config, port: OutputPort, *,
                  commit: Commit | None = None, transactions: Transactions | None = None,
                  waiting: Callable[[], None] | None = None,
-                 on_step: Callable[[str], None] | None = None) -> None:
+                 on_step: Callable[[str], None] | None = None,
+                 wall_clock: Callable[[], float] | None = time.time,
+                 tasks: Sequence[Task] = ()) -> None:
         """``transactions`` (exactly-once) wraps every turn in a transaction of ``port``,
-        which ``commit`` must commit."""
+        which ``commit`` must commit. ``wall_clock`` (seconds since the epoch) drives
+        wall-clock timers and ``tasks``; ``None`` runs neither (the Spark task). Raises
+        ``ConfigError`` when ``Config.timestamp_extractor`` does not import."""
         self.config = config
+        self.time = TimeKeeper(config, wall_clock, tasks)
+        """Stream time per partition, timers and tasks."""
         self.partitions: dict[int, PartitionState] = {}
         self._port = port
         self._commit = commit or _no_commit
@@ -123,17 +137,22 @@ class TurnEngine:
         check_effectively_once_alone(state.stores)
         self._outputs_first = self._outputs_first or any(
             store.effectively_once for store in state.stores.values())
-        state.processor = factory(ProcessorContext(partition, self.config, dict(state.stores)))
+        state.processor = factory(ProcessorContext(partition, self.config, dict(state.stores),
+                                                   self.time.clock(partition)))
         return state
 
     def rebuild_processors(self, factory: ProcessorFactory) -> None:
         """Close every processor and build a fresh one on the same stores: after an
-        aborted turn, plain Python state is as a restarted process would have it."""
+        aborted turn, plain Python state is as a restarted process would have it. The old
+        instances' timers are cancelled (the new ones schedule theirs); stream times and
+        tasks stay as the last committed turn left them."""
         for state in self.partitions.values():
             if state.processor is not None:
                 state.processor.close()
+            self.time.clear_timers(state.partition)
             state.processor = factory(ProcessorContext(state.partition, self.config,
-                                                       dict(state.stores)))
+                                                       dict(state.stores),
+                                                       self.time.clock(state.partition)))
 
     def unrecorded(self, keys: Sequence[TopicPartitionKey]) -> list[TopicPartitionKey]:
         """Exactly-once with effectively-once stores: the topic-partitions of ``keys``
@@ -175,6 +194,7 @@ class TurnEngine:
         state = self.partitions.pop(partition, None)
         if state is None:
             return []
+        self.time.forget(partition)
         for tp in [tp for tp in (*self._next, *self._skip_below) if tp[1] == partition]:
             self._next.pop(tp, None)
             self._skip_below.pop(tp, None)
@@ -191,14 +211,20 @@ class TurnEngine:
 
     # -- the turn -------------------------------------------------------------------
 
-    def run(self, batch: Batch, meanwhile: Callable[[], object] | None = None) -> TurnResult:
-        """Run one turn over ``batch`` (steps in the module docstring). ``meanwhile`` is
-        called once, after the last output is handed over and before its acks are
-        awaited; whatever it raises fails the turn (uncommitted), like any step."""
+    def run(self, batch: Batch, meanwhile: Callable[[], object] | None = None, *,
+            stream_times: Mapping[int, int] | None = None) -> TurnResult:
+        """Run one turn over ``batch`` (steps in the module docstring); an empty batch
+        runs what is due. ``meanwhile`` is called once, after the last output is handed
+        over and before its acks are awaited; whatever it raises fails the turn
+        (uncommitted), like any step. ``stream_times`` moves partitions' stream times on
+        first, as records would (the testing driver's ``advance_stream_time``)."""
         durations: dict[str, float] = {}
         transactions = self._transactions
         committed = False
+        saved = self.time.save()
         try:
+            for partition, millis in (stream_times or {}).items():
+                self.time.advance(partition, millis)
             self._check_order(batch)
             if self._skip_below:
                 self._drop_applied(batch)
@@ -228,6 +254,7 @@ class TurnEngine:
             self._on_step("after_commit")
         except BaseException as exc:
             self._discard_pending()
+            self.time.restore(saved)
             # a killed process aborts nothing: its successor does
             if (transactions is not None and not isinstance(exc, SimulatedCrash)
                     and transactions.abort()):
@@ -256,18 +283,37 @@ class TurnEngine:
 
     def _process(self, batch: Batch) -> Sender:
         sender = Sender(self.config.key_decoder, self.config.value_decoder)
+        self.time.fire_wall_clock(sender)
         for partition, messages in batch.by_partition.items():
             processor = self.partitions[partition].processor
             assert processor is not None  # built by open_partition
+            sender.timestamp = self._stamp(partition, messages, batch)
             try:
                 processor.process(messages, sender)
             except KasperError:
                 raise
             except Exception as exc:
                 raise ProcessingError.raised(partition, exc, batch.describe(partition)) from exc
+            self.time.fire_stream_time(sender, partition)
+        self.time.fire_stream_time(sender)  # moved on with no input (the testing driver)
+        sender.timestamp = None  # dead letters are stamped when produced
         if batch.undecodable:
             send_aside(batch.undecodable, self.config, sender)
         return sender
+
+    def _stamp(self, partition: int, messages: list[Message], batch: Batch) -> int | None:
+        """Move the partition's stream time on; the batch's newest event time, which its
+        output inherits. A timestamp extractor that fails fails the turn."""
+        try:
+            return self.time.stamp(partition, messages)
+        except KasperError:
+            raise
+        except EventTimeError as exc:
+            raise ProcessingError(f"{exc} ({batch.describe(partition)})",
+                                  partition=partition) from exc
+        except Exception as exc:
+            raise ProcessingError(f"timestamp_extractor raised {type(exc).__name__}: {exc} "
+                                  f"({batch.describe(partition)})", partition=partition) from exc
 
     def _flush(self, next_offsets: dict[TopicPartitionKey, int]) -> None:
         for partition, name, store in self.stores():

@@ -78,8 +78,9 @@ class KafkaHelper:
         self.bootstrap = bootstrap
 
     def produce(self, topic: str, records: list[tuple[Any, Any]] | list[Any],
-                partition: int | None = None) -> None:
-        """Produce values (or (key, value) pairs) and wait for every ack."""
+                partition: int | None = None, timestamp: int | None = None) -> None:
+        """Produce values (or (key, value) pairs), with ``timestamp`` (ms) as their create
+        time when given, and wait for every ack."""
         from confluent_kafka import Producer
 
         producer = Producer({"bootstrap.servers": self.bootstrap, "linger.ms": 5,
@@ -91,6 +92,8 @@ class KafkaHelper:
                                       "on_delivery": lambda err, _m: err and errors.append(err)}
             if partition is not None:
                 kwargs["partition"] = partition
+            if timestamp is not None:
+                kwargs["timestamp"] = timestamp
             while True:
                 try:
                     producer.produce(topic, **kwargs)

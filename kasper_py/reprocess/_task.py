@@ -5,8 +5,9 @@ output port: the loop's turn, the loop's decoder, the loop's dead letters.
 
 With stores, every batch's output is acked before the next (local tables apply their
 writes only then); without, acks are awaited at the end of each partition. Any error
-fails the task, and so the job, before a handoff could happen. Nothing here imports
-pyspark.
+fails the task, and so the job, before a handoff could happen. Stream time and its
+timers run as in the loop; there is no wall clock: wall-clock timers never fire and
+scheduled tasks do not run. Nothing here imports pyspark.
 """
 
 from __future__ import annotations
@@ -156,7 +157,9 @@ class PartitionRunner:
         port: OutputPort = producer if spec.output == "kafka" else _Discarded(producer)
         if not spec.stores:
             port = _AckedAtFinish(port)  # nothing waits on the acks before the finish
-        self._engine = TurnEngine(config, port)
+        # History in bulk: no wall clock, so wall-clock timers never fire and no tasks
+        # run; stream time, and its timers, move with the records as in the loop.
+        self._engine = TurnEngine(config, port, wall_clock=None)
         try:
             self._engine.open_partition(partition, spec.factory, spec.stores,
                                         StoreRuntime(config, partition, producer))
@@ -254,12 +257,14 @@ def _runs(messages: Sequence[Message]) -> Iterator[tuple[int, int, int]]:
 
 def _messages(batch: Any) -> list[Message]:
     """Arrow batch of ``COLUMNS`` -> Messages as read (key and value bytes; the turn's
-    ``decode_batch`` decodes them, as it does the loop's records)."""
+    ``decode_batch`` decodes them, as it does the loop's records). Spark's
+    ``timestampType`` is Kafka's Java id (-1 none, 0 create time, 1 log-append time),
+    one below confluent-kafka's, which ``Message.timestamp_type`` uses."""
     topics, partitions, offsets, keys, values, stamps, kinds, headers = (
         batch.column(i).to_pylist() for i in range(len(COLUMNS)))
     new = tuple.__new__  # Message is a NamedTuple; this skips its Python-level __new__
     return [new(Message, (topic, partition, offset, key, value, None if kind < 0 else stamp,
-                          _headers(header) if header else ()))
+                          _headers(header) if header else (), max(kind + 1, 0)))
             for topic, partition, offset, key, value, stamp, kind, header
             in zip(topics, partitions, offsets, keys, values, stamps, kinds, headers,
                    strict=True)]

@@ -199,7 +199,7 @@ def test_outstanding_falls_to_zero_without_a_flush(bootstrap, new_topic) -> None
     topic = new_topic("out")
     cfg = Config(name="outstanding", bootstrap_servers=bootstrap, input_topics=[topic])
     producer = OutputProducer(cfg)
-    producer.produce([(topic, b"x", None, 0, None)] * 100)
+    producer.produce([(topic, b"x", None, 0, None, None)] * 100)
     deadline = time.monotonic() + 30
     while producer.outstanding() and time.monotonic() < deadline:
         time.sleep(0.01)

@@ -241,6 +241,65 @@ def test_bad_target_is_a_config_error(tmp_path: Path) -> None:
     assert "Traceback" not in result.stderr
 
 
+APP = """
+from kasper_py import Task
+
+factory = print
+
+def event_time(message):
+    return message.timestamp
+
+def nightly(timestamp, sender):
+    pass
+
+tasks = [Task(nightly, cron="0 3 * * *")]
+not_tasks = [nightly]
+"""
+
+
+@pytest.mark.parametrize(("extractor", "code", "text"), [
+    ("proc:event_time", EXIT_BROKER, "cannot reach Kafka"),
+    ("proc:missing", EXIT_CONFIG, "config field 'timestamp_extractor': 'proc:missing': 'proc' "
+                                  "has no attribute 'missing'"),
+    ("nonsense", EXIT_CONFIG, "config field 'timestamp_extractor': must be a function of a "
+                              "Message, or its name as 'module:function', got 'nonsense'"),
+])
+def test_the_timestamp_extractor_is_imported_from_the_app_dir_before_connecting(
+        tmp_path: Path, extractor: str, code: int, text: str) -> None:
+    """KASPER_TIMESTAMP_EXTRACTOR names a function in --app-dir: a good one lets the run
+    go on to the broker (unreachable here); a bad one is a config error naming it."""
+    (tmp_path / "proc.py").write_text(APP)
+    result = kasper("run", "proc:factory", *BASE, "--app-dir", str(tmp_path),
+                    "--connect-timeout", "1", env={"KASPER_TIMESTAMP_EXTRACTOR": extractor})
+    assert result.returncode == code
+    assert text in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(("tasks", "code", "text"), [
+    ("proc:tasks", EXIT_BROKER, "cannot reach Kafka"),
+    ("proc:not_tasks", EXIT_CONFIG, "--tasks 'proc:not_tasks' must give a sequence of Task"),
+    ("proc:nope", EXIT_CONFIG, "--tasks 'proc:nope': 'proc' has no attribute 'nope'"),
+])
+def test_run_takes_tasks_from_the_app(tmp_path: Path, tasks: str, code: int, text: str
+                                      ) -> None:
+    """kasper run --tasks module:attr: a sequence of Task, checked before connecting."""
+    (tmp_path / "proc.py").write_text(APP)
+    result = kasper("run", "proc:factory", *BASE, "--app-dir", str(tmp_path), "--tasks",
+                    tasks, "--connect-timeout", "1")
+    assert result.returncode == code
+    assert text in result.stderr
+
+
+def test_a_bad_cron_expression_in_the_app_is_a_config_error(tmp_path: Path) -> None:
+    """The Task raises ConfigError as the app module is imported: exit 3, the cron text."""
+    (tmp_path / "proc.py").write_text(APP.replace("0 3 * * *", "0 25 * * *"))
+    result = kasper("run", "proc:factory", *BASE, "--app-dir", str(tmp_path), "--tasks",
+                    "proc:tasks", "--connect-timeout", "1")
+    assert result.returncode == EXIT_CONFIG
+    assert "cron '0 25 * * *' is not a valid cron expression" in result.stderr
+
+
 def test_unreachable_broker_has_its_own_exit_code(tmp_path: Path) -> None:
     """No broker at the address: exit 4, the address and the cause, no traceback."""
     (tmp_path / "proc.py").write_text("factory = print\n")

@@ -10,6 +10,7 @@ from confluent_kafka import Message as RawMessage
 from kasper_py import JSON, STRING, Config, ConfigError, SerdeError
 from kasper_py.batching import build_batch
 from kasper_py.dead_letters import Undecodable, send_aside
+from kasper_py.message import TIMESTAMP_CREATE_TIME, TIMESTAMP_NONE
 from kasper_py.sender import Sender
 
 
@@ -55,7 +56,7 @@ def test_dead_letter_keeps_the_original_bytes_and_says_why() -> None:
     """The dead-letter message carries the input's key and value bytes unchanged, its
     headers first, then the error and the source coordinates."""
     record = Undecodable("t", 2, 9, b"\xffkey", b"\x00raw", 1234, (("trace", b"x"),),
-                         "json serde: invalid JSON: boom")
+                         TIMESTAMP_CREATE_TIME, "json serde: invalid JSON: boom")
     sender = Sender(STRING, JSON)
     send_aside([record], config(on_decode_error="dead_letter", dead_letter_topic="t-dlq"), sender)
     (message,) = sender.messages
@@ -76,7 +77,7 @@ def test_dead_letter_keeps_the_original_bytes_and_says_why() -> None:
 def test_skip_sends_nothing() -> None:
     """The skip policy only logs: nothing is buffered for output."""
     sender = Sender()
-    record = Undecodable("t", 0, 1, None, b"x", None, (), "bad")
+    record = Undecodable("t", 0, 1, None, b"x", None, (), TIMESTAMP_NONE, "bad")
     send_aside([record], config(on_decode_error="skip"), sender)
     assert len(sender) == 0
 

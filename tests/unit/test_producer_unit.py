@@ -20,8 +20,10 @@ class RecordingProducer:
         self.calls: list[tuple[Any, ...]] = []
 
     def produce(self, topic: str, value: bytes | None, key: bytes | None, partition: int,
-                **kwargs: Any) -> None:
-        self.calls.append((topic, value, key, partition, kwargs.get("headers")))
+                *later: Any) -> None:
+        """confluent-kafka's order: ... partition, on_delivery, callback, timestamp, headers."""
+        _on_delivery, _callback, timestamp, *headers = later
+        self.calls.append((topic, value, key, partition, timestamp, *headers))
 
     def poll(self, timeout: float) -> int:
         return 0
@@ -39,13 +41,23 @@ def enqueue(messages: list[OutgoingMessage],
 
 def test_messages_are_enqueued_in_send_order_with_their_headers() -> None:
     """Keyed v1, v2 with headers, v3 to partition 3: three calls in that order; no
-    partition means librdkafka's "unassigned" (-1), so the partitioner hashes the key."""
+    partition means librdkafka's "unassigned" (-1), so the partitioner hashes the key;
+    no timestamp is librdkafka's 0, "now"."""
     calls = enqueue([OutgoingMessage("out", b"v1", b"K"),
                      OutgoingMessage("out", b"v2", b"K", None, (("h", b"1"),)),
                      OutgoingMessage("other", b"v3", None, 3)])
-    assert calls == [("out", b"v1", b"K", -1, None),
-                     ("out", b"v2", b"K", -1, [("h", b"1")]),
-                     ("other", b"v3", None, 3, None)]
+    assert calls == [("out", b"v1", b"K", -1, 0),
+                     ("out", b"v2", b"K", -1, 0, [("h", b"1")]),
+                     ("other", b"v3", None, 3, 0)]
+
+
+def test_timestamps_are_passed_as_the_create_time() -> None:
+    """A message's timestamp reaches produce() as its timestamp argument, with headers
+    or without."""
+    calls = enqueue([OutgoingMessage("out", b"v1", None, None, None, 1_700_000_000_123),
+                     OutgoingMessage("out", b"v2", None, None, (("h", b"1"),), 42)])
+    assert calls == [("out", b"v1", None, -1, 1_700_000_000_123),
+                     ("out", b"v2", None, -1, 42, [("h", b"1")])]
 
 
 class FullOnce(RecordingProducer):
@@ -57,11 +69,11 @@ class FullOnce(RecordingProducer):
         self.full_at, self.attempts, self.polls = full_at, 0, 0
 
     def produce(self, topic: str, value: bytes | None, key: bytes | None, partition: int,
-                **kwargs: Any) -> None:
+                *later: Any) -> None:
         self.attempts += 1
         if self.attempts == self.full_at:
             raise BufferError("Local: Queue full")
-        super().produce(topic, value, key, partition, **kwargs)
+        super().produce(topic, value, key, partition, *later)
 
     def poll(self, timeout: float) -> int:
         self.polls += 1
@@ -107,7 +119,7 @@ class AlwaysFull(RecordingProducer):
     local queue never drains (a broker that stopped answering)."""
 
     def produce(self, topic: str, value: bytes | None, key: bytes | None, partition: int,
-                **kwargs: Any) -> None:
+                *later: Any) -> None:
         raise BufferError("Local: Queue full")
 
 

@@ -21,7 +21,13 @@ from kasper_py import (
     SerdeError,
     StoreError,
 )
-from kasper_py.message import OutgoingMessage, OutgoingRecord
+from kasper_py.message import (
+    TIMESTAMP_CREATE_TIME,
+    TIMESTAMP_LOG_APPEND_TIME,
+    TIMESTAMP_NONE,
+    OutgoingMessage,
+    OutgoingRecord,
+)
 from kasper_py.processor import ProcessorContext
 from kasper_py.reprocess._task import COLUMNS, PartitionStats, TaskSpec, run_task
 from kasper_py.stores.memory import MemoryTable
@@ -74,20 +80,21 @@ def arrow(rows: list[tuple[Any, ...]]) -> Any:
     """An Arrow batch of COLUMNS from (topic, partition, offset, value[, headers]) rows."""
     columns: dict[str, list[Any]] = {name: [] for name in COLUMNS}
     for topic, partition, offset, value, *headers in rows:
+        kind = {3: -1, 4: 1}.get(offset, 0)  # Spark's timestampType: none, log-append, create
         values = [topic, partition, offset, b"k%d" % offset, value, 1000 + offset,
-                  -1 if offset == 3 else 0, headers[0] if headers else None]
+                  kind, headers[0] if headers else None]
         for name, cell in zip(COLUMNS, values, strict=True):
             columns[name].append(cell)
     return pa.RecordBatch.from_pydict(columns)
 
 
 def run(batches: list[Any], *, batch_size: int = 3, topics: tuple[str, ...] = ("t",),
-        stores: tuple[Any, ...] = (), output: str = "kafka", **config: Any
-        ) -> tuple[list[dict[str, Any]], list[Any], list[PartitionStats]]:
+        stores: tuple[Any, ...] = (), output: str = "kafka", factory: Any = Recorder,
+        **config: Any) -> tuple[list[dict[str, Any]], list[Any], list[PartitionStats]]:
     Recorder.instances.clear()
     cfg = Config(name="unit", bootstrap_servers="in-memory:0", input_topics=topics,
                  batch_size=batch_size, **config)
-    spec = TaskSpec(cfg, Recorder, stores, output)  # type: ignore[arg-type]
+    spec = TaskSpec(cfg, factory, stores, output)
     log: list[Any] = []
     reported: list[PartitionStats] = []
     results = list(run_task(spec, batches, reported.extend, lambda _c: FakeProducer(log)))
@@ -111,14 +118,40 @@ def test_batches_of_batch_size_span_arrow_batches() -> None:
 
 def test_message_fields_headers_timestamps_and_serdes() -> None:
     """Keys and values go through the serdes; headers come from Spark's JSON (base64
-    values, null kept); a timestampType of -1 means no timestamp."""
+    values, null kept); Spark's timestampType (Kafka's Java ids) becomes
+    confluent-kafka's: -1 no timestamp, 0 create time, 1 log-append time."""
     headers = json.dumps([{"key": "h", "value": base64.b64encode(b"\x00\xff").decode()},
                           {"key": "n", "value": None}])
-    run([arrow([("t", 0, 2, b"two", headers), ("t", 0, 3, b"three")])], key_serde="str",
-        value_serde="str")
-    first, second = Recorder.instances[0].batches[0]
-    assert first == Message("t", 0, 2, "k2", "two", 1002, (("h", b"\x00\xff"), ("n", None)))
-    assert second == Message("t", 0, 3, "k3", "three", None, ())
+    run([arrow([("t", 0, 2, b"two", headers), ("t", 0, 3, b"three"), ("t", 0, 4, b"four")])],
+        key_serde="str", value_serde="str")
+    first, second, third = Recorder.instances[0].batches[0]
+    assert first == Message("t", 0, 2, "k2", "two", 1002, (("h", b"\x00\xff"), ("n", None)),
+                            TIMESTAMP_CREATE_TIME)
+    assert second == Message("t", 0, 3, "k3", "three", None, (), TIMESTAMP_NONE)
+    assert third == Message("t", 0, 4, "k4", "four", 1004, (), TIMESTAMP_LOG_APPEND_TIME)
+
+
+class Timed(Recorder):
+    """A Recorder with a 2 ms stream-time timer (to "ticks") and a 1 ms wall-clock one."""
+
+    def __init__(self, context: ProcessorContext) -> None:
+        super().__init__(context)
+        context.schedule(0.002, lambda ts, sender: sender.send("ticks", b"%d" % ts))
+        context.schedule(0.001, lambda ts, sender: sender.send("wall", b"w"), "wall_clock")
+
+
+def test_stream_time_timers_fire_and_wall_clock_ones_never_in_a_spark_task() -> None:
+    """Event times 1000 + offset (offset 3 has none), batches of 3: stream time reaches
+    1002, 1005, 1006, and the 2 ms timer fires at each (due 0, 1004, 1006); output
+    inherits its batch's newest event time. History has no wall clock: the wall-clock
+    timer never fires, however long the task takes."""
+    _, log, _ = run([arrow([("t", 0, o, b"v%d" % o) for o in range(7)])], factory=Timed)
+    produced = [m for entry in log if entry[0] == "produce" for m in entry[1]]
+    assert [(m.value, m.timestamp) for m in produced if m.topic == "ticks"] == [
+        (b"1002", 1002), (b"1005", 1005), (b"1006", 1006)]
+    assert [m.timestamp for m in produced if m.topic == "out"] == [1002] * 3 + [1005] * 3 + [
+        1006]
+    assert not [m for m in produced if m.topic == "wall"]
 
 
 def test_one_processor_per_partition_in_turn() -> None:

@@ -1,0 +1,82 @@
+"""``Task``: a function a processor runs on a schedule of the wall clock, every so
+many seconds or on a cron expression (croniter), independent of its input. The turn
+engine runs it (``_keeper.py``); a task only says when it is due.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime, tzinfo
+from typing import TYPE_CHECKING
+
+from croniter import croniter
+
+from kasper_py.exceptions import ConfigError
+from kasper_py.time._clock import interval_ms, next_due
+
+if TYPE_CHECKING:
+    from kasper_py.sender import Sender
+
+__all__ = ["Task", "TaskFunction"]
+
+TaskFunction = Callable[[int, "Sender"], None]
+"""``fn(timestamp_ms, sender)``: the wall-clock time it runs at, and the turn's ``Sender``."""
+
+
+class Task:
+    """Run ``fn(timestamp_ms, sender)`` every ``every`` seconds, or at the times of a
+    ``cron`` expression (five fields, minute first, as crontab; evaluated in
+    ``timezone``, UTC by default), on the wall clock, with or without input.
+
+    Pass tasks as ``TopicProcessor(..., tasks=[...])`` or ``ProcessorDriver(...,
+    tasks=[...])``. A task runs inside a turn of the loop, so its output and store
+    writes are committed with that turn (at-least-once, or in its transaction); when it
+    raises, the turn fails uncommitted like a failing ``process()``. An ``every`` task
+    first runs one interval after the loop starts; a ``cron`` task at the first match
+    after the start. Runs missed while a turn was busy are skipped, not caught up.
+    Every process running the processor runs its tasks (one per partition set).
+    Invalid arguments, a bad cron expression included, raise ``ConfigError``.
+    """
+
+    def __init__(self, fn: TaskFunction, *, every: float | None = None,
+                 cron: str | None = None, name: str | None = None,
+                 timezone: tzinfo = UTC) -> None:
+        self.name = name or getattr(fn, "__qualname__", None) or repr(fn)
+        """Names the task in logs and errors; the function's name by default."""
+        if not callable(fn):
+            raise ConfigError("tasks", f"task {self.name!r}: fn must be callable, got {fn!r}")
+        if (every is None) == (cron is None):
+            raise ConfigError("tasks", f"task {self.name!r}: give exactly one of every= "
+                              f"(seconds) and cron= (an expression), got every={every!r}, "
+                              f"cron={cron!r}")
+        self.fn = fn
+        self.every = every
+        self.cron = cron
+        self.timezone = timezone
+        self._every_ms = 0
+        if every is not None:
+            try:
+                self._every_ms = interval_ms(every, "every")
+            except ValueError as exc:
+                raise ConfigError("tasks", f"task {self.name!r}: {exc}") from None
+        elif not isinstance(cron, str) or not croniter.is_valid(cron):
+            raise ConfigError("tasks", f"task {self.name!r}: cron {cron!r} is not a valid cron "
+                              "expression (five fields: minute hour day-of-month month "
+                              "day-of-week, e.g. '*/5 * * * *')")
+
+    def first_due(self, now: int) -> int:
+        """When the task first runs, for a loop starting at ``now`` (ms since the epoch)."""
+        return now + self._every_ms if self.cron is None else self._cron_after(now)
+
+    def next_due(self, due: int, now: int) -> int:
+        """When it runs next, after the run due at ``due`` ran at ``now``."""
+        return next_due(due, self._every_ms, now) if self.cron is None else self._cron_after(now)
+
+    def _cron_after(self, now: int) -> int:
+        assert self.cron is not None
+        start = datetime.fromtimestamp(now / 1000, self.timezone)
+        return round(croniter(self.cron, start).get_next(float) * 1000)
+
+    def __repr__(self) -> str:
+        schedule = f"every={self.every!r}" if self.cron is None else f"cron={self.cron!r}"
+        return f"Task({self.name!r}, {schedule})"
