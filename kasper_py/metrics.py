@@ -147,6 +147,11 @@ class _Collectors:
         self.restore_remaining = prom.Gauge(
             "restore_remaining_messages", "Changelog messages left to restore.", restore,
             **common)
+        self.late_records = prom.Counter(
+            "late_records", "Records a windowed table or join dropped because their window "
+            "had closed (stream time past its end plus grace).", ["processor", "store"],
+            **common)
+        self._stores_seen: set[str] = set()
 
     def _initialize(self) -> None:
         """Create the label sets known in advance, so a dashboard shows 0, not 'no data'."""
@@ -183,6 +188,14 @@ class _Collectors:
         """Record one store operation."""
         self.store_seconds.labels(self.processor, store, op).observe(seconds)
         self.store_round_trips.labels(self.processor, store, op).inc(round_trips)
+        self.saw_store(store)
+
+    def saw_store(self, store: str) -> None:
+        """Create the late-records series of a store the first time it reports, so the
+        dashboard shows 0 late records rather than no data."""
+        if store not in self._stores_seen:
+            self._stores_seen.add(store)
+            self.late_records.labels(self.processor, store)
 
     def set_restore(self, store: str, partition: int, restored: int, total: int) -> None:
         """Set the restore gauges of one store partition."""
@@ -376,8 +389,13 @@ class PrometheusObserver(LoopObserver, StoreObserver):
     def on_restore_progress(self, store: str, partition: int, restored: int, total: int) -> None:
         """A restore made progress: set its gauges; restoring counts as alive."""
         self.collectors.set_restore(store, partition, restored, total)
+        self.collectors.saw_store(store)
         with self._lock:
             self._last_activity = self.clock()
+
+    def on_late_records(self, store: str, count: int) -> None:
+        """Count records a window of ``store`` dropped as late."""
+        self.collectors.late_records.labels(self.processor, store).inc(count)
 
     # -- health ---------------------------------------------------------------
 
