@@ -77,6 +77,8 @@ class TimedState(ABC):
         self._key_bytes: dict[Any, bytes] = {}
         self._keys: dict[bytes, Any] = {}
         self._late = 0
+        self.late_records = 0
+        """Late records this object dropped (since it was built)."""
         self._rebuild()
 
     # -- subclasses -------------------------------------------------------------------
@@ -124,6 +126,7 @@ class TimedState(ABC):
 
     def _late_record(self, key: Any, timestamp: int) -> None:
         self._late += 1
+        self.late_records += 1
         _log.debug("kasper.late_record", store=self.store_name, key=key, timestamp=timestamp,
                    stream_time=self.stream_time)
 
