@@ -55,10 +55,11 @@ class PageViewsPerMinute(MessageProcessor):
             self.sent.append((window.key, window.start, window.value))
 
 
-def sample_start() -> int:
-    """The minute an hour ago, in ms: recent, so the broker's retention keeps the views."""
-    now = int(time.time() * 1000) - 60 * MINUTE
-    return now - now % MINUTE
+def sample_start(count: int) -> int:
+    """Where ``count`` sample views start (ms, a whole minute) so that the last, closing
+    views are a few minutes old: neither past the broker's retention nor in the future."""
+    start = int(time.time() * 1000) - count * 250 - 15 * MINUTE
+    return start - start % MINUTE
 
 
 def sample_views(count: int, start: int) -> list[tuple[str, int, str]]:
@@ -83,7 +84,7 @@ def expected_counts(views: list[tuple[str, int, str]]) -> Counter[tuple[str, int
 def produce_sample(bootstrap: str, topic: str, partitions: int, count: int) -> None:
     """Create `topic` and write the sample views, each with its view time as timestamp;
     print where the sample starts."""
-    start = sample_start()
+    start = sample_start(count)
     print("sample start:", start)
     create_topics(bootstrap, [topic], partitions)
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
