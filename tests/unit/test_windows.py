@@ -14,7 +14,6 @@ import pytest
 
 from kasper_py import Config, Message, MessageProcessor, ProcessingError, ProcessorContext, Sender
 from kasper_py.exceptions import StoreError
-from kasper_py.metrics import PrometheusObserver
 from kasper_py.stores.memory import MemoryTable
 from kasper_py.stores.redis import RedisTable
 from kasper_py.stores.rocksdb import RocksDBTable
@@ -146,20 +145,6 @@ def test_final_results_are_emitted_once_when_the_window_closes() -> None:
     assert processor_of(driver).table.fetch("a", 0, 100) == [("a", 30, 40, 1)]
     assert processor_of(driver).table.late_records == 1
     assert {k[:1] for k in dict(driver.store("windows").items())} == {b"m", b"w"}  # type: ignore[attr-defined]
-
-
-def test_late_records_reach_the_prometheus_counter() -> None:
-    """Late records are counted in kasper_late_records_total with processor and store."""
-    config = Config(name="views", bootstrap_servers="unused:0", input_topics=["in"])
-    observer = PrometheusObserver(config)
-    table = MemoryTable("windows")
-    driver = ProcessorDriver(lambda c: Counts(c, Tumbling(0.01)), config=config, stores=[table])
-    driver.processor()
-    table.partitions[0].observer = observer
-    driver.process(views(50, 1, 2, 55, 3))
-    labels = {"processor": "views", "store": "windows"}
-    assert observer.registry.get_sample_value("kasper_late_records_total", labels) == 3
-    observer.close()
 
 
 def test_windows_in_rocksdb_carry_on_in_a_new_processor(tmp_path: Path) -> None:
