@@ -166,6 +166,24 @@ def test_pageviews_windowed_sends_each_minutes_final_count_once(  # noqa: PLR091
         (user, at, n) for (user, at), n in expected.items())
 
 
+def test_stream_table_join_sends_each_order_with_the_profile_of_its_time(
+        bootstrap: str, unique_name: Callable[[str], str], kafka: Any, tmp_path: Path,
+        delete_changelogs: None) -> None:
+    """Every order comes out once with a profile of its customer from the local table,
+    never one stamped after the order: at most the level the customer had when the order
+    was written (the sample records it in the order); most orders see exactly that one."""
+    prefix = unique_name("stj") + "-"
+
+    assert example("stream_table_join").main([
+        "--bootstrap", bootstrap, "--name", unique_name("stj"), "--prefix", prefix,
+        "--state-dir", str(tmp_path), "--sample", "300", "--until-caught-up"]) == 0
+
+    enriched = [json.loads(m.value()) for m in kafka.read_all(prefix + "enriched-orders")]
+    assert sorted(e["order"] for e in enriched) == list(range(300))
+    assert [e for e in enriched if not 1 <= e["customer"]["level"] <= e["level"]] == []
+    assert sum(e["customer"]["level"] == e["level"] for e in enriched) > 150
+
+
 def _high(kafka: Any, topic: str, partition: int) -> int:
     consumer = Consumer({"bootstrap.servers": kafka.bootstrap, "group.id": "kasper-tests-high"})
     try:
