@@ -2,7 +2,9 @@
 run on the same broker, and against Quix Streams' tumbling window where it is installed.
 
 The input is one word a record (keys from a 1000-word vocabulary), its Kafka timestamp
-10 ms after the previous record's, shuffled by up to 2 s (the last ones now).
+--spacing-ms (1) after the previous record's, shuffled by up to 2 s (the last ones now).
+The spacing sets how many windows a batch touches: at 1 ms a batch of 10,000 records
+spans 10 s of event time, so about one window per word; at 10 ms, 100 s, about two.
 ``wordcount`` adds each
 batch's counts per word to a RocksDB table (one get_many, one put_many per partition
 per batch) and sends every changed total; ``tumbling`` counts per word and 1-minute
@@ -40,12 +42,12 @@ from kasper_py.windows import Tumbling, WindowedTable, count
 KINDS = ("wordcount", "tumbling")
 
 
-def records(messages: int) -> list[dict[str, Any]]:
-    """One word a record, 10 ms apart in event time up to now, shuffled by up to 2 s
-    (recent times: the broker's retention deletes old ones)."""
+def records(messages: int, spacing: int) -> list[dict[str, Any]]:
+    """One word a record, ``spacing`` ms apart in event time up to now, shuffled by up to
+    2 s (recent times: the broker's retention deletes old ones)."""
     rng = random.Random(3)
-    start = int(time.time() * 1000) - messages * 10
-    times = [start + n * 10 + rng.randrange(2000) for n in range(messages)]
+    start = int(time.time() * 1000) - messages * spacing - 2000
+    times = [start + n * spacing + rng.randrange(2000) for n in range(messages)]
     words = [b"w%d" % (n * 7919 % 1000) for n in range(messages)]
     return [{"key": word, "value": b"1", "timestamp": at}
             for word, at in zip(words, times, strict=True)]
@@ -129,6 +131,7 @@ def quix_note() -> str:
 
 def main() -> None:
     parser = arguments(__doc__.splitlines()[0], messages=1_000_000, partitions=2)
+    parser.add_argument("--spacing-ms", type=int, default=1)
     parser.add_argument("--child", choices=KINDS)
     parser.add_argument("--state-dir", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -139,9 +142,9 @@ def main() -> None:
     source = f"bench-words-{uuid.uuid4().hex[:8]}"
     output = f"bench-out-{uuid.uuid4().hex[:8]}"
     create_topics(args.bootstrap, [source, output], args.partitions)
-    fill(args.bootstrap, source, args.partitions, records(args.messages))
-    print(f"input: {args.messages} one-word records on {args.partitions} partitions, "
-          f"batch_size {args.batch_size}")
+    fill(args.bootstrap, source, args.partitions, records(args.messages, args.spacing_ms))
+    print(f"input: {args.messages} one-word records {args.spacing_ms} ms apart on "
+          f"{args.partitions} partitions, batch_size {args.batch_size}")
     best: dict[str, float] = {}
     for _ in range(args.rounds):  # alternate, so both loops see the same machine conditions
         for kind in KINDS:

@@ -46,15 +46,27 @@ class Aggregation:
         return merged
 
 
+class _Count(Aggregation):
+    def fold(self, aggregate: Any, values: list[Any]) -> Any:
+        """``aggregate`` plus the number of values, in one step."""
+        return aggregate + len(values)
+
+
+class _Sum(Aggregation):
+    def fold(self, aggregate: Any, values: list[Any]) -> Any:
+        """``aggregate`` plus the values' sum, in one step."""
+        return aggregate + sum(values)
+
+
 def count() -> Aggregation:
     """The number of records in the window."""
-    return Aggregation(_zero, _plus_one, operator.add)
+    return _Count(_zero, _plus_one, operator.add)
 
 
 def sum_of(value: Callable[[Any], Any] | None = None) -> Aggregation:
     """The sum of the records' values, or of ``value(record_value)`` (a field, say)."""
     if value is None:
-        return Aggregation(_zero, operator.add, operator.add)
+        return _Sum(_zero, operator.add, operator.add)
     return Aggregation(_zero, lambda total, record: total + value(record), operator.add)
 
 

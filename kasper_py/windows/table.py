@@ -15,8 +15,14 @@ from collections.abc import Iterable
 from typing import Any, Literal, NamedTuple
 
 from kasper_py.processor import ProcessorContext
-from kasper_py.serdes import Serde, serde_for
-from kasper_py.windows._state import TimedState, bad_timestamp, check_timestamp, pack_times
+from kasper_py.serdes import Serde
+from kasper_py.windows._state import (
+    TimedState,
+    bad_timestamp,
+    check_timestamp,
+    entry_serde,
+    pack_times,
+)
 from kasper_py.windows.aggregation import Aggregation
 from kasper_py.windows.kinds import Hopping, Session, Sliding, Tumbling, WindowKind
 
@@ -71,7 +77,7 @@ class WindowedTable(TimedState):
             raise ValueError("session windows need an Aggregation with a merger, to combine "
                              "the sessions a record bridges")
         self.windows, self.aggregation, self.emit = windows, aggregation, emit
-        self.value_serde = serde_for(value_serde)
+        self.value_serde = entry_serde(value_serde)
         self._windows: dict[bytes, set[tuple[int, int]]] = {}
         self._closing: list[tuple[int, bytes, int, int]] = []
         self._retained: list[tuple[int, bytes, int, int]] = []
@@ -83,7 +89,7 @@ class WindowedTable(TimedState):
 
     def update(self, records: Iterable[Record]) -> list[WindowResult]:
         """Add one batch of ``(key, event time ms, value)`` records; return the results
-        to emit (sorted by window, then key). Raises ``ValueError`` for a record
+        to emit (see ``_results`` for their order). Raises ``ValueError`` for a record
         without a non-negative int timestamp."""
         self._sync()
         changed: dict[Window, Any] = {}
@@ -345,10 +351,9 @@ class WindowedTable(TimedState):
         unread = {pack_times(_WINDOW, *window): window for window in closed
                   if window not in changed}
         found = self.store.get_many(unread) if unread else {}
-        values = {window: changed[window] for window in closed if window in changed}
-        values.update((unread[entry], self.value_serde.decode(raw))
-                      for entry, raw in found.items())
-        return values
+        read = {unread[entry]: self.value_serde.decode(raw) for entry, raw in found.items()}
+        return {window: changed[window] if window in changed else read[window]
+                for window in closed if window in changed or window in read}
 
     def _forget(self, closed: list[Window]) -> None:
         """Closed windows leave the store; sessions stay ``gap`` longer, so a record
@@ -389,7 +394,12 @@ class WindowedTable(TimedState):
                 del self._windows[key]
 
     def _results(self, values: dict[Window, Any]) -> list[WindowResult]:
-        ordered = sorted(values.items(), key=lambda item: (item[0][1], item[0][2], item[0][0]))
+        """Final results in the order the windows closed; updates of tumbling and hopping
+        windows in the order the batch first touched them (sorting thousands of them a
+        batch would cost a tenth of the turn), of other windows by window, then key."""
+        ordered: Iterable[tuple[Window, Any]] = values.items()
+        if self.emit == "updates" and isinstance(self.windows, Session | Sliding):
+            ordered = sorted(ordered, key=lambda item: (item[0][1], item[0][2], item[0][0]))
         return [WindowResult(self._decoded(key), start, end, value)
                 for (key, start, end), value in ordered]
 
