@@ -41,6 +41,7 @@ bench: stack
 	$(BIN)/python bench/bench_stores.py
 	$(BIN)/python bench/bench_reprocess.py
 	$(BIN)/python bench/bench_scaling.py
+	$(BIN)/python bench/bench_windows.py
 
 down:
 	$(BIN)/python -m kasper_py.stack down all

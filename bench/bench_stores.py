@@ -33,11 +33,10 @@ from typing import Any
 
 import redis
 import structlog
-from benchkit import arguments, commit_latency, create_topics, delete_topics, fill
+from benchkit import StopWhenDone, arguments, commit_latency, create_topics, delete_topics, fill
 from confluent_kafka.admin import AdminClient
 
 from kasper_py import Config, Message, MessageProcessor, ProcessorContext, Sender, TopicProcessor
-from kasper_py.observe import NoopObserver, TurnStats
 from kasper_py.producer import OutputProducer
 from kasper_py.stores.base import StoreRuntime, StoreSpec
 from kasper_py.stores.cassandra import CassandraTable
@@ -81,23 +80,6 @@ class WordCount(MessageProcessor):
         self.counts.put_many(totals)
         for word, total in totals.items():
             sender.send(self.output, str(total), key=word)
-
-
-class StopWhenDone(NoopObserver):
-    """Stops the loop after the turn that commits the last message; counts batches and
-    keeps each turn's commit seconds."""
-
-    def __init__(self, total: int) -> None:
-        self.total, self.done, self.partition_batches = total, 0, 0
-        self.commits: list[float] = []
-        self.processor: TopicProcessor | None = None
-
-    def on_turn(self, stats: TurnStats) -> None:
-        self.done += len(stats.batch)
-        self.partition_batches += len({p for _, p in stats.batch.ranges})
-        self.commits.append(stats.durations["commit"])
-        if self.done >= self.total and self.processor is not None:
-            self.processor.close()
 
 
 def store_spec(kind: str, args: argparse.Namespace) -> StoreSpec:

@@ -13,6 +13,9 @@ from typing import Any
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from kasper_py import TopicProcessor
+from kasper_py.observe import NoopObserver, TurnStats
+
 CHUNK = 10_000
 """Records per produce_batch call, and per partition turn when filling."""
 
@@ -41,19 +44,43 @@ def payloads(messages: int, size: int, *, keyed: bool = False) -> list[dict[str,
 
 def fill(bootstrap: str, topic: str, partitions: int, records: Sequence[dict[str, Any]]) -> None:
     """Write ``records`` (produce_batch entries) in chunks dealt round-robin over the
-    partitions, and wait for every ack."""
+    partitions, and wait for every ack. Records with a ``timestamp`` are produced one by
+    one (produce_batch cannot set timestamps)."""
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20,
                          "batch.num.messages": CHUNK, "queue.buffering.max.messages": 1_000_000})
     for start in range(0, len(records), CHUNK):
         chunk = list(records[start:start + CHUNK])
-        while True:
-            try:
-                producer.produce_batch(topic, chunk, partition=(start // CHUNK) % partitions)
-                break
-            except BufferError:
-                producer.poll(0.1)
+        partition = (start // CHUNK) % partitions
+        batches = [[record] for record in chunk] if "timestamp" in chunk[0] else [chunk]
+        for batch in batches:
+            while True:
+                try:
+                    if len(batch) == 1 and "timestamp" in batch[0]:
+                        producer.produce(topic, partition=partition, **batch[0])
+                    else:
+                        producer.produce_batch(topic, batch, partition=partition)
+                    break
+                except BufferError:
+                    producer.poll(0.1)
         producer.poll(0)
     producer.flush(120)
+
+
+class StopWhenDone(NoopObserver):
+    """Stops the loop after the turn that commits the last message; counts batches and
+    keeps each turn's commit seconds."""
+
+    def __init__(self, total: int) -> None:
+        self.total, self.done, self.partition_batches = total, 0, 0
+        self.commits: list[float] = []
+        self.processor: TopicProcessor | None = None
+
+    def on_turn(self, stats: TurnStats) -> None:
+        self.done += len(stats.batch)
+        self.partition_batches += len({p for _, p in stats.batch.ranges})
+        self.commits.append(stats.durations["commit"])
+        if self.done >= self.total and self.processor is not None:
+            self.processor.close()
 
 
 def commit_latency(seconds: Sequence[float]) -> dict[str, float | int | None]:

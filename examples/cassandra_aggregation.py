@@ -22,8 +22,8 @@ import random
 import sys
 from typing import Any
 
+from _sample import create_topics  # isort: skip - the examples' shared sample helper
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
 
 from kasper_py import Config, Message, MessageProcessor, ProcessorContext, Sender, TopicProcessor
 from kasper_py.stores.cassandra import CassandraTable
@@ -51,12 +51,7 @@ class SpendPerCustomer(MessageProcessor):
 
 def produce_sample(bootstrap: str, topic: str, partitions: int, purchases: int) -> float:
     """Create `topic`, write `purchases` purchases by 20 customers; return their sum."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for future in admin.create_topics([NewTopic(topic, partitions, 1)]).values():
-        try:
-            future.result(30)
-        except Exception as exc:  # an existing topic is fine for a sample
-            print(f"note: {exc}", file=sys.stderr)
+    create_topics(bootstrap, [topic], partitions)
     rng = random.Random(7)
     producer = Producer({"bootstrap.servers": bootstrap, "partitioner": "murmur2_random"})
     spent = 0.0

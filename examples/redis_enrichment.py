@@ -21,8 +21,9 @@ import sys
 from typing import Any
 
 import redis
+
+from _sample import create_topics  # isort: skip - the examples' shared sample helper
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
 
 from kasper_py import Config, Message, MessageProcessor, ProcessorContext, Sender, TopicProcessor
 from kasper_py.stores.redis import RedisTable
@@ -50,13 +51,7 @@ class Enrich(MessageProcessor):
 
 def produce_sample(bootstrap: str, prefix: str, partitions: int, clicks: int) -> None:
     """Create the topics, write 100 user profiles, then `clicks` clicks by those users."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    topics = [NewTopic(prefix + t, partitions, 1) for t in (USERS, CLICKS, ENRICHED)]
-    for future in admin.create_topics(topics).values():
-        try:
-            future.result(30)
-        except Exception as exc:  # an existing topic is fine for a sample
-            print(f"note: {exc}", file=sys.stderr)
+    create_topics(bootstrap, [prefix + t for t in (USERS, CLICKS, ENRICHED)], partitions)
     rng = random.Random(7)
     producer = Producer({"bootstrap.servers": bootstrap, "partitioner": "murmur2_random"})
     for n in range(100):

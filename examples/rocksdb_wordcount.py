@@ -19,8 +19,8 @@ import sys
 from collections import Counter
 from typing import Any
 
+from _sample import create_topics  # isort: skip - the examples' shared sample helper
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
 
 from kasper_py import Config, Message, MessageProcessor, ProcessorContext, Sender, TopicProcessor
 from kasper_py.stores.rocksdb import RocksDBTable
@@ -48,12 +48,7 @@ class RunningWordCount(MessageProcessor):
 
 def produce_sample(bootstrap: str, topic: str, partitions: int, lines: int) -> None:
     """Create `topic` and write `lines` random lines of five words."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for future in admin.create_topics([NewTopic(topic, partitions, 1)]).values():
-        try:
-            future.result(30)
-        except Exception as exc:  # an existing topic is fine for a sample
-            print(f"note: {exc}", file=sys.stderr)
+    create_topics(bootstrap, [topic], partitions)
     rng = random.Random(7)
     producer = Producer({"bootstrap.servers": bootstrap})
     for n in range(lines):

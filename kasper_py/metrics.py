@@ -150,6 +150,11 @@ class _Collectors:
         self.restores = prom.Counter(
             "restores", "Times a store partition was opened and brought level with its "
             "changelog (a partition kept through a rebalance is not).", restore, **common)
+        self.late_records = prom.Counter(
+            "late_records", "Records a windowed table or join dropped because their window "
+            "had closed (stream time past its end plus grace).", ["processor", "store"],
+            **common)
+        self._stores_seen: set[str] = set()
 
     def _initialize(self) -> None:
         """Create the label sets known in advance, so a dashboard shows 0, not 'no data'."""
@@ -186,6 +191,14 @@ class _Collectors:
         """Record one store operation."""
         self.store_seconds.labels(self.processor, store, op).observe(seconds)
         self.store_round_trips.labels(self.processor, store, op).inc(round_trips)
+        self.saw_store(store)
+
+    def saw_store(self, store: str) -> None:
+        """Create the late-records series of a store the first time it reports, so the
+        dashboard shows 0 late records rather than no data."""
+        if store not in self._stores_seen:
+            self._stores_seen.add(store)
+            self.late_records.labels(self.processor, store)
 
     def count_restore(self, store: str, partition: int) -> None:
         """Count one open of a store partition from its changelog."""
@@ -387,8 +400,13 @@ class PrometheusObserver(LoopObserver, StoreObserver):
     def on_restore_progress(self, store: str, partition: int, restored: int, total: int) -> None:
         """A restore made progress: set its gauges; restoring counts as alive."""
         self.collectors.set_restore(store, partition, restored, total)
+        self.collectors.saw_store(store)
         with self._lock:
             self._last_activity = self.clock()
+
+    def on_late_records(self, store: str, count: int) -> None:
+        """Count records a window of ``store`` dropped as late."""
+        self.collectors.late_records.labels(self.processor, store).inc(count)
 
     # -- health ---------------------------------------------------------------
 

@@ -1,6 +1,7 @@
 """The ports the loop and its stores report through, and their no-op defaults:
-``LoopObserver`` (turns, idling, errors) and ``StoreObserver`` (store operations and
-changelog restores). Prometheus lives in ``metrics.py`` and is imported only there.
+``LoopObserver`` (turns, idling, errors) and ``StoreObserver`` (store operations,
+changelog restores, late records dropped by windows). Prometheus lives in
+``metrics.py`` and is imported only there.
 """
 
 from __future__ import annotations
@@ -57,6 +58,10 @@ class StoreObserver(Protocol):
         """A changelog restore of ``store`` for ``partition`` has applied ``restored``
         of ``total`` records (``total`` 0: nothing to restore)."""
 
+    def on_late_records(self, store: str, count: int) -> None:
+        """The windows of ``store`` dropped ``count`` records that arrived after their
+        window closed (stream time past the window's end plus its grace period)."""
+
 
 class NoopStoreObserver:
     """Observes nothing: what a store reports to when no one listens."""
@@ -69,6 +74,9 @@ class NoopStoreObserver:
 
     def on_restore_progress(self, store: str, partition: int, restored: int,
                             total: int) -> None:
+        pass
+
+    def on_late_records(self, store: str, count: int) -> None:
         pass
 
 
@@ -93,6 +101,10 @@ class StoreObservers:
                             total: int) -> None:
         for observer in self.observers:
             observer.on_restore_progress(store, partition, restored, total)
+
+    def on_late_records(self, store: str, count: int) -> None:
+        for observer in self.observers:
+            observer.on_late_records(store, count)
 
 
 class LoopObserver(Protocol):

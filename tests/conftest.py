@@ -77,23 +77,23 @@ class KafkaHelper:
     def __init__(self, bootstrap: str) -> None:
         self.bootstrap = bootstrap
 
-    def produce(self, topic: str, records: list[tuple[Any, Any]] | list[Any],
+    def produce(self, topic: str, records: list[tuple[Any, ...]] | list[Any],
                 partition: int | None = None, timestamp: int | None = None) -> None:
-        """Produce values (or (key, value) pairs), with ``timestamp`` (ms) as their create
-        time when given, and wait for every ack."""
+        """Produce values, (key, value) pairs or (key, value, timestamp ms) triples, and
+        wait for every ack; ``timestamp`` (ms) is the create time of records without one."""
         from confluent_kafka import Producer
 
         producer = Producer({"bootstrap.servers": self.bootstrap, "linger.ms": 5,
                              "partitioner": "murmur2_random"})
         errors: list[Any] = []
         for record in records:
-            key, value = record if isinstance(record, tuple) else (None, record)
+            key, value, *stamp = record if isinstance(record, tuple) else (None, record)
             kwargs: dict[str, Any] = {"key": key, "value": value,
                                       "on_delivery": lambda err, _m: err and errors.append(err)}
+            if stamp or timestamp is not None:
+                kwargs["timestamp"] = stamp[0] if stamp else timestamp
             if partition is not None:
                 kwargs["partition"] = partition
-            if timestamp is not None:
-                kwargs["timestamp"] = timestamp
             while True:
                 try:
                     producer.produce(topic, **kwargs)

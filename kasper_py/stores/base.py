@@ -91,6 +91,9 @@ class KeyValueStore(ABC):
     effectively_once: bool = False
     """True when ``flush`` records the input offsets atomically with the writes; the
     loop then acks outputs before flushing and skips input the store already applied."""
+    observer: StoreObserver = NOOP_STORE_OBSERVER
+    """Where the store reports its operations, restores and late records (the loop's
+    metrics); set when the store is opened."""
 
     @abstractmethod
     def get_many(self, keys: Iterable[Any]) -> dict[Any, Any]:

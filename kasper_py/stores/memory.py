@@ -70,5 +70,8 @@ class MemoryTable(StoreSpec):
         self.partitions: dict[int, MemoryStore] = {}
 
     def open(self, runtime: StoreRuntime) -> MemoryStore:
-        """Return the partition's store, reusing it if this spec opened it before."""
-        return self.partitions.setdefault(runtime.partition, MemoryStore())
+        """Return the partition's store, reusing it if this spec opened it before; it
+        reports to ``runtime.observer`` (late records of windows kept in it)."""
+        store = self.partitions.setdefault(runtime.partition, MemoryStore())
+        store.observer = runtime.observer
+        return store

@@ -142,6 +142,48 @@ def test_cassandra_aggregation_totals_equal_the_sample(
     assert sum(t["count"] for t in last.values()) == 300
 
 
+def test_pageviews_windowed_sends_each_minutes_final_count_once(  # noqa: PLR0917 - fixtures
+        bootstrap: str, unique_name: Callable[[str], str], kafka: Any, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str], delete_changelogs: None) -> None:
+    """Out-of-order views within the 10 s grace all count; the late views are dropped and
+    counted; each closed minute's count is sent once and printed, equal to the sample's."""
+    module = example("pageviews_windowed")
+    views, counts = unique_name("pageviews"), unique_name("pageviews-per-minute")
+
+    assert module.main(["--bootstrap", bootstrap, "--name", unique_name("pv"), "--input", views,
+                        "--output", counts, "--state-dir", str(tmp_path), "--sample", "1500",
+                        "--until-caught-up"]) == 0
+
+    out = capsys.readouterr().out
+    start = int(re.search(r"sample start: (\d+)", out).group(1))  # type: ignore[union-attr]
+    expected = module.expected_counts(module.sample_views(1500, start))
+    printed = re.findall(r"^  (\w+) +(\d+) (\d+)$", out, re.MULTILINE)
+    assert {(user, int(at)): int(n) for user, at, n in printed} == dict(expected)
+    assert len(printed) == len(expected)
+    assert f"late views dropped: {module.LATE}" in out
+    sent = [json.loads(m.value()) for m in kafka.read_all(counts)]
+    assert sorted((s["user"], s["start"], s["views"]) for s in sent) == sorted(
+        (user, at, n) for (user, at), n in expected.items())
+
+
+def test_stream_table_join_sends_each_order_with_the_profile_of_its_time(
+        bootstrap: str, unique_name: Callable[[str], str], kafka: Any, tmp_path: Path,
+        delete_changelogs: None) -> None:
+    """Every order comes out once with a profile of its customer from the local table,
+    never one stamped after the order: at most the level the customer had when the order
+    was written (the sample records it in the order); most orders see exactly that one."""
+    prefix = unique_name("stj") + "-"
+
+    assert example("stream_table_join").main([
+        "--bootstrap", bootstrap, "--name", unique_name("stj"), "--prefix", prefix,
+        "--state-dir", str(tmp_path), "--sample", "300", "--until-caught-up"]) == 0
+
+    enriched = [json.loads(m.value()) for m in kafka.read_all(prefix + "enriched-orders")]
+    assert sorted(e["order"] for e in enriched) == list(range(300))
+    assert [e for e in enriched if not 1 <= e["customer"]["level"] <= e["level"]] == []
+    assert sum(e["customer"]["level"] == e["level"] for e in enriched) > 150
+
+
 def _high(kafka: Any, topic: str, partition: int) -> int:
     consumer = Consumer({"bootstrap.servers": kafka.bootstrap, "group.id": "kasper-tests-high"})
     try:

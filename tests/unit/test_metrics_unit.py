@@ -271,3 +271,23 @@ def test_transactions_counted_by_result_and_the_guarantee_shown(clock: FakeClock
                      **labels) == pytest.approx(0.010)
     finally:
         observer.close()
+
+
+def test_late_records_of_windows_appear_on_metrics(observer: PrometheusObserver) -> None:
+    """A store starts at 0 late records once it reports; the records a window drops as
+    late are counted on /metrics by processor and store."""
+    from kasper_py.stores.memory import MemoryTable
+    from kasper_py.testing import ProcessorDriver, make_message
+
+    from test_windows import Counts  # isort: skip - the windows tests' processor
+
+    table = MemoryTable("windows")
+    driver = ProcessorDriver(Counts, config=make_config(), stores=[table])
+    driver.processor()
+    table.partitions[0].observer = observer
+    observer.on_store_op("windows", "get_many", 0.001, 0)
+    url = f"http://127.0.0.1:{observer.serve(0, '127.0.0.1').port}/metrics"
+    series = 'kasper_late_records_total{processor="orders",store="windows"}'
+    assert f"{series} 0.0" in get(url)[1]
+    driver.process([make_message("in", "v", "a", timestamp=t) for t in (50, 1, 2, 55, 3)])
+    assert f"{series} 3.0" in get(url)[1]
