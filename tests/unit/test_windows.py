@@ -163,6 +163,8 @@ def test_windows_in_rocksdb_carry_on_in_a_new_processor(tmp_path: Path) -> None:
     for _, _, store in first._engine.stores():
         store.close()
     second = driver()
+    second.processor(0)  # opening the table seeds the partition's stream time
+    assert second.stream_time(0) == 3
     second.process(views(12))
     assert processor_of(second).results == [[("a", 0, 10, 3)]]
     assert processor_of(second).table.stream_time == 12
