@@ -279,7 +279,7 @@ def test_late_records_of_windows_appear_on_metrics(observer: PrometheusObserver)
     from kasper_py.stores.memory import MemoryTable
     from kasper_py.testing import ProcessorDriver, make_message
 
-    from test_windows import Counts  # isort: skip - the windows tests' processor
+    from test_windows_unit import Counts  # isort: skip - the windows tests' processor
 
     table = MemoryTable("windows")
     driver = ProcessorDriver(Counts, config=make_config(), stores=[table])
