@@ -137,8 +137,7 @@ class TurnEngine:
         check_effectively_once_alone(state.stores)
         self._outputs_first = self._outputs_first or any(
             store.effectively_once for store in state.stores.values())
-        state.processor = factory(ProcessorContext(partition, self.config, dict(state.stores),
-                                                   self.time.clock(partition)))
+        self._build_processor(state, factory)
         return state
 
     def rebuild_processors(self, factory: ProcessorFactory) -> None:
@@ -150,9 +149,13 @@ class TurnEngine:
             if state.processor is not None:
                 state.processor.close()
             self.time.clear_timers(state.partition)
-            state.processor = factory(ProcessorContext(state.partition, self.config,
-                                                       dict(state.stores),
-                                                       self.time.clock(state.partition)))
+            self._build_processor(state, factory)
+
+    def _build_processor(self, state: PartitionState, factory: ProcessorFactory) -> None:
+        """The factory's processor for ``state``'s partition, on its stores and clock."""
+        state.processor = factory(ProcessorContext(state.partition, self.config,
+                                                   dict(state.stores),
+                                                   self.time.clock(state.partition)))
 
     def unrecorded(self, keys: Sequence[TopicPartitionKey]) -> list[TopicPartitionKey]:
         """Exactly-once with effectively-once stores: the topic-partitions of ``keys``

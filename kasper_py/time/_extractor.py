@@ -55,9 +55,9 @@ def event_time(message: Message, extractor: TimestampExtractor | None) -> int | 
         if value is not None:
             if type(value) is not int or value < 0:
                 raise EventTimeError(f"timestamp_extractor returned {value!r} for "
-                                 f"{message.topic}[{message.partition}] offset "
-                                 f"{message.offset}: it must return milliseconds since the "
-                                 "epoch (an int >= 0) or None")
+                                     f"{message.topic}[{message.partition}] offset "
+                                     f"{message.offset}: it must return milliseconds since "
+                                     "the epoch (an int >= 0) or None")
             return value
     return message.timestamp
 
