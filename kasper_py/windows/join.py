@@ -15,8 +15,8 @@ from collections.abc import Iterable
 from typing import Any, Literal, NamedTuple
 
 from kasper_py.processor import ProcessorContext
-from kasper_py.serdes import Serde
-from kasper_py.windows._state import TimedState, check_timestamp, entry_serde, pack_times
+from kasper_py.serdes import Serde, serde_for
+from kasper_py.windows._state import TimedState, check_timestamp, pack_times
 from kasper_py.windows.kinds import Duration, to_millis
 
 __all__ = ["JoinResult", "StreamJoin"]
@@ -62,7 +62,7 @@ class StreamJoin(TimedState):
         self.within_ms = to_millis("join time difference (within)", within, positive=False)
         self.grace_ms = to_millis("grace", grace, positive=False)
         self.how = how
-        self.value_serde = entry_serde(value_serde)
+        self.value_serde = serde_for(value_serde)
         self._buffers: dict[bytes, dict[bytes, list[tuple[int, int]]]] = {_LEFT: {}, _RIGHT: {}}
         self._expiry: list[tuple[int, bytes, bytes, int, int]] = []
         super().__init__(context, store, key_serde)

@@ -15,12 +15,11 @@ from collections.abc import Iterable
 from typing import Any, Literal, NamedTuple
 
 from kasper_py.processor import ProcessorContext
-from kasper_py.serdes import Serde
+from kasper_py.serdes import Serde, serde_for
 from kasper_py.windows._state import (
     TimedState,
     bad_timestamp,
     check_timestamp,
-    entry_serde,
     pack_times,
 )
 from kasper_py.windows.aggregation import Aggregation
@@ -77,7 +76,7 @@ class WindowedTable(TimedState):
             raise ValueError("session windows need an Aggregation with a merger, to combine "
                              "the sessions a record bridges")
         self.windows, self.aggregation, self.emit = windows, aggregation, emit
-        self.value_serde = entry_serde(value_serde)
+        self.value_serde = serde_for(value_serde)
         self._windows: dict[bytes, set[tuple[int, int]]] = {}
         self._closing: list[tuple[int, bytes, int, int]] = []
         self._retained: list[tuple[int, bytes, int, int]] = []
