@@ -44,9 +44,9 @@ ENV_PREFIX = "KASPER_"
 _OVERRIDE_ENV = {"CLIENT": "client_overrides", "CONSUMER": "consumer_overrides",
                  "PRODUCER": "producer_overrides"}
 _INT_FIELDS = {"batch_size", "metrics_port"}
-_FLOAT_FIELDS = {"batch_wait", "delivery_timeout"}
+_FLOAT_FIELDS = {"batch_wait", "delivery_timeout", "max_latency"}
 _NULLABLE = {"metrics_port", "input_partitions", "group_id", "dead_letter_topic",
-             "timestamp_extractor"}
+             "timestamp_extractor", "max_latency"}
 _FIELDS = {f.name: f for f in dataclasses.fields(Config)}
 
 
@@ -86,6 +86,8 @@ CONFIG_FLAGS: dict[str, tuple[Callable[[str], Any], str]] = {
     "group_id": (str, "the processor's consumer group (default: the name)"),
     "batch_size": (int, "messages per batch at most"),
     "batch_wait": (float, "seconds to wait for a batch to fill"),
+    "max_latency": (float, "seconds of end-to-end latency to size batches for (batch-size "
+                           "is then the largest batch)"),
     "metrics_port": (int, "serve /metrics and /health on this port"),
     "processing_guarantee": (str, "at_least_once (default) or exactly_once"),
     "assignment": (str, "static (default: input_partitions) or group (join the consumer "

@@ -5,6 +5,7 @@ Loading from TOML or the environment lives in the CLI, not here.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import socket
@@ -54,6 +55,13 @@ def _prefetch(batch_size: int) -> dict[str, ClientValue]:
             "queued.max.messages.kbytes": 65_536}
 
 
+def _linger_ms(max_latency: float) -> float:
+    """The producer's ``linger.ms`` for a latency target. The loop hands a turn's whole
+    output over at once, so lingering only holds back its last, partial request: 5 ms
+    by default, at most a fiftieth of the target with ``max_latency`` (1 ms at 50 ms)."""
+    return min(5.0, max_latency * 1000 / 50)
+
+
 def _group_protocol(protocol: str, topics: int) -> dict[str, ClientValue]:
     """Group mode: Kafka 4's broker-side incremental protocol (KIP-848) with its ``range``
     assignor, which gives partition p of every co-partitioned topic to one member; a
@@ -88,6 +96,15 @@ class Config:
     """A batch is released when it holds this many messages..."""
     batch_wait: float = 1.0
     """...or when this many seconds have passed, whichever comes first."""
+    max_latency: float | None = None
+    """Seconds of end-to-end latency to aim for; ``None`` (the default) takes batches of
+    ``batch_size`` or ``batch_wait`` as above. When set, the loop sizes each batch
+    itself: under light input it takes what has arrived as soon as the last turn is
+    done (waiting a little for more only when the target leaves room), and when input
+    backs up it grows the batch up to ``batch_size`` for throughput. ``batch_size`` is
+    then the largest batch (10,000 suits a busy topic), and ``batch_wait`` the longest
+    wait for a first message while idle. The producer's ``linger.ms`` is lowered to suit
+    (see ``to_producer_conf``)."""
     auto_offset_reset: Literal["earliest", "latest"] = "earliest"
     """Where to start on a partition that has no committed offset."""
     key_serde: str | Serde = "bytes"
@@ -194,6 +211,11 @@ class Config:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
                 raise ConfigError(name, f"must be a positive number of seconds, got {value!r}")
+        latency = self.max_latency
+        if latency is not None and (isinstance(latency, bool) or not isinstance(
+                latency, int | float) or not 0 < latency < math.inf):
+            raise ConfigError("max_latency", "must be a positive, finite number of seconds or "
+                              f"None, got {latency!r}")
         if self.auto_offset_reset not in ("earliest", "latest"):
             raise ConfigError("auto_offset_reset",
                               f"must be 'earliest' or 'latest', got {self.auto_offset_reset!r}")
@@ -353,7 +375,7 @@ class Config:
             # murmur2 matches the Java client, so keyed outputs land where Java producers
             # would put them and stay co-partitioned with topics those producers write.
             "partitioner": "murmur2_random",
-            "linger.ms": 5,
+            "linger.ms": 5 if self.max_latency is None else _linger_ms(self.max_latency),
             "queue.buffering.max.messages": 1_000_000,
             # failures still reach the producer's callback; successes cost no callback
             "delivery.report.only.error": True,

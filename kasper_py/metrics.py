@@ -112,6 +112,9 @@ class _Collectors:
         self.step_seconds = prom.Histogram(
             "step_duration_seconds", "Seconds per step of a turn: process, flush, produce, "
             "read_ahead, commit.", ["processor", "step"], buckets=_SECONDS_BUCKETS, **common)
+        self.batch_target = prom.Gauge(
+            "batch_size_target", "The most messages the next batch may take: batch_size, "
+            "or with max_latency what the batch controller chose.", ["processor"], **common)
         self.last_turn = prom.Gauge(
             "last_turn_timestamp_seconds", "Unix time of the last committed turn.",
             ["processor"], **common)
@@ -183,6 +186,8 @@ class _Collectors:
         self.produced.labels(self.processor).inc(stats.produced)
         self.turns.labels(self.processor).inc()
         self.batch_size.labels(self.processor).observe(len(stats.batch))
+        if stats.batch_size_target is not None:
+            self.batch_target.labels(self.processor).set(stats.batch_size_target)
         for step, seconds in stats.durations.items():
             self.step_seconds.labels(self.processor, step).observe(seconds)
         self.last_turn.labels(self.processor).set(now)

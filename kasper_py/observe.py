@@ -39,6 +39,9 @@ class TurnStats:
     nothing is committed yet, where ``auto_offset_reset`` starts (from the watermarks)."""
     high_watermarks: dict[tuple[str, int], int] = field(default_factory=dict)
     """Latest known high watermark per assigned (topic, partition), from fetch responses."""
+    batch_size_target: int | None = None
+    """The most records the next batch may take: ``Config.batch_size``, or with
+    ``max_latency`` what the loop's batch controller chose after this turn."""
 
 
 class StoreObserver(Protocol):

@@ -32,7 +32,7 @@ import structlog
 
 from kasper_py._closing import close_all
 from kasper_py._gc import paced_for
-from kasper_py.batching import Batch, Collector, build_batch
+from kasper_py.batching import Batch, BatchController, Collector, build_batch
 from kasper_py.config import Config
 from kasper_py.consumer import InputConsumer
 from kasper_py.exceptions import (
@@ -121,6 +121,10 @@ class TopicProcessor:
         self._offsets = OffsetTracker()
         self._collector = Collector(self._consumer.consume, config.batch_size,
                                     config.batch_wait, self._clock)
+        self._sizing = (None if config.max_latency is None
+                        else BatchController(config.max_latency, config.batch_size))
+        """With ``max_latency``: sizes each batch (and its linger) from the last turns."""
+        self._resize()
         self._ahead: Batch | KasperError | None = None
         """The next batch, read (or failed to read) while the last turn's acks were
         outstanding."""
@@ -398,13 +402,14 @@ class TopicProcessor:
 
     def _loop(self, until_caught_up: bool) -> None:
         while not self._closing.is_set():
+            size = self._collector.size
             batch = self._next_batch()
             if batch.ranges or self._engine.time.due():
                 self._turn(batch)  # with no input: for the timers and tasks due
             if not batch.ranges:
                 self._observer.on_idle()
                 self._heartbeat()
-            full = len(batch) >= self.config.batch_size
+            full = len(batch) >= size
             if until_caught_up and not full and self.has_consumed_all():
                 return
 
@@ -431,7 +436,10 @@ class TopicProcessor:
         acks are in or the batch is ready, and decode a ready one. A Kafka or decoding
         error is kept for the next turn, which fails with it; this turn goes on."""
         try:
-            if self._collector.gather(until=self._all_acked, step=_AHEAD_STEP):
+            # With max_latency a batch its linger released is finished after the turn,
+            # taking along what arrived until then; a full one is decoded now.
+            ready = self._collector.gather(until=self._all_acked, step=_AHEAD_STEP)
+            if ready and (self._sizing is None or self._collector.full):
                 batch = self._decode(self._collector.take())
                 self._ahead = batch if batch.ranges else None  # batch_wait over, nothing read
         except KasperError as exc:
@@ -463,7 +471,26 @@ class TopicProcessor:
                 self._retry(exc, attempt + 1)
         if self.config.group_mode:
             self._check_poll_budget(result.durations)
-        self._report(TurnStats(batch, result.produced, result.durations, *self._progress()))
+        stats = TurnStats(batch, result.produced, result.durations, *self._progress())
+        if self._sizing is not None:
+            self._sizing.observe(len(batch), self._behind(stats), sum(result.durations.values()))
+            self._resize()
+        stats.batch_size_target = self._collector.size
+        self._report(stats)
+
+    def _resize(self) -> None:
+        """With ``max_latency``: the next batch's size and linger, from the controller."""
+        if self._sizing is not None:
+            self._collector.size, self._collector.linger = self._sizing.size, self._sizing.linger
+
+    @staticmethod
+    def _behind(stats: TurnStats) -> int | None:
+        """Records behind the committed offsets (those read ahead included), by the
+        cached high watermarks; ``None`` when no partition has one yet."""
+        if not stats.high_watermarks:
+            return None
+        return sum(max(0, high - stats.committed.get(tp, high))
+                   for tp, high in stats.high_watermarks.items())
 
     def _check_poll_budget(self, durations: dict[str, float]) -> None:
         """Group mode: the loop consumes only between turns, so a turn must stay well

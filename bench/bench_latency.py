@@ -1,0 +1,321 @@
+"""End-to-end latency of a paced input through TopicProcessor, with its default batching
+and with ``max_latency``, and what ``max_latency`` costs at saturation.
+
+Latency rows: a producer in its own process writes ``--rates`` messages per second
+(100-byte values, dealt round-robin over the partitions) for ``--seconds``; a
+passthrough loop in another process (started first, reading from the start of the
+empty topic) copies every message to an output topic created with
+``message.timestamp.type=LogAppendTime``. A message's latency is its output's
+log-append time minus its input's create time (both in the broker's clock: one host);
+the create time is also written, in microseconds, at the start of the value, which is
+what is read back. Each row reports p50, p99 and max over every message, and the CPU
+seconds (user + system, every thread) the loop process used from its start to its
+stop. The loop is stopped once every message is in the output.
+
+Saturation rows: 1M messages are preloaded, then read by bench_passthrough.py's
+kasper child with batch_size 10,000 (the batch-10,000 figure) and with max_latency at
+the same batch_size ceiling, and their msgs/s ratio is printed. A benchmark, not a
+test: targets (p99 <= 30 ms at 10k msg/s with max_latency=0.05; saturation ratio
+>= 0.9) are printed beside the figures, never asserted.
+
+    python bench/bench_latency.py
+    python bench/bench_latency.py --seconds 10 --rates 10000 --messages 300000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import resource
+import signal
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+from bench_passthrough import Row, run_child
+from benchkit import arguments, create_topics, delete_topics, fill, payloads
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+
+STAMP = 16
+"""Leading bytes of a value holding its create time in microseconds, zero-padded."""
+LOOP_READY = "loop-ready"
+
+
+def settings(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    """Config keyword arguments of each latency setting, by its row name."""
+    return {"default": {},
+            "max_latency": {"max_latency": args.max_latency, "batch_size": args.batch_size}}
+
+
+# -- the child processes ----------------------------------------------------------------
+
+
+def producer_child(args: argparse.Namespace) -> None:
+    """Write ``args.rate`` messages a second for ``args.seconds``; print how many."""
+    producer = Producer({"bootstrap.servers": args.bootstrap, "linger.ms": 1,
+                         "queue.buffering.max.messages": 1_000_000})
+    padding = b"x" * (args.size - STAMP)
+    started = time.time()
+    sent = 0
+    while (now := time.time()) - started < args.seconds:
+        due = int((now - started) * args.rate)
+        value = b"%0*d" % (STAMP, int(now * 1e6)) + padding
+        millis = int(now * 1000)
+        while sent < due:
+            try:
+                producer.produce(args.source, value, partition=sent % args.partitions,
+                                 timestamp=millis)
+            except BufferError:
+                producer.poll(0.01)
+                continue
+            sent += 1
+        producer.poll(0)
+        time.sleep(0.0005)
+    if producer.flush(60):
+        sys.exit("the paced producer's messages were not all acknowledged")
+    print(json.dumps({"sent": sent, "seconds": time.time() - started}))
+
+
+def loop_child(args: argparse.Namespace) -> None:
+    """A passthrough TopicProcessor until SIGTERM; print its CPU seconds and turns."""
+    import structlog
+
+    from kasper_py import Config, Message, MessageProcessor, Sender, TopicProcessor
+    from kasper_py.observe import NoopObserver, TurnStats
+
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+    output = args.output
+
+    class Passthrough(MessageProcessor):
+        def process(self, messages: list[Message], sender: Sender) -> None:
+            send = sender.send
+            for m in messages:
+                send(output, m.value, m.key, m.partition)
+
+    class Turns(NoopObserver):
+        def __init__(self) -> None:
+            self.turns, self.messages = 0, 0
+
+        def on_start(self, assigned: list[tuple[str, int]]) -> None:
+            print(LOOP_READY, flush=True)
+
+        def on_turn(self, stats: TurnStats) -> None:
+            self.turns += 1
+            self.messages += len(stats.batch)
+
+    config = Config(name=f"bench-latency-{uuid.uuid4().hex[:8]}",
+                    bootstrap_servers=args.bootstrap, input_topics=[args.source],
+                    **settings(args)[args.setting])
+    observer = Turns()
+    cpu_before = cpu_seconds()
+    processor = TopicProcessor(config, lambda _c: Passthrough(), observer=observer)
+    processor.run_until_stopped()
+    print(json.dumps({"cpu_s": cpu_seconds() - cpu_before, "turns": observer.turns,
+                      "messages": observer.messages}), flush=True)
+
+
+def cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+# -- one latency row ----------------------------------------------------------------------
+
+
+def child_command(args: argparse.Namespace, role: str, **more: Any) -> list[str]:
+    command = [sys.executable, __file__, "--role", role, "--bootstrap", args.bootstrap,
+               "--partitions", str(args.partitions), "--size", str(args.size),
+               "--max-latency", str(args.max_latency), "--batch-size", str(args.batch_size)]
+    for key, value in more.items():
+        command += [f"--{key.replace('_', '-')}", str(value)]
+    return command
+
+
+def latency_row(args: argparse.Namespace, setting: str, rate: int) -> dict[str, Any]:
+    """Run one setting at one rate on fresh topics; its latency figures and CPU."""
+    suffix = uuid.uuid4().hex[:8]
+    source, output = f"bench-lat-in-{suffix}", f"bench-lat-out-{suffix}"
+    create_topics(args.bootstrap, [source], args.partitions)
+    create_topics(args.bootstrap, [output], args.partitions,
+                  **{"message.timestamp.type": "LogAppendTime"})
+    loop = subprocess.Popen(child_command(args, "loop", setting=setting, source=source,
+                                          output=output),
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        wait_for_line(loop, LOOP_READY)
+        time.sleep(1.0)  # the consumer's first fetch is under way
+        produced = json.loads(subprocess.run(
+            child_command(args, "producer", source=source, rate=rate, seconds=args.seconds),
+            check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1])
+        wait_for_output(args.bootstrap, output, args.partitions, produced["sent"])
+        loop.send_signal(signal.SIGTERM)
+        stdout, _ = loop.communicate(timeout=60)
+        used = json.loads(stdout.strip().splitlines()[-1])
+        millis = latencies(args.bootstrap, output, args.partitions, produced["sent"])
+    finally:
+        if loop.poll() is None:
+            loop.kill()
+        delete_topics(args.bootstrap, [source, output])
+    return {"setting": setting, "rate": rate, "sent": produced["sent"],
+            "achieved_rate": produced["sent"] / produced["seconds"], **percentiles(millis),
+            "cpu_s": used["cpu_s"], "turns": used["turns"]}
+
+
+def wait_for_line(process: subprocess.Popen[str], wanted: str) -> None:
+    assert process.stdout is not None
+    for line in process.stdout:
+        if line.strip() == wanted:
+            return
+    sys.exit(f"the loop process exited ({process.wait()}) before it started")
+
+
+def wait_for_output(bootstrap: str, topic: str, partitions: int, count: int,
+                    timeout: float = 120.0) -> None:
+    """Until ``topic`` holds ``count`` messages (the loop copied every input)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-latency-watch"})
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            total = sum(consumer.get_watermark_offsets(TopicPartition(topic, p), 10)[1]
+                        for p in range(partitions))
+            if total >= count:
+                return
+            time.sleep(0.2)
+    finally:
+        consumer.close()
+    sys.exit(f"{topic} holds fewer than {count} messages after {timeout} s")
+
+
+def latencies(bootstrap: str, topic: str, partitions: int, count: int) -> list[float]:
+    """Milliseconds from each input's create time (in its value) to its output's
+    log-append time."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-latency-read",
+                         "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+    millis: list[float] = []
+    try:
+        while len(millis) < count:
+            for record in consumer.consume(10_000, 5.0):
+                if record.error() is not None:
+                    sys.exit(f"reading {topic} failed: {record.error().str()}")
+                appended = record.timestamp()[1]
+                millis.append(appended - int(record.value()[:STAMP]) / 1000)
+    finally:
+        consumer.close()
+    return millis
+
+
+def percentiles(millis: Sequence[float]) -> dict[str, float]:
+    ordered = sorted(millis)
+    return {"p50_ms": statistics.median(ordered),
+            "p99_ms": ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))],
+            "max_ms": ordered[-1]}
+
+
+# -- saturation ---------------------------------------------------------------------------
+
+
+def saturation(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    """msgs/s over ``args.messages`` preloaded messages: batch_size alone, and
+    max_latency at the same batch_size ceiling (bench_passthrough's kasper child)."""
+    source = f"bench-lat-sat-{uuid.uuid4().hex[:8]}"
+    create_topics(args.bootstrap, [source], args.partitions)
+    results: dict[str, dict[str, Any]] = {}
+    try:
+        fill(args.bootstrap, source, args.partitions, payloads(args.messages, args.size))
+        passthrough = argparse.Namespace(bootstrap=args.bootstrap, messages=args.messages,
+                                         partitions=args.partitions,
+                                         max_latency=args.max_latency)
+        for _ in range(args.rounds):
+            for setting in ("own", "latency"):
+                result = run_child(Row("kasper", setting, args.batch_size), passthrough, source)
+                best = results.get(setting)
+                if best is None or result["msgs_per_s"] > best["msgs_per_s"]:
+                    results[setting] = result
+                print(f"  saturation {result['row']:24} {result['msgs_per_s']:>10,.0f} msgs/s"
+                      f"  CPU {result['cpu_s']:6.2f} s", flush=True)
+    finally:
+        delete_topics(args.bootstrap, [source])
+    return results
+
+
+# -- the report -----------------------------------------------------------------------
+
+
+def table_lines(rows: Sequence[Mapping[str, Any]]) -> Iterator[str]:
+    yield (f"  {'setting':12} {'rate msg/s':>10} {'achieved':>9} {'p50 ms':>8} {'p99 ms':>8}"
+           f" {'max ms':>8} {'loop CPU s':>10} {'turns':>7}")
+    for row in rows:
+        yield (f"  {row['setting']:12} {row['rate']:>10,} {row['achieved_rate']:>9,.0f}"
+               f" {row['p50_ms']:>8.1f} {row['p99_ms']:>8.1f} {row['max_ms']:>8.1f}"
+               f" {row['cpu_s']:>10.2f} {row['turns']:>7,}")
+
+
+def saturation_lines(args: argparse.Namespace,
+                     results: Mapping[str, Mapping[str, Any]]) -> Iterator[str]:
+    own, adaptive = results["own"], results["latency"]
+    yield f"saturation, {args.messages:,} messages, best of {args.rounds}:"
+    yield (f"  batch_size={args.batch_size:,}: {own['msgs_per_s']:,.0f} msgs/s, "
+           f"CPU {own['cpu_s_per_million']:.2f} s/1M")
+    yield (f"  max_latency={args.max_latency}, batch_size={args.batch_size:,}: "
+           f"{adaptive['msgs_per_s']:,.0f} msgs/s, CPU {adaptive['cpu_s_per_million']:.2f} s/1M")
+    yield (f"  ratio {adaptive['msgs_per_s'] / own['msgs_per_s']:.2f} (target >= 0.9)")
+
+
+def parse_args() -> argparse.Namespace:
+    parser = arguments(__doc__.splitlines()[0], messages=1_000_000, partitions=4, rounds=1)
+    parser.add_argument("--seconds", type=float, default=30.0,
+                        help="how long the paced producer writes, per row")
+    parser.add_argument("--rates", default="1000,10000,50000",
+                        type=lambda text: [int(rate) for rate in text.split(",")],
+                        help="comma list of messages per second")
+    parser.add_argument("--max-latency", type=float, default=0.05,
+                        help="Config.max_latency of the max_latency rows, seconds")
+    parser.add_argument("--settings", default="default,max_latency",
+                        type=lambda text: text.split(","),
+                        help="latency rows to run: default, max_latency")
+    parser.add_argument("--size", type=int, default=100, help="bytes per message value")
+    parser.add_argument("--no-saturation", action="store_true",
+                        help="skip the saturation rows")
+    for internal in ("--role", "--setting", "--rate"):  # set for the child processes
+        parser.add_argument(internal, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.size <= STAMP:
+        parser.error(f"--size must be over {STAMP} bytes (the create time is in the value)")
+    return args
+
+
+def main() -> None:
+    args = parse_args()
+    if args.role == "producer":
+        args.rate = int(args.rate)
+        producer_child(args)
+        return
+    if args.role == "loop":
+        loop_child(args)
+        return
+    print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}; "
+          f"{args.partitions} partitions, {args.size}-byte values, {args.seconds:g} s a row; "
+          f"max_latency rows: max_latency={args.max_latency}, batch_size={args.batch_size:,}",
+          flush=True)
+    rows = []
+    for rate in args.rates:
+        for setting in args.settings:
+            rows.append(latency_row(args, setting, rate))
+            print(list(table_lines(rows))[-1], flush=True)
+    print("end-to-end latency (input create time to output log-append time):")
+    print("\n".join(table_lines(rows)))
+    print(f"  target: p99 <= 30 ms at 10,000 msg/s with max_latency={args.max_latency}")
+    if not args.no_saturation:
+        print("\n".join(saturation_lines(args, saturation(args))))
+    print(f"load average after the run {os.getloadavg()[0]:.2f}")
+
+
+if __name__ == "__main__":
+    main()
