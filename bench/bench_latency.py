@@ -28,7 +28,6 @@ import argparse
 import json
 import logging
 import os
-import resource
 import signal
 import statistics
 import subprocess
@@ -38,8 +37,8 @@ import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from bench_passthrough import Row, run_child
-from benchkit import arguments, create_topics, delete_topics, fill, payloads
+from bench_passthrough import Row, cpu_seconds, run_child
+from benchkit import Passthrough, arguments, create_topics, delete_topics, fill, payloads
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
 STAMP = 16
@@ -86,17 +85,10 @@ def loop_child(args: argparse.Namespace) -> None:
     """A passthrough TopicProcessor until SIGTERM; print its CPU seconds and turns."""
     import structlog
 
-    from kasper_py import Config, Message, MessageProcessor, Sender, TopicProcessor
+    from kasper_py import Config, TopicProcessor
     from kasper_py.observe import NoopObserver, TurnStats
 
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
-    output = args.output
-
-    class Passthrough(MessageProcessor):
-        def process(self, messages: list[Message], sender: Sender) -> None:
-            send = sender.send
-            for m in messages:
-                send(output, m.value, m.key, m.partition)
 
     class Turns(NoopObserver):
         def __init__(self) -> None:
@@ -114,15 +106,10 @@ def loop_child(args: argparse.Namespace) -> None:
                     **settings(args)[args.setting])
     observer = Turns()
     cpu_before = cpu_seconds()
-    processor = TopicProcessor(config, lambda _c: Passthrough(), observer=observer)
+    processor = TopicProcessor(config, lambda _c: Passthrough(args.output), observer=observer)
     processor.run_until_stopped()
     print(json.dumps({"cpu_s": cpu_seconds() - cpu_before, "turns": observer.turns,
                       "messages": observer.messages}), flush=True)
-
-
-def cpu_seconds() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
 
 
 # -- one latency row ----------------------------------------------------------------------

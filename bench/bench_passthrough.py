@@ -63,7 +63,15 @@ from dataclasses import dataclass
 from typing import Any
 
 import confluent_kafka
-from benchkit import arguments, commit_latency, create_topics, delete_topics, fill, payloads
+from benchkit import (
+    Passthrough,
+    arguments,
+    commit_latency,
+    create_topics,
+    delete_topics,
+    fill,
+    payloads,
+)
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 
 DEEP: dict[str, int] = {
@@ -259,17 +267,11 @@ def kasper_loop(row: Row, args: argparse.Namespace) -> list[float]:
 
     import structlog
 
-    from kasper_py import Config, Message, MessageProcessor, Sender, TopicProcessor
+    from kasper_py import Config, TopicProcessor
     from kasper_py.observe import NoopObserver, TurnStats
 
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     output, total = args.output, args.messages
-
-    class Passthrough(MessageProcessor):
-        def process(self, messages: list[Message], sender: Sender) -> None:
-            send = sender.send
-            for m in messages:
-                send(output, m.value, m.key, m.partition)
 
     class StopWhenDone(NoopObserver):
         """Stops the loop after the turn that commits the last message, as the raw loop
@@ -292,7 +294,7 @@ def kasper_loop(row: Row, args: argparse.Namespace) -> list[float]:
                     else None,
                     processing_guarantee="exactly_once" if row.exactly_once else "at_least_once")
     observer = StopWhenDone()
-    processor = TopicProcessor(config, lambda _c: Passthrough(), observer=observer)
+    processor = TopicProcessor(config, lambda _c: Passthrough(output), observer=observer)
     processor.run_loop()
     return observer.commits
 

@@ -13,7 +13,7 @@ from typing import Any
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from kasper_py import TopicProcessor
+from kasper_py import Message, MessageProcessor, Sender, TopicProcessor
 from kasper_py.observe import NoopObserver, TurnStats
 
 CHUNK = 10_000
@@ -64,6 +64,18 @@ def fill(bootstrap: str, topic: str, partitions: int, records: Sequence[dict[str
                     producer.poll(0.1)
         producer.poll(0)
     producer.flush(120)
+
+
+class Passthrough(MessageProcessor):
+    """Sends every message on to ``output``, same key, value and partition."""
+
+    def __init__(self, output: str) -> None:
+        self.output = output
+
+    def process(self, messages: list[Message], sender: Sender) -> None:
+        send, output = sender.send, self.output
+        for m in messages:
+            send(output, m.value, m.key, m.partition)
 
 
 class StopWhenDone(NoopObserver):
