@@ -163,7 +163,7 @@ class BatchController:
         """Seconds the next batch waits for more records once its first is in."""
         turn = self.turn_seconds or 0.0
         spare = self.max_latency / 2 - 2 * turn
-        return max(0.0, min(self.max_latency * _LINGER_SHARE, spare))
+        return max(0.0, min(self.max_latency / _LINGER_PARTS, spare))
 
     def observe(self, taken: int, waiting: int | None, seconds: float) -> int:
         """Learn from a finished turn: it took ``taken`` records, ``waiting`` more were
@@ -184,8 +184,8 @@ class BatchController:
         return self.size
 
 
-_LINGER_SHARE = 0.1
-"""The longest linger, as a share of ``max_latency``."""
+_LINGER_PARTS = 10
+"""The longest linger is ``max_latency`` divided by this."""
 _SMOOTHING = 0.2
 """Weight of the newest turn in ``BatchController.turn_seconds``."""
 

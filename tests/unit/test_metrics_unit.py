@@ -85,6 +85,17 @@ def test_turn_counts_messages_turns_and_steps(observer: PrometheusObserver) -> N
         assert value(observer, "kasper_step_duration_seconds_count", **labels, step=step) == 2
 
 
+def test_batch_size_target_gauge_follows_the_turns(observer: PrometheusObserver) -> None:
+    """The gauge shows the target of the last turn that reported one."""
+    stats = make_stats({("in", 0): OffsetRange(0, 9, 10)})
+    stats.batch_size_target = 400
+    observer.on_turn(stats)
+    assert value(observer, "kasper_batch_size_target", processor="orders") == 400
+    stats.batch_size_target = 200
+    observer.on_turn(stats)
+    assert value(observer, "kasper_batch_size_target", processor="orders") == 200
+
+
 def test_lag_in_messages_and_seconds(observer: PrometheusObserver, clock: FakeClock) -> None:
     """Lag is high watermark minus committed; lag seconds is now minus the last processed
     timestamp; the oldest unprocessed age is 0 once caught up."""
