@@ -67,7 +67,7 @@ _log = structlog.get_logger("kasper_py")
 _KAFKA_TROUBLE = (ProduceError, CommitError, ConsumeError, FencedError, KeyboardInterrupt)
 _AHEAD_STEP = 0.005
 """Longest a consume waits while reading ahead: acks that arrive meanwhile delay the
-commit by at most this much."""
+commit by at most this much. With ``max_latency``, a fiftieth of it at most."""
 _TURN_RETRIES = 5
 """Exactly-once: aborted turns in a row, for errors Kafka calls transient, run again
 before the loop stops."""
@@ -124,6 +124,8 @@ class TopicProcessor:
         self._sizing = (None if config.max_latency is None
                         else BatchController(config.max_latency, config.batch_size))
         """With ``max_latency``: sizes each batch (and its linger) from the last turns."""
+        self._ahead_step = (_AHEAD_STEP if config.max_latency is None
+                            else min(_AHEAD_STEP, config.max_latency / 50))
         self._resize()
         self._ahead: Batch | KasperError | None = None
         """The next batch, read (or failed to read) while the last turn's acks were
@@ -438,7 +440,7 @@ class TopicProcessor:
         try:
             # With max_latency a batch its linger released is finished after the turn,
             # taking along what arrived until then; a full one is decoded now.
-            ready = self._collector.gather(until=self._all_acked, step=_AHEAD_STEP)
+            ready = self._collector.gather(until=self._all_acked, step=self._ahead_step)
             if ready and (self._sizing is None or self._collector.full):
                 batch = self._decode(self._collector.take())
                 self._ahead = batch if batch.ranges else None  # batch_wait over, nothing read
