@@ -93,6 +93,7 @@ def loop_child(args: argparse.Namespace) -> None:
     class Turns(NoopObserver):
         def __init__(self) -> None:
             self.turns, self.messages = 0, 0
+            self.trace = open(args.trace, "a") if args.trace else None  # noqa: SIM115
 
         def on_start(self, assigned: list[tuple[str, int]]) -> None:
             print(LOOP_READY, flush=True)
@@ -100,6 +101,12 @@ def loop_child(args: argparse.Namespace) -> None:
         def on_turn(self, stats: TurnStats) -> None:
             self.turns += 1
             self.messages += len(stats.batch)
+            if self.trace is not None:
+                self.trace.write(json.dumps({
+                    "setting": args.setting, "at": time.time(), "batch": len(stats.batch),
+                    "target": stats.batch_size_target,
+                    **{step: round(s * 1000, 3) for step, s in stats.durations.items()}})
+                    + "\n")
 
     config = Config(name=f"bench-latency-{uuid.uuid4().hex[:8]}",
                     bootstrap_servers=args.bootstrap, input_topics=[args.source],
@@ -119,6 +126,8 @@ def child_command(args: argparse.Namespace, role: str, **more: Any) -> list[str]
     command = [sys.executable, __file__, "--role", role, "--bootstrap", args.bootstrap,
                "--partitions", str(args.partitions), "--size", str(args.size),
                "--max-latency", str(args.max_latency), "--batch-size", str(args.batch_size)]
+    if args.trace:
+        command += ["--trace", args.trace]
     for key, value in more.items():
         command += [f"--{key.replace('_', '-')}", str(value)]
     return command
@@ -268,6 +277,9 @@ def parse_args() -> argparse.Namespace:
                         type=lambda text: text.split(","),
                         help="latency rows to run: default, max_latency")
     parser.add_argument("--size", type=int, default=100, help="bytes per message value")
+    parser.add_argument("--trace", metavar="FILE",
+                        help="append every turn of the latency rows to FILE as a JSON line: "
+                             "its batch, batch size target and step milliseconds")
     parser.add_argument("--no-saturation", action="store_true",
                         help="skip the saturation rows")
     for internal in ("--role", "--setting", "--rate"):  # set for the child processes
