@@ -42,6 +42,7 @@ bench: stack
 	$(BIN)/python bench/bench_reprocess.py
 	$(BIN)/python bench/bench_scaling.py
 	$(BIN)/python bench/bench_windows.py
+	$(BIN)/python bench/bench_latency.py
 
 down:
 	$(BIN)/python -m kasper_py.stack down all
