@@ -4,6 +4,7 @@ timing is asserted: the controller is fed durations, the collector a clock."""
 
 from __future__ import annotations
 
+import argparse
 import random
 from collections.abc import Sequence
 from typing import Any
@@ -11,6 +12,7 @@ from typing import Any
 import pytest
 
 from kasper_py import Config, ConfigError, Message, MessageProcessor, Sender, TopicProcessor
+from kasper_py._cli_base import CliError, add_config_flags, config_from_args, load_config
 from kasper_py.batching import BatchController, Collector
 from kasper_py.observe import NoopObserver, TurnStats
 from kasper_py.testing import InMemoryBroker
@@ -216,6 +218,20 @@ def test_config_max_latency_lowers_the_producer_linger_only_when_set() -> None:
     assert Config(**base, max_latency=2.0).to_producer_conf()["linger.ms"] == 5
     overridden = Config(**base, max_latency=0.05, producer_overrides={"linger.ms": 3})
     assert overridden.to_producer_conf()["linger.ms"] == 3
+
+
+def test_max_latency_from_the_environment_and_the_command_line() -> None:
+    """KASPER_MAX_LATENCY is read as seconds ('none' clears it), --max-latency too."""
+    env = {"KASPER_NAME": "n", "KASPER_BOOTSTRAP_SERVERS": "b:1", "KASPER_INPUT_TOPICS": "t",
+           "KASPER_MAX_LATENCY": "0.05"}
+    assert load_config(None, env).max_latency == 0.05
+    assert load_config(None, {**env, "KASPER_MAX_LATENCY": "none"}).max_latency is None
+    parser = argparse.ArgumentParser()
+    add_config_flags(parser)
+    args = parser.parse_args(["--max-latency", "0.02"])
+    assert config_from_args(args, env).max_latency == 0.02
+    with pytest.raises(CliError, match=r"config field 'max_latency'"):
+        load_config(None, {**env, "KASPER_MAX_LATENCY": "-1"})
 
 
 # -- the loop on the in-memory broker -------------------------------------------------------
