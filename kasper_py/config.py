@@ -26,6 +26,7 @@ _MAX_BATCH = 1_000_000  # confluent-kafka's cap on one consume() call
 _DECODE_POLICIES = ("fail", "skip", "dead_letter")
 _GUARANTEES = ("at_least_once", "exactly_once")
 _GROUP_TRANSACTION_TIMEOUT_MS = 10_000
+_ENDPOINT = re.compile(r"^https?://[^\s/]+/?$")
 _FUNCTION_NAME = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")  # module:function
 # librdkafka keys (aliases included) that a Config field decides: an override naming
 # one is refused, so a setting is never silently replaced or dropped.
@@ -108,7 +109,17 @@ class Config:
     state_dir: str = "kasper-state"
     """Folder under which local RocksDB tables keep one database per partition."""
     metrics_port: int | None = None
-    """Port serving ``/metrics`` and ``/health``; ``None`` disables the exporter."""
+    """Port serving ``/metrics``, ``/health`` and the table queries (``/tables``, views);
+    ``None`` disables the exporter and the HTTP queries."""
+    query_partitioner: Literal["crc32", "murmur2"] = "crc32"
+    """How the producers of the input topics partition by key, so a query finds the
+    partition (and the instance) holding a key: ``crc32`` is librdkafka's default
+    ``consistent_random`` (confluent-kafka, kasper_py's own output, Go, .NET);
+    ``murmur2`` the Java client's default (Kafka Streams, Connect, Spring; librdkafka
+    with ``partitioner=murmur2_random``)."""
+    query_endpoint: str | None = None
+    """The URL other instances redirect key queries to, announced in the commit note;
+    defaults to ``http://<hostname>:<metrics port>``."""
     on_decode_error: Literal["fail", "skip", "dead_letter"] = "fail"
     """An input message whose key or value does not decode: ``fail`` stops the loop
     uncommitted; ``skip`` leaves it out of ``process()`` (logged, counted, committed);
@@ -156,6 +167,19 @@ class Config:
         if port is not None and (isinstance(port, bool) or not isinstance(port, int)
                                  or not 0 <= port <= 65535):
             raise ConfigError("metrics_port", f"must be a port 0..65535 or None, got {port!r}")
+        self._check_queries()
+
+    def _check_queries(self) -> None:
+        if self.query_partitioner not in ("crc32", "murmur2"):
+            raise ConfigError("query_partitioner", "must be 'crc32' (librdkafka's default) or "
+                              f"'murmur2' (the Java client's), got {self.query_partitioner!r}")
+        endpoint = self.query_endpoint
+        if endpoint is None:
+            return
+        if not isinstance(endpoint, str) or not _ENDPOINT.match(endpoint):
+            raise ConfigError("query_endpoint", "must be an http(s) URL without spaces or a "
+                              f"path, like 'http://host:9100', got {endpoint!r}")
+        self._set("query_endpoint", endpoint.rstrip("/"))
 
     def _check_topics(self) -> None:
         topics = self.input_topics

@@ -20,7 +20,7 @@ from http.server import ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 
 from kasper_py import exceptions
-from kasper_py._http import QuietHandler
+from kasper_py._http import App, QuietHandler
 from kasper_py.observe import STEPS, LoopObserver, NoopObserver, StoreObserver, TurnStats
 
 if TYPE_CHECKING:
@@ -452,14 +452,25 @@ class PrometheusObserver(LoopObserver, StoreObserver):
 
 
 class MetricsServer:
-    """A background HTTP server: ``/metrics``, ``/health/live``, ``/health/ready``."""
+    """A background HTTP server: ``/metrics``, ``/health/live``, ``/health/ready``, and
+    the paths of the apps mounted on it (the loop's table queries and views)."""
 
     def __init__(self, observer: PrometheusObserver, host: str, port: int) -> None:
-        self._httpd = ThreadingHTTPServer((host, port), _handler_for(observer))
+        self.apps: list[App] = []
+        self._httpd = ThreadingHTTPServer((host, port), _handler_for(observer, self.apps))
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(target=self._httpd.serve_forever,
                                         name="kasper-metrics", daemon=True)
         self._thread.start()
+
+    def mount(self, app: App) -> None:
+        """Answer the paths ``app`` knows (it returns ``None`` for the others)."""
+        self.apps.append(app)
+
+    def unmount(self, app: App) -> None:
+        """Stop answering with ``app``."""
+        if app in self.apps:
+            self.apps.remove(app)
 
     @property
     def port(self) -> int:
@@ -473,14 +484,14 @@ class MetricsServer:
         self._thread.join(5)
 
 
-def _handler_for(observer: PrometheusObserver) -> type[QuietHandler]:
+def _handler_for(observer: PrometheusObserver, apps: list[App]) -> type[QuietHandler]:
     from prometheus_client import (  # noqa: PLC0415 - optional extra
         CONTENT_TYPE_LATEST,
         generate_latest,
     )
 
     class Handler(QuietHandler):
-        """Routes the three paths; anything else is 404."""
+        """Routes the three paths, then the mounted apps'; anything else is 404."""
 
         def do_GET(self) -> None:  # noqa: N802 - the name http.server calls
             path = self.path.split("?", 1)[0]
@@ -489,8 +500,9 @@ def _handler_for(observer: PrometheusObserver) -> type[QuietHandler]:
             elif path in ("/health/live", "/health/ready"):
                 report = observer.liveness() if path.endswith("live") else observer.readiness()
                 self._send(200 if report.ok else 503, "application/json", report.body())
-            else:
-                self._send(404, "text/plain", b"try /metrics, /health/live, /health/ready\n")
+            elif not any(self._answer(app) for app in list(apps)):
+                self._send(404, "text/plain", b"try /metrics, /health/live, /health/ready"
+                           + (b", /tables" if apps else b"") + b"\n")
 
     return Handler
 

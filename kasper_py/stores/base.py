@@ -157,6 +157,9 @@ class KeyValueStore(ABC):
     observer: StoreObserver = NOOP_STORE_OBSERVER
     """Where the store reports its operations, restores and late records (the loop's
     metrics); set when the store is opened."""
+    windowed: tuple[Serde, Serde] | None = None
+    """Set by a ``WindowedTable`` kept in this store: its key and value serdes, with
+    which queries read the windows (``kasper_py.windows.table.windows_of``)."""
 
     @abstractmethod
     def get_many(self, keys: Iterable[Any]) -> dict[Any, Any]:

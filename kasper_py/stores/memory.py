@@ -9,6 +9,7 @@ import threading
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
+from kasper_py.serdes import Serde, serde_for
 from kasper_py.stores.base import (
     KeyValueStore,
     Scan,
@@ -103,10 +104,13 @@ def _key_bytes(key: Any) -> bytes:
 
 
 class MemoryTable(StoreSpec):
-    """Declares an in-memory store called ``name``; one ``MemoryStore`` per partition."""
+    """Declares an in-memory store called ``name``; one ``MemoryStore`` per partition.
+    ``key_serde`` serves queries only: it reads a URL's key and gives the bytes the
+    key's partition is computed from."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, *, key_serde: str | Serde = "str") -> None:
         self.name = name
+        self.key_serde = serde_for(key_serde)
         self.partitions: dict[int, MemoryStore] = {}
 
     def open(self, runtime: StoreRuntime) -> MemoryStore:
