@@ -115,6 +115,7 @@ class TopicProcessor:
         self._store_specs = list(stores)
         self._owned_observer = observer is None and config.metrics_port is not None
         self._observer: LoopObserver = observer or _default_observer(config)
+        real_clients = clients is None
         clients = clients or KafkaClients(InputConsumer(config), OutputProducer(config))
         self._consumer, self._producer = clients.consumer, clients.producer
         self._on_step, self._clock = clients.on_step, clients.clock
@@ -144,7 +145,7 @@ class TopicProcessor:
         """The tables' committed state, for queries from any thread (``kasper_py.query``)."""
         self._endpoint: str | None = None
         self._query_app: QueryApp | None = None
-        self._serve_queries(views or {})
+        self._serve_queries(views or {}, locate=real_clients)
 
     # -- public ---------------------------------------------------------------
 
@@ -286,8 +287,9 @@ class TopicProcessor:
         """The URL this loop answers queries on and announces in its commit notes."""
         return self._endpoint
 
-    def _serve_queries(self, views: Mapping[str, View]) -> None:
-        """Mount the table queries and ``views`` on the observer's HTTP server, if any."""
+    def _serve_queries(self, views: Mapping[str, View], *, locate: bool) -> None:
+        """Mount the table queries and ``views`` on the observer's HTTP server, if any;
+        with ``locate`` (real Kafka clients), find other instances from commit notes."""
         server = getattr(self._observer, "server", None)
         if server is None:
             if views:
@@ -296,8 +298,8 @@ class TopicProcessor:
             return
         self._endpoint = (self.config.query_endpoint
                           or f"http://{socket.gethostname()}:{server.port}")
-        self.tables = Tables(self.config, self._store_specs, self._open_stores,
-                             Locator(self.config, self._endpoint))
+        locator = Locator(self.config, self._endpoint) if locate else None
+        self.tables = Tables(self.config, self._store_specs, self._open_stores, locator)
         self._query_app = QueryApp(self.tables, views, self._endpoint)
         server.mount(self._query_app)
 
