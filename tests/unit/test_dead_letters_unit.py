@@ -58,7 +58,8 @@ def test_dead_letter_keeps_the_original_bytes_and_says_why() -> None:
     record = Undecodable("t", 2, 9, b"\xffkey", b"\x00raw", 1234, (("trace", b"x"),),
                          TIMESTAMP_CREATE_TIME, "json serde: invalid JSON: boom")
     sender = Sender(STRING, JSON)
-    send_aside([record], config(on_decode_error="dead_letter", dead_letter_topic="t-dlq"), sender)
+    send_aside([record.dead_letter()], config(on_decode_error="dead_letter",
+                                             dead_letter_topic="t-dlq"), sender)
     (message,) = sender.messages
     assert (message.topic, message.key, message.value, message.partition) == (
         "t-dlq", b"\xffkey", b"\x00raw", None)
@@ -78,7 +79,7 @@ def test_skip_sends_nothing() -> None:
     """The skip policy only logs: nothing is buffered for output."""
     sender = Sender()
     record = Undecodable("t", 0, 1, None, b"x", None, (), TIMESTAMP_NONE, "bad")
-    send_aside([record], config(on_decode_error="skip"), sender)
+    send_aside([record.dead_letter()], config(on_decode_error="skip"), sender)
     assert len(sender) == 0
 
 
