@@ -1,5 +1,6 @@
 """The ``kasper`` command line: run a processor, manage its group's offsets, show its
-lag, and start the local stack. Configuration comes from a TOML file, then
+lag, replay its dead letters (``_dlq_replay``), and start the local stack.
+Configuration comes from a TOML file, then
 ``KASPER_*`` environment variables, then flags (each overrides the one before); that
 loading, targets and exit codes live in ``_cli_base``, shared with ``kasper reprocess``.
 
@@ -53,6 +54,7 @@ from kasper_py._cli_base import (
     setup_logging,
 )
 from kasper_py._client_log import ClientKind, with_client_log
+from kasper_py._dlq_replay import add_dlq_parser, replay
 from kasper_py.config import Config
 from kasper_py.exceptions import AlreadyRunningError, KasperError, TopicError
 from kasper_py.metrics import PrometheusObserver, observer_for
@@ -108,6 +110,7 @@ def _parser() -> argparse.ArgumentParser:
                         help="run a processor over history with Spark (see `kasper reprocess -h`)")
     _add_offsets_parser(commands)
     _add_config_flags(commands.add_parser("lag", help="the group's lag per partition"))
+    add_dlq_parser(commands, _add_config_flags)
     return parser
 
 
@@ -206,6 +209,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         return _run(config, args)
     if args.command == "lag":
         return _lag(config, args.connect_timeout)
+    if args.command == "dlq":
+        return replay(config, args)
     if args.action == "show":
         return _offsets_show(config, args.connect_timeout)
     return _offsets_reset(config, args.to, args.dry_run, args.connect_timeout, args.force)

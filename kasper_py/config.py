@@ -24,6 +24,7 @@ __all__ = ["Config"]
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _MAX_BATCH = 1_000_000  # confluent-kafka's cap on one consume() call
 _DECODE_POLICIES = ("fail", "skip", "dead_letter")
+_PROCESS_POLICIES = ("fail", "dead_letter")
 _GUARANTEES = ("at_least_once", "exactly_once")
 _GROUP_TRANSACTION_TIMEOUT_MS = 10_000
 _ENDPOINT = re.compile(r"^https?://[^\s/]+/?$")
@@ -124,8 +125,28 @@ class Config:
     """An input message whose key or value does not decode: ``fail`` stops the loop
     uncommitted; ``skip`` leaves it out of ``process()`` (logged, counted, committed);
     ``dead_letter`` also produces its original bytes to ``dead_letter_topic``."""
+    on_process_error: Literal["fail", "dead_letter"] = "fail"
+    """``process()`` raising on a partition's batch: ``fail`` stops the loop uncommitted;
+    ``dead_letter`` finds the messages it fails on by bisection (that partition's
+    pending store writes and output are dropped, its processor is rebuilt from the
+    factory, and halves are retried), produces each to ``dead_letter_topic`` with its
+    original bytes and the error, and applies every other message's effects once.
+    A ``KasperError`` other than ``SerdeError`` (a store or Kafka failure) still fails
+    the turn, as does a timer, a task or the timestamp extractor raising."""
     dead_letter_topic: str | None = None
-    """Where ``on_decode_error="dead_letter"`` sends undecodable input; required by it."""
+    """Where ``dead_letter`` policies send their messages; required by either."""
+    dead_letter_max_per_turn: int | None = 100
+    """``on_process_error="dead_letter"``: more messages than this failing ``process()``
+    in one turn stop the loop uncommitted (``DeadLetterLimitError``); ``None``: no
+    limit. The default bounds the cost of bisection (about 2 retries per message of
+    a batch where everything fails)."""
+    dead_letter_max_per_minute: int | None = 1000
+    """...more than this in the last 60 seconds (this process, every partition, counting
+    the turn's own) stop it too; ``None``: no limit."""
+    dead_letter_max_ratio: float | None = None
+    """...dead letters over messages processed in the last 60 seconds above this ratio
+    (0 < ratio <= 1) stop it too; ``None`` (the default): no limit. A rate, not a count:
+    at low input one dead letter among a few messages exceeds it."""
     timestamp_extractor: str | Callable[[Message], int | None] | None = None
     """The event time of an input message (``ProcessorContext.event_time``): a function
     of the decoded ``Message`` returning milliseconds since the epoch (an int), or
@@ -146,7 +167,7 @@ class Config:
         self._check_assignment()
         self._check_batching()
         self._check_serdes()
-        self._check_decode_policy()
+        self._check_dead_letters()
         self._check_guarantee()
         self._check_timestamp_extractor()
         self._check_overrides()
@@ -229,21 +250,42 @@ class Config:
             except ValueError as exc:
                 raise ConfigError(name, str(exc)) from None
 
-    def _check_decode_policy(self) -> None:
-        policy, topic = self.on_decode_error, self.dead_letter_topic
-        if policy not in _DECODE_POLICIES:
+    def _check_dead_letters(self) -> None:
+        decode, process, topic = self.on_decode_error, self.on_process_error, self.dead_letter_topic
+        if decode not in _DECODE_POLICIES:
             raise ConfigError("on_decode_error",
-                              f"must be one of {', '.join(_DECODE_POLICIES)}, got {policy!r}")
+                              f"must be one of {', '.join(_DECODE_POLICIES)}, got {decode!r}")
+        if process not in _PROCESS_POLICIES:
+            raise ConfigError("on_process_error",
+                              f"must be one of {', '.join(_PROCESS_POLICIES)}, got {process!r}")
         if topic is not None and not (isinstance(topic, str) and topic):
             raise ConfigError("dead_letter_topic", f"must be a topic name, got {topic!r}")
-        if policy == "dead_letter" and topic is None:
-            raise ConfigError("dead_letter_topic", "is required by on_decode_error='dead_letter'")
-        if policy != "dead_letter" and topic is not None:
-            raise ConfigError("dead_letter_topic", f"is only used with on_decode_error="
-                              f"'dead_letter', but on_decode_error is {policy!r}")
+        users = [f"{name}='dead_letter'" for name, policy in
+                 (("on_decode_error", decode), ("on_process_error", process))
+                 if policy == "dead_letter"]
+        if users and topic is None:
+            raise ConfigError("dead_letter_topic", f"is required by {' and '.join(users)}")
+        if not users and topic is not None:
+            raise ConfigError("dead_letter_topic", "is only used when on_decode_error or "
+                              "on_process_error is 'dead_letter', but on_decode_error is "
+                              f"{decode!r} and on_process_error is {process!r}")
         if topic in self.input_topics:
-            raise ConfigError("dead_letter_topic", f"{topic!r} is an input topic: undecodable "
-                              "messages would come back as input")
+            raise ConfigError("dead_letter_topic", f"{topic!r} is an input topic: dead "
+                              "letters would come back as input")
+        self._check_dead_letter_limits()
+
+    def _check_dead_letter_limits(self) -> None:
+        for name in ("dead_letter_max_per_turn", "dead_letter_max_per_minute"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                      or value < 0):
+                raise ConfigError(name, f"must be an int >= 0 (0: none allowed) or None, "
+                                  f"got {value!r}")
+        ratio = self.dead_letter_max_ratio
+        if ratio is not None and (isinstance(ratio, bool) or not isinstance(ratio, int | float)
+                                  or not 0 < ratio <= 1):
+            raise ConfigError("dead_letter_max_ratio",
+                              f"must be a number in (0, 1] or None, got {ratio!r}")
 
     def _check_guarantee(self) -> None:
         if self.processing_guarantee not in _GUARANTEES:

@@ -5,6 +5,7 @@
     ├── TopicError           an input topic or partition is missing, or partition counts differ
     ├── SerdeError           a key or value could not be decoded or encoded
     ├── ProcessingError      process(), a timer, a task or the timestamp extractor raised
+    │   └── DeadLetterLimitError    on_process_error="dead_letter": too many dead letters
     ├── ConsumeError         the consumer returned an error for a partition
     ├── ProduceError         an output or changelog message was not delivered
     ├── CommitError          the offset commit (or the transaction's commit) failed
@@ -37,6 +38,7 @@ __all__ = [
     "CommitError",
     "ConfigError",
     "ConsumeError",
+    "DeadLetterLimitError",
     "FencedError",
     "KasperError",
     "KeyNotFoundError",
@@ -114,6 +116,18 @@ class ProcessingError(KasperError):
         ``describe()``); the loop, the Spark task and the testing driver word it alike."""
         return cls(f"process() of partition {partition} raised {type(exc).__name__}: {exc} "
                    f"({offsets})", partition=partition)
+
+
+class DeadLetterLimitError(ProcessingError):
+    """``on_process_error="dead_letter"``: the messages ``process()`` failed on passed a
+    limit (``Config.dead_letter_max_per_turn``, ``..._per_minute`` or ``..._ratio``), so
+    the failures look systematic rather than a few poison messages; the turn was not
+    committed and the loop stops. ``limit`` names the Config field."""
+
+    def __init__(self, message: str, *, partition: int | None, limit: str) -> None:
+        super().__init__(message, partition=partition)
+        self.limit = limit
+        """The Config field whose limit was passed, e.g. ``dead_letter_max_per_turn``."""
 
 
 class ConsumeError(KasperError):

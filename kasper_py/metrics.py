@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
 
     from kasper_py.config import Config
+    from kasper_py.dead_letters import DeadLetter
 
 __all__ = ["MetricsServer", "PrometheusObserver", "count_client_log", "observer_for"]
 
@@ -91,6 +92,8 @@ class _Collectors:
         prom = _import_prometheus()
         self.processor = processor
         self.decode_policy = decode_policy
+        self.dead_letter_reasons = {"process"} | (
+            {"decode"} if decode_policy == "dead_letter" else set())
         self.registry: CollectorRegistry = registry or prom.CollectorRegistry()
         common: dict[str, Any] = {"namespace": NAMESPACE, "registry": self.registry}
         tp = ["processor", "topic", "partition"]
@@ -106,6 +109,10 @@ class _Collectors:
         self.skipped = prom.Counter(
             "messages_skipped", "Input messages that did not decode, committed without "
             "processing by on_decode_error (skip or dead_letter).", [*tp, "policy"], **common)
+        self.dead_letters = prom.Counter(
+            "dead_letters", "Input messages produced to the dead-letter topic, by reason: "
+            "decode (on_decode_error) or process (on_process_error).",
+            ["processor", "reason"], **common)
         self.batch_size = prom.Histogram(
             "batch_size_messages", "Messages per committed turn.", ["processor"],
             buckets=_BATCH_BUCKETS, **common)
@@ -160,6 +167,8 @@ class _Collectors:
         """Create the label sets known in advance, so a dashboard shows 0, not 'no data'."""
         self.produced.labels(self.processor)
         self.turns.labels(self.processor)
+        for reason in ("decode", "process"):
+            self.dead_letters.labels(self.processor, reason)
         for name in exceptions.__all__:
             if name != "KasperError":
                 self.errors.labels(self.processor, name)
@@ -176,16 +185,26 @@ class _Collectors:
         """Count one committed turn."""
         for (topic, partition), offsets in stats.batch.ranges.items():
             self.consumed.labels(self.processor, topic, str(partition)).inc(offsets.count)
-        for record in stats.batch.undecodable:
-            self.skipped.labels(self.processor, record.topic, str(record.partition),
-                                self.decode_policy).inc()
-            self.errors.labels(self.processor, "SerdeError").inc()
+        for letter in stats.dead_letters:
+            self.count_dead_letter(letter)
         self.produced.labels(self.processor).inc(stats.produced)
         self.turns.labels(self.processor).inc()
         self.batch_size.labels(self.processor).observe(len(stats.batch))
         for step, seconds in stats.durations.items():
             self.step_seconds.labels(self.processor, step).observe(seconds)
         self.last_turn.labels(self.processor).set(now)
+
+    def count_dead_letter(self, letter: DeadLetter) -> None:
+        """Count one record a committed turn set aside: skipped (undecodable), and
+        produced to the dead-letter topic where its policy says so."""
+        record = letter.record
+        if letter.reason == "decode":
+            self.skipped.labels(self.processor, record.topic, str(record.partition),
+                                self.decode_policy).inc()
+        self.errors.labels(self.processor, "SerdeError" if letter.reason == "decode"
+                           else "ProcessingError").inc()
+        if letter.reason in self.dead_letter_reasons:
+            self.dead_letters.labels(self.processor, letter.reason).inc()
 
     def observe_store_op(self, store: str, op: str, seconds: float, round_trips: int) -> None:
         """Record one store operation."""

@@ -480,7 +480,8 @@ class TopicProcessor:
     def _decode(self, records: list[Any]) -> Batch:
         return build_batch(records, self.config.key_decoder, self.config.value_decoder,
                            self._consumer.transient_error,
-                           set_aside=self.config.on_decode_error != "fail")
+                           set_aside=self.config.on_decode_error != "fail",
+                           keep_read=self.config.on_process_error == "dead_letter")
 
     def _read_ahead(self) -> None:
         """While a turn's acks are outstanding, read the next batch: consume until the
@@ -519,7 +520,8 @@ class TopicProcessor:
                 self._retry(exc, attempt + 1)
         if self.config.group_mode:
             self._check_poll_budget(result.durations)
-        self._report(TurnStats(batch, result.produced, result.durations, *self._progress()))
+        self._report(TurnStats(batch, result.produced, result.durations, *self._progress(),
+                               dead_letters=result.dead_letters))
 
     def _check_poll_budget(self, durations: dict[str, float]) -> None:
         """Group mode: the loop consumes only between turns, so a turn must stay well
@@ -540,7 +542,7 @@ class TopicProcessor:
         _log.warning("kasper.turn_retried", processor=self.config.name, attempt=attempt,
                      of=_TURN_RETRIES, error=str(exc))
         time.sleep(_RETRY_PAUSE * attempt)
-        self._engine.rebuild_processors(self._factory)
+        self._engine.rebuild_processors()
 
     def _fenced(self, exc: FencedError) -> FencedError:
         """The fencing error, naming the partitions and the loop that took them over

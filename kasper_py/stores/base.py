@@ -182,6 +182,19 @@ class KeyValueStore(ABC):
     def discard_pending(self) -> None:
         """Drop the buffered writes, as a failed turn does."""
 
+    def savepoint(self) -> object:
+        """A mark of the buffered writes as they are now, for ``rollback``: with
+        ``Config.on_process_error="dead_letter"`` the turn undoes one partition's writes
+        since a point of the turn, keeping what timers wrote before it. A store that
+        buffers nothing returns anything and ignores ``rollback``."""
+        raise NotImplementedError(f"{type(self).__name__} cannot undo part of a turn's "
+                                  "writes (savepoint/rollback), which "
+                                  "on_process_error='dead_letter' needs")
+
+    def rollback(self, savepoint: object) -> None:
+        """Put the buffered writes back as they were at ``savepoint`` (this store's own)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot undo part of a turn's writes")
+
     @property
     def round_trips(self) -> int:
         """Requests that waited on a server or native library so far; 0 for stores
@@ -301,6 +314,16 @@ class BufferedStore(KeyValueStore):
         writes, self._pending = self._pending, {}
         if writes or (self.effectively_once and next_offsets):
             self._observed("flush", lambda: self._write(writes, next_offsets))
+
+    def savepoint(self) -> object:
+        """A copy of the buffered writes (usually few or none: a savepoint is taken
+        before the partition's ``process()``, so it holds what timers wrote)."""
+        return dict(self._pending)
+
+    def rollback(self, savepoint: object) -> None:
+        """The buffered writes become the copy ``savepoint`` took."""
+        assert isinstance(savepoint, dict)
+        self._pending = dict(savepoint)
 
     def discard_pending(self) -> None:
         """Drop the buffered writes, as a failed turn does, and what ``_write`` handed

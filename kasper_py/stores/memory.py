@@ -72,6 +72,15 @@ class MemoryStore(KeyValueStore):
         """Drop buffered writes, as a failed turn does."""
         self._pending.clear()
 
+    def savepoint(self) -> object:
+        """A copy of the buffered writes, for ``rollback``."""
+        return dict(self._pending)
+
+    def rollback(self, savepoint: object) -> None:
+        """The buffered writes become the copy ``savepoint`` took."""
+        assert isinstance(savepoint, dict)
+        self._pending = dict(savepoint)
+
     def items(self) -> Iterator[tuple[Any, Any]]:
         """Flushed (key, value) pairs, in insertion order."""
         return iter(list(self.data.items()))

@@ -357,6 +357,13 @@ class GlobalTableStore(KeyValueStore):
     def discard_pending(self) -> None:
         """Nothing is ever buffered."""
 
+    def savepoint(self) -> object:
+        """Nothing is ever buffered: no mark."""
+        return None
+
+    def rollback(self, savepoint: object) -> None:
+        """Nothing is ever buffered: nothing to undo."""
+
     def items(self) -> Iterator[tuple[Any, Any]]:
         """Iterate every partition's keys, in key-byte order."""
         for key, value in self._state.db.items():
