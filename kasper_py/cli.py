@@ -67,6 +67,7 @@ from kasper_py.offsets import (
     running_window,
 )
 from kasper_py.processor import ProcessorFactory
+from kasper_py.query._cli import main as query_main
 from kasper_py.stores.base import StoreSpec
 from kasper_py.supervisor import Supervisor, WorkerSpec, split_partitions
 from kasper_py.time import Task
@@ -108,6 +109,8 @@ def _parser() -> argparse.ArgumentParser:
                         add_help=False)
     commands.add_parser("reprocess", add_help=False,
                         help="run a processor over history with Spark (see `kasper reprocess -h`)")
+    commands.add_parser("query", add_help=False,
+                        help="read a running processor's tables (see `kasper query -h`)")
     _add_offsets_parser(commands)
     _add_config_flags(commands.add_parser("lag", help="the group's lag per partition"))
     add_dlq_parser(commands, _add_config_flags)
@@ -182,10 +185,9 @@ def _version() -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``kasper``; returns the exit code (the console script exits with it)."""
     args_list = list(sys.argv[1:] if argv is None else argv)
-    if args_list[:1] == ["stack"]:
-        return _stack(args_list[1:])
-    if args_list[:1] == ["reprocess"]:
-        return _reprocess(args_list[1:])
+    own_parser = _OWN_PARSERS.get(args_list[0]) if args_list else None
+    if own_parser is not None:  # a command with its own parser and options
+        return own_parser(args_list[1:])
     args = _parser().parse_args(args_list)
     args.argv = args_list
     try:
@@ -216,6 +218,10 @@ def _dispatch(args: argparse.Namespace) -> int:
     return _offsets_reset(config, args.to, args.dry_run, args.connect_timeout, args.force)
 
 
+def _query(argv: list[str]) -> int:
+    return query_main(argv)
+
+
 def _stack(argv: list[str]) -> int:
     from kasper_py import stack  # noqa: PLC0415 - only `kasper stack` needs it
 
@@ -226,6 +232,10 @@ def _reprocess(argv: list[str]) -> int:
     from kasper_py.reprocess import main as reprocess_main  # noqa: PLC0415 - needs PySpark
 
     return int(reprocess_main(argv, prog="kasper reprocess"))
+
+
+_OWN_PARSERS: dict[str, Callable[[list[str]], int]] = {
+    "stack": _stack, "reprocess": _reprocess, "query": _query}
 
 
 # -- kasper run ---------------------------------------------------------------------

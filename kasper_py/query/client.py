@@ -103,13 +103,17 @@ class QueryClient:
 
     def _key_serde(self, table: str) -> Serde:
         if table not in self._serdes:
+            names = []
             for described in self.tables():
+                names.append(described["name"])
                 name = described.get("key_serde")
                 if name in ("bytes", "str", "json"):
                     self._serdes[described["name"]] = serde_for(name)
+            if table not in names:
+                raise UnknownTableError(f"no table {table!r} here; its tables: {names}")
         if table not in self._serdes:
-            raise BadQueryError(f"table {table!r}: its key serde is not one the client knows "
-                                "(or the table does not exist): pass key_serde=")
+            raise BadQueryError(f"table {table!r}: its key serde is not one the client "
+                                "knows: pass key_serde=")
         return self._serdes[table]
 
     def _get(self, path: str) -> Any:

@@ -15,6 +15,7 @@ import pytest
 from confluent_kafka import Producer
 
 from kasper_py import Config, Message, MessageProcessor, ProcessorContext, Sender, TopicProcessor
+from kasper_py.cli import main
 from kasper_py.exceptions import (
     BadQueryError,
     KeyNotFoundError,
@@ -101,9 +102,10 @@ def test_partitioner_matches_confluent_kafka(bootstrap, new_topic, partitioner) 
 
 
 def test_rocksdb_values_over_http_equal_the_table(bootstrap, new_topic, kafka, unique_name,  # noqa: PLR0917
-                                                  tmp_path, delete_changelogs) -> None:
-    """After a run, every key read over HTTP (client, raw GET, query()) equals the
-    count; scans page through exactly the table, in key order per partition."""
+                                                  tmp_path, delete_changelogs, capsys) -> None:
+    """After a run, every key read over HTTP (client, raw GET, query(), ``kasper
+    query``) equals the count; scans page through exactly the table, in key order per
+    partition."""
     topic = new_topic("in", partitions=3)
     expected = _produce_keys(kafka, topic, repeat=5)
     config = _config(bootstrap, unique_name("q-rocks"), topic, state_dir=str(tmp_path))
@@ -127,8 +129,24 @@ def test_rocksdb_values_over_http_equal_the_table(bootstrap, new_topic, kafka, u
             client.get("counts", "nobody")
         status, body, _ = _status(f"{processor.endpoint}/tables/nope/x")
         assert status == 404 and "its tables: ['counts']" in body["message"]
+        _check_cli(processor.endpoint or "", expected, capsys)
     finally:
         processor.close()
+
+
+def _check_cli(url: str, expected: Counter[str], capsys: Any) -> None:
+    """``kasper query``: a value, a limited prefix scan as [key, value] lines, the exit
+    codes of a missing key (1) and table (1), and the message naming them."""
+    capsys.readouterr()
+    assert main(["query", "--url", url, "counts", "user-7"]) == 0
+    assert capsys.readouterr().out == f"{expected['user-7']}\n"
+    assert main(["query", "--url", url, "counts", "--prefix", "user-1", "--limit", "3"]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert len(lines) == 3 and all(expected[k] == n and k.startswith("user-1") for k, n in lines)
+    assert main(["query", "--url", url, "counts", "nobody"]) == 1
+    assert "no value for key 'nobody'" in capsys.readouterr().err
+    assert main(["query", "--url", url, "nope", "x"]) == 1
+    assert "nope" in capsys.readouterr().err
 
 
 def test_redis_values_and_prefix_scan(bootstrap, new_topic, kafka, unique_name,
