@@ -4,6 +4,7 @@ limit stops the loop uncommitted; ``kasper dlq replay`` sends dead letters back.
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 import pytest
@@ -19,6 +20,14 @@ from kasper_py import (
     TopicProcessor,
 )
 from kasper_py.cli import main
+from kasper_py.stores.base import StoreSpec
+from kasper_py.stores.redis import RedisTable
+from kasper_py.stores.rocksdb import RocksDBTable
+
+pytest.register_assert_rewrite("conftest_stores")
+from conftest_stores import read_counts  # isort: skip  # noqa: E402 - after register_assert_rewrite
+
+pytest_plugins = ["conftest_stores"]
 
 pytestmark = pytest.mark.integration
 
@@ -55,9 +64,10 @@ def produce(bootstrap: str, topic: str, count: int, poisoned: set[int]) -> None:
 
 
 def make_config(bootstrap: str, name: str, source: str, dead: str, **kwargs: Any) -> Config:
+    values: dict[str, Any] = {"batch_size": 10_000, "batch_wait": 0.3,
+                              "on_process_error": "dead_letter", "dead_letter_topic": dead}
     return Config(name=name, bootstrap_servers=bootstrap, input_topics=[source],
-                  batch_size=10_000, batch_wait=0.3, on_process_error="dead_letter",
-                  dead_letter_topic=dead, **kwargs)
+                  **{**values, **kwargs})
 
 
 def run(cfg: Config, output: str) -> None:
@@ -129,3 +139,59 @@ def test_dlq_replay_sends_dead_letters_back_once(bootstrap, new_topic, kafka, un
     assert main(argv) == 0
     assert f"{dead}: sent 0, 0 left out by the filters" in capsys.readouterr().out
     assert len(kafka.read_all(source)) == 8
+
+
+class CountForward(MessageProcessor):
+    """Counts values per last digit in the "counts" store and forwards each value; a
+    poison value raises after the batch's earlier messages were counted and sent, so the
+    failed attempt's store writes and output must be undone."""
+
+    def __init__(self, context: ProcessorContext, output: str) -> None:
+        self.counts = context.store("counts")
+        self.output = output
+
+    def process(self, messages: list[Message], sender: Sender) -> None:
+        totals = self.counts.get_many({m.value[-1:].decode() for m in messages})
+        for message in messages:
+            if message.value.startswith(b"poison"):
+                self.counts.put_many(totals)  # a half-done batch, to be rolled back
+                raise ValueError(f"cannot count {message.value.decode()}")
+            digit = message.value[-1:].decode()
+            totals[digit] = totals.get(digit, 0) + 1
+            sender.send(self.output, message.value)
+        self.counts.put_many(totals)
+
+
+@pytest.mark.parametrize("kind", ["rocksdb-exactly-once", "redis-at-least-once"])
+def test_poison_messages_with_a_store_count_once(bootstrap, new_topic, kafka, unique_name,  # noqa: PLR0917 - pytest fixtures
+                                                 tmp_path, redis_url, kind) -> None:
+    """Poison at the first offset, mid-run and at the last offset, with a store the
+    processor writes before it raises: the store's counts and the outputs hold every
+    other message once (the failed attempts' writes and output rolled back), exactly
+    the poison messages are dead letters, and the committed offset is past them."""
+    source, output, dead = new_topic("in"), new_topic("out"), new_topic("dlq")
+    name = unique_name("poison-store")
+    count, poisoned = 20_000, {0, 7_777, 19_999}
+    produce(bootstrap, source, count, poisoned)
+    if kind.startswith("rocksdb"):
+        table: StoreSpec = RocksDBTable("counts", value_serde="json")
+        extra: dict[str, Any] = {"processing_guarantee": "exactly_once",
+                                 "state_dir": str(tmp_path)}
+    else:
+        table = RedisTable("counts", url=redis_url, prefix=name)
+        extra = {}
+    config = make_config(bootstrap, name, source, dead, batch_size=5_000, **extra)
+    try:
+        with TopicProcessor(config, lambda c: CountForward(c, output),
+                            stores=[table]) as processor:
+            processor.run_loop(until_caught_up=True)
+        kept = [n for n in range(count) if n not in poisoned]
+        expected = Counter(str(n % 10) for n in kept)
+        assert read_counts(table, config, 1, list(expected)) == expected
+        assert sorted(m.value() for m in kafka.read_all(output)) == sorted(
+            b"v%d" % n for n in kept)
+        assert sorted(m.value() for m in kafka.read_all(dead)) == sorted(
+            b"poison-%d" % n for n in poisoned)
+        assert kafka.committed(name, source) == {0: count}
+    finally:
+        table.close()
