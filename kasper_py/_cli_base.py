@@ -43,10 +43,12 @@ ExitCodes = Sequence[tuple[type[BaseException], int]]
 ENV_PREFIX = "KASPER_"
 _OVERRIDE_ENV = {"CLIENT": "client_overrides", "CONSUMER": "consumer_overrides",
                  "PRODUCER": "producer_overrides"}
-_INT_FIELDS = {"batch_size", "metrics_port"}
-_FLOAT_FIELDS = {"batch_wait", "delivery_timeout", "max_latency"}
+_INT_FIELDS = {"batch_size", "metrics_port", "dead_letter_max_per_turn",
+               "dead_letter_max_per_minute"}
+_FLOAT_FIELDS = {"batch_wait", "delivery_timeout", "dead_letter_max_ratio", "max_latency"}
 _NULLABLE = {"metrics_port", "input_partitions", "group_id", "dead_letter_topic",
-             "timestamp_extractor", "max_latency"}
+             "timestamp_extractor", "dead_letter_max_per_turn", "dead_letter_max_per_minute",
+             "dead_letter_max_ratio", "max_latency"}
 _FIELDS = {f.name: f for f in dataclasses.fields(Config)}
 
 

@@ -5,6 +5,7 @@ No Kafka client is touched here; the consumer hands raw records in.
 
 from __future__ import annotations
 
+import bisect
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -40,6 +41,9 @@ class Batch:
     undecodable: list[Undecodable] = field(default_factory=list)
     """Records set aside by the decode policy: in ``ranges`` (so committed), not in
     ``by_partition``."""
+    read: dict[TopicPartitionKey, list[Message]] = field(default_factory=dict)
+    """With ``keep_read``: the messages as read (key and value bytes) per
+    topic-partition, in offset order, for dead letters of decoded messages."""
 
     def __len__(self) -> int:
         return sum(r.count for r in self.ranges.values())
@@ -52,6 +56,16 @@ class Batch:
             if partition is None or p == partition
         ]
         return ", ".join(parts) or "no messages"
+
+    def as_read(self, message: Message) -> Message:
+        """``message`` with the key and value bytes it was read with (itself when the
+        batch kept none: nothing was decoded, or ``keep_read`` was off)."""
+        read = self.read.get((message.topic, message.partition))
+        if not read:
+            return message
+        index = bisect.bisect_left(read, message.offset, key=lambda m: m.offset)
+        found = read[index] if index < len(read) else None
+        return found if found is not None and found.offset == message.offset else message
 
     def next_offsets(self) -> dict[TopicPartitionKey, int]:
         """The offsets to commit: last processed offset + 1 for every topic-partition."""
@@ -191,8 +205,8 @@ _SMOOTHING = 0.2
 
 
 def build_batch(records: Sequence[Any], key_serde: Serde, value_serde: Serde,
-                transient: Callable[[Any], bool] | None = None,
-                set_aside: bool = False) -> Batch:
+                transient: Callable[[Any], bool] | None = None, *,
+                set_aside: bool = False, keep_read: bool = False) -> Batch:
     """confluent-kafka records (``Message``-shaped) into a decoded ``Batch``.
 
     A record carrying an error for which ``transient(record)`` is true (the client
@@ -211,11 +225,11 @@ def build_batch(records: Sequence[Any], key_serde: Serde, value_serde: Serde,
         messages.append(new(Message, (record.topic(), record.partition(), record.offset(),
                                       record.key(), record.value(), ts if ts_type else None,
                                       tuple(headers) if headers else (), ts_type)))
-    return decode_batch(messages, key_serde, value_serde, set_aside)
+    return decode_batch(messages, key_serde, value_serde, set_aside, keep_read=keep_read)
 
 
 def decode_batch(messages: Sequence[Message], key_serde: Serde, value_serde: Serde,
-                 set_aside: bool = False) -> Batch:
+                 set_aside: bool = False, *, keep_read: bool = False) -> Batch:
     """Messages as read (key and value bytes) into a decoded ``Batch``: the one decoder
     of every runner (the loop's records, the Spark task's Arrow rows, the test driver).
 
@@ -224,12 +238,17 @@ def decode_batch(messages: Sequence[Message], key_serde: Serde, value_serde: Ser
     message that does not decode and ``OffsetError`` when a topic-partition's offsets
     are not increasing. With ``set_aside``, a message that does not decode goes to
     ``Batch.undecodable`` instead (its offset is still committed with the batch).
+    With ``keep_read`` the batch also keeps the messages as read (``Batch.as_read``),
+    for dead letters of messages ``process()`` fails on.
     """
     decode = key_serde.name != "bytes" or value_serde.name != "bytes"
     by_tp: dict[TopicPartitionKey, list[Message]] = {}
+    read_by_tp: dict[TopicPartitionKey, list[Message]] = {}
+    keep_read = keep_read and decode
     aside: list[Undecodable] = []
     new = tuple.__new__
     run_topic, run_partition, run = "", -1, []  # messages come in runs of one partition
+    read_run: list[Message] = []
     for read in messages:
         topic, partition = read[0], read[1]
         message = read
@@ -246,8 +265,14 @@ def decode_batch(messages: Sequence[Message], key_serde: Serde, value_serde: Ser
         if partition != run_partition or topic != run_topic:
             run_topic, run_partition = topic, partition
             run = by_tp.setdefault((topic, partition), [])
+            if keep_read:
+                read_run = read_by_tp.setdefault((topic, partition), [])
         run.append(message)
-    return _group(by_tp, aside)
+        if keep_read:
+            read_run.append(read)
+    batch = _group(by_tp, aside)
+    batch.read = read_by_tp
+    return batch
 
 
 def _group(by_tp: dict[TopicPartitionKey, list[Message]], aside: list[Undecodable]) -> Batch:

@@ -1,5 +1,6 @@
 """The ``kasper`` command line: run a processor, manage its group's offsets, show its
-lag, and start the local stack. Configuration comes from a TOML file, then
+lag, replay its dead letters (``_dlq_replay``), and start the local stack.
+Configuration comes from a TOML file, then
 ``KASPER_*`` environment variables, then flags (each overrides the one before); that
 loading, targets and exit codes live in ``_cli_base``, shared with ``kasper reprocess``.
 
@@ -53,6 +54,7 @@ from kasper_py._cli_base import (
     setup_logging,
 )
 from kasper_py._client_log import ClientKind, with_client_log
+from kasper_py._dlq_replay import add_dlq_parser, replay
 from kasper_py.config import Config
 from kasper_py.exceptions import AlreadyRunningError, KasperError, TopicError
 from kasper_py.metrics import PrometheusObserver, observer_for
@@ -65,6 +67,7 @@ from kasper_py.offsets import (
     running_window,
 )
 from kasper_py.processor import ProcessorFactory
+from kasper_py.query._cli import main as query_main
 from kasper_py.stores.base import StoreSpec
 from kasper_py.supervisor import Supervisor, WorkerSpec, split_partitions
 from kasper_py.time import Task
@@ -106,8 +109,11 @@ def _parser() -> argparse.ArgumentParser:
                         add_help=False)
     commands.add_parser("reprocess", add_help=False,
                         help="run a processor over history with Spark (see `kasper reprocess -h`)")
+    commands.add_parser("query", add_help=False,
+                        help="read a running processor's tables (see `kasper query -h`)")
     _add_offsets_parser(commands)
     _add_config_flags(commands.add_parser("lag", help="the group's lag per partition"))
+    add_dlq_parser(commands, _add_config_flags)
     return parser
 
 
@@ -179,10 +185,9 @@ def _version() -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``kasper``; returns the exit code (the console script exits with it)."""
     args_list = list(sys.argv[1:] if argv is None else argv)
-    if args_list[:1] == ["stack"]:
-        return _stack(args_list[1:])
-    if args_list[:1] == ["reprocess"]:
-        return _reprocess(args_list[1:])
+    own_parser = _OWN_PARSERS.get(args_list[0]) if args_list else None
+    if own_parser is not None:  # a command with its own parser and options
+        return own_parser(args_list[1:])
     args = _parser().parse_args(args_list)
     args.argv = args_list
     try:
@@ -206,9 +211,15 @@ def _dispatch(args: argparse.Namespace) -> int:
         return _run(config, args)
     if args.command == "lag":
         return _lag(config, args.connect_timeout)
+    if args.command == "dlq":
+        return replay(config, args)
     if args.action == "show":
         return _offsets_show(config, args.connect_timeout)
     return _offsets_reset(config, args.to, args.dry_run, args.connect_timeout, args.force)
+
+
+def _query(argv: list[str]) -> int:
+    return query_main(argv)
 
 
 def _stack(argv: list[str]) -> int:
@@ -221,6 +232,10 @@ def _reprocess(argv: list[str]) -> int:
     from kasper_py.reprocess import main as reprocess_main  # noqa: PLC0415 - needs PySpark
 
     return int(reprocess_main(argv, prog="kasper reprocess"))
+
+
+_OWN_PARSERS: dict[str, Callable[[list[str]], int]] = {
+    "stack": _stack, "reprocess": _reprocess, "query": _query}
 
 
 # -- kasper run ---------------------------------------------------------------------

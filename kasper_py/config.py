@@ -25,8 +25,10 @@ __all__ = ["Config"]
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _MAX_BATCH = 1_000_000  # confluent-kafka's cap on one consume() call
 _DECODE_POLICIES = ("fail", "skip", "dead_letter")
+_PROCESS_POLICIES = ("fail", "dead_letter")
 _GUARANTEES = ("at_least_once", "exactly_once")
 _GROUP_TRANSACTION_TIMEOUT_MS = 10_000
+_ENDPOINT = re.compile(r"^https?://[^\s/]+/?$")
 _FUNCTION_NAME = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")  # module:function
 # librdkafka keys (aliases included) that a Config field decides: an override naming
 # one is refused, so a setting is never silently replaced or dropped.
@@ -125,13 +127,43 @@ class Config:
     state_dir: str = "kasper-state"
     """Folder under which local RocksDB tables keep one database per partition."""
     metrics_port: int | None = None
-    """Port serving ``/metrics`` and ``/health``; ``None`` disables the exporter."""
+    """Port serving ``/metrics``, ``/health`` and the table queries (``/tables``, views);
+    ``None`` disables the exporter and the HTTP queries."""
+    query_partitioner: Literal["crc32", "murmur2"] = "crc32"
+    """How the producers of the input topics partition by key, so a query finds the
+    partition (and the instance) holding a key: ``crc32`` is librdkafka's default
+    ``consistent_random`` (confluent-kafka, kasper_py's own output, Go, .NET);
+    ``murmur2`` the Java client's default (Kafka Streams, Connect, Spring; librdkafka
+    with ``partitioner=murmur2_random``)."""
+    query_endpoint: str | None = None
+    """The URL other instances redirect key queries to, announced in the commit note;
+    defaults to ``http://<hostname>:<metrics port>``."""
     on_decode_error: Literal["fail", "skip", "dead_letter"] = "fail"
     """An input message whose key or value does not decode: ``fail`` stops the loop
     uncommitted; ``skip`` leaves it out of ``process()`` (logged, counted, committed);
     ``dead_letter`` also produces its original bytes to ``dead_letter_topic``."""
+    on_process_error: Literal["fail", "dead_letter"] = "fail"
+    """``process()`` raising on a partition's batch: ``fail`` stops the loop uncommitted;
+    ``dead_letter`` finds the messages it fails on by bisection (that partition's
+    pending store writes and output are dropped, its processor is rebuilt from the
+    factory, and halves are retried), produces each to ``dead_letter_topic`` with its
+    original bytes and the error, and applies every other message's effects once.
+    A ``KasperError`` other than ``SerdeError`` (a store or Kafka failure) still fails
+    the turn, as does a timer, a task or the timestamp extractor raising."""
     dead_letter_topic: str | None = None
-    """Where ``on_decode_error="dead_letter"`` sends undecodable input; required by it."""
+    """Where ``dead_letter`` policies send their messages; required by either."""
+    dead_letter_max_per_turn: int | None = 100
+    """``on_process_error="dead_letter"``: more messages than this failing ``process()``
+    in one turn stop the loop uncommitted (``DeadLetterLimitError``); ``None``: no
+    limit. The default bounds the cost of bisection (about 2 retries per message of
+    a batch where everything fails)."""
+    dead_letter_max_per_minute: int | None = 1000
+    """...more than this in the last 60 seconds (this process, every partition, counting
+    the turn's own) stop it too; ``None``: no limit."""
+    dead_letter_max_ratio: float | None = None
+    """...dead letters over messages processed in the last 60 seconds above this ratio
+    (0 < ratio <= 1) stop it too; ``None`` (the default): no limit. A rate, not a count:
+    at low input one dead letter among a few messages exceeds it."""
     timestamp_extractor: str | Callable[[Message], int | None] | None = None
     """The event time of an input message (``ProcessorContext.event_time``): a function
     of the decoded ``Message`` returning milliseconds since the epoch (an int), or
@@ -152,7 +184,7 @@ class Config:
         self._check_assignment()
         self._check_batching()
         self._check_serdes()
-        self._check_decode_policy()
+        self._check_dead_letters()
         self._check_guarantee()
         self._check_timestamp_extractor()
         self._check_overrides()
@@ -173,6 +205,19 @@ class Config:
         if port is not None and (isinstance(port, bool) or not isinstance(port, int)
                                  or not 0 <= port <= 65535):
             raise ConfigError("metrics_port", f"must be a port 0..65535 or None, got {port!r}")
+        self._check_queries()
+
+    def _check_queries(self) -> None:
+        if self.query_partitioner not in ("crc32", "murmur2"):
+            raise ConfigError("query_partitioner", "must be 'crc32' (librdkafka's default) or "
+                              f"'murmur2' (the Java client's), got {self.query_partitioner!r}")
+        endpoint = self.query_endpoint
+        if endpoint is None:
+            return
+        if not isinstance(endpoint, str) or not _ENDPOINT.match(endpoint):
+            raise ConfigError("query_endpoint", "must be an http(s) URL without spaces or a "
+                              f"path, like 'http://host:9100', got {endpoint!r}")
+        self._set("query_endpoint", endpoint.rstrip("/"))
 
     def _check_topics(self) -> None:
         topics = self.input_topics
@@ -227,21 +272,42 @@ class Config:
             except ValueError as exc:
                 raise ConfigError(name, str(exc)) from None
 
-    def _check_decode_policy(self) -> None:
-        policy, topic = self.on_decode_error, self.dead_letter_topic
-        if policy not in _DECODE_POLICIES:
+    def _check_dead_letters(self) -> None:
+        decode, process, topic = self.on_decode_error, self.on_process_error, self.dead_letter_topic
+        if decode not in _DECODE_POLICIES:
             raise ConfigError("on_decode_error",
-                              f"must be one of {', '.join(_DECODE_POLICIES)}, got {policy!r}")
+                              f"must be one of {', '.join(_DECODE_POLICIES)}, got {decode!r}")
+        if process not in _PROCESS_POLICIES:
+            raise ConfigError("on_process_error",
+                              f"must be one of {', '.join(_PROCESS_POLICIES)}, got {process!r}")
         if topic is not None and not (isinstance(topic, str) and topic):
             raise ConfigError("dead_letter_topic", f"must be a topic name, got {topic!r}")
-        if policy == "dead_letter" and topic is None:
-            raise ConfigError("dead_letter_topic", "is required by on_decode_error='dead_letter'")
-        if policy != "dead_letter" and topic is not None:
-            raise ConfigError("dead_letter_topic", f"is only used with on_decode_error="
-                              f"'dead_letter', but on_decode_error is {policy!r}")
+        users = [f"{name}='dead_letter'" for name, policy in
+                 (("on_decode_error", decode), ("on_process_error", process))
+                 if policy == "dead_letter"]
+        if users and topic is None:
+            raise ConfigError("dead_letter_topic", f"is required by {' and '.join(users)}")
+        if not users and topic is not None:
+            raise ConfigError("dead_letter_topic", "is only used when on_decode_error or "
+                              "on_process_error is 'dead_letter', but on_decode_error is "
+                              f"{decode!r} and on_process_error is {process!r}")
         if topic in self.input_topics:
-            raise ConfigError("dead_letter_topic", f"{topic!r} is an input topic: undecodable "
-                              "messages would come back as input")
+            raise ConfigError("dead_letter_topic", f"{topic!r} is an input topic: dead "
+                              "letters would come back as input")
+        self._check_dead_letter_limits()
+
+    def _check_dead_letter_limits(self) -> None:
+        for name in ("dead_letter_max_per_turn", "dead_letter_max_per_minute"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                      or value < 0):
+                raise ConfigError(name, f"must be an int >= 0 (0: none allowed) or None, "
+                                  f"got {value!r}")
+        ratio = self.dead_letter_max_ratio
+        if ratio is not None and (isinstance(ratio, bool) or not isinstance(ratio, int | float)
+                                  or not 0 < ratio <= 1):
+            raise ConfigError("dead_letter_max_ratio",
+                              f"must be a number in (0, 1] or None, got {ratio!r}")
 
     def _check_guarantee(self) -> None:
         if self.processing_guarantee not in _GUARANTEES:

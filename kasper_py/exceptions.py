@@ -5,6 +5,7 @@
     ├── TopicError           an input topic or partition is missing, or partition counts differ
     ├── SerdeError           a key or value could not be decoded or encoded
     ├── ProcessingError      process(), a timer, a task or the timestamp extractor raised
+    │   └── DeadLetterLimitError    on_process_error="dead_letter": too many dead letters
     ├── ConsumeError         the consumer returned an error for a partition
     ├── ProduceError         an output or changelog message was not delivered
     ├── CommitError          the offset commit (or the transaction's commit) failed
@@ -14,6 +15,13 @@
     ├── StoreError           a state store operation failed
     │   └── StoreUnavailableError   the store server could not be reached
     ├── RestoreError         a changelog restore did not complete
+    ├── QueryError           a query was not answered (``status``: its HTTP status)
+    │   ├── BadQueryError          400: a bad key or parameter, or a scan the store can't do
+    │   ├── NotFoundError          404: nothing there
+    │   │   ├── UnknownTableError      no queryable table of that name
+    │   │   └── KeyNotFoundError       no value for the key
+    │   ├── NotHereError           421: another instance holds the key (``endpoint``)
+    │   └── QueryUnavailableError  503: the partition is not open here now, or its store is down
     └── ReprocessError       a reprocessing job or its handoff failed
 
     SimulatedCrash (a BaseException)   kasper_py.testing's injected "kill -9"
@@ -26,14 +34,21 @@ from __future__ import annotations
 
 __all__ = [
     "AlreadyRunningError",
+    "BadQueryError",
     "CommitError",
     "ConfigError",
     "ConsumeError",
+    "DeadLetterLimitError",
     "FencedError",
     "KasperError",
+    "KeyNotFoundError",
+    "NotFoundError",
+    "NotHereError",
     "OffsetError",
     "ProcessingError",
     "ProduceError",
+    "QueryError",
+    "QueryUnavailableError",
     "ReprocessError",
     "RestoreError",
     "SerdeError",
@@ -41,6 +56,7 @@ __all__ = [
     "StoreError",
     "StoreUnavailableError",
     "TopicError",
+    "UnknownTableError",
 ]
 
 
@@ -102,6 +118,18 @@ class ProcessingError(KasperError):
                    f"({offsets})", partition=partition)
 
 
+class DeadLetterLimitError(ProcessingError):
+    """``on_process_error="dead_letter"``: the messages ``process()`` failed on passed a
+    limit (``Config.dead_letter_max_per_turn``, ``..._per_minute`` or ``..._ratio``), so
+    the failures look systematic rather than a few poison messages; the turn was not
+    committed and the loop stops. ``limit`` names the Config field."""
+
+    def __init__(self, message: str, *, partition: int | None, limit: str) -> None:
+        super().__init__(message, partition=partition)
+        self.limit = limit
+        """The Config field whose limit was passed, e.g. ``dead_letter_max_per_turn``."""
+
+
 class ConsumeError(KasperError):
     """The consumer reported an error for an input partition."""
 
@@ -144,6 +172,53 @@ class RestoreError(KasperError):
 
 class ReprocessError(KasperError):
     """A reprocessing job, its range, or its offset handoff failed."""
+
+
+class QueryError(KasperError):
+    """An interactive query (``kasper_py.query``) was not answered; ``status`` is the
+    HTTP status the server answers it with."""
+
+    status = 500
+
+
+class BadQueryError(QueryError):
+    """A key that does not parse with the table's key serde, a bad parameter, or a scan
+    the table's backend cannot do (the message says why)."""
+
+    status = 400
+
+
+class NotFoundError(QueryError):
+    """Nothing at that address."""
+
+    status = 404
+
+
+class UnknownTableError(NotFoundError):
+    """No queryable table of that name on this processor."""
+
+
+class KeyNotFoundError(NotFoundError):
+    """The table holds no value for the key."""
+
+
+class NotHereError(QueryError):
+    """Another instance holds the key's partition. ``endpoint`` is its announced URL, or
+    ``None`` when no running instance announced one."""
+
+    status = 421
+
+    def __init__(self, message: str, *, partition: int, endpoint: str | None) -> None:
+        super().__init__(message)
+        self.partition = partition
+        self.endpoint = endpoint
+
+
+class QueryUnavailableError(QueryError):
+    """The table's partition is not open here right now (restoring, or moving in a
+    rebalance), or its store could not be reached; ask again."""
+
+    status = 503
 
 
 class SimulatedCrash(BaseException):

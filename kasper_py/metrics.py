@@ -20,7 +20,7 @@ from http.server import ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 
 from kasper_py import exceptions
-from kasper_py._http import QuietHandler
+from kasper_py._http import App, QuietHandler
 from kasper_py.observe import STEPS, LoopObserver, NoopObserver, StoreObserver, TurnStats
 
 if TYPE_CHECKING:
@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
 
     from kasper_py.config import Config
+    from kasper_py.dead_letters import DeadLetter
 
 __all__ = ["MetricsServer", "PrometheusObserver", "count_client_log", "observer_for"]
 
@@ -91,6 +92,8 @@ class _Collectors:
         prom = _import_prometheus()
         self.processor = processor
         self.decode_policy = decode_policy
+        self.dead_letter_reasons = {"process"} | (
+            {"decode"} if decode_policy == "dead_letter" else set())
         self.registry: CollectorRegistry = registry or prom.CollectorRegistry()
         common: dict[str, Any] = {"namespace": NAMESPACE, "registry": self.registry}
         tp = ["processor", "topic", "partition"]
@@ -106,6 +109,10 @@ class _Collectors:
         self.skipped = prom.Counter(
             "messages_skipped", "Input messages that did not decode, committed without "
             "processing by on_decode_error (skip or dead_letter).", [*tp, "policy"], **common)
+        self.dead_letters = prom.Counter(
+            "dead_letters", "Input messages produced to the dead-letter topic, by reason: "
+            "decode (on_decode_error) or process (on_process_error).",
+            ["processor", "reason"], **common)
         self.batch_size = prom.Histogram(
             "batch_size_messages", "Messages per committed turn.", ["processor"],
             buckets=_BATCH_BUCKETS, **common)
@@ -163,6 +170,8 @@ class _Collectors:
         """Create the label sets known in advance, so a dashboard shows 0, not 'no data'."""
         self.produced.labels(self.processor)
         self.turns.labels(self.processor)
+        for reason in ("decode", "process"):
+            self.dead_letters.labels(self.processor, reason)
         for name in exceptions.__all__:
             if name != "KasperError":
                 self.errors.labels(self.processor, name)
@@ -179,10 +188,8 @@ class _Collectors:
         """Count one committed turn."""
         for (topic, partition), offsets in stats.batch.ranges.items():
             self.consumed.labels(self.processor, topic, str(partition)).inc(offsets.count)
-        for record in stats.batch.undecodable:
-            self.skipped.labels(self.processor, record.topic, str(record.partition),
-                                self.decode_policy).inc()
-            self.errors.labels(self.processor, "SerdeError").inc()
+        for letter in stats.dead_letters:
+            self.count_dead_letter(letter)
         self.produced.labels(self.processor).inc(stats.produced)
         self.turns.labels(self.processor).inc()
         self.batch_size.labels(self.processor).observe(len(stats.batch))
@@ -191,6 +198,18 @@ class _Collectors:
         for step, seconds in stats.durations.items():
             self.step_seconds.labels(self.processor, step).observe(seconds)
         self.last_turn.labels(self.processor).set(now)
+
+    def count_dead_letter(self, letter: DeadLetter) -> None:
+        """Count one record a committed turn set aside: skipped (undecodable), and
+        produced to the dead-letter topic where its policy says so."""
+        record = letter.record
+        if letter.reason == "decode":
+            self.skipped.labels(self.processor, record.topic, str(record.partition),
+                                self.decode_policy).inc()
+        self.errors.labels(self.processor, "SerdeError" if letter.reason == "decode"
+                           else "ProcessingError").inc()
+        if letter.reason in self.dead_letter_reasons:
+            self.dead_letters.labels(self.processor, letter.reason).inc()
 
     def observe_store_op(self, store: str, op: str, seconds: float, round_trips: int) -> None:
         """Record one store operation."""
@@ -457,14 +476,25 @@ class PrometheusObserver(LoopObserver, StoreObserver):
 
 
 class MetricsServer:
-    """A background HTTP server: ``/metrics``, ``/health/live``, ``/health/ready``."""
+    """A background HTTP server: ``/metrics``, ``/health/live``, ``/health/ready``, and
+    the paths of the apps mounted on it (the loop's table queries and views)."""
 
     def __init__(self, observer: PrometheusObserver, host: str, port: int) -> None:
-        self._httpd = ThreadingHTTPServer((host, port), _handler_for(observer))
+        self.apps: list[App] = []
+        self._httpd = ThreadingHTTPServer((host, port), _handler_for(observer, self.apps))
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(target=self._httpd.serve_forever,
                                         name="kasper-metrics", daemon=True)
         self._thread.start()
+
+    def mount(self, app: App) -> None:
+        """Answer the paths ``app`` knows (it returns ``None`` for the others)."""
+        self.apps.append(app)
+
+    def unmount(self, app: App) -> None:
+        """Stop answering with ``app``."""
+        if app in self.apps:
+            self.apps.remove(app)
 
     @property
     def port(self) -> int:
@@ -478,14 +508,14 @@ class MetricsServer:
         self._thread.join(5)
 
 
-def _handler_for(observer: PrometheusObserver) -> type[QuietHandler]:
+def _handler_for(observer: PrometheusObserver, apps: list[App]) -> type[QuietHandler]:
     from prometheus_client import (  # noqa: PLC0415 - optional extra
         CONTENT_TYPE_LATEST,
         generate_latest,
     )
 
     class Handler(QuietHandler):
-        """Routes the three paths; anything else is 404."""
+        """Routes the three paths, then the mounted apps'; anything else is 404."""
 
         def do_GET(self) -> None:  # noqa: N802 - the name http.server calls
             path = self.path.split("?", 1)[0]
@@ -494,8 +524,9 @@ def _handler_for(observer: PrometheusObserver) -> type[QuietHandler]:
             elif path in ("/health/live", "/health/ready"):
                 report = observer.liveness() if path.endswith("live") else observer.readiness()
                 self._send(200 if report.ok else 503, "application/json", report.body())
-            else:
-                self._send(404, "text/plain", b"try /metrics, /health/live, /health/ready\n")
+            elif not any(self._answer(app) for app in list(apps)):
+                self._send(404, "text/plain", b"try /metrics, /health/live, /health/ready"
+                           + (b", /tables" if apps else b"") + b"\n")
 
     return Handler
 

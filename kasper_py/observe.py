@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from kasper_py.batching import Batch
+    from kasper_py.dead_letters import DeadLetter
 
 __all__ = [
     "NOOP_STORE_OBSERVER",
@@ -39,6 +40,9 @@ class TurnStats:
     nothing is committed yet, where ``auto_offset_reset`` starts (from the watermarks)."""
     high_watermarks: dict[tuple[str, int], int] = field(default_factory=dict)
     """Latest known high watermark per assigned (topic, partition), from fetch responses."""
+    dead_letters: list[DeadLetter] = field(default_factory=list)
+    """Input the turn set aside: undecodable records (reason ``decode``) and messages
+    ``process()`` failed on (reason ``process``)."""
     batch_size_target: int | None = None
     """The most records the next batch may take: ``Config.batch_size``, or with
     ``max_latency`` what the loop's batch controller chose after this turn."""

@@ -33,6 +33,7 @@ __all__ = [
 HEARTBEAT_SECONDS = 10.0
 """An idle loop re-commits its offsets (same offsets, fresh note) this often."""
 _NOTE_PREFIX = "kasper/1"
+_ENDPOINT = "endpoint="
 IDLE_GROUP_STATES = ("EMPTY", "DEAD", "UNKNOWN")
 """Consumer group states in which moving the group's offsets is safe (no members)."""
 GROUP_ACTIVE_ERRORS = (KafkaError.UNKNOWN_MEMBER_ID, KafkaError.REBALANCE_IN_PROGRESS,
@@ -91,17 +92,22 @@ class CommitNote:
     pid: int
     partitions: str | None = None
     """The loop's partition set (``Config.partition_set``), when it said."""
+    endpoint: str | None = None
+    """The URL the loop answers queries on (``kasper_py.query``), when it serves them."""
 
     @classmethod
-    def now(cls, state: Literal["running", "stopped"],
-            partitions: str | None = None) -> CommitNote:
+    def now(cls, state: Literal["running", "stopped"], partitions: str | None = None,
+            endpoint: str | None = None) -> CommitNote:
         """A note for a commit made now by this process."""
-        return cls(state, time.time(), socket.gethostname(), os.getpid(), partitions)
+        return cls(state, time.time(), socket.gethostname(), os.getpid(), partitions,
+                   endpoint)
 
     def encode(self) -> str:
-        """``kasper/1 <state> <unix time> <host> <pid> [<partition set>]``."""
+        """``kasper/1 <state> <unix time> <host> <pid> [<partition set>] [endpoint=<url>]``."""
         text = f"{_NOTE_PREFIX} {self.state} {self.at:.3f} {self.host} {self.pid}"
-        return text if self.partitions is None else f"{text} {self.partitions}"
+        if self.partitions is not None:
+            text = f"{text} {self.partitions}"
+        return text if self.endpoint is None else f"{text} {_ENDPOINT}{self.endpoint}"
 
     def is_mine(self) -> bool:
         """True when this process wrote the note."""
@@ -124,6 +130,9 @@ class CommitNote:
     def decode(cls, metadata: str | None) -> CommitNote | None:
         """The note in a commit's metadata; ``None`` when another client committed."""
         parts = (metadata or "").split(" ")
+        endpoint = None
+        if len(parts) > 5 and parts[-1].startswith(_ENDPOINT):
+            endpoint = parts.pop()[len(_ENDPOINT):]
         if len(parts) not in (5, 6) or parts[0] != _NOTE_PREFIX or parts[1] not in (
                 "running", "stopped"):
             return None
@@ -132,7 +141,7 @@ class CommitNote:
         except ValueError:
             return None
         state: Literal["running", "stopped"] = "running" if parts[1] == "running" else "stopped"
-        return cls(state, at, parts[3], pid, parts[5] if len(parts) == 6 else None)
+        return cls(state, at, parts[3], pid, parts[5] if len(parts) == 6 else None, endpoint)
 
     def running_within(self, window: float, now: float | None = None) -> bool:
         """True when a running loop made this commit less than ``window`` seconds ago."""

@@ -83,6 +83,12 @@ class Sender:
     def __len__(self) -> int:
         return len(self._buffer)
 
+    def truncate(self, length: int) -> None:
+        """Drop every message sent after the first ``length``: the turn undoes a
+        partition's output this way when ``process()`` raised on it
+        (``Config.on_process_error="dead_letter"``)."""
+        del self._buffer[length:]
+
     def drain(self) -> list[OutgoingRecord]:
         """Return the buffer (plain tuples in ``OutgoingMessage``'s field order) and start
         a new one."""

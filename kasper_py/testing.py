@@ -129,7 +129,8 @@ class ProcessorDriver:
         serdes = ((self.config.key_decoder, self.config.value_decoder) if encoded
                   else (_AS_GIVEN, _AS_GIVEN))
         batch = decode_batch(numbered, *serdes,
-                             set_aside=encoded and self.config.on_decode_error != "fail")
+                             set_aside=encoded and self.config.on_decode_error != "fail",
+                             keep_read=self.config.on_process_error == "dead_letter")
         for partition in batch.by_partition.keys() | {r.partition for r in batch.undecodable}:
             self.processor(partition)
         return self._run(batch)

@@ -23,9 +23,10 @@ unless forced; with exactly-once, a loop on the same partition set is fenced ins
 from __future__ import annotations
 
 import signal
+import socket
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 import structlog
@@ -56,7 +57,10 @@ from kasper_py.offsets import (
 from kasper_py.ports import KafkaClients
 from kasper_py.processor import ProcessorFactory
 from kasper_py.producer import OutputProducer
-from kasper_py.stores.base import StoreRuntime, StoreSpec
+from kasper_py.query._locate import Locator
+from kasper_py.query._tables import Tables
+from kasper_py.query._web import QueryApp, View
+from kasper_py.stores.base import KeyValueStore, Scan, StoreRuntime, StoreSpec
 from kasper_py.time import Task
 from kasper_py.topics import owned_partitions
 from kasper_py.turn import TurnEngine
@@ -92,13 +96,17 @@ class TopicProcessor:
         clients: KafkaClients | None = None,
         force: bool = False,
         tasks: Sequence[Task] = (),
+        views: Mapping[str, View] | None = None,
     ) -> None:
         """``clients`` default to confluent-kafka clients built from ``config``; pass
         ``kasper_py.testing.InMemoryBroker(...).clients(config)`` to run with no broker.
         ``force`` starts even when another loop's recent commit note says it is running
         these partitions (by default that raises ``AlreadyRunningError``). ``tasks`` run
         on the wall clock, in turns of this loop (see ``kasper_py.time.Task``).
-        Raises ``ConfigError`` when ``config.timestamp_extractor`` does not import."""
+        ``views`` maps paths to web views (``kasper_py.query.View``) served beside the
+        table queries on the metrics server, which ``config.metrics_port`` (or a serving
+        ``observer``) must provide. Raises ``ConfigError`` when
+        ``config.timestamp_extractor`` does not import."""
         names = [spec.name for spec in stores]
         if len(set(names)) != len(names):
             raise ValueError(f"store names must be unique, got {names}")
@@ -107,6 +115,7 @@ class TopicProcessor:
         self._store_specs = list(stores)
         self._owned_observer = observer is None and config.metrics_port is not None
         self._observer: LoopObserver = observer or _default_observer(config)
+        real_clients = clients is None
         clients = clients or KafkaClients(InputConsumer(config), OutputProducer(config))
         self._consumer, self._producer = clients.consumer, clients.producer
         self._on_step, self._clock = clients.on_step, clients.clock
@@ -138,6 +147,11 @@ class TopicProcessor:
         self._started = False
         self._last_commit = time.monotonic()
         self._started_at = time.time()
+        self.tables = Tables(config, self._store_specs, self._open_stores)
+        """The tables' committed state, for queries from any thread (``kasper_py.query``)."""
+        self._endpoint: str | None = None
+        self._query_app: QueryApp | None = None
+        self._serve_queries(views or {}, locate=real_clients)
 
     # -- public ---------------------------------------------------------------
 
@@ -259,6 +273,47 @@ class TopicProcessor:
         """(topic, partition) pairs this process consumes."""
         return list(self._consumer.assigned)
 
+    # -- queries ----------------------------------------------------------------
+
+    def query(self, table: str, key: Any) -> Any:
+        """The committed value of ``key`` in ``table``, from any thread (``Tables.get``).
+        Raises ``KeyNotFoundError``, ``UnknownTableError``, or ``NotHereError`` naming the
+        instance holding the key's partition."""
+        return self.tables.get(table, key)
+
+    def scan(self, table: str, *, prefix: bytes = b"", start: bytes | None = None,
+             end: bytes | None = None, limit: int = 100,
+             cursor: str | None = None) -> dict[str, Any]:
+        """One page of ``table``'s committed pairs over the partitions held here, bounds
+        in key-serde bytes (``Tables.scan``); pass its ``cursor`` back for the next."""
+        return self.tables.scan(table, Scan(prefix, start, end, cursor, limit))
+
+    @property
+    def endpoint(self) -> str | None:
+        """The URL this loop answers queries on and announces in its commit notes."""
+        return self._endpoint
+
+    def _serve_queries(self, views: Mapping[str, View], *, locate: bool) -> None:
+        """Mount the table queries and ``views`` on the observer's HTTP server, if any;
+        with ``locate`` (real Kafka clients), find other instances from commit notes."""
+        server = getattr(self._observer, "server", None)
+        if server is None:
+            if views:
+                raise ValueError("views are served on the metrics server: set "
+                                 "Config.metrics_port (or pass a serving observer)")
+            return
+        self._endpoint = (self.config.query_endpoint
+                          or f"http://{socket.gethostname()}:{server.port}")
+        locator = Locator(self.config, self._endpoint) if locate else None
+        self.tables = Tables(self.config, self._store_specs, self._open_stores, locator)
+        self._query_app = QueryApp(self.tables, views, self._endpoint)
+        server.mount(self._query_app)
+
+    def _open_stores(self) -> dict[int, dict[str, KeyValueStore]]:
+        """The stores open now, by partition: read from query threads, so copied whole
+        (a dict copy is atomic under the GIL) before being walked."""
+        return {p: dict(state.stores) for p, state in dict(self._engine.partitions).items()}
+
     # -- the loop -------------------------------------------------------------
 
     def _start(self) -> None:
@@ -266,6 +321,7 @@ class TopicProcessor:
             return
         self._started_at = time.time()
         count = self._consumer.partition_count()
+        self.tables.partition_count = count
         if self.config.group_mode:
             self._join_group()
             return
@@ -431,7 +487,8 @@ class TopicProcessor:
     def _decode(self, records: list[Any]) -> Batch:
         return build_batch(records, self.config.key_decoder, self.config.value_decoder,
                            self._consumer.transient_error,
-                           set_aside=self.config.on_decode_error != "fail")
+                           set_aside=self.config.on_decode_error != "fail",
+                           keep_read=self.config.on_process_error == "dead_letter")
 
     def _read_ahead(self) -> None:
         """While a turn's acks are outstanding, read the next batch: consume until the
@@ -473,7 +530,8 @@ class TopicProcessor:
                 self._retry(exc, attempt + 1)
         if self.config.group_mode:
             self._check_poll_budget(result.durations)
-        stats = TurnStats(batch, result.produced, result.durations, *self._progress())
+        stats = TurnStats(batch, result.produced, result.durations, *self._progress(),
+                          dead_letters=result.dead_letters)
         if self._sizing is not None:
             self._sizing.observe(len(batch), self._behind(stats), sum(result.durations.values()))
             self._resize()
@@ -513,7 +571,7 @@ class TopicProcessor:
         _log.warning("kasper.turn_retried", processor=self.config.name, attempt=attempt,
                      of=_TURN_RETRIES, error=str(exc))
         time.sleep(_RETRY_PAUSE * attempt)
-        self._engine.rebuild_processors(self._factory)
+        self._engine.rebuild_processors()
 
     def _fenced(self, exc: FencedError) -> FencedError:
         """The fencing error, naming the partitions and the loop that took them over
@@ -561,7 +619,7 @@ class TopicProcessor:
                           state: Literal["running", "stopped"], *, own: bool = False) -> None:
         """Commit through the consumer, or exactly-once through a transaction (the turn's,
         or with ``own`` one opened for this commit alone)."""
-        note = CommitNote.now(state, self.config.partition_set).encode()
+        note = CommitNote.now(state, self.config.partition_set, self._endpoint).encode()
         if not self.config.exactly_once:
             self._consumer.commit(next_offsets, note)
             return
@@ -674,7 +732,11 @@ class TopicProcessor:
             self._shut = True
         if kafka_ok and self._started:
             self._note_stopped()
-        steps = self._engine.close_steps()
+        steps: list[Any] = []
+        server, app = getattr(self._observer, "server", None), self._query_app
+        if server is not None and app is not None:
+            steps.append(lambda: server.unmount(app))  # before the stores close
+        steps += self._engine.close_steps()
         steps += [spec.close for spec in self._store_specs]
         steps += [lambda: self._producer.close(discard=not kafka_ok), self._consumer.close,
                   self._observer.on_stop]

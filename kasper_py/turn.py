@@ -35,11 +35,12 @@ import structlog
 
 from kasper_py.batching import Batch
 from kasper_py.config import Config
-from kasper_py.dead_letters import send_aside
+from kasper_py.dead_letters import DeadLetter, DeadLetterLimits, bisect_failures, send_aside
 from kasper_py.exceptions import (
     KasperError,
     OffsetError,
     ProcessingError,
+    SerdeError,
     SimulatedCrash,
     StoreError,
 )
@@ -77,6 +78,8 @@ class PartitionState:
     partition: int
     stores: dict[str, KeyValueStore] = field(default_factory=dict)
     processor: MessageProcessor | None = None
+    factory: ProcessorFactory | None = None
+    """What built ``processor``; it builds the next one when the processor is rebuilt."""
 
 
 @dataclass
@@ -87,6 +90,9 @@ class TurnResult:
     """The offsets to commit: last offset + 1 per topic-partition of the batch."""
     produced: int
     """Messages the turn handed to the output port (dead letters included)."""
+    dead_letters: list[DeadLetter]
+    """Input set aside in this turn: undecodable records and messages ``process()``
+    failed on (``Config.on_decode_error``, ``Config.on_process_error``)."""
     durations: dict[str, float]
     """Seconds per step: process, flush, produce, read_ahead (the runner's ``meanwhile``),
     commit."""
@@ -119,6 +125,8 @@ class TurnEngine:
         self._skip_below: dict[TopicPartitionKey, int] = {}
         self._next: dict[TopicPartitionKey, int] = {}
         self._outputs_first = False
+        self._dead_letter_failures = config.on_process_error == "dead_letter"
+        self._limits = DeadLetterLimits(config)
 
     # -- partitions -----------------------------------------------------------------
 
@@ -126,7 +134,7 @@ class TurnEngine:
                        specs: Sequence[StoreSpec], runtime: StoreRuntime) -> PartitionState:
         """Open ``partition``'s stores (restoring them as needed) and build its processor.
         The partition is registered first, so ``close_steps`` covers a half-open one."""
-        state = PartitionState(partition)
+        state = PartitionState(partition, factory=factory)
         self.partitions[partition] = state
         for spec in specs:
             store = self._store_call(spec.name, partition, spec.open, runtime)
@@ -137,25 +145,29 @@ class TurnEngine:
         check_effectively_once_alone(state.stores)
         self._outputs_first = self._outputs_first or any(
             store.effectively_once for store in state.stores.values())
-        self._build_processor(state, factory)
+        self._build_processor(state)
         return state
 
-    def rebuild_processors(self, factory: ProcessorFactory) -> None:
+    def rebuild_processors(self) -> None:
         """Close every processor and build a fresh one on the same stores: after an
         aborted turn, plain Python state is as a restarted process would have it. The old
         instances' timers are cancelled (the new ones schedule theirs); stream times and
         tasks stay as the last committed turn left them."""
         for state in self.partitions.values():
-            if state.processor is not None:
-                state.processor.close()
-            self.time.clear_timers(state.partition)
-            self._build_processor(state, factory)
+            self._rebuild_processor(state)
 
-    def _build_processor(self, state: PartitionState, factory: ProcessorFactory) -> None:
+    def _rebuild_processor(self, state: PartitionState) -> None:
+        if state.processor is not None:
+            state.processor.close()
+        self.time.clear_timers(state.partition)
+        self._build_processor(state)
+
+    def _build_processor(self, state: PartitionState) -> None:
         """The factory's processor for ``state``'s partition, on its stores and clock."""
-        state.processor = factory(ProcessorContext(state.partition, self.config,
-                                                   dict(state.stores),
-                                                   self.time.clock(state.partition)))
+        assert state.factory is not None  # set by open_partition
+        state.processor = state.factory(ProcessorContext(state.partition, self.config,
+                                                         dict(state.stores),
+                                                         self.time.clock(state.partition)))
 
     def unrecorded(self, keys: Sequence[TopicPartitionKey]) -> list[TopicPartitionKey]:
         """Exactly-once with effectively-once stores: the topic-partitions of ``keys``
@@ -234,7 +246,7 @@ class TurnEngine:
             if transactions is not None:
                 transactions.begin()
             self._on_step("before_process")
-            sender = _timed(durations, "process", self._process, batch)
+            sender, letters = _timed(durations, "process", self._process, batch)
             produced = len(sender)
             self._on_step("after_process")
             next_offsets = batch.next_offsets()
@@ -270,10 +282,12 @@ class TurnEngine:
             raise
         self._next.update(next_offsets)
         self._forget_applied(next_offsets)
+        self._limits.record(sum(1 for letter in letters if letter.reason == "process"),
+                            _input_count(batch))
         # Committed: a local table that fails to apply now is behind its changelog, and
         # its next open reads the difference back.
         self._after_delivery()
-        return TurnResult(next_offsets, produced, durations)
+        return TurnResult(next_offsets, produced, letters, durations)
 
     def _check_order(self, batch: Batch) -> None:
         """Each topic-partition's offsets must go on from the previous turn's."""
@@ -284,25 +298,87 @@ class TurnEngine:
                                   f"starts at {offsets.first}, after offset {previous - 1} "
                                   "was processed")
 
-    def _process(self, batch: Batch) -> Sender:
+    def _process(self, batch: Batch) -> tuple[Sender, list[DeadLetter]]:
         sender = Sender(self.config.key_decoder, self.config.value_decoder)
         self.time.fire_wall_clock(sender)
+        letters = [record.dead_letter() for record in batch.undecodable]
+        failed = 0
         for partition, messages in batch.by_partition.items():
-            processor = self.partitions[partition].processor
-            assert processor is not None  # built by open_partition
-            sender.timestamp = self._stamp(partition, messages, batch)
-            try:
-                processor.process(messages, sender)
-            except KasperError:
-                raise
-            except Exception as exc:
-                raise ProcessingError.raised(partition, exc, batch.describe(partition)) from exc
-            self.time.fire_stream_time(sender, partition)
+            if self._dead_letter_failures:
+                found = self._settle(partition, messages, batch, sender, failed)
+                letters += found
+                failed += len(found)
+            else:
+                self._apply(partition, messages, batch, sender)
         self.time.fire_stream_time(sender)  # moved on with no input (the testing driver)
         sender.timestamp = None  # dead letters are stamped when produced
-        if batch.undecodable:
-            send_aside(batch.undecodable, self.config, sender)
-        return sender
+        if failed:
+            self._limits.check(failed, _input_count(batch), batch.describe())
+        send_aside(letters, self.config, sender)
+        return sender, letters
+
+    def _apply(self, partition: int, messages: list[Message], batch: Batch,
+               sender: Sender) -> None:
+        """Process ``partition``'s ``messages`` (its stream time moved on first), then fire
+        its stream-time timers due. Raises ``ProcessingError`` when ``process()`` raises,
+        or with ``on_process_error="dead_letter"`` ``_ProcessRaisedError`` when it may be a poison
+        message's doing (any exception but a ``KasperError`` other than ``SerdeError``)."""
+        processor = self.partitions[partition].processor
+        assert processor is not None  # built by open_partition
+        sender.timestamp = self._stamp(partition, messages, batch)
+        try:
+            processor.process(messages, sender)
+        except Exception as exc:
+            library = isinstance(exc, KasperError) and not isinstance(exc, SerdeError)
+            if self._dead_letter_failures and not library:
+                raise _ProcessRaisedError(exc) from exc
+            if isinstance(exc, KasperError):
+                raise
+            raise ProcessingError.raised(partition, exc, batch.describe(partition)) from exc
+        self.time.fire_stream_time(sender, partition)
+
+    def _settle(self, partition: int, messages: list[Message], batch: Batch, sender: Sender,
+                failed: int) -> list[DeadLetter]:
+        """``on_process_error="dead_letter"``: process ``partition``'s ``messages``; when
+        ``process()`` raises, find the messages it fails on alone by bisection and return
+        them as dead letters (raising ``DeadLetterLimitError`` past the per-turn or
+        per-minute limit, ``failed`` found in this turn already)."""
+        error = self._attempt(partition, messages, batch, sender)
+        if error is None:
+            return []
+        _log.warning("kasper.bisecting", processor=self.config.name, partition=partition,
+                     messages=len(messages), error=f"{type(error).__name__}: {error}")
+        letters: list[DeadLetter] = []
+
+        def found(message: Message, exc: Exception) -> None:
+            letters.append(DeadLetter(batch.as_read(message), "process", str(exc),
+                                      type(exc).__name__))
+            self._limits.check(failed + len(letters), where=batch.describe(partition),
+                               partition=partition)
+
+        bisect_failures(messages, error, lambda run: self._attempt(partition, run, batch,
+                                                                   sender), found)
+        return letters
+
+    def _attempt(self, partition: int, messages: list[Message], batch: Batch,
+                 sender: Sender) -> Exception | None:
+        """Process ``messages`` of ``partition``; when ``process()`` raises, undo what it
+        did (the partition's store writes and output since, its stream time) and
+        rebuild its processor, and return the exception."""
+        state = self.partitions[partition]
+        stores = {name: self._store_call(name, partition, store.savepoint)
+                  for name, store in state.stores.items()}
+        sent, clock = len(sender), self.time.mark(partition)
+        try:
+            self._apply(partition, messages, batch, sender)
+        except _ProcessRaisedError as failed:
+            for name, store in state.stores.items():
+                self._store_call(name, partition, store.rollback, stores[name])
+            sender.truncate(sent)
+            self.time.rollback(partition, clock)
+            self._rebuild_processor(state)
+            return failed.error
+        return None
 
     def _stamp(self, partition: int, messages: list[Message], batch: Batch) -> int | None:
         """Move the partition's stream time on; the batch's newest event time, which its
@@ -373,6 +449,19 @@ class TurnEngine:
         except Exception as exc:
             raise StoreError(f"store {name!r} of partition {partition}: "
                              f"{type(exc).__name__}: {exc}") from exc
+
+
+class _ProcessRaisedError(Exception):
+    """``process()`` raised ``error``, which may be a poison message's doing."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def _input_count(batch: Batch) -> int:
+    """Messages the batch hands to ``process()``."""
+    return sum(len(messages) for messages in batch.by_partition.values())
 
 
 def _timed(durations: dict[str, float], step: str, fn: Callable[..., T], *args: Any) -> T:

@@ -4,6 +4,7 @@ cluster named by KASPER_BOOTSTRAP_SERVERS) with a fresh topic and group per test
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import time
 import uuid
@@ -11,6 +12,21 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+import structlog
+
+
+@pytest.fixture(autouse=True)
+def restore_logging() -> Iterator[None]:
+    """Put structlog and the root logger back as they were after each test: the CLI,
+    run in-process, configures logging onto pytest's captured stream, which is closed
+    once the test ends (a later log line would raise on it)."""
+    saved = structlog.get_config()
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    structlog.configure(**saved)
+    root.handlers[:] = handlers
+    root.setLevel(level)
 
 
 def _bootstrap() -> str:

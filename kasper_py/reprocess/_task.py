@@ -198,7 +198,8 @@ class PartitionRunner:
     def _turn(self, messages: list[Message]) -> None:
         config = self._config
         batch = decode_batch(messages, config.key_decoder, config.value_decoder,
-                             set_aside=config.on_decode_error != "fail")
+                             set_aside=config.on_decode_error != "fail",
+                             keep_read=config.on_process_error == "dead_letter")
         result = self._engine.run(batch)
         for (topic, _), offsets in batch.ranges.items():
             self._first.setdefault(topic, offsets.first)

@@ -1,7 +1,8 @@
 """The store protocol (``KeyValueStore``), the write buffer the backends share
-(``BufferedStore``: pending writes, read-your-writes, key encoding, reports), and
-``StoreSpec``, how a TopicProcessor opens one store per partition. Backends live in
-their own modules and import their client libraries there only.
+(``BufferedStore``: pending writes, read-your-writes, key encoding, reports), the
+read-only query path (``query_get_many``, ``query_scan``: committed state, from any
+thread), and ``StoreSpec``, how a TopicProcessor opens one store per partition.
+Backends live in their own modules and import their client libraries there only.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from kasper_py.exceptions import StoreError
+from kasper_py.exceptions import BadQueryError, StoreError
 from kasper_py.observe import NOOP_STORE_OBSERVER, StoreObserver
 from kasper_py.serdes import Serde
 
@@ -23,6 +24,8 @@ if TYPE_CHECKING:
 __all__ = [
     "BufferedStore",
     "KeyValueStore",
+    "Scan",
+    "ScanPage",
     "StoreRuntime",
     "StoreSpec",
     "TopicPartitionKey",
@@ -66,6 +69,66 @@ def check_effectively_once_alone(stores: Mapping[str, KeyValueStore]) -> None:
 
 
 @dataclass(frozen=True)
+class Scan:
+    """A query's scan of one partition's store, in the key serde's bytes: keys starting
+    with ``prefix``, from ``start`` (inclusive) to ``end`` (exclusive), after ``cursor``
+    (where the last page stopped, as the backend wrote it), at most ``limit`` of them."""
+
+    prefix: bytes = b""
+    start: bytes | None = None
+    end: bytes | None = None
+    cursor: str | None = None
+    limit: int = 100
+
+    def bounds(self) -> tuple[bytes, bytes | None]:
+        """The scan as one key range ``[lower, upper)`` (``upper`` ``None``: no end)."""
+        lower = max(self.start or b"", self.prefix)
+        upper = self.end
+        after = prefix_end(self.prefix) if self.prefix else None
+        if after is not None and (upper is None or after < upper):
+            upper = after
+        return lower, upper
+
+    def ranged(self) -> bool:
+        """True when the scan asks for a key range (``start`` or ``end``), not only a prefix."""
+        return self.start is not None or self.end is not None
+
+    def refuse_range(self, backend: str, why: str) -> None:
+        """Raise ``BadQueryError`` for a range scan ``backend`` cannot do, saying ``why``."""
+        if self.ranged():
+            raise BadQueryError(f"{backend} tables cannot be scanned by key range: {why}; "
+                                "scan with prefix= only")
+
+
+@dataclass(frozen=True)
+class ScanPage:
+    """One page of a scan: (key, value) pairs decoded with the store's serdes, and the
+    cursor of the next page (``None``: the scan is done)."""
+
+    items: list[tuple[Any, Any]]
+    cursor: str | None
+    ordered: bool
+    """True when ``items`` are in key-byte order (and pages follow each other in it)."""
+
+
+def prefix_end(prefix: bytes) -> bytes | None:
+    """The smallest key above every key starting with ``prefix`` (``None``: no such key,
+    the prefix is all 0xff bytes)."""
+    stripped = prefix.rstrip(b"\xff")
+    return stripped[:-1] + bytes([stripped[-1] + 1]) if stripped else None
+
+
+def next_key(key: bytes) -> bytes:
+    """The smallest key above ``key``: where the page after ``key`` starts."""
+    return key + b"\x00"
+
+
+def in_range(key: bytes, lower: bytes, upper: bytes | None) -> bool:
+    """True when ``lower <= key < upper``."""
+    return key >= lower and (upper is None or key < upper)
+
+
+@dataclass(frozen=True)
 class StoreRuntime:
     """What a store needs from the loop that owns it."""
 
@@ -94,6 +157,9 @@ class KeyValueStore(ABC):
     observer: StoreObserver = NOOP_STORE_OBSERVER
     """Where the store reports its operations, restores and late records (the loop's
     metrics); set when the store is opened."""
+    windowed: tuple[Serde, Serde] | None = None
+    """Set by a ``WindowedTable`` kept in this store: its key and value serdes, with
+    which queries read the windows (``kasper_py.windows.table.windows_of``)."""
 
     @abstractmethod
     def get_many(self, keys: Iterable[Any]) -> dict[Any, Any]:
@@ -115,6 +181,19 @@ class KeyValueStore(ABC):
     @abstractmethod
     def discard_pending(self) -> None:
         """Drop the buffered writes, as a failed turn does."""
+
+    def savepoint(self) -> object:
+        """A mark of the buffered writes as they are now, for ``rollback``: with
+        ``Config.on_process_error="dead_letter"`` the turn undoes one partition's writes
+        since a point of the turn, keeping what timers wrote before it. A store that
+        buffers nothing returns anything and ignores ``rollback``."""
+        raise NotImplementedError(f"{type(self).__name__} cannot undo part of a turn's "
+                                  "writes (savepoint/rollback), which "
+                                  "on_process_error='dead_letter' needs")
+
+    def rollback(self, savepoint: object) -> None:
+        """Put the buffered writes back as they were at ``savepoint`` (this store's own)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot undo part of a turn's writes")
 
     @property
     def round_trips(self) -> int:
@@ -146,6 +225,19 @@ class KeyValueStore(ABC):
     def items(self) -> Iterator[tuple[Any, Any]]:
         """Iterate over every (key, value); only local tables support this."""
         raise NotImplementedError(f"{type(self).__name__} does not support iteration")
+
+    # -- queries: committed state, from any thread ----------------------------------
+    # The loop owns the store; queries come from other threads (the HTTP server's).
+    # These never read the turn's pending writes, never report to the observer, and
+    # never wait on the loop for longer than one read.
+
+    def query_get_many(self, keys: Iterable[Any]) -> dict[Any, Any]:
+        """Committed values of the keys that exist, for a query from any thread."""
+        raise BadQueryError(f"{type(self).__name__} cannot be queried")
+
+    def query_scan(self, scan: Scan) -> ScanPage:
+        """One page of committed (key, value) pairs, for a query from any thread."""
+        raise BadQueryError(f"{type(self).__name__} cannot be scanned")
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections or files."""
@@ -223,6 +315,16 @@ class BufferedStore(KeyValueStore):
         if writes or (self.effectively_once and next_offsets):
             self._observed("flush", lambda: self._write(writes, next_offsets))
 
+    def savepoint(self) -> object:
+        """A copy of the buffered writes (usually few or none: a savepoint is taken
+        before the partition's ``process()``, so it holds what timers wrote)."""
+        return dict(self._pending)
+
+    def rollback(self, savepoint: object) -> None:
+        """The buffered writes become the copy ``savepoint`` took."""
+        assert isinstance(savepoint, dict)
+        self._pending = dict(savepoint)
+
     def discard_pending(self) -> None:
         """Drop the buffered writes, as a failed turn does, and what ``_write`` handed
         on but the backend has not applied yet (``_drop_unapplied``)."""
@@ -232,6 +334,25 @@ class BufferedStore(KeyValueStore):
     def _drop_unapplied(self) -> None:
         """Forget writes ``_write`` handed on that wait for ``after_delivery`` (none by
         default: most backends apply in ``_write``)."""
+
+    def query_get_many(self, keys: Iterable[Any]) -> dict[Any, Any]:
+        """One ``_query_read`` of the encoded keys; the pending writes are not read."""
+        encoded = {self.key(key): key for key in keys}
+        values = self._query_read(list(encoded))
+        decode = self.value_serde.decode
+        return {encoded[k]: decode(v) for k, v in values.items()}
+
+    def _query_read(self, keys: list[bytes]) -> dict[bytes, bytes]:
+        """Committed values of backend keys, safe from any thread (the query path)."""
+        raise BadQueryError(f"{type(self).__name__} cannot be queried")
+
+    def decoded_page(self, pairs: Iterable[tuple[bytes, bytes]], cursor: str | None,
+                     *, ordered: bool) -> ScanPage:
+        """A ``ScanPage`` of backend (key, value) pairs, ``key_prefix`` stripped."""
+        cut = len(self._key_prefix)
+        decode_key, decode_value = self.key_serde.decode, self.value_serde.decode
+        items = [(decode_key(k[cut:]), decode_value(v)) for k, v in pairs]
+        return ScanPage(items, cursor, ordered)
 
     def _observed(self, op: str, request: Callable[[], T]) -> T:
         """Run ``request`` and report it as ``op``: its latency, and the round trips

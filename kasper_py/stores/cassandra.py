@@ -11,6 +11,14 @@ partition, so a batch's reads and writes stay on one replica set::
         PRIMARY KEY ((prefix, partition), key))
 
 ``prefix`` is the processor name unless given; ``key`` and ``value`` are the serdes' bytes.
+
+Queries use the table's session (the driver's sessions are thread-safe) and read what
+turns flushed: a turn is written before its outputs are acked and its offsets
+committed, so a reader may see a turn that then fails and is replayed from the last
+commit (its writes applied again), and a turn of many chunks may be seen in part while
+its unlogged batches land. Within one input partition rows are ordered by ``key``
+(the clustering column, compared as unsigned bytes), so scans are ordered key ranges
+of one Cassandra partition: cheap, unlike a scan across token order.
 """
 
 from __future__ import annotations
@@ -20,10 +28,12 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from kasper_py.exceptions import StoreError, StoreUnavailableError
+from kasper_py.exceptions import QueryUnavailableError, StoreError, StoreUnavailableError
 from kasper_py.serdes import Serde, serde_for
 from kasper_py.stores.base import (
     BufferedStore,
+    Scan,
+    ScanPage,
     StoreRuntime,
     StoreSpec,
     TopicPartitionKey,
@@ -71,6 +81,9 @@ class _Statements:
         self.offsets = session.prepare(f"SELECT offsets FROM {table} {where} LIMIT 1")
         self.set_offsets = session.prepare(
             f"UPDATE {table} SET offsets = ? {where} IF offsets = ?")
+        rows = f"SELECT key, value FROM {table} {where} AND key >= ?"
+        self.scan_from = session.prepare(f"{rows} LIMIT ?")
+        self.scan_range = session.prepare(f"{rows} AND key < ? LIMIT ?")
 
 
 class CassandraTable(StoreSpec):
@@ -201,6 +214,39 @@ class CassandraStore(BufferedStore):
         """Next input offsets whose effects this partition already holds (the static
         ``offsets`` column read at ``SERIAL`` consistency when opened, then kept by ``flush``)."""
         return {(topic, self.partition): offset for topic, offset in self._applied.items()}
+
+    def _query_read(self, keys: list[bytes]) -> dict[bytes, bytes]:
+        """The prepared ``SELECT key, value ... AND key IN ?``, chunks concurrently, no
+        retries (the caller may ask again)."""
+        select, scope = self._statements.select, (self.prefix, self.partition)
+        requests = [(select, (*scope, chunk)) for chunk in self._chunks(keys)]
+        results = self._query_call("SELECT", lambda: self._concurrently(requests))
+        return {row.key: row.value for result in results for row in result}
+
+    def query_scan(self, scan: Scan) -> ScanPage:
+        """``SELECT key, value ... WHERE prefix = ? AND partition = ? AND key >= ?
+        [AND key < ?] LIMIT <limit + 1>``: one ordered slice of the Cassandra partition;
+        the cursor is the last key's hex."""
+        lower, upper = scan.bounds()
+        if scan.cursor is not None:
+            lower = max(lower, bytes.fromhex(scan.cursor) + b"\x00")
+        scope, limit = (self.prefix, self.partition), scan.limit + 1
+        statement, params = ((self._statements.scan_from, (*scope, lower, limit))
+                             if upper is None else
+                             (self._statements.scan_range, (*scope, lower, upper, limit)))
+        rows = list(self._query_call(
+            "SELECT range", lambda: self._session.execute(statement, params)))
+        pairs = [(bytes(row.key), bytes(row.value)) for row in rows[:scan.limit]]
+        cursor = pairs[-1][0].hex() if len(rows) > scan.limit else None
+        return self.decoded_page(pairs, cursor, ordered=True)
+
+    def _query_call(self, what: str, request: Callable[[], T]) -> T:
+        try:
+            return request()
+        except Exception as exc:
+            raise QueryUnavailableError(
+                f"{self._table.address}: {what} for a query of table {self._table.keyspace}."
+                f"{self._table.table} failed: {type(exc).__name__}: {exc}") from exc
 
     def _chunks(self, items: list[T]) -> list[list[T]]:
         size = self._table.chunk_size

@@ -1,13 +1,25 @@
 """``MemoryStore``: a dict per partition, with the same buffered-write contract as
-the durable stores. For tests and the testing module; state is lost on exit.
+the durable stores. For tests and the testing module; state is lost on exit. Queries
+read the flushed dict under a lock that ``flush`` holds while it applies a turn.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from kasper_py.stores.base import KeyValueStore, StoreRuntime, StoreSpec, TopicPartitionKey
+from kasper_py.serdes import Serde, serde_for
+from kasper_py.stores.base import (
+    KeyValueStore,
+    Scan,
+    ScanPage,
+    StoreRuntime,
+    StoreSpec,
+    TopicPartitionKey,
+    in_range,
+    next_key,
+)
 
 __all__ = ["MemoryStore", "MemoryTable"]
 
@@ -22,6 +34,8 @@ class MemoryStore(KeyValueStore):
         self.data: dict[Any, Any] = {}
         self._pending: dict[Any, Any] = {}
         self.flushes = 0
+        self._lock = threading.Lock()
+        """Held by ``flush`` while it applies a turn and by queries while they read."""
 
     def get_many(self, keys: Iterable[Any]) -> dict[Any, Any]:
         """Dict lookups; buffered writes win over flushed ones."""
@@ -44,12 +58,13 @@ class MemoryStore(KeyValueStore):
             self._pending[key] = _DELETED
 
     def flush(self, next_offsets: Mapping[TopicPartitionKey, int]) -> None:
-        """Apply buffered writes to the dict."""
-        for key, value in self._pending.items():
-            if value is _DELETED:
-                self.data.pop(key, None)
-            else:
-                self.data[key] = value
+        """Apply buffered writes to the dict, all at once for queries."""
+        with self._lock:
+            for key, value in self._pending.items():
+                if value is _DELETED:
+                    self.data.pop(key, None)
+                else:
+                    self.data[key] = value
         self._pending.clear()
         self.flushes += 1
 
@@ -57,16 +72,54 @@ class MemoryStore(KeyValueStore):
         """Drop buffered writes, as a failed turn does."""
         self._pending.clear()
 
+    def savepoint(self) -> object:
+        """A copy of the buffered writes, for ``rollback``."""
+        return dict(self._pending)
+
+    def rollback(self, savepoint: object) -> None:
+        """The buffered writes become the copy ``savepoint`` took."""
+        assert isinstance(savepoint, dict)
+        self._pending = dict(savepoint)
+
     def items(self) -> Iterator[tuple[Any, Any]]:
         """Flushed (key, value) pairs, in insertion order."""
         return iter(list(self.data.items()))
 
+    def query_get_many(self, keys: Iterable[Any]) -> dict[Any, Any]:
+        """Dict lookups in the flushed dict (pending writes are not read)."""
+        with self._lock:
+            return {key: self.data[key] for key in keys if key in self.data}
+
+    def query_scan(self, scan: Scan) -> ScanPage:
+        """Flushed pairs in the order of their keys' bytes (``bytes`` as they are, ``str``
+        as UTF-8, anything else as its ``str()``); the cursor is the last key's hex. The
+        keys are copied and sorted under the lock, so a scan costs O(n log n)."""
+        with self._lock:
+            pairs = list(self.data.items())
+        lower, upper = scan.bounds()
+        if scan.cursor is not None:
+            lower = max(lower, next_key(bytes.fromhex(scan.cursor)))
+        found = sorted(((_key_bytes(k), k, v) for k, v in pairs
+                        if in_range(_key_bytes(k), lower, upper)), key=lambda kv: kv[0])
+        page = found[:scan.limit]
+        cursor = page[-1][0].hex() if len(found) > scan.limit else None
+        return ScanPage([(k, v) for _, k, v in page], cursor, ordered=True)
+
+
+def _key_bytes(key: Any) -> bytes:
+    if isinstance(key, bytes):
+        return key
+    return (key if isinstance(key, str) else str(key)).encode()
+
 
 class MemoryTable(StoreSpec):
-    """Declares an in-memory store called ``name``; one ``MemoryStore`` per partition."""
+    """Declares an in-memory store called ``name``; one ``MemoryStore`` per partition.
+    ``key_serde`` serves queries only: it reads a URL's key and gives the bytes the
+    key's partition is computed from."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, *, key_serde: str | Serde = "str") -> None:
         self.name = name
+        self.key_serde = serde_for(key_serde)
         self.partitions: dict[int, MemoryStore] = {}
 
     def open(self, runtime: StoreRuntime) -> MemoryStore:

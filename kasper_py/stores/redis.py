@@ -6,6 +6,12 @@ Keys: ``<prefix>/<table>/<partition>/<key>``, or ``<prefix>/<table>/<key>`` for 
 table; ``<prefix>`` is the processor name unless given. Values are the value serde's
 bytes in plain Redis strings. Effectively-once tables keep the next input offset of each
 topic in the hash ``<prefix>/<table>#offsets/<partition>`` (field = topic).
+
+Queries share the table's connection pool (redis-py's client is thread-safe) and read
+what turns flushed: a turn is flushed whole (``MULTI``/``EXEC``) before its outputs are
+acked and its offsets committed, so a reader may see a turn that then fails and is
+replayed from the last commit (its writes applied again). Redis keeps no key order, so
+scans are ``SCAN ... MATCH <key prefix>*`` pages, unordered, and never by key range.
 """
 
 from __future__ import annotations
@@ -15,10 +21,12 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
-from kasper_py.exceptions import StoreError, StoreUnavailableError
+from kasper_py.exceptions import QueryUnavailableError, StoreError, StoreUnavailableError
 from kasper_py.serdes import Serde, serde_for
 from kasper_py.stores.base import (
     BufferedStore,
+    Scan,
+    ScanPage,
     StoreRuntime,
     StoreSpec,
     TopicPartitionKey,
@@ -122,6 +130,11 @@ class RedisTable(StoreSpec):
         return f"{parts.scheme}://{parts.hostname}:{parts.port or 6379}{parts.path}"
 
 
+def _glob_escape(raw: bytes) -> bytes:
+    """``raw`` with Redis glob's special characters (``*?[]\\``) escaped for MATCH."""
+    return bytes(b for c in raw for b in ((0x5C, c) if c in b"*?[]\\" else (c,)))
+
+
 class RedisStore(BufferedStore):
     """One partition of a Redis table. Keys ``<prefix>/<table>/<partition>/<key>``
     (``<prefix>/<table>/<key>`` when shared), values the value serde's bytes."""
@@ -155,6 +168,43 @@ class RedisStore(BufferedStore):
         elif not already_applied(self._applied, next_offsets):
             self._call("EVALSHA", lambda: self._apply_with_offsets(writes, next_offsets))
             self._applied.update(next_offsets)
+
+    def _query_read(self, keys: list[bytes]) -> dict[bytes, bytes]:
+        """One ``MGET`` on the shared pool, no retries (the caller may ask again)."""
+        values: list[Any] = self._query_call("MGET", lambda: self._client.mget(keys))
+        return {k: v for k, v in zip(keys, values, strict=True) if v is not None}
+
+    def query_scan(self, scan: Scan) -> ScanPage:
+        """``SCAN <cursor> MATCH <key prefix><scan prefix>* COUNT <limit>`` until ``limit``
+        keys or the end, then one ``MGET`` of them. Unordered; a key may come twice
+        across pages (Redis' SCAN guarantee); the cursor is Redis' own. Range scans
+        (``start``/``end``) are refused: Redis keeps no key order to scan by."""
+        scan.refuse_range("Redis", "Redis keeps no key order (SCAN walks its hash table)")
+        pattern = _glob_escape(self._key_prefix + scan.prefix) + b"*"
+        cursor, keys = int(scan.cursor or 0), []
+        while True:
+            cursor, found = self._scan_once(cursor, pattern, scan.limit)
+            keys += found
+            if cursor == 0 or len(keys) >= scan.limit:
+                break
+        values = self._query_read(keys) if keys else {}
+        pairs = [(k, values[k]) for k in dict.fromkeys(keys) if k in values]
+        return self.decoded_page(pairs, None if cursor == 0 else str(cursor), ordered=False)
+
+    def _scan_once(self, cursor: int, pattern: bytes, count: int) -> tuple[int, list[bytes]]:
+        reply: Any = self._query_call("SCAN", lambda: self._client.scan(
+            cursor, match=pattern, count=count))
+        return int(reply[0]), [bytes(k) for k in reply[1]]
+
+    def _query_call(self, command: str, request: Callable[[], T]) -> T:
+        try:
+            return request()
+        except _RETRIABLE as exc:
+            raise QueryUnavailableError(f"redis {self._table.address} unreachable: {command} "
+                                        f"for table {self._table.name!r}: {exc}") from exc
+        except (redis.RedisError, AttributeError) as exc:  # AttributeError: pool closed
+            raise QueryUnavailableError(f"redis {self._table.address}: {command} for table "
+                                        f"{self._table.name!r} failed: {exc}") from exc
 
     def applied_offsets(self) -> Mapping[TopicPartitionKey, int]:
         """Next input offsets whose effects this partition already holds (``HGETALL``

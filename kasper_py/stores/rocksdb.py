@@ -10,26 +10,34 @@ between leaves the local copy behind its changelog, and the next start reads the
 difference back. With exactly-once the changelog records are in the turn's transaction
 and are applied only once it committed, so the local copy never holds an aborted
 turn's writes; restores read committed records only.
+
+Queries (from other threads) read the RocksDB files, so they see committed turns only,
+each whole (one ``WriteBatch``), a moment after their commit; a scan page is read from
+one iterator, a consistent point-in-time view.
 """
 
 from __future__ import annotations
 
 import shutil
+import threading
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from kasper_py.config import Config
-from kasper_py.exceptions import StoreError
+from kasper_py.exceptions import QueryUnavailableError, StoreError
 from kasper_py.serdes import Serde, serde_for
 from kasper_py.stores.base import (
     BufferedStore,
     KeyValueStore,
+    Scan,
+    ScanPage,
     StoreRuntime,
     StoreSpec,
     TopicPartitionKey,
     Writes,
     encode_key,
+    next_key,
 )
 from kasper_py.stores.changelog import (
     ChangelogReader,
@@ -66,6 +74,8 @@ class LocalDB:
         self.path = path
         self.round_trips = 0
         """Native calls made: multi-gets and ``WriteBatch`` writes."""
+        self._closing = threading.Lock()
+        """Held by ``close`` and by queries' reads: a query never reads a closed handle."""
         self._open()
 
     def _open(self) -> None:
@@ -134,6 +144,36 @@ class LocalDB:
         for key, value in self._db.items():
             yield bytes(key), bytes(value)
 
+    def query_get_many(self, keys: list[bytes]) -> list[bytes | None]:
+        """RocksDB ``MultiGet`` for a query thread: the applied (committed) values."""
+        with self._closing:
+            db = self._open_handle()
+            values: list[bytes | None] = db.get(keys)
+            return values
+
+    def query_scan(self, scan: Scan) -> tuple[list[tuple[bytes, bytes]], str | None]:
+        """Up to ``scan.limit`` pairs of ``scan``'s key range in key order, from one
+        RocksDB iterator seeked to its start (``Rdict.items(from_key=...)``), and the
+        cursor (the last key, hex) when more may follow."""
+        lower, upper = scan.bounds()
+        if scan.cursor is not None:
+            lower = max(lower, next_key(bytes.fromhex(scan.cursor)))
+        pairs: list[tuple[bytes, bytes]] = []
+        with self._closing:
+            for key, value in self._open_handle().items(from_key=lower):
+                if upper is not None and bytes(key) >= upper:
+                    return pairs, None
+                if len(pairs) == scan.limit:
+                    return pairs, pairs[-1][0].hex()
+                pairs.append((bytes(key), bytes(value)))
+        return pairs, None
+
+    def _open_handle(self) -> Any:
+        if self._db is None:
+            raise QueryUnavailableError(f"RocksDB at {self.path} is closed (the partition "
+                                        "left this process, or it is stopping)")
+        return self._db
+
     def reset(self, topic: str) -> None:
         """Delete every key and offset, then record ``topic`` as the changelog."""
         self.close()
@@ -143,10 +183,11 @@ class LocalDB:
 
     def close(self) -> None:
         """Flush and close; the folder's LOCK is released once no handle is left."""
-        if self._db is not None:
-            self._db.close()
-        # Column family handles keep the database open: drop every reference.
-        self._db = self._meta = self._meta_db = None
+        with self._closing:
+            if self._db is not None:
+                self._db.close()
+            # Column family handles keep the database open: drop every reference.
+            self._db = self._meta = self._meta_db = None
 
 
 def _offset_key(partition: int) -> bytes:
@@ -243,6 +284,17 @@ class RocksDBStore(BufferedStore):
             if new is not None:
                 yield decode_key(key), decode_value(new)
 
+    def _query_read(self, keys: list[bytes]) -> dict[bytes, bytes]:
+        """One RocksDB ``MultiGet`` of the applied files: committed turns only (writes
+        are applied in ``after_delivery``, after the commit)."""
+        values = self.db.query_get_many(keys)
+        return {k: v for k, v in zip(keys, values, strict=True) if v is not None}
+
+    def query_scan(self, scan: Scan) -> ScanPage:
+        """Committed pairs in key-byte order from a RocksDB iterator (``LocalDB.query_scan``)."""
+        pairs, cursor = self.db.query_scan(scan)
+        return self.decoded_page(pairs, cursor, ordered=True)
+
     def close(self) -> None:
         """Close the database (buffered, unflushed writes are dropped)."""
         self.db.close()
@@ -305,10 +357,32 @@ class GlobalTableStore(KeyValueStore):
     def discard_pending(self) -> None:
         """Nothing is ever buffered."""
 
+    def savepoint(self) -> object:
+        """Nothing is ever buffered: no mark."""
+        return None
+
+    def rollback(self, savepoint: object) -> None:
+        """Nothing is ever buffered: nothing to undo."""
+
     def items(self) -> Iterator[tuple[Any, Any]]:
         """Iterate every partition's keys, in key-byte order."""
         for key, value in self._state.db.items():
             yield self.key_serde.decode(key), self.value_serde.decode(value)
+
+    def query_get_many(self, keys: Iterable[Any]) -> dict[Any, Any]:
+        """RocksDB ``MultiGet`` of the changelog records applied so far: as of the loop's
+        last read of this table (a query never reads the changelog itself)."""
+        encoded = {encode_key(self.key_serde, key): key for key in keys}
+        values = self._state.db.query_get_many(list(encoded))
+        decode = self.value_serde.decode
+        return {key: decode(value) for key, value in zip(encoded.values(), values, strict=True)
+                if value is not None}
+
+    def query_scan(self, scan: Scan) -> ScanPage:
+        """Applied pairs of every changelog partition, in key-byte order."""
+        pairs, cursor = self._state.db.query_scan(scan)
+        decode_key, decode_value = self.key_serde.decode, self.value_serde.decode
+        return ScanPage([(decode_key(k), decode_value(v)) for k, v in pairs], cursor, True)
 
 
 def _read_only() -> StoreError:

@@ -108,6 +108,19 @@ class TimeKeeper:
             scheduled.due = due
         self._advanced.clear()
 
+    def mark(self, partition: int) -> tuple[int | None, bool]:
+        """``partition``'s stream time now, and whether it advanced in this turn, for
+        ``rollback``: a retried part of a batch must not leave stream time moved."""
+        return self.clock(partition).stream_time, partition in self._advanced
+
+    def rollback(self, partition: int, mark: tuple[int | None, bool]) -> None:
+        """``partition``'s stream time back to ``mark`` (see ``mark``)."""
+        self.clock(partition).stream_time, advanced = mark
+        if advanced:
+            self._advanced.add(partition)
+        else:
+            self._advanced.discard(partition)
+
     def stamp(self, partition: int, messages: Sequence[Message]) -> int | None:
         """Move ``partition``'s stream time on to the newest event time of ``messages``
         (never back); return that newest event time, the output timestamp they give.

@@ -16,16 +16,18 @@ from typing import Any, Literal, NamedTuple
 
 from kasper_py.processor import ProcessorContext
 from kasper_py.serdes import Serde, serde_for
+from kasper_py.stores.base import KeyValueStore, Scan
 from kasper_py.windows._state import (
     TimedState,
     bad_timestamp,
     check_timestamp,
     pack_times,
+    unpack,
 )
 from kasper_py.windows.aggregation import Aggregation
 from kasper_py.windows.kinds import Hopping, Session, Sliding, Tumbling, WindowKind
 
-__all__ = ["Emit", "WindowResult", "WindowedTable"]
+__all__ = ["Emit", "WindowResult", "WindowedTable", "windows_of"]
 
 Emit = Literal["updates", "final"]
 Record = tuple[Any, int | None, Any]
@@ -45,6 +47,32 @@ class WindowResult(NamedTuple):
     value: Any
     """The aggregate; ``None`` for a session merged into a larger one (``emit="updates"``:
     delete it downstream)."""
+
+
+def windows_of(store: KeyValueStore, key: Any, time_from: int, time_to: int,
+               *, page: int = 1000) -> list[WindowResult]:
+    """For a query from any thread: the committed windows of ``key`` in ``store`` (kept
+    by a ``WindowedTable``, whose serdes it recorded) overlapping ``[time_from,
+    time_to]`` (ms, inclusive), earliest first. Reads ``store.query_scan`` of the
+    prefix ``w<key bytes>``, in pages of ``page``."""
+    if store.windowed is None:
+        raise ValueError("the store holds no WindowedTable")
+    key_serde, value_serde = store.windowed
+    encoded = key_serde.encode(key)
+    if encoded is None:
+        raise ValueError("a window key cannot be None")
+    prefix = _WINDOW + bytes(encoded)
+    found, cursor = [], None
+    while True:
+        scanned = store.query_scan(Scan(prefix=prefix, cursor=cursor, limit=page))
+        for entry, value in scanned.items:
+            if len(entry) == len(prefix) + 16:  # not a longer key sharing this prefix
+                _, _, start, end = unpack(entry)
+                if start <= time_to and end > time_from:
+                    found.append(WindowResult(key, start, end, value_serde.decode(value)))
+        cursor = scanned.cursor
+        if cursor is None:
+            return sorted(found, key=lambda result: (result.start, result.end))
 
 
 class WindowedTable(TimedState):
@@ -83,6 +111,7 @@ class WindowedTable(TimedState):
         self._records: dict[bytes, list[tuple[int, int]]] = {}
         self._record_expiry: list[tuple[int, bytes, int, int]] = []
         super().__init__(context, store, key_serde)
+        self.store.windowed = (self.key_serde, self.value_serde)  # for queries
 
     # -- the batch --------------------------------------------------------------------
 

@@ -4,7 +4,6 @@ loop (outputs and store state), the handoff to the live group, refusals and bad 
 from __future__ import annotations
 
 import json
-import logging
 import random
 import subprocess
 import sys
@@ -19,7 +18,6 @@ from typing import Any
 import pytest
 import redis
 import reprocess_processors as procs
-import structlog
 from confluent_kafka import Consumer, Producer
 
 from kasper_py import Config, ReprocessError, TopicError, TopicProcessor
@@ -47,16 +45,6 @@ def spark() -> Iterator[Any]:
     yield session
     session.stop()
 
-
-@pytest.fixture
-def restore_logging() -> Iterator[None]:
-    """The CLI configures logging onto pytest's captured stream: undo it afterwards."""
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    yield
-    root.handlers[:] = handlers
-    root.setLevel(level)
-    structlog.reset_defaults()
 
 
 def config(bootstrap: str, name: str, topics: list[str], **kwargs: Any) -> Config:
@@ -238,7 +226,7 @@ def test_bad_ranges_fail_before_spark_with_clear_errors(bootstrap, new_topic, ka
         reprocess(cfg, factory, output="stores", spark=NO_SPARK)
 
 
-@pytest.mark.usefixtures("spark", "restore_logging")
+@pytest.mark.usefixtures("spark")
 def test_cli_reprocesses_into_stores_and_hands_off(bootstrap, new_topic, kafka, unique_name,
                                                    capsys) -> None:
     """`python -m kasper_py.reprocess` with --stores, --output stores, explicit --end

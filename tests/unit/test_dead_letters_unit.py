@@ -58,7 +58,8 @@ def test_dead_letter_keeps_the_original_bytes_and_says_why() -> None:
     record = Undecodable("t", 2, 9, b"\xffkey", b"\x00raw", 1234, (("trace", b"x"),),
                          TIMESTAMP_CREATE_TIME, "json serde: invalid JSON: boom")
     sender = Sender(STRING, JSON)
-    send_aside([record], config(on_decode_error="dead_letter", dead_letter_topic="t-dlq"), sender)
+    send_aside([record.dead_letter()], config(on_decode_error="dead_letter",
+                                             dead_letter_topic="t-dlq"), sender)
     (message,) = sender.messages
     assert (message.topic, message.key, message.value, message.partition) == (
         "t-dlq", b"\xffkey", b"\x00raw", None)
@@ -78,14 +79,26 @@ def test_skip_sends_nothing() -> None:
     """The skip policy only logs: nothing is buffered for output."""
     sender = Sender()
     record = Undecodable("t", 0, 1, None, b"x", None, (), TIMESTAMP_NONE, "bad")
-    send_aside([record], config(on_decode_error="skip"), sender)
+    send_aside([record.dead_letter()], config(on_decode_error="skip"), sender)
     assert len(sender) == 0
 
 
 @pytest.mark.parametrize(("kwargs", "field", "text"), [
     ({"on_decode_error": "ignore"}, "on_decode_error", "must be one of fail, skip, dead_letter"),
     ({"on_decode_error": "dead_letter"}, "dead_letter_topic", "is required by"),
-    ({"dead_letter_topic": "dlq"}, "dead_letter_topic", "on_decode_error is 'fail'"),
+    ({"dead_letter_topic": "dlq"}, "dead_letter_topic",
+     "on_decode_error is 'fail' and on_process_error is 'fail'"),
+    ({"on_process_error": "skip"}, "on_process_error", "must be one of fail, dead_letter"),
+    ({"on_process_error": "dead_letter"}, "dead_letter_topic",
+     "is required by on_process_error='dead_letter'"),
+    ({"on_process_error": "dead_letter", "on_decode_error": "dead_letter"}, "dead_letter_topic",
+     "is required by on_decode_error='dead_letter' and on_process_error='dead_letter'"),
+    ({"dead_letter_max_per_turn": -1}, "dead_letter_max_per_turn", "must be an int >= 0"),
+    ({"dead_letter_max_per_turn": True}, "dead_letter_max_per_turn", "got True"),
+    ({"dead_letter_max_per_minute": 2.5}, "dead_letter_max_per_minute", "got 2.5"),
+    ({"dead_letter_max_ratio": 0}, "dead_letter_max_ratio", "must be a number in (0, 1]"),
+    ({"dead_letter_max_ratio": 1.5}, "dead_letter_max_ratio", "got 1.5"),
+    ({"dead_letter_max_ratio": "half"}, "dead_letter_max_ratio", "got 'half'"),
     ({"on_decode_error": "dead_letter", "dead_letter_topic": "t"}, "dead_letter_topic",
      "'t' is an input topic"),
     ({"on_decode_error": "dead_letter", "dead_letter_topic": ""}, "dead_letter_topic",
@@ -97,3 +110,16 @@ def test_config_refuses_a_policy_it_cannot_honour(kwargs: dict[str, object], fie
     with pytest.raises(ConfigError) as info:
         config(**kwargs)
     assert info.value.field == field and text in str(info.value)
+
+
+def test_one_dead_letter_topic_serves_both_policies_with_documented_limits() -> None:
+    """on_process_error='dead_letter' alone, or with on_decode_error='dead_letter', is
+    valid with one topic; the limits default to 100 per turn, 1000 per minute, no ratio,
+    and None turns each off."""
+    cfg = config(on_process_error="dead_letter", dead_letter_topic="dlq")
+    assert (cfg.dead_letter_max_per_turn, cfg.dead_letter_max_per_minute,
+            cfg.dead_letter_max_ratio) == (100, 1000, None)
+    both = config(on_process_error="dead_letter", on_decode_error="dead_letter",
+                  dead_letter_topic="dlq", dead_letter_max_per_turn=None,
+                  dead_letter_max_per_minute=0, dead_letter_max_ratio=1)
+    assert both.dead_letter_topic == "dlq" and both.dead_letter_max_per_turn is None

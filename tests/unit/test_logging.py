@@ -8,7 +8,6 @@ import json
 import logging
 import subprocess
 import sys
-from collections.abc import Iterator
 
 import pytest
 import structlog
@@ -25,17 +24,6 @@ class TtyStream(io.StringIO):
     def isatty(self) -> bool:
         return True
 
-
-@pytest.fixture(autouse=True)
-def restore_logging() -> Iterator[None]:
-    """Put structlog and the root logger back as they were after each test."""
-    saved = structlog.get_config()
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    yield
-    structlog.configure(**saved)
-    root.handlers[:] = handlers
-    root.setLevel(level)
 
 
 def lines(stream: io.StringIO) -> list[dict[str, object]]:

@@ -289,3 +289,21 @@ def test_an_effectively_once_store_must_be_alone_here_too() -> None:
                                          "processor's only store"):
         list(run_task(spec, [arrow([("t", 0, 0, b"x")])], None, lambda _c: FakeProducer([])))
     assert closed == ["exact", "plain"]
+
+
+def test_poison_messages_are_dead_lettered_as_the_loop_does() -> None:
+    """With on_process_error='dead_letter', the task's turn finds the message process()
+    fails on by bisection: it goes to the dead-letter topic with the bytes it was read
+    with (JSON kept as written), the others' output is produced once."""
+    rows, log, _ = run([arrow([("t", 0, 0, b'"a"'), ("t", 0, 1, b'  "boom"'),
+                               ("t", 0, 2, b'"b"')])],
+                       value_serde="json", on_process_error="dead_letter",
+                       dead_letter_topic="t-dlq")
+    produced = [m for entry in log if entry[0] == "produce" for m in entry[1]]
+    assert [m.value for m in produced if m.topic == "out"] == [b'"A"', b'"B"']
+    (dead,) = [m for m in produced if m.topic == "t-dlq"]
+    assert (dead.key, dead.value) == (b"k1", b'  "boom"')
+    headers = dict(dead.headers or ())
+    assert (headers["kasper.error"], headers["kasper.error.type"],
+            headers["kasper.source.offset"]) == (b"boom", b"ValueError", b"1")
+    assert rows[0]["messages"] == 3

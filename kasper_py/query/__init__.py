@@ -1,0 +1,22 @@
+"""Interactive queries: read a running processor's tables over HTTP (on its metrics
+server) or in-process, find the instance holding a key, and serve views of your own.
+
+- ``Tables`` (``TopicProcessor.tables``): ``get``, ``scan``, ``windows``, ``describe``
+  of committed state, from any thread.
+- ``QueryClient``: the same over HTTP from another process.
+- ``Request``, ``Response``, ``View``: a view is ``(request, tables) -> response``,
+  registered with ``TopicProcessor(..., views={"/path": view})``.
+- ``partition_for``, ``murmur2``: the partitioners (``Config.query_partitioner``).
+"""
+
+from __future__ import annotations
+
+from kasper_py._http import Request, Response
+from kasper_py.query._partitioner import PARTITIONERS, Partitioner, murmur2, partition_for
+from kasper_py.query._tables import Tables
+from kasper_py.query._web import View
+from kasper_py.query.client import QueryClient
+from kasper_py.stores.base import Scan
+
+__all__ = ["PARTITIONERS", "Partitioner", "QueryClient", "Request", "Response", "Scan",
+           "Tables", "View", "murmur2", "partition_for"]

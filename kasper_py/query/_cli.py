@@ -1,0 +1,112 @@
+"""``kasper query``: read a running processor's tables from a shell, through
+``QueryClient`` (so redirects to the instance holding a key are followed). Prints JSON:
+one value, or one ``[key, value]`` line per pair of a scan.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from kasper_py._cli_base import EXIT_FAILED, EXIT_OK, EXIT_USAGE, print_error
+from kasper_py.exceptions import NotFoundError, QueryError
+from kasper_py.query.client import QueryClient
+
+__all__ = ["main"]
+
+_PROG = "kasper query"
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=_PROG, description="Read a running processor's tables (its metrics server "
+        "serves them). With KEY: its value (a windowed table: its windows). Without: "
+        "every pair, page by page.",
+        epilog="Exit codes: 0 found, 1 not found, 2 usage or bad query, 3 no instance "
+               "answered.")
+    parser.add_argument("--url", action="append", required=True, metavar="URL",
+                        help="an instance's query endpoint, e.g. http://host:9100 "
+                             "(repeat: the first that answers is asked)")
+    parser.add_argument("table", nargs="?", help="the table; none lists the tables")
+    parser.add_argument("key", nargs="?", help="the key, as the processor sees it (with "
+                        "a json key serde: JSON text, e.g. 42 or '\"alice\"')")
+    parser.add_argument("--key-serde", choices=("bytes", "str", "json"),
+                        help="the table's key serde, when /tables does not name one")
+    parser.add_argument("--prefix", help="a scan: keys starting with these bytes (UTF-8)")
+    parser.add_argument("--start", help="a scan: keys from these bytes (inclusive)")
+    parser.add_argument("--end", help="a scan: keys up to these bytes (exclusive)")
+    parser.add_argument("--partition", type=int, help="a scan: this partition only")
+    parser.add_argument("--limit", type=int, help="a scan: at most this many pairs")
+    parser.add_argument("--from", dest="time_from", type=int, default=0, metavar="MS",
+                        help="a windowed table: windows ending after this time (epoch ms)")
+    parser.add_argument("--to", dest="time_to", type=int, default=2 ** 63 - 1, metavar="MS",
+                        help="a windowed table: windows starting before this time")
+    return parser
+
+
+def main(argv: Sequence[str]) -> int:
+    """Run ``kasper query``; returns the exit code."""
+    args = _parser().parse_args(argv)
+    if args.limit is not None and args.limit < 1:
+        print_error(_PROG, f"--limit must be at least 1, got {args.limit}")
+        return EXIT_USAGE
+    try:
+        client = QueryClient(args.url)
+        for line in _answer(client, args):
+            print(json.dumps(line, default=repr))
+    except ValueError as exc:  # a bad --url
+        print_error(_PROG, str(exc))
+        return EXIT_USAGE
+    except QueryError as exc:
+        print_error(_PROG, str(exc))
+        return _exit_code(exc)
+    return EXIT_OK
+
+
+def _answer(client: QueryClient, args: argparse.Namespace) -> Any:
+    """The lines to print, as JSON values."""
+    if args.table is None:
+        return client.tables()
+    if args.key is None:
+        return _scan(client, args)
+    key = json.loads(args.key) if _serde(client, args) == "json" else args.key
+    described = _describe(client, args.table)
+    if described.get("kind") == "windowed":
+        return client.windows(args.table, key, args.time_from, args.time_to,
+                              key_serde=args.key_serde)
+    return [client.get(args.table, key, key_serde=args.key_serde)]
+
+
+def _scan(client: QueryClient, args: argparse.Namespace) -> list[list[Any]]:
+    pairs = client.scan(args.table, prefix=args.prefix, start=args.start, end=args.end,
+                        page=min(args.limit or 100, 1000), partition=args.partition)
+    lines: list[list[Any]] = []
+    for key, value in pairs:
+        lines.append([key, value])
+        if args.limit is not None and len(lines) >= args.limit:
+            break
+    return lines
+
+
+def _describe(client: QueryClient, table: str) -> dict[str, Any]:
+    for described in client.tables():
+        if described.get("name") == table:
+            return described
+    return {}
+
+
+def _serde(client: QueryClient, args: argparse.Namespace) -> str | None:
+    return args.key_serde or _describe(client, args.table).get("key_serde")
+
+
+def _exit_code(exc: QueryError) -> int:
+    if isinstance(exc, NotFoundError):
+        return EXIT_FAILED
+    return EXIT_USAGE if exc.status == 400 else 3
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,237 @@
+"""``Tables``: the read-only queries of one TopicProcessor's tables, from any thread.
+
+Reads go to the stores' query path (``KeyValueStore.query_get_many``/``query_scan``):
+committed state, never the turn's pending writes, with no lock the loop waits on
+longer than one read. A key is answered where its partition is open; elsewhere the
+answer is ``NotHereError`` naming the instance that announced it holds the partition.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from kasper_py.config import Config
+from kasper_py.exceptions import (
+    BadQueryError,
+    KeyNotFoundError,
+    NotHereError,
+    QueryUnavailableError,
+    SerdeError,
+    UnknownTableError,
+)
+from kasper_py.query._locate import Locator
+from kasper_py.query._partitioner import partition_for
+from kasper_py.serdes import Serde, serde_for
+from kasper_py.stores.base import KeyValueStore, Scan, StoreSpec
+from kasper_py.windows.table import WindowResult, windows_of
+
+__all__ = ["MAX_LIMIT", "Tables"]
+
+MAX_LIMIT = 10_000
+"""The most pairs one scan page returns."""
+OpenStores = Callable[[], Mapping[int, Mapping[str, KeyValueStore]]]
+"""The stores open right now, by partition (the loop's, read from another thread)."""
+
+
+class Tables:
+    """The queryable tables of one processor: ``get``, ``scan``, ``windows``, ``describe``.
+    A view receives this object."""
+
+    def __init__(self, config: Config, specs: Sequence[StoreSpec], open_stores: OpenStores,
+                 locator: Locator | None = None) -> None:
+        self.config = config
+        self._specs = {spec.name: spec for spec in specs}
+        self._open_stores = open_stores
+        self._locator = locator
+        self.partition_count: int | None = None
+        """Partitions of the input topics; known once the loop started."""
+
+    # -- what is here -------------------------------------------------------------------
+
+    def describe(self) -> list[dict[str, Any]]:
+        """Per table: name, backend, kind (``table``, ``global``, ``windowed``), key and
+        value serde names, the partitions open here, and whether scans are ordered."""
+        held = self._held()
+        return [self._description(spec, held) for spec in self._specs.values()]
+
+    def _description(self, spec: StoreSpec, held: Mapping[int, Mapping[str, KeyValueStore]]
+                     ) -> dict[str, Any]:
+        stores = [stores[spec.name] for stores in held.values() if spec.name in stores]
+        windowed = next((s.windowed for s in stores if s.windowed is not None), None)
+        key_serde, value_serde = windowed or (_serde(spec, "key_serde"),
+                                              _serde(spec, "value_serde"))
+        kind = "windowed" if windowed else "global" if _everywhere(spec) else "table"
+        return {"name": spec.name, "backend": type(spec).__name__, "kind": kind,
+                "key_serde": getattr(key_serde, "name", None),
+                "value_serde": getattr(value_serde, "name", None),
+                "partitions": sorted(p for p, s in held.items() if spec.name in s),
+                "ordered_scans": type(spec).__name__ != "RedisTable"}
+
+    # -- reads ------------------------------------------------------------------------
+
+    def key_of(self, table: str, raw: bytes) -> Any:
+        """The key whose key-serde bytes are ``raw`` (a URL's key segment): the text of a
+        ``str`` key, JSON text for ``json`` keys (``42``, ``"alice"``), bytes as they are."""
+        serde = self.key_serde(table)
+        try:
+            return serde.decode(raw)
+        except SerdeError as exc:
+            raise BadQueryError(f"key {raw!r} of table {table!r} does not decode with its "
+                                f"key serde {getattr(serde, 'name', serde)!r}: {exc}"
+                                + _json_hint(serde, raw)) from exc
+
+    def key_serde(self, table: str) -> Serde:
+        """The serde of ``table``'s keys (a windowed table's: its ``WindowedTable``'s)."""
+        spec = self._spec(table)
+        for stores in self._held().values():
+            store = stores.get(table)
+            if store is not None and store.windowed is not None:
+                return store.windowed[0]
+        serde = _serde(spec, "key_serde")
+        if serde is None:
+            raise BadQueryError(f"table {table!r} ({type(spec).__name__}) declares no key serde")
+        return serde
+
+    def get(self, table: str, key: Any, *, partition: int | None = None) -> Any:
+        """The committed value of ``key``; ``KeyNotFoundError`` when there is none,
+        ``NotHereError`` when another instance holds its partition."""
+        store, _ = self._store_for(table, key, partition)
+        found = store.query_get_many([key])
+        if key not in found:
+            raise KeyNotFoundError(f"table {table!r} has no value for key {key!r}")
+        return found[key]
+
+    def windows(self, table: str, key: Any, time_from: int = 0,
+                time_to: int = 2 ** 63 - 1) -> list[WindowResult]:
+        """The committed windows of ``key`` overlapping ``[time_from, time_to]`` (ms),
+        earliest first; ``BadQueryError`` when ``table`` keeps no ``WindowedTable``."""
+        store, _ = self._store_for(table, key, None)
+        if store.windowed is None:
+            raise BadQueryError(f"table {table!r} holds no WindowedTable: query its keys "
+                                "without from= and to=")
+        if time_from > time_to:
+            raise BadQueryError(f"from={time_from} is after to={time_to}")
+        return windows_of(store, key, time_from, time_to)
+
+    def scan(self, table: str, scan: Scan, *, partition: int | None = None
+             ) -> dict[str, Any]:
+        """One page of ``table`` over the partitions open here (or ``partition``), one
+        partition after the other: ``{"items": [[key, value, partition], ...],
+        "cursor": str | None, "ordered": bool}``. Ordered means in key-byte order within
+        each partition."""
+        spec = self._spec(table)
+        if not 1 <= scan.limit <= MAX_LIMIT:
+            raise BadQueryError(f"limit must be 1..{MAX_LIMIT}, got {scan.limit}")
+        held = {p: s[table] for p, s in sorted(self._held().items()) if table in s}
+        if any(store.windowed is not None for store in held.values()):
+            raise BadQueryError(f"table {table!r} is windowed: read a key's windows at "
+                                f"/tables/{table}/<key>?from=<ms>&to=<ms>")
+        if _everywhere(spec):
+            held = dict(list(held.items())[:1])  # every store reads the same data
+        elif partition is not None:
+            if partition not in held:
+                raise self._not_here(table, partition, None)
+            held = {partition: held[partition]}
+        return _scan_partitions(held, scan)
+
+    # -- where ------------------------------------------------------------------------
+
+    def _store_for(self, table: str, key: Any, partition: int | None
+                   ) -> tuple[KeyValueStore, int]:
+        spec = self._spec(table)
+        held = {p: s[table] for p, s in self._held().items() if table in s}
+        if _everywhere(spec) and held:
+            partition, store = next(iter(held.items()))
+            return store, partition
+        if partition is None:
+            partition = self.partition_of(table, key)
+        if partition in held:
+            return held[partition], partition
+        raise self._not_here(table, partition, key)
+
+    def partition_of(self, table: str, key: Any) -> int:
+        """The input partition of ``key``: its key-serde bytes through
+        ``Config.query_partitioner``, as the input's producers placed it."""
+        if self.partition_count is None:
+            raise QueryUnavailableError(f"processor {self.config.name!r} has not started: "
+                                        "the input's partition count is not known yet")
+        encoded = self.key_serde(table).encode(key)
+        try:
+            return partition_for(bytes(encoded or b""), self.partition_count,
+                                 self.config.query_partitioner)
+        except ValueError as exc:
+            raise BadQueryError(f"key {key!r}: {exc}") from exc
+
+    def _not_here(self, table: str, partition: int, key: Any) -> NotHereError:
+        endpoint = None
+        if self._locator is not None and self.partition_count is not None:
+            endpoint = self._locator.endpoint(partition, self.partition_count)
+        what = f"key {key!r} of table {table!r} is in" if key is not None else "table " \
+            f"{table!r}:"
+        where = f"held by {endpoint}" if endpoint else (
+            "not held here, and no running instance announced an endpoint for it (its "
+            "owner has no metrics_port, is not running, or has not committed yet)")
+        return NotHereError(f"{what} input partition {partition} "
+                            f"({self.config.query_partitioner} partitioner), {where}",
+                            partition=partition, endpoint=endpoint)
+
+    def _spec(self, table: str) -> StoreSpec:
+        spec = self._specs.get(table)
+        if spec is None:
+            raise UnknownTableError(f"no table {table!r} on processor {self.config.name!r}; "
+                                    f"its tables: {sorted(self._specs)}")
+        return spec
+
+    def _held(self) -> Mapping[int, Mapping[str, KeyValueStore]]:
+        return self._open_stores()
+
+
+def _scan_partitions(held: Mapping[int, KeyValueStore], scan: Scan) -> dict[str, Any]:
+    """Pages of each partition in turn; the cursor is ``<partition>:<store cursor>``."""
+    first, inner = _split_cursor(scan.cursor)
+    items: list[list[Any]] = []
+    ordered = True
+    partitions = [p for p in held if p >= first]
+    for index, partition in enumerate(partitions):
+        limit = scan.limit - len(items)
+        try:
+            page = held[partition].query_scan(Scan(
+                scan.prefix, scan.start, scan.end,
+                inner if partition == first else None, limit))
+        except ValueError as exc:
+            raise BadQueryError(f"bad cursor {scan.cursor!r}: {exc}") from exc
+        ordered = ordered and page.ordered
+        items += [[key, value, partition] for key, value in page.items]
+        if page.cursor is not None:
+            return {"items": items, "cursor": f"{partition}:{page.cursor}", "ordered": ordered}
+        if len(items) >= scan.limit and index + 1 < len(partitions):
+            return {"items": items, "cursor": f"{partitions[index + 1]}:",
+                    "ordered": ordered}
+    return {"items": items, "cursor": None, "ordered": ordered}
+
+
+def _split_cursor(cursor: str | None) -> tuple[int, str | None]:
+    if cursor is None:
+        return -1, None
+    partition, _, inner = cursor.partition(":")
+    if not partition.isdigit():
+        raise BadQueryError(f"bad cursor {cursor!r}: pass back the cursor a page returned")
+    return int(partition), inner or None
+
+
+def _everywhere(spec: StoreSpec) -> bool:
+    """True for tables every instance holds whole: global tables, shared Redis tables."""
+    return bool(getattr(spec, "global_table", False) or getattr(spec, "shared", False))
+
+
+def _serde(spec: StoreSpec, what: str) -> Serde | None:
+    serde = getattr(spec, what, None)
+    return None if serde is None else serde_for(serde)
+
+
+def _json_hint(serde: Serde, raw: bytes) -> str:
+    if getattr(serde, "name", None) != "json":
+        return ""
+    return (f"; json keys are written as JSON text: a string in quotes "
+            f"(\"{raw.decode(errors='replace')}\", %22...%22 in a URL), a number as digits")
