@@ -18,6 +18,7 @@ from kasper_py import (
     Message,
     MessageProcessor,
     ProcessingError,
+    ProduceError,
     ProcessorContext,
     Sender,
     StoreError,
@@ -158,6 +159,22 @@ def test_a_store_write_failing_after_the_retries_leaves_the_batch_uncommitted() 
     assert broker.committed("poison") == {("in", 0): 10}
     assert len(broker.read("dlq")) == 1 and len(broker.read("out")) == 9
     assert broker.table("counts") == {"k": 9}
+
+
+def test_a_dead_letter_the_broker_refuses_fails_the_turn_uncommitted() -> None:
+    """The dead letter's delivery fails (it is the last message the turn hands over):
+    ProduceError, the batch stays uncommitted and the dead-letter topic empty; a rerun
+    dead-letters the poison and commits the batch."""
+    broker = broker_with(values({2}))
+    broker.faults.fail_delivery(nth=10)  # 9 outputs, then the dead letter
+    cfg = config()
+    with pytest.raises(ProduceError, match=r"dlq"):
+        run(broker, cfg)
+    assert broker.committed("poison") == {}
+    assert broker.read("dlq") == []
+    run(broker, cfg)
+    assert [dict(m.headers)["kasper.source.offset"] for m in broker.read("dlq")] == [b"2"]
+    assert broker.committed("poison") == {("in", 0): 10}
 
 
 def test_a_store_error_raised_during_a_retry_fails_the_turn_uncommitted() -> None:
