@@ -20,6 +20,7 @@ from kasper_py.exceptions import (
     SerdeError,
     StoreError,
     StoreUnavailableError,
+    StreamError,
     TopicError,
 )
 from kasper_py.message import (
@@ -63,6 +64,7 @@ __all__ = [
     "SerdeError",
     "StoreError",
     "StoreUnavailableError",
+    "StreamError",
     "Task",
     "Timer",
     "TopicError",

@@ -109,6 +109,9 @@ def _parser() -> argparse.ArgumentParser:
                         add_help=False)
     commands.add_parser("reprocess", add_help=False,
                         help="run a processor over history with Spark (see `kasper reprocess -h`)")
+    commands.add_parser("stream", add_help=False,
+                        help="run a processor live on Spark Structured Streaming "
+                             "(see `kasper stream -h`)")
     commands.add_parser("query", add_help=False,
                         help="read a running processor's tables (see `kasper query -h`)")
     _add_offsets_parser(commands)
@@ -234,8 +237,14 @@ def _reprocess(argv: list[str]) -> int:
     return int(reprocess_main(argv, prog="kasper reprocess"))
 
 
+def _stream(argv: list[str]) -> int:
+    from kasper_py.stream import main as stream_main  # noqa: PLC0415 - needs PySpark
+
+    return int(stream_main(argv, prog="kasper stream"))
+
+
 _OWN_PARSERS: dict[str, Callable[[list[str]], int]] = {
-    "stack": _stack, "reprocess": _reprocess, "query": _query}
+    "stack": _stack, "reprocess": _reprocess, "stream": _stream, "query": _query}
 
 
 # -- kasper run ---------------------------------------------------------------------

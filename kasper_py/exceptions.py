@@ -22,7 +22,8 @@
     │   │   └── KeyNotFoundError       no value for the key
     │   ├── NotHereError           421: another instance holds the key (``endpoint``)
     │   └── QueryUnavailableError  503: the partition is not open here now, or its store is down
-    └── ReprocessError       a reprocessing job or its handoff failed
+    ├── ReprocessError       a reprocessing job or its handoff failed
+    └── StreamError          a streaming query on Spark was refused or failed
 
     SimulatedCrash (a BaseException)   kasper_py.testing's injected "kill -9"
 
@@ -55,6 +56,7 @@ __all__ = [
     "SimulatedCrash",
     "StoreError",
     "StoreUnavailableError",
+    "StreamError",
     "TopicError",
     "UnknownTableError",
 ]
@@ -172,6 +174,11 @@ class RestoreError(KasperError):
 
 class ReprocessError(KasperError):
     """A reprocessing job, its range, or its offset handoff failed."""
+
+
+class StreamError(KasperError):
+    """A streaming query on Spark (``kasper_py.stream``) was refused at start (bad
+    arguments, a RocksDB table, a stale checkpoint) or failed while running."""
 
 
 class QueryError(KasperError):

@@ -1,6 +1,7 @@
 """``OffsetTracker``: what has been committed per topic-partition, so a commit
 that would move an offset backwards fails loudly instead of replaying silently; and
-``CommitNote``, the commit metadata that tells operators' tools a loop is running.
+``CommitNote``, the commit metadata that tells operators' tools a loop (or a streaming
+query, ``kasper_py.stream``) is running.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ __all__ = [
     "CommitNote",
     "OffsetTracker",
     "lowered",
+    "running_elsewhere",
     "running_loop",
     "running_window",
 ]
@@ -41,6 +43,12 @@ GROUP_ACTIVE_ERRORS = (KafkaError.UNKNOWN_MEMBER_ID, KafkaError.REBALANCE_IN_PRO
 """Errors with which Kafka refuses an offset change because the group has members."""
 
 TopicPartitionKey = tuple[str, int]
+NoteState = Literal["running", "stopped", "streaming"]
+"""``running``: a live loop; ``streaming``: a Spark streaming query; ``stopped``: either
+stopped cleanly (a stream's partition set starts with ``STREAM_PREFIX``)."""
+STREAM_PREFIX = "stream:"
+"""Starts the partition set of the notes a streaming query writes."""
+_STATES: tuple[NoteState, ...] = ("running", "stopped", "streaming")
 
 
 class OffsetTracker:
@@ -83,9 +91,11 @@ class CommitNote:
     assignment never joins its consumer group, so the group looks empty while it runs;
     this note is how ``kasper offsets reset`` and the reprocessing handoff tell that a
     loop is running (it re-commits at least every ``HEARTBEAT_SECONDS`` and after every
-    turn) or has stopped cleanly (its last commit says so)."""
+    turn) or has stopped cleanly (its last commit says so). A Spark streaming query
+    writes the same notes, ``streaming`` while it runs, with its partition set prefixed
+    by ``STREAM_PREFIX``; both states count as running for every check."""
 
-    state: Literal["running", "stopped"]
+    state: NoteState
     at: float
     """Unix time of the commit, in seconds."""
     host: str
@@ -96,7 +106,7 @@ class CommitNote:
     """The URL the loop answers queries on (``kasper_py.query``), when it serves them."""
 
     @classmethod
-    def now(cls, state: Literal["running", "stopped"], partitions: str | None = None,
+    def now(cls, state: NoteState, partitions: str | None = None,
             endpoint: str | None = None) -> CommitNote:
         """A note for a commit made now by this process."""
         return cls(state, time.time(), socket.gethostname(), os.getpid(), partitions,
@@ -133,19 +143,24 @@ class CommitNote:
         endpoint = None
         if len(parts) > 5 and parts[-1].startswith(_ENDPOINT):
             endpoint = parts.pop()[len(_ENDPOINT):]
-        if len(parts) not in (5, 6) or parts[0] != _NOTE_PREFIX or parts[1] not in (
-                "running", "stopped"):
+        if len(parts) not in (5, 6) or parts[0] != _NOTE_PREFIX or parts[1] not in _STATES:
             return None
         try:
             at, pid = float(parts[2]), int(parts[4])
         except ValueError:
             return None
-        state: Literal["running", "stopped"] = "running" if parts[1] == "running" else "stopped"
+        state = _STATES[_STATES.index(parts[1])]
         return cls(state, at, parts[3], pid, parts[5] if len(parts) == 6 else None, endpoint)
 
+    @property
+    def by_stream(self) -> bool:
+        """True when a streaming query (``kasper_py.stream``) wrote the note."""
+        return (self.partitions or "").startswith(STREAM_PREFIX)
+
     def running_within(self, window: float, now: float | None = None) -> bool:
-        """True when a running loop made this commit less than ``window`` seconds ago."""
-        return self.state == "running" and (now or time.time()) - self.at < window
+        """True when a running loop or streaming query made this commit less than
+        ``window`` seconds ago."""
+        return self.state in ("running", "streaming") and (now or time.time()) - self.at < window
 
     def describe(self, now: float | None = None) -> str:
         """``running on host (pid 12), committed 3 s ago`` for messages."""
@@ -168,6 +183,14 @@ def running_loop(config: Config, notes: Iterable[CommitNote | None]) -> CommitNo
     window = running_window(config)
     running = [note for note in notes if note is not None and note.running_within(window)]
     return max(running, key=lambda note: note.at) if running else None
+
+
+def running_elsewhere(config: Config, notes: Iterable[CommitNote | None]
+                      ) -> CommitNote | None:
+    """``running_loop`` among the notes of other processes, leaving out those of a
+    process on this host that no longer exists (a killed loop's or driver's)."""
+    return running_loop(config, [note for note in notes if note is not None
+                                 and not note.is_mine() and not note.process_gone()])
 
 
 def lowered(committed: Mapping[TopicPartitionKey, int | None],

@@ -52,7 +52,7 @@ from kasper_py.offsets import (
     CommitNote,
     OffsetTracker,
     lowered,
-    running_loop,
+    running_elsewhere,
 )
 from kasper_py.ports import KafkaClients
 from kasper_py.processor import ProcessorFactory
@@ -435,13 +435,13 @@ class TopicProcessor:
             self._last_commit = time.monotonic()
 
     def _check_not_running(self, keys: list[tuple[str, int]]) -> None:
-        """Refuse partitions another loop is running: its last commit note says running
-        and is recent (a loop re-commits at least every ``HEARTBEAT_SECONDS``). A note of
-        a process on this host that no longer exists does not count (a killed loop). With
+        """Refuse partitions another loop or streaming query is running: its last commit
+        note says running (or streaming) and is recent (a loop re-commits at least every
+        ``HEARTBEAT_SECONDS``). A note of a process on this host that no longer exists
+        does not count (a killed loop). With
         exactly-once, a loop on the same partition set is fenced instead, not refused."""
         notes = [CommitNote.decode(m) for m in self._consumer.notes(keys).values()]
-        others = [n for n in notes if n is not None and not n.is_mine() and not n.process_gone()]
-        other = running_loop(self.config, others)
+        other = running_elsewhere(self.config, notes)
         if other is None:
             return
         if self.config.exactly_once and other.partitions == self.config.partition_set:
@@ -453,10 +453,10 @@ class TopicProcessor:
                          other=other.describe())
             return
         raise AlreadyRunningError(
-            f"processor {self.config.name!r}: another loop is running partitions "
+            f"processor {self.config.name!r}: another loop or stream is running partitions "
             f"{self.config.partition_set} of {', '.join(self.config.input_topics)} "
-            f"(group {self.config.group!r}): {other.describe()}. Two loops would both "
-            "process and commit; stop it, or start with force (--force)")
+            f"(group {self.config.group!r}): {other.describe()}. Both would process and "
+            "commit; stop it, or start with force (--force)")
 
     def _loop(self, until_caught_up: bool) -> None:
         while not self._closing.is_set():

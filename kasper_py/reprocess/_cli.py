@@ -35,7 +35,7 @@ from kasper_py.reprocess._kafka import BrokerUnreachableError
 from kasper_py.reprocess._range import Position, RangeError
 from kasper_py.reprocess._spark import require_pyspark, spark_session
 
-__all__ = ["main", "parse_position"]
+__all__ = ["add_spark_arguments", "main", "parse_position", "submitted_session"]
 
 # The Config fields a reprocessing run takes as flags (batch_wait and metrics_port are
 # the live loop's).
@@ -77,13 +77,6 @@ def _offsets(text: str) -> dict[tuple[str, int], int]:
     return offsets
 
 
-def _option(text: str) -> tuple[str, str]:
-    key, sep, value = text.partition("=")
-    if not sep or not key:
-        raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE")
-    return key, value
-
-
 def _parser(prog: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=prog, description=(
         "Run a processor over a range of the input topics' history with Spark, and "
@@ -102,10 +95,7 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     parser.add_argument("--force", action="store_true",
                         help="hand off even if the live group looks active")
     parser.add_argument("--dry-run", action="store_true", help="print the range, run nothing")
-    parser.add_argument("--master", help="Spark master (default: spark-submit's, else local[2])")
-    parser.add_argument("--kafka-option", type=_option, action="append", default=[],
-                        metavar="KEY=VALUE", help="Spark Kafka reader option, e.g. "
-                        "kafka.security.protocol=SASL_SSL (repeatable)")
+    add_spark_arguments(parser)
     add_config_flags(parser, _CONFIG_FLAGS)
     return parser
 
@@ -127,7 +117,7 @@ def _run(args: argparse.Namespace) -> int:
         print(resolve_range(config, args.start, args.end).describe())
         return 0
     factory, stores = load_target(args, config)
-    spark = _session(args.master)
+    spark = submitted_session(args.master)
     try:
         result = reprocess(config, factory, start=args.start, end=args.end, stores=stores,
                            output=args.output, handoff=args.handoff, force=args.force,
@@ -150,11 +140,26 @@ def _summary(result: Any, group: str) -> None:
         print(f"group {group} resumes at {ends}", flush=True)
 
 
-def _session(master: str | None) -> Any:
+def add_spark_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--master`` and ``--kafka-option``, for every command that runs on Spark."""
+    parser.add_argument("--master", help="Spark master (default: spark-submit's, else local[2])")
+    parser.add_argument("--kafka-option", type=_option, action="append", default=[],
+                        metavar="KEY=VALUE", help="Spark Kafka reader option, e.g. "
+                        "kafka.security.protocol=SASL_SSL (repeatable)")
+
+
+def _option(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE")
+    return key, value
+
+
+def submitted_session(master: str | None, conf: dict[str, str] | None = None) -> Any:
     """The session to run on, stopped by the caller: spark-submit's (it set the master
-    and the jars), one for ``--master``, or ``None`` for reprocess()'s local[2] one."""
+    and the jars), one for ``--master``, or ``None`` for the API's own local[2] one."""
     if master is not None:
-        return spark_session(master)
+        return spark_session(master, conf=conf)
     if os.environ.get("PYSPARK_GATEWAY_PORT"):  # set by spark-submit for its driver
         return require_pyspark().builder.getOrCreate()
     return None

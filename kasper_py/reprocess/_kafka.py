@@ -109,19 +109,22 @@ class KafkaFacts:
                                  timeout=self._timeout + 5)
         return description.state.name, [m.client_id for m in description.members]
 
-    def commit(self, offsets: Mapping[TopicPartitionKey, int]) -> None:
-        """Set the live group's committed offsets (the broker refuses while it has members)."""
+    def commit(self, offsets: Mapping[TopicPartitionKey, int], note: str | None = None
+               ) -> None:
+        """Set the live group's committed offsets, with ``note`` as their metadata (the
+        broker refuses while the group has members)."""
         group = self._config.group
         request = ConsumerGroupTopicPartitions(
-            group, [TopicPartition(t, p, o) for (t, p), o in sorted(offsets.items())])
+            group, [TopicPartition(t, p, o, metadata=note)
+                    for (t, p), o in sorted(offsets.items())])
         futures = self._admin.alter_consumer_group_offsets([request],
                                                            request_timeout=self._timeout)
-        result = self._call(f"committing the handoff offsets of group {group!r}",
+        result = self._call(f"committing the offsets of group {group!r}",
                             futures[group].result, timeout=self._timeout + 5)
         failed = [f"{tp.topic}[{tp.partition}]: {tp.error.str()}"
                   for tp in result.topic_partitions if tp.error is not None]
         if failed:
-            raise ReprocessError(f"committing the handoff offsets of group {group!r} failed "
+            raise ReprocessError(f"committing the offsets of group {group!r} failed "
                                  f"for {'; '.join(failed)}")
 
     def close(self) -> None:

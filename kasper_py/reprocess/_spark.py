@@ -18,7 +18,8 @@ from kasper_py.exceptions import ReprocessError
 from kasper_py.reprocess._range import ReprocessRange
 from kasper_py.reprocess._task import COLUMNS, STATS_SCHEMA, PartitionStats, TaskSpec, run_task
 
-__all__ = ["read_input", "require_pyspark", "run_job", "session_for", "spark_session"]
+__all__ = ["partition_wise", "read_input", "require_pyspark", "run_job", "session_for",
+           "source_options", "spark_reason", "spark_session", "spread"]
 
 # Reader options that would split one Kafka partition over several tasks, which would
 # split the processor's state: refused.
@@ -86,19 +87,33 @@ def session_for(spark: Any | None) -> Iterator[Any]:
 def read_input(spark: Any, config: Config, plan: ReprocessRange,
                kafka_options: Mapping[str, str]) -> Any:
     """The range's records as a DataFrame of ``COLUMNS``, laid out partition-wise."""
-    require_pyspark()
-    from pyspark.sql import functions  # noqa: PLC0415
-    _check_reader_options(kafka_options)
-    options = {**_DEFAULT_READER_OPTIONS, **kafka_options,
-               "kafka.bootstrap.servers": config.bootstrap_servers,
+    options = {**source_options(config, kafka_options, "reprocess"),
                "assign": plan.spark_assign(), "startingOffsets": plan.spark_offsets("start"),
-               "endingOffsets": plan.spark_offsets("end"), "includeHeaders": "true",
-               "groupIdPrefix": f"kasper-reprocess-{config.name}"}
+               "endingOffsets": plan.spark_offsets("end")}
     try:
         source = spark.read.format("kafka").options(**options).load()
     except Exception as exc:  # e.g. AnalysisException: no Kafka source on the classpath
         raise ReprocessError(f"reading Kafka for {config.name!r} failed: "
-                             f"{_spark_reason(exc)}") from exc
+                             f"{spark_reason(exc)}") from exc
+    return partition_wise(source, config, spread(spark, plan.partitions))
+
+
+def source_options(config: Config, kafka_options: Mapping[str, str], runner: str
+                   ) -> dict[str, str]:
+    """The Kafka source's options for ``config`` (``kafka_options`` checked and on top);
+    the caller adds the partitions and offsets to read."""
+    require_pyspark()
+    _check_reader_options(kafka_options)
+    return {**_DEFAULT_READER_OPTIONS, **kafka_options,
+            "kafka.bootstrap.servers": config.bootstrap_servers, "includeHeaders": "true",
+            "groupIdPrefix": f"kasper-{runner}-{config.name}"}
+
+
+def partition_wise(source: Any, config: Config, partitions: int) -> Any:
+    """The Kafka source's records as ``COLUMNS``: each partition number's records in one
+    task, every topic's in offset order; ``partitions`` is ``spread()``'s count."""
+    from pyspark.sql import functions  # noqa: PLC0415
+
     frame = source.select(
         "topic", "partition", "offset", "key", "value",
         functions.unix_millis("timestamp").alias("timestamp"), "timestampType",
@@ -107,7 +122,7 @@ def read_input(spark: Any, config: Config, plan: ReprocessRange,
     if len(config.input_topics) == 1:
         # The Kafka source reads each partition's range in one task, in offset order.
         return frame
-    return _co_partitioned(frame, config, _spread(spark, plan.partitions), functions)
+    return _co_partitioned(frame, config, partitions, functions)
 
 
 def _check_reader_options(kafka_options: Mapping[str, str]) -> None:
@@ -127,7 +142,7 @@ def _check_reader_options(kafka_options: Mapping[str, str]) -> None:
                              "loop reads read_committed, and reprocessing must read the same")
 
 
-def _spread(spark: Any, partitions: Sequence[int]) -> int:
+def spread(spark: Any, partitions: Sequence[int]) -> int:
     """The fewest shuffle partitions that give each Kafka partition number its own task.
 
     Spark's hash partitioning is ``pmod(hash(partition), n)``; colliding numbers would
@@ -162,16 +177,19 @@ def _co_partitioned(frame: Any, config: Config, partitions: int, functions: Any)
             .select(*COLUMNS))
 
 
-def run_job(spark: Any, spec: TaskSpec, frame: Any, report: Any) -> list[PartitionStats]:
-    """Run every task; return the stats of each partition processed."""
+def run_job(spark: Any, spec: TaskSpec, frame: Any, report: Any | None, *,
+            retry_safe: bool | None = None) -> list[PartitionStats]:
+    """Run every task; return the stats of each partition processed. A retried task
+    fails the job unless ``retry_safe`` (default: ``retries_are_safe(spec)``)."""
     if spark.sparkContext.getConf().get("spark.speculation", "false").lower() == "true":
         raise ReprocessError("spark.speculation=true would run a Kafka partition's task "
                              "twice at once, duplicating its output and store writes; "
                              "turn it off for reprocessing")
     previous = spark.conf.get("spark.sql.execution.arrow.maxRecordsPerBatch")
     spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", _ARROW_BATCH)
-    add = report.add
-    retry_safe = retries_are_safe(spec)
+    add = None if report is None else report.add
+    if retry_safe is None:
+        retry_safe = retries_are_safe(spec)
 
     def task(batches: Iterator[Any]) -> Iterator[Any]:
         if not retry_safe:
@@ -181,8 +199,8 @@ def run_job(spark: Any, spec: TaskSpec, frame: Any, report: Any) -> list[Partiti
     try:
         rows = frame.mapInArrow(task, STATS_SCHEMA).collect()
     except Exception as exc:
-        raise ReprocessError(f"reprocessing {spec.config.name!r} failed: "
-                             f"{_spark_reason(exc)}") from exc
+        raise ReprocessError(f"running {spec.config.name!r} on Spark failed: "
+                             f"{spark_reason(exc)}") from exc
     finally:
         spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", previous)
     return [PartitionStats.from_row(row) for row in rows]
@@ -212,7 +230,7 @@ def _refuse_retried_attempt() -> None:
         "effectively-once stores is retried)")
 
 
-def _spark_reason(exc: BaseException) -> str:
+def spark_reason(exc: BaseException) -> str:
     """The useful line of a Spark error: the Python exception a task raised, else the
     first line, with a hint when the Kafka connector is missing."""
     text = str(exc)
