@@ -185,12 +185,14 @@ def running_loop(config: Config, notes: Iterable[CommitNote | None]) -> CommitNo
     return max(running, key=lambda note: note.at) if running else None
 
 
-def running_elsewhere(config: Config, notes: Iterable[CommitNote | None]
-                      ) -> CommitNote | None:
-    """``running_loop`` among the notes of other processes, leaving out those of a
+def running_elsewhere(config: Config, notes: Iterable[CommitNote | None], *,
+                      by_stream: bool = False) -> CommitNote | None:
+    """``running_loop`` among the notes of other runners: leaves out this process's own
+    notes of its kind (a stream's when ``by_stream``, else a loop's) and those of a
     process on this host that no longer exists (a killed loop's or driver's)."""
-    return running_loop(config, [note for note in notes if note is not None
-                                 and not note.is_mine() and not note.process_gone()])
+    return running_loop(config, [
+        note for note in notes if note is not None and not note.process_gone()
+        and not (note.is_mine() and note.by_stream == by_stream)])
 
 
 def lowered(committed: Mapping[TopicPartitionKey, int | None],

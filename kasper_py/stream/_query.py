@@ -148,7 +148,7 @@ def _check_arguments(stores: Sequence[StoreSpec], trigger: float, starting: str,
 def _check_not_running(config: Config, facts: KafkaFacts, keys: list[TopicPartitionKey],
                        force: bool) -> None:
     """Refuse while a live loop (or another stream) commits to the group."""
-    other = running_elsewhere(config, facts.commit_notes(keys))
+    other = running_elsewhere(config, facts.commit_notes(keys), by_stream=True)
     if other is None:
         return
     if force:

@@ -114,3 +114,24 @@ def exact_count_stores(_config: Config) -> list[Any]:
     """An effectively-once Redis table of counts (its applied offsets skip replays)."""
     return [RedisTable(STORE, url=redis_url(), key_serde="str", value_serde="json",
                        effectively_once=True)]
+
+
+class TaggedCount(Tagged):
+    """Tagged, and counts each value's first word in the ``counts`` store: with an
+    effectively-once table the counts are exact however often input is replayed."""
+
+    def __init__(self, context: ProcessorContext, output: str) -> None:
+        super().__init__(context, output)
+        self.counts = context.store(STORE)
+
+    def process(self, messages: list[Message], sender: Sender) -> None:
+        super().process(messages, sender)
+        words = Counter(m.value.split(b"-")[0].decode() for m in messages)
+        current = self.counts.get_many(list(words))
+        self.counts.put_many({w: current.get(w, 0) + n for w, n in words.items()})
+
+
+def exact_counts(_config: Config) -> list[Any]:
+    """TaggedCount's store: an effectively-once Redis table."""
+    return [RedisTable(STORE, url=redis_url(), key_serde="str", value_serde="json",
+                       effectively_once=True)]

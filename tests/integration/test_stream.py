@@ -1,0 +1,200 @@
+"""The live pipeline on Spark Structured Streaming (``kasper_py.stream``) on a real
+broker and a local[2] session: parity with the live loop on the reach example, a
+driver killed with -9 and restarted from its checkpoint, the handoff loop -> stream ->
+loop on one group with the refusals on either side, and what is refused at start."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections import Counter
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+import reprocess_processors as procs
+import test_reprocess
+from test_reprocess import config, run_live
+
+from kasper_py import Config, StreamError
+from kasper_py.exceptions import AlreadyRunningError
+from kasper_py.offsets import CommitNote
+from kasper_py.reprocess._kafka import KafkaFacts
+from kasper_py.stack import redis_url
+from kasper_py.stores.rocksdb import RocksDBTable
+from kasper_py.stream import stream
+
+sys.path.insert(0, str(Path(__file__).parents[2] / "examples"))
+import reach
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark]
+
+spark = test_reprocess.spark  # one local[2] session per module, as test_reprocess's
+
+
+def notes(cfg: Config) -> list[CommitNote | None]:
+    facts = KafkaFacts(cfg)
+    try:
+        return facts.commit_notes(facts.input_keys())
+    finally:
+        facts.close()
+
+
+def test_reach_through_the_stream_matches_the_live_loop(bootstrap, unique_name, kafka, spark,
+                                                        tmp_path) -> None:
+    """20k tweets of the reach example through the live loop and through the stream:
+    the same output multiset; the group's offsets end at the input's end with a stopped
+    note of the stream."""
+    prefix = unique_name("reach") + "-"
+    followers = reach.produce_sample(bootstrap, prefix, 4, 20_000)
+    names = {"live": unique_name("live"), "stream": unique_name("stream")}
+    # The loop's first batch holds each partition's followers and tweets together (a
+    # tweet polled before its user's count would get reach 0: the example's caveat).
+    cfgs = {kind: Config(name=name, bootstrap_servers=bootstrap, batch_size=30_000,
+                         input_topics=(prefix + reach.TWEETS, prefix + reach.FOLLOWERS),
+                         key_serde="str", value_serde="json", batch_wait=3.0)
+            for kind, name in names.items()}
+    out = prefix + reach.REACH
+    run_live(cfgs["live"], partial(reach.ReachProcessor, prefix=prefix))
+    live_ends = {p: m.offset() for m in kafka.read_all(out) for p in [m.partition()]}
+    spark.sparkContext.addPyFile(reach.__file__)
+    run = stream(cfgs["stream"], partial(reach.ReachProcessor, prefix=prefix),
+                 checkpoint=str(tmp_path / "cp"), spark=spark, trigger=0.5)
+    try:
+        assert run.await_caught_up(timeout=240)
+    finally:
+        run.stop()
+    live: Counter[tuple[Any, ...]] = Counter()
+    streamed: Counter[tuple[Any, ...]] = Counter()
+    for m in kafka.read_all(out):  # the live loop's output first, then the stream's
+        side = live if m.offset() <= live_ends[m.partition()] else streamed
+        side[m.partition(), m.key(), m.value()] += 1
+    assert sum(live.values()) == 20_000
+    assert streamed == live
+    assert all(json.loads(value)["reach"] == followers[key.decode()]
+               for _, key, value in streamed)
+    assert sum(b.messages for b in run.batches) == 20_000 + 50
+    assert sum(kafka.committed(names["stream"], prefix + reach.TWEETS, 4).values()) == 20_000
+    found = [n for n in notes(cfgs["stream"]) if n is not None]
+    assert found and all(n.state == "stopped" and n.by_stream for n in found)
+
+
+def test_handoff_loop_stream_loop_processes_every_input_once(bootstrap, new_topic, kafka,
+                                                             spark, tmp_path) -> None:
+    """Loop, then stream (several micro-batches), then loop again on one group: every
+    input reaches the output exactly once and the committed offsets reach the end. The
+    loop refuses to start while the stream runs; the stream refuses to start over a
+    live loop's recent note."""
+    source, output = new_topic("in", partitions=2), new_topic("out", partitions=2)
+    group = f"{source}-group"
+    cfg = config(bootstrap, group, [source], batch_size=100)
+    factory = partial(procs.Tagged, output=output)
+    for part in range(3):
+        kafka.produce(source, [b"p%d-%d" % (part, i) for i in range(300)], partition=0)
+        kafka.produce(source, [b"q%d-%d" % (part, i) for i in range(300)], partition=1)
+        if part == 1:
+            run = stream(cfg, factory, checkpoint=str(tmp_path / "cp"), spark=spark,
+                         trigger=0.2, kafka_options={"maxOffsetsPerTrigger": "200"})
+            try:
+                with pytest.raises(AlreadyRunningError, match=r"another loop or stream is "
+                                   r"running partitions all .* streaming on"):
+                    run_live(cfg, factory)
+                assert run.await_caught_up(timeout=180)
+            finally:
+                run.stop()
+            assert len([b for b in run.batches if b.messages]) >= 3
+            assert kafka.committed(group, source, 2) == {0: 600, 1: 600}
+        else:
+            run_live(cfg, factory)
+    values = Counter(m.value().rsplit(b"|", 1)[1] for m in kafka.read_all(output))
+    assert len(values) == 1800 and set(values.values()) == {1}
+    assert kafka.committed(group, source, 2) == {0: 900, 1: 900}
+    # a live loop's running note from another process: the stream refuses
+    facts = KafkaFacts(cfg)
+    try:
+        facts.commit({(source, 0): 900, (source, 1): 900},
+                     CommitNote("running", time.time(), socket.gethostname(),
+                                os.getppid()).encode())
+    finally:
+        facts.close()
+    with pytest.raises(AlreadyRunningError, match=r"being processed by a live loop"):
+        stream(cfg, factory, checkpoint=str(tmp_path / "cp2"), spark=spark)
+    # the first checkpoint is older than the loop's commits: resuming it is refused
+    with pytest.raises(StreamError, match=r"holds an earlier run's offsets, but a live loop"):
+        stream(cfg, factory, checkpoint=str(tmp_path / "cp"), spark=spark, force=True)
+
+
+def test_driver_killed_then_restarted_loses_nothing_and_counts_exactly(
+        bootstrap, new_topic, kafka, unique_name, tmp_path) -> None:
+    """The driver is killed with -9 after a few micro-batches and restarted from its
+    checkpoint: every input is in the output, duplicates within one micro-batch (400
+    offsets), the effectively-once Redis counts exact, the group at the end."""
+    source, output = new_topic("in", partitions=2), new_topic("out", partitions=2)
+    group = unique_name("killed")
+    for p in range(2):
+        kafka.produce(source, [b"w%d-%d" % (i % 7, i) for i in range(2000)], partition=p)
+    worker = Path(__file__).with_name("stream_worker.py")
+    args = [sys.executable, str(worker), bootstrap, source, output, group,
+            str(tmp_path / "cp")]
+    child = subprocess.Popen(args, cwd=worker.parent, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        _wait_for_commit(kafka, group, source, child)
+    finally:
+        os.killpg(child.pid, signal.SIGKILL)
+        child.wait(30)
+    done = subprocess.run(args, cwd=worker.parent, capture_output=True, text=True,
+                          timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert kafka.committed(group, source, 2) == {0: 2000, 1: 2000}
+    inputs = Counter(tuple(m.value().split(b"|")[1:3]) for m in kafka.read_all(output))
+    assert len(inputs) == 4000  # (partition, offset) of every input
+    assert sum(inputs.values()) - 4000 <= 400
+    client = redis.Redis.from_url(redis_url())
+    counts: Counter[str] = Counter()
+    for p in range(2):
+        for i in range(2000):
+            counts[f"{p}/w{i % 7}"] += 1
+    stored = {f"{p}/w{w}": int(client.get(f"{group}/{procs.STORE}/{p}/w{w}") or 0)
+              for p in range(2) for w in range(7)}
+    assert stored == dict(counts)
+
+
+def _wait_for_commit(kafka: Any, group: str, source: str, child: subprocess.Popen[bytes]
+                     ) -> None:
+    """Until the stream committed some but not all of the input."""
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline and child.poll() is None:
+        committed = kafka.committed(group, source, 2)
+        if any(committed.values()) and sum(v or 0 for v in committed.values()) > 800:
+            return
+        time.sleep(0.2)
+    pytest.fail(f"the stream committed nothing in time (exit {child.poll()})")
+
+
+def test_refused_at_start_with_clear_errors(bootstrap, new_topic, tmp_path) -> None:
+    """A RocksDB table, a bad trigger or starting, and master with a session are refused
+    before Spark or Kafka is used, saying what is wrong."""
+    cfg = config(bootstrap, "refused", [new_topic("in")])
+    factory = partial(procs.Tagged, output="none")
+    checkpoint = str(tmp_path / "cp")
+    with pytest.raises(StreamError, match=r"store 'words' is a RocksDB table, which "
+                       r"streaming does not support: its state lives in files on one machine"):
+        stream(cfg, factory, checkpoint=checkpoint, stores=[RocksDBTable("words")])
+    with pytest.raises(StreamError, match=r"trigger must be a positive number of seconds, "
+                       r"got 0"):
+        stream(cfg, factory, checkpoint=checkpoint, trigger=0)
+    with pytest.raises(StreamError, match=r"starting must be 'group', 'earliest' or 'latest', "
+                       r"got 'now'"):
+        stream(cfg, factory, checkpoint=checkpoint, starting="now")  # type: ignore[arg-type]
+    with pytest.raises(StreamError, match=r"pass either master or spark"):
+        stream(cfg, factory, checkpoint=checkpoint, master="local[2]", spark=object())
+    with pytest.raises(StreamError, match=r"checkpoint must name a directory"):
+        stream(cfg, factory, checkpoint=" ")
