@@ -115,7 +115,8 @@ class KafkaFacts:
         broker refuses while the group has members)."""
         group = self._config.group
         request = ConsumerGroupTopicPartitions(
-            group, [TopicPartition(t, p, o, metadata=note)
+            group, [TopicPartition(t, p, o) if note is None
+                    else TopicPartition(t, p, o, metadata=note)
                     for (t, p), o in sorted(offsets.items())])
         futures = self._admin.alter_consumer_group_offsets([request],
                                                            request_timeout=self._timeout)
