@@ -6,6 +6,7 @@ Spark's Python workers import this module by name: the tests ship it with
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from typing import Any
 
@@ -131,7 +132,8 @@ class TaggedCount(Tagged):
         self.counts.put_many({w: current.get(w, 0) + n for w, n in words.items()})
 
 
-def exact_counts(_config: Config) -> list[Any]:
-    """TaggedCount's store: an effectively-once Redis table."""
-    return [RedisTable(STORE, url=redis_url(), key_serde="str", value_serde="json",
-                       effectively_once=True)]
+
+def tagged_count_to_env_output(context: ProcessorContext) -> TaggedCount:
+    """TaggedCount to the topic named by ``KASPER_TEST_OUTPUT``: a factory a command
+    line can name (``module:attr``)."""
+    return TaggedCount(context, os.environ["KASPER_TEST_OUTPUT"])

@@ -12,7 +12,9 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections import Counter
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -21,6 +23,7 @@ import pytest
 import redis
 import reprocess_processors as procs
 import test_reprocess
+from conftest_stores import free_port
 from test_reprocess import config, run_live
 
 from kasper_py import Config, StreamError
@@ -39,6 +42,16 @@ pytestmark = [pytest.mark.integration, pytest.mark.spark]
 spark = test_reprocess.spark  # one local[2] session per module, as test_reprocess's
 
 
+def _scrape(cfg: Config) -> dict[str, float]:
+    """The driver's ``/metrics``: sample name with labels -> value."""
+    url = f"http://127.0.0.1:{cfg.metrics_port}/metrics"
+    with urllib.request.urlopen(url, timeout=10) as reply:
+        text = reply.read().decode()
+    samples = (line.rsplit(" ", 1) for line in text.splitlines()
+               if line and not line.startswith("#"))
+    return {name: float(value) for name, value in samples}
+
+
 def notes(cfg: Config) -> list[CommitNote | None]:
     facts = KafkaFacts(cfg)
     try:
@@ -50,8 +63,9 @@ def notes(cfg: Config) -> list[CommitNote | None]:
 def test_reach_through_the_stream_matches_the_live_loop(bootstrap, unique_name, kafka, spark,
                                                         tmp_path) -> None:
     """20k tweets of the reach example through the live loop and through the stream:
-    the same output multiset; the group's offsets end at the input's end with a stopped
-    note of the stream."""
+    the same output multiset; the driver's /metrics counts every input row and
+    micro-batch; the group's offsets end at the input's end with a stopped note of the
+    stream."""
     prefix = unique_name("reach") + "-"
     followers = reach.produce_sample(bootstrap, prefix, 4, 20_000)
     names = {"live": unique_name("live"), "stream": unique_name("stream")}
@@ -65,12 +79,17 @@ def test_reach_through_the_stream_matches_the_live_loop(bootstrap, unique_name, 
     run_live(cfgs["live"], partial(reach.ReachProcessor, prefix=prefix))
     live_ends = {p: m.offset() for m in kafka.read_all(out) for p in [m.partition()]}
     spark.sparkContext.addPyFile(reach.__file__)
+    cfgs["stream"] = replace(cfgs["stream"], metrics_port=free_port())
     run = stream(cfgs["stream"], partial(reach.ReachProcessor, prefix=prefix),
                  checkpoint=str(tmp_path / "cp"), spark=spark, trigger=0.5)
     try:
         assert run.await_caught_up(timeout=240)
+        scraped = _scrape(cfgs["stream"])
     finally:
         run.stop()
+    label = f'{{processor="{names["stream"]}"}}'
+    assert scraped[f"kasper_stream_input_rows_total{label}"] == 20_000 + 50
+    assert scraped[f"kasper_stream_batches_total{label}"] == len(run.batches) > 0
     live: Counter[tuple[Any, ...]] = Counter()
     streamed: Counter[tuple[Any, ...]] = Counter()
     for m in kafka.read_all(out):  # the live loop's output first, then the stream's
@@ -133,26 +152,36 @@ def test_handoff_loop_stream_loop_processes_every_input_once(bootstrap, new_topi
 
 def test_driver_killed_then_restarted_loses_nothing_and_counts_exactly(
         bootstrap, new_topic, kafka, unique_name, tmp_path) -> None:
-    """The driver is killed with -9 after a few micro-batches and restarted from its
-    checkpoint: every input is in the output, duplicates within one micro-batch (400
-    offsets), the effectively-once Redis counts exact, the group at the end."""
+    """``kasper stream`` (its driver) is killed with -9 after a few micro-batches and
+    restarted from its checkpoint: every input is in the output, duplicates within one
+    micro-batch (400 offsets), the effectively-once Redis counts exact, the group at the
+    end and the command's summary saying so."""
     source, output = new_topic("in", partitions=2), new_topic("out", partitions=2)
     group = unique_name("killed")
     for p in range(2):
         kafka.produce(source, [b"w%d-%d" % (i % 7, i) for i in range(2000)], partition=p)
-    worker = Path(__file__).with_name("stream_worker.py")
-    args = [sys.executable, str(worker), bootstrap, source, output, group,
-            str(tmp_path / "cp")]
-    child = subprocess.Popen(args, cwd=worker.parent, stdout=subprocess.DEVNULL,
+    here = Path(__file__).parent
+    args = [sys.executable, "-m", "kasper_py", "stream",
+            f"{procs.__name__}:tagged_count_to_env_output",
+            "--stores", f"{procs.__name__}:exact_count_stores", "--app-dir", str(here),
+            "--name", group, "--bootstrap-servers", bootstrap, "--input-topics", source,
+            "--batch-size", "200", "--trigger", "0.2", "--master", "local[2]",
+            "--kafka-option", "maxOffsetsPerTrigger=400",
+            "--checkpoint", str(tmp_path / "cp"), "--until-caught-up"]
+    # local[2]'s Python workers find the processors' module on PYTHONPATH
+    env = {**os.environ, "KASPER_TEST_OUTPUT": output, "PYTHONPATH": os.pathsep.join(
+        [str(here), str(here.parents[1]), os.environ.get("PYTHONPATH", "")])}
+    child = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         _wait_for_commit(kafka, group, source, child)
     finally:
         os.killpg(child.pid, signal.SIGKILL)
         child.wait(30)
-    done = subprocess.run(args, cwd=worker.parent, capture_output=True, text=True,
-                          timeout=300, check=False)
+    done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=300,
+                          check=False)
     assert done.returncode == 0, done.stderr[-3000:]
+    assert f"group {group} resumes at {source}[0] 2000, {source}[1] 2000" in done.stdout
     assert kafka.committed(group, source, 2) == {0: 2000, 1: 2000}
     inputs = Counter(tuple(m.value().split(b"|")[1:3]) for m in kafka.read_all(output))
     assert len(inputs) == 4000  # (partition, offset) of every input
