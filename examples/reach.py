@@ -16,6 +16,12 @@ from `followers` only for records not yet committed (use a RocksDB table, see
 rocksdb_wordcount.py, to keep it across restarts).
 
     python examples/reach.py --bootstrap 127.0.0.1:19092 --sample 1000 --until-caught-up
+
+As a target of the command line, the topic prefix is that of the first input topic
+(``<prefix>tweets``), e.g. replaying history on the local Spark cluster:
+
+    kasper reprocess reach:ReachProcessor --app-dir examples --name reach \
+        --input-topics tweets,followers --master spark://127.0.0.1:17077
 """
 
 from __future__ import annotations
@@ -36,7 +42,9 @@ TWEETS, FOLLOWERS, REACH = "tweets", "followers", "reach"
 class ReachProcessor(MessageProcessor):
     """Keeps one partition's follower counts and sends each tweet's reach."""
 
-    def __init__(self, context: ProcessorContext, prefix: str = "") -> None:
+    def __init__(self, context: ProcessorContext, prefix: str | None = None) -> None:
+        if prefix is None:  # run by name (`kasper reprocess reach:ReachProcessor`)
+            prefix = context.config.input_topics[0].removesuffix(TWEETS)
         self.partition = context.partition
         self.followers: dict[str, int] = {}
         self.tweets_topic = prefix + TWEETS

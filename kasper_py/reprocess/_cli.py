@@ -33,7 +33,12 @@ from kasper_py.reprocess._handoff import HandoffRefusedError
 from kasper_py.reprocess._job import reprocess, resolve_range
 from kasper_py.reprocess._kafka import BrokerUnreachableError
 from kasper_py.reprocess._range import Position, RangeError
-from kasper_py.reprocess._spark import require_pyspark, spark_session
+from kasper_py.reprocess._spark import (
+    require_pyspark,
+    session_for,
+    ship_modules,
+    spark_session,
+)
 
 __all__ = ["add_spark_arguments", "main", "parse_position", "submitted_session"]
 
@@ -119,9 +124,13 @@ def _run(args: argparse.Namespace) -> int:
     factory, stores = load_target(args, config)
     spark = submitted_session(args.master)
     try:
-        result = reprocess(config, factory, start=args.start, end=args.end, stores=stores,
-                           output=args.output, handoff=args.handoff, force=args.force,
-                           spark=spark, kafka_options=dict(args.kafka_option))
+        with session_for(spark) as session:
+            ship_modules(session, [args.target, *([args.stores] if args.stores else [])],
+                         args.app_dir)
+            result = reprocess(config, factory, start=args.start, end=args.end,
+                               stores=stores, output=args.output, handoff=args.handoff,
+                               force=args.force, spark=session,
+                               kafka_options=dict(args.kafka_option))
     finally:
         if spark is not None:
             spark.stop()
@@ -157,7 +166,8 @@ def _option(text: str) -> tuple[str, str]:
 
 def submitted_session(master: str | None, conf: dict[str, str] | None = None) -> Any:
     """The session to run on, stopped by the caller: spark-submit's (it set the master
-    and the jars), one for ``--master``, or ``None`` for the API's own local[2] one."""
+    and the jars), one for ``--master``, or ``None`` for ``session_for``'s local[2] one
+    (or the process's active session)."""
     if master is not None:
         return spark_session(master, conf=conf)
     if os.environ.get("PYSPARK_GATEWAY_PORT"):  # set by spark-submit for its driver

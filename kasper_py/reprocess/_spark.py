@@ -1,16 +1,22 @@
 """The Spark side of a job: the session (local by default, with the Kafka connector
-jars as ``spark.jars``), the Kafka batch read laid out partition-wise, and the
-``mapInArrow`` that runs ``_task.run_task`` in every task. pyspark is imported here
-and in no other kasper_py module.
+jars as ``spark.jars``), the user's code shipped to executors, the Kafka batch read
+laid out partition-wise, and the ``mapInArrow`` that runs ``_task.run_task`` in every
+task. pyspark is imported here and in no other kasper_py module.
 """
 
 from __future__ import annotations
 
+import atexit
 import importlib
 import os
+import shutil
 import sys
+import tempfile
+import uuid
+import zipfile
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from kasper_py.config import Config
@@ -19,7 +25,7 @@ from kasper_py.reprocess._range import ReprocessRange
 from kasper_py.reprocess._task import COLUMNS, STATS_SCHEMA, PartitionStats, TaskSpec, run_task
 
 __all__ = ["partition_wise", "read_input", "require_pyspark", "run_job", "session_for",
-           "source_options", "spark_reason", "spark_session", "spread"]
+           "ship_modules", "source_options", "spark_reason", "spark_session", "spread"]
 
 # Reader options that would split one Kafka partition over several tasks, which would
 # split the processor's state: refused.
@@ -66,6 +72,39 @@ def spark_session(master: str = "local[2]", jars: Sequence[str] | None = None,
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")
     return session
+
+
+def ship_modules(spark: Any, targets: Sequence[str], app_dir: str) -> list[str]:
+    """Add the code that ``targets`` (``module:attr`` names, already imported) come from
+    to the session's Python files when it lies under ``app_dir``, so executors import it
+    on any master: a module's file as is, a package zipped whole. Code installed in the
+    driver's Python, kasper_py included, is expected installed where executors run too.
+    Returns the files added."""
+    root, installed = Path(app_dir).resolve(), Path(sys.prefix).resolve()
+    shipped = []
+    for top in dict.fromkeys(target.partition(":")[0].split(".")[0] for target in targets):
+        origin = getattr(sys.modules.get(top), "__file__", None)
+        if origin is None or top == "kasper_py":
+            continue
+        path = Path(origin).resolve()
+        path = path.parent if path.name == "__init__.py" else path
+        if path.is_relative_to(root) and not path.is_relative_to(installed):
+            shipped.append(str(_zipped(path) if path.is_dir() else path))
+            spark.sparkContext.addPyFile(shipped[-1])
+    return shipped
+
+
+def _zipped(package: Path) -> Path:
+    """``package`` in a zip of its own (a unique name: Spark refuses a second file of the
+    same name), removed when this process exits."""
+    folder = Path(tempfile.mkdtemp(prefix="kasper-py-files-"))
+    atexit.register(shutil.rmtree, folder, True)
+    archive = folder / f"{package.name}-{uuid.uuid4().hex[:8]}.zip"
+    with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as zipped:
+        for file in sorted(package.rglob("*")):
+            if file.is_file() and "__pycache__" not in file.parts:
+                zipped.write(file, file.relative_to(package.parent))
+    return archive
 
 
 @contextmanager

@@ -1,10 +1,14 @@
-"""A real local stack for kasper_py: Kafka, Redis, Cassandra and Prometheus on 127.0.0.1.
+"""A real local stack for kasper_py: Kafka, Redis, Cassandra, Prometheus and a Spark
+standalone cluster on 127.0.0.1.
 
-``python -m kasper_py.stack up|down|status [components...]`` (and later ``kasper stack``)
+``kasper stack up|down|status [components...]`` (or ``python -m kasper_py.stack``)
 starts pinned servers as plain local processes, no Docker: Kafka and Cassandra from
-Maven Central jars, Redis and Prometheus from Debian packages. Everything lives under
-``$KASPER_STACK_DIR`` (default ``./.kasper-stack``); ports come from ``KASPER_*_PORT``,
-Redis's persistence from ``KASPER_REDIS_PERSISTENCE`` (``aof`` by default).
+Maven Central jars, Redis and Prometheus from Debian packages, Spark's master and two
+workers (``spark``: ``spark-master``, ``spark-worker-1``, ``spark-worker-2``) from the
+pyspark wheel. Everything lives under ``$KASPER_STACK_DIR`` (default
+``./.kasper-stack``); ports come from ``KASPER_*_PORT``, Redis's persistence from
+``KASPER_REDIS_PERSISTENCE`` (``aof`` by default), what a Spark worker offers from
+``KASPER_SPARK_WORKER_CORES`` (1) and ``KASPER_SPARK_WORKER_MEMORY`` (1g).
 Tests and examples find the servers through the address helpers below.
 """
 
@@ -16,7 +20,7 @@ from collections.abc import Sequence
 
 from kasper_py.stack import _lifecycle
 from kasper_py.stack._cli import main
-from kasper_py.stack._components import Prometheus
+from kasper_py.stack._components import Prometheus, SparkMaster
 from kasper_py.stack._errors import StackError
 from kasper_py.stack._lifecycle import ComponentStatus
 from kasper_py.stack._settings import LOOPBACK, Settings
@@ -33,6 +37,7 @@ __all__ = [
     "redis_url",
     "set_prometheus_targets",
     "spark_jars",
+    "spark_master_url",
     "status",
     "up",
 ]
@@ -79,6 +84,13 @@ def cassandra_contact() -> tuple[str, int]:
 def prometheus_url() -> str:
     """Base URL of the local Prometheus (its HTTP API is under ``/api/v1``)."""
     return f"http://{LOOPBACK}:{Settings.load().prometheus_port}"
+
+
+def spark_master_url(stack_dir: StackDir = None) -> str:
+    """``$KASPER_SPARK_MASTER`` if set (an existing cluster, e.g. ``spark://host:7077`` or
+    ``yarn``), else the local master's ``spark://127.0.0.1:<port>``: what drivers pass
+    as ``--master``."""
+    return os.environ.get("KASPER_SPARK_MASTER") or SparkMaster(Settings.load(stack_dir)).address
 
 
 def set_prometheus_targets(targets: Sequence[str], stack_dir: StackDir = None) -> None:

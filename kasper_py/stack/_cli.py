@@ -6,18 +6,19 @@ import argparse
 import sys
 
 from kasper_py.stack import _lifecycle
-from kasper_py.stack._components import COMPONENTS
+from kasper_py.stack._components import COMPONENTS, GROUPS
 from kasper_py.stack._errors import StackError
 from kasper_py.stack._settings import Settings
 from kasper_py.stack._spark import spark_jars
 
-_NAMES = f"{', '.join(COMPONENTS)} or all"
+_NAMES = f"{', '.join([*COMPONENTS, *GROUPS])} (master and workers) or all"
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m kasper_py.stack",
-        description="Run Kafka, Redis, Cassandra and Prometheus as local processes.",
+        description="Run Kafka, Redis, Cassandra, Prometheus and a Spark standalone "
+                    "cluster as local processes.",
     )
     parser.add_argument("--stack-dir", help="default: $KASPER_STACK_DIR or ./.kasper-stack")
     commands = parser.add_subparsers(dest="command", required=True)

@@ -1,4 +1,5 @@
-"""The four servers of the local stack: how each is installed, configured, run and probed.
+"""The servers of the local stack (Kafka, Redis, Cassandra, Prometheus, and a Spark
+standalone master with two workers): how each is installed, configured, run and probed.
 
 Each component only describes itself (files, command line, readiness probe); starting,
 stopping and timing them is the job of ``_lifecycle``.
@@ -7,21 +8,25 @@ stopping and timing them is the job of ``_lifecycle``.
 from __future__ import annotations
 
 import base64
+import json
+import os
 import shutil
 import socket
 import subprocess
+import sys
 import urllib.error
 import urllib.request
 import uuid
 from abc import ABC, abstractmethod
 from pathlib import Path
 from string import Template
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from kasper_py.stack._errors import StackError
 from kasper_py.stack._install import apt_install, require_binary, resolve_jars, template
 from kasper_py.stack._process import port_open
 from kasper_py.stack._settings import LOOPBACK, Settings
+from kasper_py.stack._spark import spark_home
 
 _JAVA_HINT = "install Java 17 (e.g. apt-get install openjdk-17-jre-headless)"
 
@@ -49,6 +54,15 @@ class Component(ABC):
     def address(self) -> str:
         """Where clients connect, e.g. ``127.0.0.1:19092``."""
         return f"{LOOPBACK}:{self.port}"
+
+    @property
+    def port_variable(self) -> str:
+        """The environment variable that moves ``port``."""
+        return f"KASPER_{self.name.upper()}_PORT"
+
+    def environment(self) -> dict[str, str]:
+        """Variables added to the server process's environment (none by default)."""
+        return {}
 
     @abstractmethod
     def prepare(self) -> str:
@@ -324,9 +338,138 @@ class Prometheus(Component):
             return False
 
 
+class SparkMaster(Component):
+    """The Spark standalone master of the pyspark wheel (``spark-class ...Master``)."""
+
+    name = "spark-master"
+    ready_timeout = 60.0
+    stop_grace = 15.0
+
+    @property
+    def port(self) -> int:
+        return self.settings.spark_master_port
+
+    @property
+    def address(self) -> str:
+        """The master URL drivers pass as ``--master``."""
+        return f"spark://{LOOPBACK}:{self.port}"
+
+    @property
+    def port_variable(self) -> str:
+        return "KASPER_SPARK_MASTER_PORT"
+
+    def prepare(self) -> str:
+        return _prepare_spark(self)
+
+    def environment(self) -> dict[str, str]:
+        return _spark_environment(self)
+
+    def command(self, program: str) -> list[str]:
+        return [program, "org.apache.spark.deploy.master.Master", "--host", LOOPBACK,
+                "--port", str(self.port), "--webui-port", str(self.settings.spark_master_ui_port)]
+
+    def is_ready(self) -> bool:
+        state = spark_master_state(self.settings)
+        return state is not None and state.get("status") == "ALIVE"
+
+
+class SparkWorker(Component):
+    """A Spark standalone worker of the pyspark wheel, offering
+    ``Settings.spark_worker_cores`` and ``_memory`` to executors. Executors run Python
+    tasks with the driver's ``PYSPARK_PYTHON`` (this venv's interpreter by default)."""
+
+    number: ClassVar[int]  # 1, 2: which of the stack's workers, and so which ports
+    ready_timeout = 60.0
+    stop_grace = 15.0
+
+    @property
+    def port(self) -> int:
+        return self.settings.spark_worker_port + self.number - 1
+
+    @property
+    def port_variable(self) -> str:
+        return "KASPER_SPARK_WORKER_PORT"
+
+    def prepare(self) -> str:
+        if spark_master_state(self.settings) is None:
+            raise StackError(f"{self.name} needs a running spark-master at "
+                             f"{SparkMaster(self.settings).address}: "
+                             "start both with `kasper stack up spark`")
+        (self.directory / "work").mkdir(parents=True, exist_ok=True)
+        return _prepare_spark(self)
+
+    def environment(self) -> dict[str, str]:
+        return _spark_environment(self)
+
+    def command(self, program: str) -> list[str]:
+        settings = self.settings
+        return [program, "org.apache.spark.deploy.worker.Worker", "--host", LOOPBACK,
+                "--port", str(self.port),
+                "--webui-port", str(settings.spark_worker_ui_port + self.number - 1),
+                "--cores", str(settings.spark_worker_cores),
+                "--memory", settings.spark_worker_memory,
+                "--work-dir", str(self.directory / "work"),
+                SparkMaster(settings).address]
+
+    def is_ready(self) -> bool:
+        """True once the master lists this worker (host and port) as ALIVE."""
+        state = spark_master_state(self.settings)
+        return state is not None and any(
+            worker.get("host") == LOOPBACK and worker.get("port") == self.port
+            and worker.get("state") == "ALIVE" for worker in state.get("workers", ()))
+
+
+class SparkWorker1(SparkWorker):
+    name = "spark-worker-1"
+    number = 1
+
+
+class SparkWorker2(SparkWorker):
+    name = "spark-worker-2"
+    number = 2
+
+
+def spark_master_state(settings: Settings) -> dict[str, Any] | None:
+    """The master web UI's ``/json/`` (status, workers, applications), None if it does
+    not answer."""
+    url = f"http://{LOOPBACK}:{settings.spark_master_ui_port}/json/"
+    try:
+        with urllib.request.urlopen(url, timeout=2) as reply:
+            state = json.loads(reply.read())
+    except (urllib.error.URLError, OSError, ValueError):
+        return None
+    return state if isinstance(state, dict) else None
+
+
+def _prepare_spark(component: Component) -> str:
+    """The wheel's ``bin/spark-class``, which finds Java and adds Spark's JDK 17 options."""
+    require_binary("java", _JAVA_HINT)
+    component.directory.mkdir(parents=True, exist_ok=True)
+    return str(spark_home()[0] / "bin" / "spark-class")
+
+
+def _spark_environment(component: Component) -> dict[str, str]:
+    return {
+        "SPARK_HOME": str(spark_home()[0]),
+        # An empty conf dir of its own: no spark-env.sh or defaults from anywhere else.
+        "SPARK_CONF_DIR": str(component.directory),
+        # The heap of the master or worker daemon itself; executors get their own JVMs.
+        "SPARK_DAEMON_MEMORY": "256m",
+        # Every Spark process bound to loopback, executors included (they inherit it).
+        "SPARK_LOCAL_IP": LOOPBACK,
+        "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON") or sys.executable,
+    }
+
+
 COMPONENTS: dict[str, type[Component]] = {
-    component.name: component for component in (Kafka, Redis, Cassandra, Prometheus)
+    component.name: component for component in (
+        Kafka, Redis, Cassandra, Prometheus, SparkMaster, SparkWorker1, SparkWorker2)
 }
+
+GROUPS: dict[str, tuple[str, ...]] = {
+    "spark": (SparkMaster.name, SparkWorker1.name, SparkWorker2.name),
+}
+"""Names that stand for several components, started in this order."""
 
 
 def build(name: str, settings: Settings) -> Component:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kasper_py.stack import _process
-from kasper_py.stack._components import COMPONENTS, Component, build
+from kasper_py.stack._components import COMPONENTS, GROUPS, Component, build
 from kasper_py.stack._errors import StackError
 from kasper_py.stack._settings import LOOPBACK, Settings
 
@@ -33,16 +33,17 @@ class ComponentStatus:
 
     def __str__(self) -> str:
         state = f"running  pid {self.pid}" if self.running else "stopped"
-        return f"{self.name:<11} {state:<18} {self.address}"
+        return f"{self.name:<15} {state:<18} {self.address}"
 
 
 def select(names: Sequence[str], default: Sequence[str]) -> list[str]:
-    """Expand ``all``, drop duplicates, keep the order given; ``default`` when empty."""
+    """Expand ``all`` and groups (``spark``), drop duplicates, keep the order given;
+    ``default`` when empty."""
     chosen: list[str] = []
     for name in names or default:
-        for expanded in COMPONENTS if name == "all" else (name,):
+        for expanded in COMPONENTS if name == "all" else GROUPS.get(name, (name,)):
             if expanded not in COMPONENTS:
-                known = ", ".join([*COMPONENTS, "all"])
+                known = ", ".join([*GROUPS, *COMPONENTS, "all"])
                 raise StackError(f"unknown stack component {expanded!r} (known: {known})")
             if expanded not in chosen:
                 chosen.append(expanded)
@@ -66,7 +67,7 @@ def start(component: Component, report: Report) -> ComponentStatus:
     program = component.prepare()
     launched = time.monotonic()
     pid = _process.spawn(component.command(program), component.log_file, component.pid_file,
-                         cwd=component.directory)
+                         cwd=component.directory, environment=component.environment())
     try:
         _process.wait_ready(component.name, pid, component.is_ready, component.ready_timeout,
                             component.log_file)
@@ -87,7 +88,7 @@ def _port_hint(component: Component) -> str:
     """After a failed start our process is gone: anything still on the port is someone else."""
     if _process.port_open(LOOPBACK, component.port):
         return (f"\nhint: another process already listens on {component.address}; stop it or "
-                f"choose another port (KASPER_{component.name.upper()}_PORT)")
+                f"choose another port ({component.port_variable})")
     return ""
 
 
@@ -111,7 +112,8 @@ def up(names: Sequence[str], settings: Settings, report: Report) -> list[Compone
 
 
 def down(names: Sequence[str], settings: Settings, purge: bool, report: Report) -> None:
-    """Stop the named components (default: all), in the reverse order of ``all``."""
+    """Stop the named components (default: all), in the reverse order of ``all``: Spark's
+    workers before their master."""
     chosen = select(names, tuple(COMPONENTS))
     for name in reversed(COMPONENTS):
         if name in chosen:

@@ -14,7 +14,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from kasper_py.stack._errors import StackError
@@ -53,14 +53,19 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def spawn(command: Sequence[str], log_file: Path, pid_file: Path, cwd: Path) -> int:
-    """Start ``command`` detached in a new session, output to ``log_file``; write ``pid_file``."""
+def spawn(command: Sequence[str], log_file: Path, pid_file: Path, cwd: Path,
+          environment: Mapping[str, str] | None = None) -> int:
+    """Start ``command`` detached in a new session, output to ``log_file``; write ``pid_file``.
+
+    ``environment`` is added to this process's own environment for the server.
+    """
     log_file.parent.mkdir(parents=True, exist_ok=True)
     if log_file.exists():  # keep the previous run's log for a post-mortem of its end
         log_file.replace(log_file.with_name(log_file.name + ".1"))
     launcher = subprocess.run(
         ["sh", "-c", _DETACH_SCRIPT, "sh", str(log_file), *command],
         capture_output=True, text=True, check=False, start_new_session=True, cwd=cwd,
+        env={**os.environ, **(environment or {})},
     )
     if launcher.returncode != 0 or not launcher.stdout.strip().isdigit():
         raise StackError(f"could not launch {command[0]}: {launcher.stderr.strip()}")

@@ -7,6 +7,7 @@ second stack at a temporary directory and other ports. No process handling here.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,6 +34,26 @@ def _port(variable: str, default: int) -> int:
     return port
 
 
+def _memory(variable: str, default: str) -> str:
+    """Read a JVM-style size (``512m``, ``1g``) from ``variable``; a bad one is a StackError."""
+    raw = os.environ.get(variable, "").strip().lower()
+    if not raw:
+        return default
+    if not re.fullmatch(r"[1-9][0-9]*[mg]", raw):
+        raise StackError(f"{variable}={raw!r} is not a size like 512m or 2g")
+    return raw
+
+
+def _count(variable: str, default: int) -> int:
+    """Read a positive whole number from ``variable``; anything else is a StackError."""
+    raw = os.environ.get(variable, "").strip()
+    if not raw:
+        return default
+    if not raw.isdigit() or int(raw) < 1:
+        raise StackError(f"{variable}={raw!r} is not a positive whole number")
+    return int(raw)
+
+
 def _choice(variable: str, default: str, choices: tuple[str, ...]) -> str:
     """Read one of ``choices`` from ``variable``; anything else is a StackError naming it."""
     raw = os.environ.get(variable, "").strip().lower()
@@ -52,7 +73,8 @@ def resolve_stack_dir(stack_dir: str | os.PathLike[str] | None = None) -> Path:
 
 @dataclass(frozen=True)
 class Settings:
-    """One stack: its directory, the ports of every component, and how Redis persists."""
+    """One stack: its directory, the ports of every component, how Redis persists and
+    what each Spark worker offers."""
 
     stack_dir: Path
     kafka_port: int
@@ -63,11 +85,22 @@ class Settings:
     prometheus_port: int
     redis_persistence: str
     """One of ``REDIS_PERSISTENCE``."""
+    spark_master_port: int
+    spark_master_ui_port: int
+    """The master's web UI; its ``/json/`` lists the workers and applications."""
+    spark_worker_port: int
+    """Worker n (from 1) listens on this port + n - 1."""
+    spark_worker_ui_port: int
+    """Worker n's web UI is on this port + n - 1."""
+    spark_worker_cores: int
+    spark_worker_memory: str
+    """What each worker offers executors (``--memory``): an executor's heap
+    (``spark.executor.memory``, 1g by default) must fit in it."""
 
     @classmethod
     def load(cls, stack_dir: str | os.PathLike[str] | None = None) -> Settings:
-        """Build from the environment (``KASPER_*_PORT``, ``KASPER_REDIS_PERSISTENCE``)
-        and ``stack_dir``."""
+        """Build from the environment (``KASPER_*_PORT``, ``KASPER_REDIS_PERSISTENCE``,
+        ``KASPER_SPARK_WORKER_CORES`` and ``_MEMORY``) and ``stack_dir``."""
         return cls(
             stack_dir=resolve_stack_dir(stack_dir),
             kafka_port=_port("KASPER_KAFKA_PORT", 19092),
@@ -77,6 +110,12 @@ class Settings:
             cassandra_storage_port=_port("KASPER_CASSANDRA_STORAGE_PORT", 17000),
             prometheus_port=_port("KASPER_PROMETHEUS_PORT", 19090),
             redis_persistence=_choice("KASPER_REDIS_PERSISTENCE", "aof", REDIS_PERSISTENCE),
+            spark_master_port=_port("KASPER_SPARK_MASTER_PORT", 17077),
+            spark_master_ui_port=_port("KASPER_SPARK_MASTER_UI_PORT", 18080),
+            spark_worker_port=_port("KASPER_SPARK_WORKER_PORT", 17078),
+            spark_worker_ui_port=_port("KASPER_SPARK_WORKER_UI_PORT", 18081),
+            spark_worker_cores=_count("KASPER_SPARK_WORKER_CORES", 1),
+            spark_worker_memory=_memory("KASPER_SPARK_WORKER_MEMORY", "1g"),
         )
 
     def component_dir(self, name: str) -> Path:

@@ -1,4 +1,6 @@
-"""Jars that let the pyspark wheel read and write Kafka: spark-sql-kafka and its runtime deps.
+"""Spark as the stack gets it: the pyspark wheel (a SPARK_HOME with ``bin/spark-class``
+and ``jars/``) and the jars that let it read and write Kafka: spark-sql-kafka and its
+runtime deps. The standalone cluster's processes are components in ``_components``.
 
 The connector's version follows ``pyspark.__version__``; jars that pyspark already ships
 (slf4j, compression codecs, Spark itself ...) are left out so no class exists twice on
@@ -27,14 +29,19 @@ TOKEN_PROVIDER_FALLBACK = "4.1.1"
 _ARTIFACT_ID = re.compile(r"^(?P<artifact>.+?)-\d[^/]*\.jar$")
 
 
-def spark_jars(stack_dir: str | os.PathLike[str] | None = None) -> list[str]:
-    """Resolve (once) and list the connector jars to add to pyspark's ``spark.jars``."""
+def spark_home() -> tuple[Path, str]:
+    """The installed pyspark wheel's directory (a complete SPARK_HOME) and its version."""
     try:
         import pyspark  # noqa: PLC0415 - optional extra
     except ImportError:
-        raise StackError("spark jars need pyspark: pip install 'kasper-py[spark]'") from None
-    version = str(pyspark.__version__)
-    wheel_jars = Path(pyspark.__file__).parent / "jars"
+        raise StackError("Spark needs pyspark: pip install 'kasper-py[spark]'") from None
+    return Path(pyspark.__file__).parent, str(pyspark.__version__)
+
+
+def spark_jars(stack_dir: str | os.PathLike[str] | None = None) -> list[str]:
+    """Resolve (once) and list the connector jars to add to pyspark's ``spark.jars``."""
+    home, version = spark_home()
+    wheel_jars = home / "jars"
     lib_dir = Settings.load(stack_dir).lib_dir("spark")
     exclude = [f"-DexcludeArtifactIds={','.join(sorted(_artifact_ids(wheel_jars)))}"]
     exact, fallback = _pom(version, version), _pom(version, TOKEN_PROVIDER_FALLBACK)

@@ -31,7 +31,8 @@ from kasper_py._cli_base import (
 from kasper_py.exceptions import AlreadyRunningError, KasperError, StreamError
 from kasper_py.reprocess._cli import add_spark_arguments, submitted_session
 from kasper_py.reprocess._kafka import BrokerUnreachableError
-from kasper_py.stream._query import StreamingRun, stream
+from kasper_py.reprocess._spark import ship_modules, spark_session
+from kasper_py.stream._query import STREAM_SPARK_CONF, StreamingRun, stream
 
 __all__ = ["main"]
 
@@ -75,22 +76,27 @@ def _run(args: argparse.Namespace) -> int:
     setup_logging(args)
     config = config_from_args(args)
     factory, stores = load_target(args, config)
-    spark = submitted_session(args.master)
+    # the command owns its session, so the target's code can be shipped to executors
+    spark = (submitted_session(args.master, conf=STREAM_SPARK_CONF)
+             or spark_session("local[2]", conf=STREAM_SPARK_CONF))
     try:
+        ship_modules(spark, [args.target, *([args.stores] if args.stores else [])],
+                     args.app_dir)
         run = stream(config, factory, stores=stores, checkpoint=args.checkpoint or
                      f"checkpoints/{config.name}", trigger=args.trigger,
                      starting=args.starting, kafka_options=dict(args.kafka_option),
                      force=args.force, spark=spark)
     except StreamError as exc:  # refused at start: the arguments or the checkpoint
-        if spark is not None:
-            spark.stop()
+        spark.stop()
         raise CliError(EXIT_CONFIG, str(exc)) from None
+    except BaseException:
+        spark.stop()
+        raise
     try:
         _wait(run, args.until_caught_up)
     finally:
         run.stop()
-        if spark is not None:
-            spark.stop()
+        spark.stop()
     print(f"streamed {sum(b.messages for b in run.batches)} messages in "
           f"{len(run.batches)} micro-batches; group {config.group} resumes at "
           + ", ".join(f"{t}[{p}] {o}" for (t, p), o in sorted(run.committed.items())),

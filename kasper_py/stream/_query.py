@@ -42,16 +42,17 @@ from kasper_py.reprocess._task import PartitionStats, TaskSpec
 from kasper_py.stores.base import StoreSpec
 from kasper_py.stream._metrics import StreamMetrics
 
-__all__ = ["MicroBatch", "Starting", "StreamingRun", "stream"]
+__all__ = ["STREAM_SPARK_CONF", "MicroBatch", "Starting", "StreamingRun", "stream"]
 
 Starting = Literal["group", "earliest", "latest"]
 TopicPartitionKey = tuple[str, int]
 
 _log = structlog.get_logger("kasper_py.stream")
 _WATCH_SECONDS = 0.5
-# Task attempts per Spark task (Spark's own default on a cluster): a retried task runs
-# its partitions of the micro-batch again, which at-least-once output tolerates.
-_MAX_TASK_FAILURES = "4"
+STREAM_SPARK_CONF = {"spark.task.maxFailures": "4"}
+"""What a session the stream builds is given: task attempts per Spark task (Spark's own
+default on a cluster); a retried task runs its partitions of the micro-batch again,
+which at-least-once output tolerates."""
 
 
 @dataclass(frozen=True)
@@ -110,8 +111,7 @@ def stream(
         keys = facts.input_keys()
         _check_not_running(config, facts, keys, force)
         session = spark or spark_session(master or "local[2]",
-                                         conf={"spark.task.maxFailures": _MAX_TASK_FAILURES,
-                                               **(spark_conf or {})})
+                                         conf={**STREAM_SPARK_CONF, **(spark_conf or {})})
         run = StreamingRun(spec, facts, session, owns_session=spark is None)
     except BaseException:
         facts.close()

@@ -72,7 +72,9 @@ def test_status_command_prints_every_component(
     assert stack.main(["status"]) == 0
 
     lines = capsys.readouterr().out.splitlines()
-    assert [line.split()[0] for line in lines] == ["kafka", "redis", "cassandra", "prometheus"]
+    assert [line.split()[0] for line in lines] == [
+        "kafka", "redis", "cassandra", "prometheus", "spark-master", "spark-worker-1",
+        "spark-worker-2"]
     assert "running" in lines[0]
 
 

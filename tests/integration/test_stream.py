@@ -168,9 +168,8 @@ def test_driver_killed_then_restarted_loses_nothing_and_counts_exactly(
             "--batch-size", "200", "--trigger", "0.2", "--master", "local[2]",
             "--kafka-option", "maxOffsetsPerTrigger=400",
             "--checkpoint", str(tmp_path / "cp"), "--until-caught-up"]
-    # local[2]'s Python workers find the processors' module on PYTHONPATH
-    env = {**os.environ, "KASPER_TEST_OUTPUT": output, "PYTHONPATH": os.pathsep.join(
-        [str(here), str(here.parents[1]), os.environ.get("PYTHONPATH", "")])}
+    # the command ships the processors' module (under --app-dir) to Spark's workers
+    env = {**os.environ, "KASPER_TEST_OUTPUT": output}
     child = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL, start_new_session=True)
     try:

@@ -1,0 +1,115 @@
+"""The Spark standalone cluster of the integration tests (loaded with ``pytest_plugins``).
+
+``spark_master`` is the master URL drivers pass as ``--master``, session-wide: the
+cluster named by ``$KASPER_SPARK_MASTER`` when set, else the stack's own when
+``kasper stack up spark`` started it, else a master and two workers started here in a
+temporary stack directory on free ports, stopped at the end of the session.
+``own_spark_cluster`` starts such a private cluster, for tests that kill its processes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import socket
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from kasper_py.stack import _lifecycle
+from kasper_py.stack._components import GROUPS, build
+from kasper_py.stack._settings import Settings
+
+SPARK = GROUPS["spark"]
+
+
+@dataclass(frozen=True)
+class SparkCluster:
+    """A running cluster: its master URL, and its stack settings when the stack runs it."""
+
+    master: str
+    settings: Settings | None
+    """None for an external cluster (``$KASPER_SPARK_MASTER``): its processes are not ours."""
+
+    def pids(self) -> dict[str, int | None]:
+        """The pid of each of the stack's Spark processes, None when it is not running."""
+        assert self.settings is not None, "an external cluster has no pids here"
+        return {name: _lifecycle.status_of(build(name, self.settings)).pid for name in SPARK}
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_ports(count: int) -> int:
+    """The first of ``count`` consecutive ports that nothing listens on right now."""
+    while True:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            first = int(probe.getsockname()[1])
+        if first + count < 65536 and all(_port_free(first + n) for n in range(1, count)):
+            return first
+
+
+def private_settings(stack_dir: Path) -> Settings:
+    """Settings of a stack in ``stack_dir`` whose Spark ports are all free now."""
+    return dataclasses.replace(
+        Settings.load(stack_dir), spark_master_port=free_ports(1),
+        spark_master_ui_port=free_ports(1), spark_worker_port=free_ports(2),
+        spark_worker_ui_port=free_ports(2))
+
+
+def start_cluster(settings: Settings) -> SparkCluster:
+    """Start the master and both workers of ``settings``'s stack; return once all answer."""
+    statuses = _lifecycle.up(SPARK, settings, report=print)
+    return SparkCluster(statuses[0].address, settings)
+
+
+def stop_cluster(settings: Settings) -> None:
+    _lifecycle.down(SPARK, settings, purge=False, report=print)
+
+
+@pytest.fixture(scope="session")
+def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkCluster]:
+    """The cluster of the session (see the module docstring)."""
+    external = os.environ.get("KASPER_SPARK_MASTER")
+    if external:
+        yield SparkCluster(external, None)
+        return
+    shared = SparkCluster(build(SPARK[0], Settings.load()).address, Settings.load())
+    if all(pid is not None for pid in shared.pids().values()):
+        yield shared
+        return
+    with private_cluster(tmp_path_factory.mktemp("spark-stack")) as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="session")
+def spark_master(spark_cluster: SparkCluster) -> str:
+    """The master URL of the session's cluster, e.g. ``spark://127.0.0.1:17077``."""
+    return spark_cluster.master
+
+
+@pytest.fixture(scope="module")
+def own_spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkCluster]:
+    """A cluster of this module's alone, which its tests may kill and stop."""
+    with private_cluster(tmp_path_factory.mktemp("own-spark-stack")) as cluster:
+        yield cluster
+
+
+@contextlib.contextmanager
+def private_cluster(stack_dir: Path) -> Iterator[SparkCluster]:
+    """A master and two workers in ``stack_dir`` on free ports, stopped on exit."""
+    settings = private_settings(stack_dir)
+    try:
+        yield start_cluster(settings)
+    finally:
+        stop_cluster(settings)
