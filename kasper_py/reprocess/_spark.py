@@ -235,14 +235,41 @@ def run_job(spark: Any, spec: TaskSpec, frame: Any, report: Any | None, *,
             _refuse_retried_attempt()
         return run_task(spec, batches, add)
 
+    context, group = spark.sparkContext, f"kasper-{spec.config.name}-{uuid.uuid4().hex[:12]}"
+    context.setJobGroup(group, f"kasper_py: {spec.config.name}")
     try:
         rows = frame.mapInArrow(task, STATS_SCHEMA).collect()
     except Exception as exc:
         raise ReprocessError(f"running {spec.config.name!r} on Spark failed: "
                              f"{spark_reason(exc)}") from exc
     finally:
+        context.setLocalProperty("spark.jobGroup.id", None)
         spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", previous)
+    if not retry_safe:
+        _refuse_rerun_stages(context, group)
     return [PartitionStats.from_row(row) for row in rows]
+
+
+def _refuse_rerun_stages(context: Any, group: str) -> None:
+    """After the job: fail it when Spark ran any of its stages again or retried a task.
+    A lost executor's shuffle output makes Spark resubmit the stage, whose new tasks
+    start at attempt 0 again, so ``_refuse_retried_attempt`` cannot see them: a
+    partition may have been processed twice, its output produced twice. The job then
+    hands nothing off and says so, as for a retried task."""
+    tracker = context.statusTracker()
+    for job in tracker.getJobIdsForGroup(group):
+        info = tracker.getJobInfo(job)
+        for stage in (info.stageIds if info is not None else []):
+            described = tracker.getStageInfo(stage)
+            if described is not None and (described.currentAttemptId > 0
+                                          or described.numFailedTasks > 0):
+                raise ReprocessError(
+                    f"Spark retried tasks of stage {stage} (stage attempt "
+                    f"{described.currentAttemptId}, {described.numFailedTasks} failed "
+                    "tasks), after losing an executor or its shuffle output: partitions "
+                    "may have been processed twice, their output and store writes "
+                    "duplicated, so the job fails and hands nothing off; run it again "
+                    "(only output='stores' with effectively-once stores is retried)")
 
 
 def retries_are_safe(spec: TaskSpec) -> bool:

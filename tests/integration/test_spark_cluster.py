@@ -126,19 +126,17 @@ def test_cli_reprocess_of_reach_on_the_cluster_matches_local(
     assert summary["reach_messages"] == 2 * TWEETS and summary["wrong_reach"] == 0
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "seen here: Spark resubmits the stage after losing the worker's shuffle output, its "
-    "task runs with attemptNumber() 0, so _refuse_retried_attempt lets the partition run "
-    "twice and the job succeeds and hands off with the killed attempt's output duplicated"))
 def test_a_worker_killed_mid_job_fails_it_cleanly_and_a_rerun_loses_nothing(
         own_spark_cluster: SparkCluster, bootstrap: str, kafka: Any,
         reach_topics: Callable[[int], tuple[str, dict[str, int]]]) -> None:
     """kill -9 of a worker while a reach job runs on it (slowed down: one message per
     batch, so every message costs a produce round trip): Spark reschedules the
-    lost task on the other worker, where the job refuses to run a partition a second
-    time (its first attempt's output is already in Kafka), so the job exits 1 saying so
-    and hands nothing off. A rerun on the one worker left processes every message and
-    hands off; `up spark` then brings back only the killed worker."""
+    lost task on the other worker (a retried attempt, refused in the task) or reruns
+    the stage whose shuffle output was lost (new tasks at attempt 0, refused by the
+    driver after the job from Spark's stage attempts): either way the job exits 1 saying
+    Spark retried tasks, and hands nothing off. A rerun on the one worker left
+    processes every message and hands off; `up spark` then brings back only the killed
+    worker."""
     (prefix, _), cluster = reach_topics(SLOW_TWEETS), own_spark_cluster
     assert cluster.settings is not None
     before = cluster.pids()
