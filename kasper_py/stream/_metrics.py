@@ -5,6 +5,7 @@ and Spark's progress events, served on ``/metrics`` beside the loop's collectors
 
 from __future__ import annotations
 
+import ast
 import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -79,8 +80,17 @@ def source_lag(source: Mapping[str, Any]) -> int:
 
 
 def _offsets(value: Any) -> dict[str, dict[str, Any]]:
+    """A source's offsets, ``{topic: {partition: offset}}``: Spark's JSON text, or as
+    PySpark 4's ``SourceProgress`` gives it, ``str()`` of the parsed dict."""
     if isinstance(value, str):
-        value = json.loads(value) if value.strip().startswith("{") else None
+        text = value.strip()
+        try:
+            value = json.loads(text)
+        except ValueError:
+            try:
+                value = ast.literal_eval(text) if text.startswith("{") else None
+            except (ValueError, SyntaxError):
+                value = None
     return value if isinstance(value, dict) else {}
 
 

@@ -6,6 +6,7 @@ the live group with a ``streaming`` note. ``StreamingRun`` is the handle.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -181,6 +182,8 @@ class StreamingRun:
         self._stopping = False
         self._stopped = False
         self._spread = 1
+        self._checkpoint = ""
+        self._keys: set[TopicPartitionKey] = set()
         self._seen_progress = -1
         self._metrics = StreamMetrics(self.config)
         self._watcher = threading.Thread(target=self._watch, name="kasper-stream-watch",
@@ -191,6 +194,7 @@ class StreamingRun:
     def start(self, keys: list[TopicPartitionKey], checkpoint: str, trigger: float,
               starting: Starting, kafka_options: dict[str, str]) -> None:
         """Plan the start (1, 2), announce it on the group (3), start the query (4)."""
+        self._checkpoint, self._keys = checkpoint, set(keys)
         try:
             resumes = self._checkpoint_exists(checkpoint)
             starts = self._starts(keys, starting, resumes)                            # 1
@@ -208,13 +212,51 @@ class StreamingRun:
                   checkpoint=checkpoint, starts=starts.describe(), trigger=trigger)
         self._watcher.start()
 
+    def _planned_ends(self, batch_id: int) -> dict[TopicPartitionKey, int]:
+        """The end offsets Spark planned for micro-batch ``batch_id`` (its offset log,
+        written before the batch runs), for the partitions this stream reads. Past the
+        last record they also cover what ``read_committed`` never returns (transaction
+        markers, aborted records), so the group's offsets reach a transactional input's
+        end rather than stopping one short of every commit marker. Empty when the log
+        cannot be read: the last records' offsets + 1 are committed then."""
+        text = self._read_checkpoint(f"offsets/{batch_id}")
+        lines = [line for line in (text or "").splitlines() if line.startswith("{")]
+        try:
+            planned = json.loads(lines[-1]) if len(lines) >= 2 else {}  # metadata, then the source
+        except ValueError:
+            return {}
+        return {(topic, int(partition)): int(offset)
+                for topic, offsets in planned.items() if isinstance(offsets, dict)
+                for partition, offset in offsets.items()
+                if (topic, int(partition)) in self._keys and int(offset) >= 0}
+
+    def _read_checkpoint(self, name: str) -> str | None:
+        """A file of the checkpoint, read through Hadoop's FileSystem (any checkpoint
+        URL), or None when it is not there."""
+        jvm = self.spark._jvm
+        fs, path = self._hadoop_path(self._checkpoint, name)
+        if not fs.exists(path):
+            return None
+        stream = fs.open(path)
+        try:
+            reader = jvm.java.io.BufferedReader(jvm.java.io.InputStreamReader(stream, "UTF-8"))
+            lines = []
+            while (line := reader.readLine()) is not None:
+                lines.append(str(line))
+            return "\n".join(lines)
+        finally:
+            stream.close()
+
+    def _hadoop_path(self, checkpoint: str, name: str) -> tuple[Any, Any]:
+        """Hadoop's FileSystem (any checkpoint URL: local, hdfs://, s3a://) and the path
+        of ``name`` in ``checkpoint``."""
+        path = self.spark._jvm.org.apache.hadoop.fs.Path(f"{checkpoint.rstrip('/')}/{name}")
+        return path.getFileSystem(self.spark._jsparkSession.sessionState().newHadoopConf()), path
+
     def _checkpoint_exists(self, checkpoint: str) -> bool:
         """True when ``checkpoint`` holds offsets of an earlier run; refused when a live
         loop committed to the group after that run (resuming would repeat its work)."""
-        jvm = self.spark._jvm  # Hadoop's FileSystem: any checkpoint URL
-        path = jvm.org.apache.hadoop.fs.Path(checkpoint.rstrip("/") + "/offsets")
-        hadoop = self.spark._jsparkSession.sessionState().newHadoopConf()
-        fs = path.getFileSystem(hadoop)
+        fs, path = self._hadoop_path(checkpoint, "offsets")
         if not fs.exists(path) or len(fs.listStatus(path)) == 0:
             return False
         notes = [n for n in self._facts.commit_notes(self._facts.input_keys()) if n]
@@ -262,6 +304,8 @@ class StreamingRun:
             laid = partition_wise(frame, self.config, self._spread)
             stats = run_job(self.spark, self._spec, laid, None, retry_safe=True)
             ends = _ends(stats)
+            for key, end in self._planned_ends(batch_id).items():
+                ends[key] = max(end, ends.get(key, end))
             with self._lock:
                 self._committed.update(ends)
             self._commit("streaming")
