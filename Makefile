@@ -40,6 +40,7 @@ bench: stack
 	$(BIN)/python bench/bench_passthrough.py
 	$(BIN)/python bench/bench_stores.py
 	$(BIN)/python bench/bench_reprocess.py
+	$(BIN)/python bench/bench_stream.py
 	$(BIN)/python bench/bench_scaling.py
 	$(BIN)/python bench/bench_windows.py
 	$(BIN)/python bench/bench_latency.py

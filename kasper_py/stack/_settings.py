@@ -6,8 +6,10 @@ second stack at a temporary directory and other ports. No process handling here.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -125,3 +127,30 @@ class Settings:
     def lib_dir(self, name: str) -> Path:
         """Jars resolved by Maven for one component; kept across ``down --purge``."""
         return self.stack_dir / "lib" / name
+
+
+def free_ports(count: int = 1) -> int:
+    """A port P such that P ... P+count-1 are free on the loopback now (nothing listens)."""
+    while True:
+        with socket.socket() as probe:
+            probe.bind((LOOPBACK, 0))
+            first = int(probe.getsockname()[1])
+        if first + count < 65536 and all(_bindable(first + n) for n in range(1, count)):
+            return first
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as probe:
+        try:
+            probe.bind((LOOPBACK, port))
+        except OSError:
+            return False
+    return True
+
+
+def with_free_spark_ports(settings: Settings) -> Settings:
+    """``settings`` with every Spark port one that is free now: a private cluster (tests,
+    benchmarks) beside the stack's own."""
+    return dataclasses.replace(
+        settings, spark_master_port=free_ports(), spark_master_ui_port=free_ports(),
+        spark_worker_port=free_ports(2), spark_worker_ui_port=free_ports(2))

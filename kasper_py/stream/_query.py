@@ -67,6 +67,10 @@ class MicroBatch:
     """Wall time of the micro-batch's tasks and its offset commit."""
     ends: dict[TopicPartitionKey, int]
     """Next offset to read per topic-partition it read, as committed to the group."""
+    task_seconds: float = 0.0
+    """Seconds its tasks spent in the turn engine (processing, producing, waiting for
+    acks), summed over partitions: ``seconds`` less this, per task slot, is Spark's
+    scheduling, the Kafka read, the Arrow hand-over and the offset commit."""
 
 
 def stream(
@@ -311,7 +315,7 @@ class StreamingRun:
             self._commit("streaming")
             batch = MicroBatch(batch_id, sum(s.messages for s in stats),
                                sum(s.produced for s in stats), time.perf_counter() - started,
-                               ends)
+                               ends, sum(s.seconds for s in stats))
             self.batches.append(batch)
             self._metrics.observe_batch(batch.messages, batch.produced, batch.seconds)
             _log.info("kasper.stream_batch", processor=self.config.name, batch_id=batch_id,

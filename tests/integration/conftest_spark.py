@@ -10,9 +10,7 @@ temporary stack directory on free ports, stopped at the end of the session.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
-import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +19,7 @@ import pytest
 
 from kasper_py.stack import _lifecycle
 from kasper_py.stack._components import GROUPS, build
-from kasper_py.stack._settings import Settings
+from kasper_py.stack._settings import Settings, with_free_spark_ports
 
 SPARK = GROUPS["spark"]
 
@@ -40,31 +38,9 @@ class SparkCluster:
         return {name: _lifecycle.status_of(build(name, self.settings)).pid for name in SPARK}
 
 
-def _port_free(port: int) -> bool:
-    with socket.socket() as probe:
-        try:
-            probe.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-def free_ports(count: int) -> int:
-    """The first of ``count`` consecutive ports that nothing listens on right now."""
-    while True:
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            first = int(probe.getsockname()[1])
-        if first + count < 65536 and all(_port_free(first + n) for n in range(1, count)):
-            return first
-
-
 def private_settings(stack_dir: Path) -> Settings:
     """Settings of a stack in ``stack_dir`` whose Spark ports are all free now."""
-    return dataclasses.replace(
-        Settings.load(stack_dir), spark_master_port=free_ports(1),
-        spark_master_ui_port=free_ports(1), spark_worker_port=free_ports(2),
-        spark_worker_ui_port=free_ports(2))
+    return with_free_spark_ports(Settings.load(stack_dir))
 
 
 def start_cluster(settings: Settings) -> SparkCluster:

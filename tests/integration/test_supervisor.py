@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import signal
-import socket
 import subprocess
 import sys
 import urllib.request
@@ -17,28 +16,13 @@ from typing import Any
 
 import pytest
 
+from kasper_py.stack._settings import free_ports
+
 sys.path.insert(0, str(Path(__file__).parent))
 from test_cli import (  # isort: skip
     cli_env, json_lines, kasper_command, run_args, wait_for, write_config)
 
 pytestmark = pytest.mark.integration
-
-
-def free_ports(count: int) -> int:
-    """A port P such that P ... P+count-1 are free now (the supervisor and its workers)."""
-    while True:
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            base = int(probe.getsockname()[1])
-        if base + count > 65535:
-            continue
-        try:
-            for port in range(base, base + count):
-                with socket.socket() as probe:
-                    probe.bind(("127.0.0.1", port))
-        except OSError:
-            continue
-        return base
 
 
 def get(url: str) -> tuple[int, Any]:
