@@ -5,6 +5,7 @@ and Spark's progress events, served on ``/metrics`` beside the loop's collectors
 
 from __future__ import annotations
 
+import ast
 import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -79,8 +80,14 @@ def source_lag(source: Mapping[str, Any]) -> int:
 
 
 def _offsets(value: Any) -> dict[str, dict[str, Any]]:
-    if isinstance(value, str):
-        value = json.loads(value) if value.strip().startswith("{") else None
+    """A source's offsets, ``{topic: {partition: offset}}``: PySpark 3's progress holds
+    them as JSON text or a dict, PySpark 4's ``SourceProgress`` as ``str()`` of the dict
+    (Python's single-quoted repr, which JSON refuses)."""
+    if isinstance(value, str) and value.strip().startswith("{"):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            value = ast.literal_eval(value)
     return value if isinstance(value, dict) else {}
 
 

@@ -108,6 +108,7 @@ def test_reach_through_kasper_stream_on_the_cluster_matches_the_live_loop(  # no
     finally:
         os.killpg(child.pid, signal.SIGKILL)  # the driver's Spark JVM with it, if left
     assert child.returncode == 0, stderr[-3000:]
+    assert "stream_watch_failed" not in stderr  # every progress event read
     batches = int(scraped[f"kasper_stream_batches_total{label}"])
     assert f"streamed {PARITY_TWEETS + 50} messages in {batches} micro-batches; " \
            f"group {name} resumes at " in stdout
