@@ -85,8 +85,6 @@ class FailsFirstAttempt(Tagged):
         self.marker = marker
 
     def process(self, messages: list[Message], sender: Sender) -> None:
-        import os
-
         if not os.path.exists(self.marker):
             with open(self.marker, "w") as flag:
                 flag.write("first attempt failed")
@@ -133,7 +131,9 @@ class TaggedCount(Tagged):
 
 
 
-def tagged_count_to_env_output(context: ProcessorContext) -> TaggedCount:
-    """TaggedCount to the topic named by ``KASPER_TEST_OUTPUT``: a factory a command
-    line can name (``module:attr``)."""
-    return TaggedCount(context, os.environ["KASPER_TEST_OUTPUT"])
+def tagged_count_to_out_topic(context: ProcessorContext) -> TaggedCount:
+    """TaggedCount to the ``out-<run>`` topic of an ``in-<run>`` input (the names
+    ``new_topic`` gives): a factory a command line can name (``module:attr``) that takes
+    its output from the config, as executors on a cluster do not see the driver's
+    environment."""
+    return TaggedCount(context, "out" + context.config.input_topics[0].removeprefix("in"))

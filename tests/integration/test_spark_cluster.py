@@ -1,6 +1,7 @@
 """The stack's Spark standalone cluster (`kasper stack up spark`): a master and two
 workers as processes of their own, `kasper reprocess` of the reach example on it
-against local[2], a worker killed with -9 mid-job, and `down`."""
+against local[2], a worker killed with -9 mid-job and mid-stream (`kasper stream`),
+and `down`."""
 
 from __future__ import annotations
 
@@ -56,9 +57,11 @@ def reach_topics(bootstrap: str, unique_name: Callable[[str], str]
         future.result(30)
 
 
-def reprocess_command(prefix: str, bootstrap: str, master: str, *extra: str) -> list[str]:
-    """`python -m kasper_py.reprocess` of the reach example over every input message."""
-    return [sys.executable, "-m", "kasper_py.reprocess", "reach:ReachProcessor",
+def reach_command(runner: str, prefix: str, bootstrap: str, master: str, *extra: str
+                  ) -> list[str]:
+    """`python -m kasper_py.<runner>` (reprocess or stream) of the reach example over the
+    topics of ``prefix``, as processor (and group) ``<prefix>job``."""
+    return [sys.executable, "-m", f"kasper_py.{runner}", "reach:ReachProcessor",
             "--app-dir", str(EXAMPLES),
             "--name", prefix + "job", "--bootstrap-servers", bootstrap,
             "--input-topics", f"{prefix}{reach.TWEETS},{prefix}{reach.FOLLOWERS}",
@@ -113,10 +116,10 @@ def test_cli_reprocess_of_reach_on_the_cluster_matches_local(
     the same command on local[2] produced: the reach topic holds each local[2] message
     twice after both runs, and every tweet's reach is its user's follower count."""
     prefix, followers = reach_topics(TWEETS)
-    local = run_driver(reprocess_command(prefix, bootstrap, "local[2]"))
+    local = run_driver(reach_command("reprocess", prefix, bootstrap, "local[2]"))
     assert local.returncode == 0, local.stderr[-3000:]
     on_local = reach_output(kafka, prefix)
-    cluster = run_driver(reprocess_command(prefix, bootstrap, spark_master))
+    cluster = run_driver(reach_command("reprocess", prefix, bootstrap, spark_master))
     assert cluster.returncode == 0, cluster.stderr[-3000:]
     assert f"reprocessed {TWEETS + 50} messages" in cluster.stdout
     assert sum(on_local.values()) == TWEETS
@@ -140,7 +143,7 @@ def test_a_worker_killed_mid_job_fails_it_cleanly_and_a_rerun_loses_nothing(
     (prefix, _), cluster = reach_topics(SLOW_TWEETS), own_spark_cluster
     assert cluster.settings is not None
     before = cluster.pids()
-    command = reprocess_command(prefix, bootstrap, cluster.master, "--handoff",
+    command = reach_command("reprocess", prefix, bootstrap, cluster.master, "--handoff",
                                 "--batch-size", "1")
     driver = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True, env=driver_env(), cwd=HERE)
@@ -157,7 +160,7 @@ def test_a_worker_killed_mid_job_fails_it_cleanly_and_a_rerun_loses_nothing(
     assert "Spark retried task" in stderr, stderr[-3000:]
     assert kafka.committed(prefix + "job", prefix + reach.TWEETS, 2) == {0: None, 1: None}
 
-    rerun = run_driver(reprocess_command(prefix, bootstrap, cluster.master, "--handoff"))
+    rerun = run_driver(reach_command("reprocess", prefix, bootstrap, cluster.master, "--handoff"))
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     produced = [json.loads(value) for _, _, value in reach_output(kafka, prefix)]
     assert {r["tweet_id"] for r in produced} == set(range(SLOW_TWEETS))
@@ -166,6 +169,51 @@ def test_a_worker_killed_mid_job_fails_it_cleanly_and_a_rerun_loses_nothing(
 
     after = start_cluster(cluster.settings).pids()
     assert after["spark-master"] == before["spark-master"]
+    assert after["spark-worker-2"] == before["spark-worker-2"]
+    assert after["spark-worker-1"] not in (None, before["spark-worker-1"])
+
+
+def test_a_worker_killed_mid_stream_then_a_restart_loses_nothing(
+        own_spark_cluster: SparkCluster, bootstrap: str, kafka: Any, tmp_path: Path,
+        reach_topics: Callable[[int], tuple[str, dict[str, int]]]) -> None:
+    """kill -9 of a worker while `kasper stream` of the reach example runs on the
+    cluster (slowed down: one message per turn, 2000 offsets per micro-batch), once the
+    group has a committed micro-batch: the query survives. The driver loses that
+    worker's executor, Spark runs its tasks again on the other worker (streaming allows
+    task retries, spark.task.maxFailures=4), and the command exits 0 having streamed
+    every message, no progress event failing to read. A restart from the checkpoint
+    loses nothing and streams nothing again: every tweet is in the output and the group
+    at the input's end. `up spark` then brings back only the killed worker."""
+    (prefix, _), cluster = reach_topics(TWEETS), own_spark_cluster
+    assert cluster.settings is not None
+    before = start_cluster(cluster.settings).pids()  # both workers, whatever ran before
+    group, tweets = prefix + "job", prefix + reach.TWEETS
+    command = reach_command("stream", prefix, bootstrap, cluster.master, "--batch-size", "1",
+                            "--trigger", "0.2", "--kafka-option", "maxOffsetsPerTrigger=2000",
+                            "--checkpoint", str(tmp_path / "cp"), "--until-caught-up")
+    driver = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, env=driver_env(), cwd=HERE, start_new_session=True)
+    try:
+        wait_for(lambda: driver.poll() is not None
+                 or any(kafka.committed(group, tweets, 2).values()),
+                 "the stream's first committed micro-batch", timeout=300)
+        assert driver.poll() is None, "the stream ended before a worker could be killed"
+        at_kill = kafka.committed(group, tweets, 2)
+        os.kill(before["spark-worker-1"] or 0, signal.SIGKILL)
+        stdout, stderr = driver.communicate(timeout=600)
+    finally:
+        os.killpg(driver.pid, signal.SIGKILL)
+    assert driver.returncode == 0, stderr[-3000:]
+    assert sum(at_kill.values()) < TWEETS
+    assert "Lost executor" in stderr and "stream_watch_failed" not in stderr
+    assert f"streamed {TWEETS + 50} messages in " in stdout
+    restart = run_driver(command)
+    assert restart.returncode == 0, restart.stderr[-3000:]
+    assert "streamed 0 messages in " in restart.stdout
+    produced = [json.loads(value) for _, _, value in reach_output(kafka, prefix)]
+    assert {r["tweet_id"] for r in produced} == set(range(TWEETS))
+    assert sum(kafka.committed(group, tweets, 2).values()) == TWEETS
+    after = start_cluster(cluster.settings).pids()
     assert after["spark-worker-2"] == before["spark-worker-2"]
     assert after["spark-worker-1"] not in (None, before["spark-worker-1"])
 

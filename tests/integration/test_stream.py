@@ -1,7 +1,8 @@
 """The live pipeline on Spark Structured Streaming (``kasper_py.stream``) on a real
-broker and a local[2] session: parity with the live loop on the reach example, a
-driver killed with -9 and restarted from its checkpoint, the handoff loop -> stream ->
-loop on one group with the refusals on either side, and what is refused at start."""
+broker: ``kasper stream`` on the standalone cluster (parity with the live loop on 200k
+messages of the reach example, a driver killed with -9 and restarted from its
+checkpoint), and on a local[2] session the handoff loop -> stream -> loop on one group
+with the refusals on either side, and what is refused at start."""
 
 from __future__ import annotations
 
@@ -14,7 +15,6 @@ import sys
 import time
 import urllib.request
 from collections import Counter
-from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -23,8 +23,10 @@ import pytest
 import redis
 import reprocess_processors as procs
 import test_reprocess
-from conftest_stores import free_port
+import test_spark_cluster
+from conftest_stores import free_port, wait_for
 from test_reprocess import config, run_live
+from test_spark_cluster import EXAMPLES, driver_env, reach_output
 
 from kasper_py import Config, StreamError
 from kasper_py.exceptions import AlreadyRunningError
@@ -37,16 +39,22 @@ from kasper_py.stream import stream
 sys.path.insert(0, str(Path(__file__).parents[2] / "examples"))
 import reach
 
+pytest_plugins = ["conftest_spark"]
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
 spark = test_reprocess.spark  # one local[2] session per module, as test_reprocess's
+reach_topics = test_spark_cluster.reach_topics  # the reach example's topics
+PARITY_TWEETS = 200_000
 
 
-def _scrape(cfg: Config) -> dict[str, float]:
-    """The driver's ``/metrics``: sample name with labels -> value."""
-    url = f"http://127.0.0.1:{cfg.metrics_port}/metrics"
-    with urllib.request.urlopen(url, timeout=10) as reply:
-        text = reply.read().decode()
+def _scrape(port: int) -> dict[str, float]:
+    """A driver's ``/metrics``: sample name with labels -> value (empty while it does not
+    answer yet)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as reply:
+            text = reply.read().decode()
+    except OSError:
+        return {}
     samples = (line.rsplit(" ", 1) for line in text.splitlines()
                if line and not line.startswith("#"))
     return {name: float(value) for name, value in samples}
@@ -60,47 +68,52 @@ def notes(cfg: Config) -> list[CommitNote | None]:
         facts.close()
 
 
-def test_reach_through_the_stream_matches_the_live_loop(bootstrap, unique_name, kafka, spark,
-                                                        tmp_path) -> None:
-    """20k tweets of the reach example through the live loop and through the stream:
-    the same output multiset; the driver's /metrics counts every input row and
-    micro-batch; the group's offsets end at the input's end with a stopped note of the
-    stream."""
-    prefix = unique_name("reach") + "-"
-    followers = reach.produce_sample(bootstrap, prefix, 4, 20_000)
-    names = {"live": unique_name("live"), "stream": unique_name("stream")}
+def test_reach_through_kasper_stream_on_the_cluster_matches_the_live_loop(  # noqa: PLR0917
+        spark_master, bootstrap, unique_name, kafka, reach_topics, tmp_path) -> None:
+    """200k tweets of the reach example through the live loop, then through
+    ``kasper stream reach:ReachProcessor`` on the standalone cluster: the same output
+    multiset, every tweet's reach its user's follower count. The driver's /metrics counts
+    every input row; on SIGTERM the command stops, says how many messages and
+    micro-batches it streamed, and the group's offsets are at the input's end with a
+    stopped note of the stream."""
+    prefix, followers = reach_topics(PARITY_TWEETS)
+    topics = (prefix + reach.TWEETS, prefix + reach.FOLLOWERS)
+    cfgs = {kind: Config(name=unique_name(kind), bootstrap_servers=bootstrap,
+                         input_topics=topics, key_serde="str", value_serde="json",
+                         batch_size=PARITY_TWEETS + 50, batch_wait=3.0)
+            for kind in ("live", "stream")}
     # The loop's first batch holds each partition's followers and tweets together (a
     # tweet polled before its user's count would get reach 0: the example's caveat).
-    cfgs = {kind: Config(name=name, bootstrap_servers=bootstrap, batch_size=30_000,
-                         input_topics=(prefix + reach.TWEETS, prefix + reach.FOLLOWERS),
-                         key_serde="str", value_serde="json", batch_wait=3.0)
-            for kind, name in names.items()}
-    out = prefix + reach.REACH
     run_live(cfgs["live"], partial(reach.ReachProcessor, prefix=prefix))
-    live_ends = {p: m.offset() for m in kafka.read_all(out) for p in [m.partition()]}
-    spark.sparkContext.addPyFile(reach.__file__)
-    cfgs["stream"] = replace(cfgs["stream"], metrics_port=free_port())
-    run = stream(cfgs["stream"], partial(reach.ReachProcessor, prefix=prefix),
-                 checkpoint=str(tmp_path / "cp"), spark=spark, trigger=0.5)
+    live = reach_output(kafka, prefix)
+    assert sum(live.values()) == PARITY_TWEETS
+    assert all(json.loads(value)["reach"] == followers[key] for _, key, value in live)
+
+    name, port = cfgs["stream"].name, free_port()
+    child = subprocess.Popen(
+        [sys.executable, "-m", "kasper_py", "stream", "reach:ReachProcessor",
+         "--app-dir", str(EXAMPLES), "--name", name, "--bootstrap-servers", bootstrap,
+         "--input-topics", ",".join(topics), "--master", spark_master, "--trigger", "0.5",
+         "--metrics-port", str(port), "--checkpoint", str(tmp_path / "cp")],
+        env=driver_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True)
+    label = f'{{processor="{name}"}}'
     try:
-        assert run.await_caught_up(timeout=240)
-        scraped = _scrape(cfgs["stream"])
+        wait_for(lambda: child.poll() is not None or _scrape(port).get(
+            f"kasper_stream_input_rows_total{label}") == PARITY_TWEETS + 50,
+            "every input row in the driver's /metrics", timeout=400)
+        scraped = _scrape(port)
+        child.send_signal(signal.SIGTERM)
+        stdout, stderr = child.communicate(timeout=120)
     finally:
-        run.stop()
-    label = f'{{processor="{names["stream"]}"}}'
-    assert scraped[f"kasper_stream_input_rows_total{label}"] == 20_000 + 50
-    assert scraped[f"kasper_stream_batches_total{label}"] == len(run.batches) > 0
-    live: Counter[tuple[Any, ...]] = Counter()
-    streamed: Counter[tuple[Any, ...]] = Counter()
-    for m in kafka.read_all(out):  # the live loop's output first, then the stream's
-        side = live if m.offset() <= live_ends[m.partition()] else streamed
-        side[m.partition(), m.key(), m.value()] += 1
-    assert sum(live.values()) == 20_000
-    assert streamed == live
-    assert all(json.loads(value)["reach"] == followers[key.decode()]
-               for _, key, value in streamed)
-    assert sum(b.messages for b in run.batches) == 20_000 + 50
-    assert sum(kafka.committed(names["stream"], prefix + reach.TWEETS, 4).values()) == 20_000
+        os.killpg(child.pid, signal.SIGKILL)  # the driver's Spark JVM with it, if left
+    assert child.returncode == 0, stderr[-3000:]
+    assert "stream_watch_failed" not in stderr  # every progress event read
+    batches = int(scraped[f"kasper_stream_batches_total{label}"])
+    assert f"streamed {PARITY_TWEETS + 50} messages in {batches} micro-batches; " \
+           f"group {name} resumes at " in stdout
+    assert reach_output(kafka, prefix) == live + live
+    assert sum(kafka.committed(name, topics[0], 2).values()) == PARITY_TWEETS
     found = [n for n in notes(cfgs["stream"]) if n is not None]
     assert found and all(n.state == "stopped" and n.by_stream for n in found)
 
@@ -150,34 +163,33 @@ def test_handoff_loop_stream_loop_processes_every_input_once(bootstrap, new_topi
         stream(cfg, factory, checkpoint=str(tmp_path / "cp"), spark=spark, force=True)
 
 
-def test_driver_killed_then_restarted_loses_nothing_and_counts_exactly(
-        bootstrap, new_topic, kafka, unique_name, tmp_path) -> None:
-    """``kasper stream`` (its driver) is killed with -9 after a few micro-batches and
-    restarted from its checkpoint: every input is in the output, duplicates within one
-    micro-batch (400 offsets), the effectively-once Redis counts exact, the group at the
-    end and the command's summary saying so."""
+def test_driver_killed_then_restarted_loses_nothing_and_counts_exactly(  # noqa: PLR0917
+        spark_master, bootstrap, new_topic, kafka, unique_name, tmp_path) -> None:
+    """``kasper stream`` on the standalone cluster (its driver) is killed with -9 after a
+    few micro-batches and restarted from its checkpoint: every input is in the output,
+    duplicates within one micro-batch (400 offsets), the effectively-once Redis counts
+    exact, the group at the end and the command's summary saying so."""
     source, output = new_topic("in", partitions=2), new_topic("out", partitions=2)
     group = unique_name("killed")
     for p in range(2):
         kafka.produce(source, [b"w%d-%d" % (i % 7, i) for i in range(2000)], partition=p)
     here = Path(__file__).parent
     args = [sys.executable, "-m", "kasper_py", "stream",
-            f"{procs.__name__}:tagged_count_to_env_output",
+            f"{procs.__name__}:tagged_count_to_out_topic",
             "--stores", f"{procs.__name__}:exact_count_stores", "--app-dir", str(here),
             "--name", group, "--bootstrap-servers", bootstrap, "--input-topics", source,
-            "--batch-size", "200", "--trigger", "0.2", "--master", "local[2]",
+            "--batch-size", "200", "--trigger", "0.2", "--master", spark_master,
             "--kafka-option", "maxOffsetsPerTrigger=400",
             "--checkpoint", str(tmp_path / "cp"), "--until-caught-up"]
     # the command ships the processors' module (under --app-dir) to Spark's workers
-    env = {**os.environ, "KASPER_TEST_OUTPUT": output}
-    child = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL,
+    child = subprocess.Popen(args, stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         _wait_for_commit(kafka, group, source, child)
     finally:
         os.killpg(child.pid, signal.SIGKILL)
         child.wait(30)
-    done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=300,
+    done = subprocess.run(args, capture_output=True, text=True, timeout=300,
                           check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     assert f"group {group} resumes at {source}[0] 2000, {source}[1] 2000" in done.stdout
