@@ -10,7 +10,7 @@
     ├── ProduceError         an output or changelog message was not delivered
     ├── CommitError          the offset commit (or the transaction's commit) failed
     ├── FencedError          exactly-once: a newer process took over these partitions
-    ├── AlreadyRunningError  another loop is running on these partitions right now
+    ├── AlreadyRunningError  another loop (or a stream) is running on these partitions now
     ├── OffsetError          an offset would move backwards
     ├── StoreError           a state store operation failed
     │   └── StoreUnavailableError   the store server could not be reached

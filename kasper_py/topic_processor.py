@@ -452,8 +452,9 @@ class TopicProcessor:
             _log.warning("kasper.forced_start", processor=self.config.name,
                          other=other.describe())
             return
+        who = "a stream (kasper stream)" if other.by_stream else "another loop"
         raise AlreadyRunningError(
-            f"processor {self.config.name!r}: another loop or stream is running partitions "
+            f"processor {self.config.name!r}: {who} is running partitions "
             f"{self.config.partition_set} of {', '.join(self.config.input_topics)} "
             f"(group {self.config.group!r}): {other.describe()}. Both would process and "
             "commit; stop it, or start with force (--force)")

@@ -135,7 +135,7 @@ def test_handoff_loop_stream_loop_processes_every_input_once(bootstrap, new_topi
             run = stream(cfg, factory, checkpoint=str(tmp_path / "cp"), spark=spark,
                          trigger=0.2, kafka_options={"maxOffsetsPerTrigger": "200"})
             try:
-                with pytest.raises(AlreadyRunningError, match=r"another loop or stream is "
+                with pytest.raises(AlreadyRunningError, match=r"a stream \(kasper stream\) is "
                                    r"running partitions all .* streaming on"):
                     run_live(cfg, factory)
                 assert run.await_caught_up(timeout=180)
