@@ -17,7 +17,7 @@ from typing import Any
 from kasper_py._names import NameResolutionError, resolve_name
 from kasper_py._secrets import scrub
 from kasper_py.config import Config
-from kasper_py.exceptions import ConfigError, TopicError
+from kasper_py.exceptions import ConfigError, KasperError, TopicError
 from kasper_py.logging import configure_logging
 from kasper_py.processor import ProcessorFactory
 from kasper_py.stores.base import StoreSpec
@@ -27,7 +27,7 @@ __all__ = ["CONFIG_FLAGS", "ENV_PREFIX", "EXIT_BROKER", "EXIT_CONFIG", "EXIT_FAI
            "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_REFUSED", "EXIT_USAGE", "CliError",
            "ExitCodes", "add_config_flags", "add_target_arguments", "add_tasks_argument",
            "config_from_args", "exit_code", "flag_name", "load_attr", "load_config",
-           "load_target", "load_tasks", "print_error", "setup_logging"]
+           "load_target", "load_tasks", "print_error", "run_command", "setup_logging"]
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -69,6 +69,19 @@ def exit_code(error: BaseException, codes: ExitCodes = ()) -> int:
         return error.code
     table: list[tuple[type[BaseException], int]] = [*codes, (TopicError, EXIT_CONFIG)]
     return next((code for kind, code in table if isinstance(error, kind)), EXIT_FAILED)
+
+
+def run_command(parser: argparse.ArgumentParser, run: Callable[[argparse.Namespace], int],
+                argv: Sequence[str] | None, prog: str, codes: ExitCodes = ()) -> int:
+    """Parse ``argv`` (default: the process's) and ``run`` the command; a ``CliError``,
+    ``KasperError`` or ``ImportError`` becomes ``prog: error: ...`` on stderr and the
+    exit code ``exit_code`` gives it (with ``codes``)."""
+    args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    try:
+        return run(args)
+    except (CliError, KasperError, ImportError) as exc:
+        print_error(prog, str(exc))
+        return exit_code(exc, codes)
 
 
 def print_error(prog: str, message: str) -> None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -18,17 +17,14 @@ from kasper_py._cli_base import (
     EXIT_BROKER,
     EXIT_CONFIG,
     EXIT_REFUSED,
-    CliError,
     ExitCodes,
     add_config_flags,
     add_target_arguments,
     config_from_args,
-    exit_code,
     load_target,
-    print_error,
+    run_command,
     setup_logging,
 )
-from kasper_py.exceptions import KasperError
 from kasper_py.reprocess._handoff import HandoffRefusedError
 from kasper_py.reprocess._job import reprocess, resolve_range
 from kasper_py.reprocess._kafka import BrokerUnreachableError
@@ -40,7 +36,8 @@ from kasper_py.reprocess._spark import (
     spark_session,
 )
 
-__all__ = ["add_spark_arguments", "main", "parse_position", "submitted_session"]
+__all__ = ["add_spark_arguments", "main", "parse_position", "ship_target",
+           "submitted_session"]
 
 # The Config fields a reprocessing run takes as flags (batch_wait and metrics_port are
 # the live loop's).
@@ -107,12 +104,7 @@ def _parser(prog: str) -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None, prog: str = "python -m kasper_py.reprocess") -> int:
     """Run the command line; returns the exit code."""
-    args = _parser(prog).parse_args(list(sys.argv[1:] if argv is None else argv))
-    try:
-        return _run(args)
-    except (CliError, KasperError, ImportError) as exc:
-        print_error(prog, str(exc))
-        return exit_code(exc, _EXIT_CODES)
+    return run_command(_parser(prog), _run, argv, prog, _EXIT_CODES)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -125,8 +117,7 @@ def _run(args: argparse.Namespace) -> int:
     spark = submitted_session(args.master)
     try:
         with session_for(spark) as session:
-            ship_modules(session, [args.target, *([args.stores] if args.stores else [])],
-                         args.app_dir)
+            ship_target(session, args)
             result = reprocess(config, factory, start=args.start, end=args.end,
                                stores=stores, output=args.output, handoff=args.handoff,
                                force=args.force, spark=session,
@@ -162,6 +153,12 @@ def _option(text: str) -> tuple[str, str]:
     if not sep or not key:
         raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE")
     return key, value
+
+
+def ship_target(spark: Any, args: argparse.Namespace) -> None:
+    """Ship the code of ``add_target_arguments``' target and ``--stores`` to the
+    session's executors (``ship_modules``, from ``--app-dir``)."""
+    ship_modules(spark, [args.target, *([args.stores] if args.stores else [])], args.app_dir)
 
 
 def submitted_session(master: str | None, conf: dict[str, str] | None = None) -> Any:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import signal
-import sys
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -23,15 +22,14 @@ from kasper_py._cli_base import (
     add_config_flags,
     add_target_arguments,
     config_from_args,
-    exit_code,
     load_target,
-    print_error,
+    run_command,
     setup_logging,
 )
-from kasper_py.exceptions import AlreadyRunningError, KasperError, StreamError
-from kasper_py.reprocess._cli import add_spark_arguments, submitted_session
+from kasper_py.exceptions import AlreadyRunningError, StreamError
+from kasper_py.reprocess._cli import add_spark_arguments, ship_target, submitted_session
 from kasper_py.reprocess._kafka import BrokerUnreachableError
-from kasper_py.reprocess._spark import ship_modules, spark_session
+from kasper_py.reprocess._spark import spark_session
 from kasper_py.stream._query import STREAM_SPARK_CONF, StreamingRun, stream
 
 __all__ = ["main"]
@@ -64,12 +62,7 @@ def _parser(prog: str) -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None, prog: str = "python -m kasper_py.stream") -> int:
     """Run the command line; returns the exit code."""
-    args = _parser(prog).parse_args(list(sys.argv[1:] if argv is None else argv))
-    try:
-        return _run(args)
-    except (CliError, KasperError, ImportError) as exc:
-        print_error(prog, str(exc))
-        return exit_code(exc, _EXIT_CODES)
+    return run_command(_parser(prog), _run, argv, prog, _EXIT_CODES)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -80,8 +73,7 @@ def _run(args: argparse.Namespace) -> int:
     spark = (submitted_session(args.master, conf=STREAM_SPARK_CONF)
              or spark_session("local[2]", conf=STREAM_SPARK_CONF))
     try:
-        ship_modules(spark, [args.target, *([args.stores] if args.stores else [])],
-                     args.app_dir)
+        ship_target(spark, args)
         run = stream(config, factory, stores=stores, checkpoint=args.checkpoint or
                      f"checkpoints/{config.name}", trigger=args.trigger,
                      starting=args.starting, kafka_options=dict(args.kafka_option),
