@@ -221,10 +221,6 @@ def _dispatch(args: argparse.Namespace) -> int:
     return _offsets_reset(config, args.to, args.dry_run, args.connect_timeout, args.force)
 
 
-def _query(argv: list[str]) -> int:
-    return query_main(argv)
-
-
 def _stack(argv: list[str]) -> int:
     from kasper_py import stack  # noqa: PLC0415 - only `kasper stack` needs it
 
@@ -244,7 +240,7 @@ def _stream(argv: list[str]) -> int:
 
 
 _OWN_PARSERS: dict[str, Callable[[list[str]], int]] = {
-    "stack": _stack, "reprocess": _reprocess, "stream": _stream, "query": _query}
+    "stack": _stack, "reprocess": _reprocess, "stream": _stream, "query": query_main}
 
 
 # -- kasper run ---------------------------------------------------------------------

@@ -147,11 +147,10 @@ class TopicProcessor:
         self._started = False
         self._last_commit = time.monotonic()
         self._started_at = time.time()
-        self.tables = Tables(config, self._store_specs, self._open_stores)
-        """The tables' committed state, for queries from any thread (``kasper_py.query``)."""
         self._endpoint: str | None = None
         self._query_app: QueryApp | None = None
-        self._serve_queries(views or {}, locate=real_clients)
+        self.tables = self._serve_queries(views or {}, locate=real_clients)
+        """The tables' committed state, for queries from any thread (``kasper_py.query``)."""
 
     # -- public ---------------------------------------------------------------
 
@@ -293,21 +292,22 @@ class TopicProcessor:
         """The URL this loop answers queries on and announces in its commit notes."""
         return self._endpoint
 
-    def _serve_queries(self, views: Mapping[str, View], *, locate: bool) -> None:
-        """Mount the table queries and ``views`` on the observer's HTTP server, if any;
-        with ``locate`` (real Kafka clients), find other instances from commit notes."""
+    def _serve_queries(self, views: Mapping[str, View], *, locate: bool) -> Tables:
+        """The tables; mounted with ``views`` on the observer's HTTP server, if any. With
+        ``locate`` (real Kafka clients) they find other instances from commit notes."""
         server = getattr(self._observer, "server", None)
         if server is None:
             if views:
                 raise ValueError("views are served on the metrics server: set "
                                  "Config.metrics_port (or pass a serving observer)")
-            return
+            return Tables(self.config, self._store_specs, self._open_stores)
         self._endpoint = (self.config.query_endpoint
                           or f"http://{socket.gethostname()}:{server.port}")
         locator = Locator(self.config, self._endpoint) if locate else None
-        self.tables = Tables(self.config, self._store_specs, self._open_stores, locator)
-        self._query_app = QueryApp(self.tables, views, self._endpoint)
+        tables = Tables(self.config, self._store_specs, self._open_stores, locator)
+        self._query_app = QueryApp(tables, views, self._endpoint)
         server.mount(self._query_app)
+        return tables
 
     def _open_stores(self) -> dict[int, dict[str, KeyValueStore]]:
         """The stores open now, by partition: read from query threads, so copied whole
