@@ -72,12 +72,13 @@ def _answer(client: QueryClient, args: argparse.Namespace) -> Any:
         return client.tables()
     if args.key is None:
         return _scan(client, args)
-    key = json.loads(args.key) if _serde(client, args) == "json" else args.key
-    described = _describe(client, args.table)
+    described = _describe(client, args.table)  # one /tables request: kind and key serde
+    serde = args.key_serde or described.get("key_serde")
+    serde = serde if serde in ("bytes", "str", "json") else None  # else the client says
+    key = json.loads(args.key) if serde == "json" else args.key
     if described.get("kind") == "windowed":
-        return client.windows(args.table, key, args.time_from, args.time_to,
-                              key_serde=args.key_serde)
-    return [client.get(args.table, key, key_serde=args.key_serde)]
+        return client.windows(args.table, key, args.time_from, args.time_to, key_serde=serde)
+    return [client.get(args.table, key, key_serde=serde)]
 
 
 def _scan(client: QueryClient, args: argparse.Namespace) -> list[list[Any]]:
@@ -96,10 +97,6 @@ def _describe(client: QueryClient, table: str) -> dict[str, Any]:
         if described.get("name") == table:
             return described
     return {}
-
-
-def _serde(client: QueryClient, args: argparse.Namespace) -> str | None:
-    return args.key_serde or _describe(client, args.table).get("key_serde")
 
 
 def _exit_code(exc: QueryError) -> int:
