@@ -593,7 +593,7 @@ class _Producer:
         self._asked = False
         faults = self._broker.faults
         for record in messages:
-            message = OutgoingMessage._make(record)
+            message = OutgoingMessage.of(record)
             partition = self._broker._route(message)
             if faults._fires("produce"):
                 raise ProduceError(f"cannot produce to {message.topic!r}: {_INJECTED}")

@@ -6,6 +6,8 @@ No Kafka client is touched here; the consumer hands raw records in.
 from __future__ import annotations
 
 import bisect
+import itertools
+import operator
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -206,26 +208,37 @@ _SMOOTHING = 0.2
 
 def build_batch(records: Sequence[Any], key_serde: Serde, value_serde: Serde,
                 transient: Callable[[Any], bool] | None = None, *,
-                set_aside: bool = False, keep_read: bool = False) -> Batch:
+                set_aside: bool = False, keep_read: bool = False,
+                only_topic: str | None = None) -> Batch:
     """confluent-kafka records (``Message``-shaped) into a decoded ``Batch``.
 
     A record carrying an error for which ``transient(record)`` is true (the client
-    retries it by itself) is left out; any other raises ``ConsumeError``. Decoding and
-    grouping are ``decode_batch``'s.
+    retries it by itself) is left out; any other raises ``ConsumeError``. Records are
+    grouped as they are read (they come in runs of one partition), then decoded as
+    ``decode_batch`` decodes. ``only_topic``: every record is of this topic (the loop
+    reads one input topic), so no record is asked for its topic.
     """
     new = tuple.__new__  # Message is a NamedTuple; this skips its Python-level __new__
-    messages: list[Message] = []
+    by_tp: dict[TopicPartitionKey, list[Message]] = {}
+    run_topic, run_partition, run = "", -1, []
+    topic = only_topic or ""
     for record in records:
         if record.error() is not None:
             if transient is not None and transient(record):
                 continue
             raise _consume_error(record)
+        if not only_topic:
+            topic = record.topic()
+        partition = record.partition()
+        if partition != run_partition or topic != run_topic:
+            run_topic, run_partition = topic, partition
+            run = by_tp.setdefault((topic, partition), [])
         ts_type, ts = record.timestamp()
         headers = record.headers()
-        messages.append(new(Message, (record.topic(), record.partition(), record.offset(),
-                                      record.key(), record.value(), ts if ts_type else None,
-                                      tuple(headers) if headers else (), ts_type)))
-    return decode_batch(messages, key_serde, value_serde, set_aside, keep_read=keep_read)
+        run.append(new(Message, (topic, partition, record.offset(), record.key(), record.value(),
+                                 ts if ts_type else None, tuple(headers) if headers else (),
+                                 ts_type)))
+    return _decoded(by_tp, key_serde, value_serde, set_aside, keep_read)
 
 
 def decode_batch(messages: Sequence[Message], key_serde: Serde, value_serde: Serde,
@@ -241,37 +254,39 @@ def decode_batch(messages: Sequence[Message], key_serde: Serde, value_serde: Ser
     With ``keep_read`` the batch also keeps the messages as read (``Batch.as_read``),
     for dead letters of messages ``process()`` fails on.
     """
-    decode = key_serde.name != "bytes" or value_serde.name != "bytes"
     by_tp: dict[TopicPartitionKey, list[Message]] = {}
-    read_by_tp: dict[TopicPartitionKey, list[Message]] = {}
-    keep_read = keep_read and decode
+    for key, run in itertools.groupby(messages, _TOPIC_PARTITION):
+        by_tp.setdefault(key, []).extend(run)
+    return _decoded(by_tp, key_serde, value_serde, set_aside, keep_read)
+
+
+_TOPIC_PARTITION = operator.itemgetter(0, 1)
+
+
+def _decoded(by_tp: dict[TopicPartitionKey, list[Message]], key_serde: Serde,
+             value_serde: Serde, set_aside: bool, keep_read: bool) -> Batch:
+    """Grouped messages as read into a ``Batch``, decoded (see ``decode_batch``)."""
+    if key_serde.name == "bytes" and value_serde.name == "bytes":
+        return _group(by_tp, [])  # as read is as decoded
+    new, decode_key, decode_value = tuple.__new__, key_serde.decode, value_serde.decode
+    decoded: dict[TopicPartitionKey, list[Message]] = {}
     aside: list[Undecodable] = []
-    new = tuple.__new__
-    run_topic, run_partition, run = "", -1, []  # messages come in runs of one partition
-    read_run: list[Message] = []
-    for read in messages:
-        topic, partition = read[0], read[1]
-        message = read
-        if decode:
+    for (topic, partition), run in by_tp.items():
+        messages = decoded[(topic, partition)] = []
+        for read in run:
             try:
-                message = new(Message, (topic, partition, read[2], key_serde.decode(read[3]),
-                                        value_serde.decode(read[4]), read[5], read[6],
-                                        read[7]))
+                messages.append(new(Message, (topic, partition, read[2], decode_key(read[3]),
+                                              decode_value(read[4]), read[5], read[6],
+                                              read[7])))
             except SerdeError as exc:
                 if not set_aside:
                     raise undecodable_error(topic, partition, read[2], exc) from exc
                 aside.append(Undecodable(*read, error=str(exc)))
-                continue
-        if partition != run_partition or topic != run_topic:
-            run_topic, run_partition = topic, partition
-            run = by_tp.setdefault((topic, partition), [])
-            if keep_read:
-                read_run = read_by_tp.setdefault((topic, partition), [])
-        run.append(message)
-        if keep_read:
-            read_run.append(read)
-    batch = _group(by_tp, aside)
-    batch.read = read_by_tp
+        if not messages:
+            del decoded[(topic, partition)]
+    batch = _group(decoded, aside)
+    if keep_read:
+        batch.read = by_tp
     return batch
 
 

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from kasper_py.exceptions import SerdeError
-from kasper_py.message import Headers, OutgoingMessage, OutgoingRecord
+from kasper_py.message import OutgoingMessage, OutgoingRecord
 from kasper_py.serdes import BYTES, Serde
 
 __all__ = ["Sender"]
@@ -21,18 +21,26 @@ HeaderInput = Mapping[str, bytes | str | None] | Iterable[tuple[str, bytes | str
 class Sender:
     """Buffers output messages, encoding keys and values with the configured serdes."""
 
-    __slots__ = ("_buffer", "_key_serde", "_value_serde", "timestamp")
+    __slots__ = ("_buffer", "_key_serde", "_timestamp", "_value_serde")
 
     def __init__(self, key_serde: Serde = BYTES, value_serde: Serde = BYTES) -> None:
         self._key_serde = key_serde
         self._value_serde = value_serde
         self._buffer: list[OutgoingRecord] = []
-        self.timestamp: int | None = None
+        self._timestamp = 0  # as an OutgoingRecord holds it: 0 is "when produced"
+
+    @property
+    def timestamp(self) -> int | None:
         """Milliseconds since the epoch given to a message sent without ``timestamp=``.
         The turn sets it before each call into user code (Kafka Streams' rule: output
         inherits the time of what caused it): for ``process()``, the newest event time of
         the partition's batch; for a timer or task, the stream or wall-clock time that
         fired it. ``None``: the producer stamps the time it produces the message."""
+        return self._timestamp or None
+
+    @timestamp.setter
+    def timestamp(self, value: int | None) -> None:
+        self._timestamp = value or 0
 
     def send(
         self,
@@ -57,16 +65,22 @@ class Sender:
             key = self._encode(self._key_serde, topic, key)
         if type(topic) is not str or not topic:
             raise ValueError(f"send() needs a topic name, got {topic!r}")
-        if partition is not None and (type(partition) is not int or partition < 0):
+        if partition is None:
+            partition = -1
+        elif type(partition) is not int or partition < 0:
             raise ValueError(f"send() partition must be a non-negative int, got {partition!r}")
         if timestamp is None:
-            timestamp = self.timestamp
+            timestamp = self._timestamp
         elif type(timestamp) is not int or timestamp < 0:
             raise ValueError(f"send() timestamp must be a non-negative int of milliseconds, "
                              f"got {timestamp!r}")
-        encoded_headers = None if headers is None else _headers(headers)
-        # a plain tuple: the producer only unpacks it (see OutgoingRecord)
-        self._buffer.append((topic, value, key, partition, encoded_headers, timestamp))
+        # the producer's arguments by position (see OutgoingRecord)
+        if headers is None:
+            self._buffer.append((topic, value, key, partition, None, None, timestamp))
+        else:
+            pairs = _headers(headers)
+            self._buffer.append((topic, value, key, partition, None, None, timestamp, pairs)
+                                if pairs else (topic, value, key, partition, None, None, timestamp))
 
     @staticmethod
     def _encode(serde: Serde, topic: str, value: Any) -> bytes | None:
@@ -78,7 +92,7 @@ class Sender:
     @property
     def messages(self) -> list[OutgoingMessage]:
         """The buffered messages, in the order they were sent."""
-        return [OutgoingMessage._make(record) for record in self._buffer]
+        return [OutgoingMessage.of(record) for record in self._buffer]
 
     def __len__(self) -> int:
         return len(self._buffer)
@@ -90,15 +104,13 @@ class Sender:
         del self._buffer[length:]
 
     def drain(self) -> list[OutgoingRecord]:
-        """Return the buffer (plain tuples in ``OutgoingMessage``'s field order) and start
-        a new one."""
+        """Return the buffer (``OutgoingRecord``s) and start a new one."""
         buffered, self._buffer = self._buffer, []
         return buffered
 
 
-def _headers(headers: HeaderInput | None) -> Headers | None:
-    if headers is None:
-        return None
+def _headers(headers: HeaderInput) -> list[tuple[str, bytes | None]]:
+    """``headers`` as the producer takes them: a list of (name, bytes or None)."""
     pairs = headers.items() if isinstance(headers, Mapping) else headers
     result = []
     for name, value in pairs:
@@ -108,4 +120,4 @@ def _headers(headers: HeaderInput | None) -> Headers | None:
             raise ValueError(f"header {name!r} must be bytes, str or None, "
                              f"got {type(value).__name__}")
         result.append((name, value.encode() if isinstance(value, str) else value))
-    return tuple(result)
+    return result

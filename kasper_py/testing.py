@@ -217,7 +217,7 @@ class _AckedList:
         self._transaction: list[OutgoingMessage] | None = None
 
     def produce(self, messages: Sequence[OutgoingRecord]) -> None:
-        self._queued.extend(map(OutgoingMessage._make, messages))
+        self._queued.extend(map(OutgoingMessage.of, messages))
 
     def wait_for_acks(self, waiting: Callable[[], None] | None = None) -> None:
         (self.acked if self._transaction is None else self._transaction).extend(self._queued)

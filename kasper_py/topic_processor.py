@@ -137,6 +137,8 @@ class TopicProcessor:
                             else min(_AHEAD_STEP, config.max_latency / 50))
         self._resize()
         self._ahead: Batch | KasperError | None = None
+        topics = config.input_topics
+        self._only_topic = topics[0] if len(topics) == 1 else None
         """The next batch, read (or failed to read) while the last turn's acks were
         outstanding."""
         self._closing = threading.Event()
@@ -489,7 +491,8 @@ class TopicProcessor:
         return build_batch(records, self.config.key_decoder, self.config.value_decoder,
                            self._consumer.transient_error,
                            set_aside=self.config.on_decode_error != "fail",
-                           keep_read=self.config.on_process_error == "dead_letter")
+                           keep_read=self.config.on_process_error == "dead_letter",
+                           only_topic=self._only_topic)
 
     def _read_ahead(self) -> None:
         """While a turn's acks are outstanding, read the next batch: consume until the

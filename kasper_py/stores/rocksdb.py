@@ -235,7 +235,7 @@ class RocksDBStore(BufferedStore):
             self.db.write(writes)
             return
         topic, partition = self.changelog_topic, self.partition
-        self._producer.produce([(topic, value, key, partition, None, None)  # an OutgoingRecord
+        self._producer.produce([(topic, value, key, partition, None, None, 0)  # OutgoingRecords
                                 for key, value in writes.items()])
         self._in_flight.update(writes)
         self._in_flight_count += len(writes)

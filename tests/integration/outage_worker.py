@@ -31,7 +31,7 @@ def main() -> None:
     while time.monotonic() < deadline:
         consumer.consume(100, 0.5)
     producer = OutputProducer(config)
-    producer.produce([OutgoingMessage("out", b"value", None, None, None)])
+    producer.produce([OutgoingMessage("out", b"value", None, None, None).record()])
     with contextlib.suppress(ProduceError):  # expected: nothing can be delivered
         producer.wait_for_acks()
     producer.close(discard=True)

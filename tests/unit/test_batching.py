@@ -10,7 +10,8 @@ from confluent_kafka import KafkaError
 from confluent_kafka import Message as RawMessage
 
 from kasper_py import BYTES, JSON, ConsumeError, OffsetError, SerdeError
-from kasper_py.batching import Collector, build_batch
+from kasper_py.batching import Collector, build_batch, decode_batch
+from kasper_py.message import TIMESTAMP_CREATE_TIME, Message
 from kasper_py.offsets import OffsetTracker
 
 
@@ -104,6 +105,35 @@ def test_build_batch_groups_partitions_across_topics() -> None:
     assert batch.ranges[("tweets", 0)].last_timestamp == 2000
     assert len(batch) == 4
     assert batch.describe(0) == "followers[0] offsets 1..1, tweets[0] offsets 5..6"
+
+
+def test_build_batch_of_one_input_topic_groups_runs_and_keeps_the_topic() -> None:
+    """With ``only_topic`` (the loop reads one topic) records are grouped per partition
+    as without it, interleaved runs included, and every message carries that topic."""
+    records = [raw("tweets", 0, 5), raw("tweets", 1, 9), raw("tweets", 0, 6),
+               raw("tweets", 1, 10), raw("tweets", 0, 7)]
+    batch = build_batch(records, BYTES, BYTES, only_topic="tweets")
+    assert [(m.topic, m.offset) for m in batch.by_partition[0]] == [
+        ("tweets", 5), ("tweets", 6), ("tweets", 7)]
+    assert [(m.topic, m.offset) for m in batch.by_partition[1]] == [("tweets", 9), ("tweets", 10)]
+    assert batch.next_offsets() == {("tweets", 0): 8, ("tweets", 1): 11}
+    assert batch.by_partition == build_batch(records, BYTES, BYTES).by_partition
+
+
+def test_decode_batch_groups_and_decodes_as_build_batch_does() -> None:
+    """The runners' decoder (messages already read) and the loop's (raw records) give the
+    same batch: grouped per partition across topics, decoded, and the bad one named."""
+    records = [raw("tweets", 0, 5, b"1"), raw("followers", 0, 1, b"2"), raw("tweets", 1, 9, b"3"),
+               raw("tweets", 0, 6, b"4")]
+    read = [Message(r.topic(), r.partition(), r.offset(), r.key(), r.value(), 1000, (),
+                    TIMESTAMP_CREATE_TIME) for r in records]
+    from_records = build_batch(records, BYTES, JSON)
+    from_messages = decode_batch(read, BYTES, JSON)
+    assert from_messages.by_partition == from_records.by_partition
+    assert [m.value for m in from_messages.by_partition[0]] == [1, 4, 2]
+    assert from_messages.ranges == from_records.ranges
+    with pytest.raises(SerdeError, match=r"followers\[0\] offset 1"):
+        decode_batch([read[0], read[1]._replace(value=b"{")], BYTES, JSON)
 
 
 def test_build_batch_decodes_and_names_the_bad_record() -> None:

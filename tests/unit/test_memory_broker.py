@@ -177,7 +177,7 @@ def test_crash_loses_unacked_output_and_kills_the_clients() -> None:
     broker = broker_with_input(4)
     clients = broker.clients(CONFIG)
     broker.faults.crash_at("after_process")
-    clients.producer.produce([OutgoingMessage("out", b"queued")])
+    clients.producer.produce([OutgoingMessage("out", b"queued").record()])
     with pytest.raises(SimulatedCrash):
         clients.on_step("after_process")
     assert broker.read("out") == []

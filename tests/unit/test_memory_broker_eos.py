@@ -288,12 +288,12 @@ def test_transactions_commit_outputs_with_offsets_or_nothing() -> None:
     producer, group = clients.producer, clients.consumer.group_metadata()
     producer.init_transactions()
     producer.begin()
-    producer.produce([OutgoingMessage("out", b"aborted", b"k0")])
+    producer.produce([OutgoingMessage("out", b"aborted", b"k0").record()])
     producer.wait_for_acks()
     producer.abort()
     producer.abort()  # nothing open: does nothing
     producer.begin()
-    producer.produce([OutgoingMessage("out", b"committed", b"k0")])
+    producer.produce([OutgoingMessage("out", b"committed", b"k0").record()])
     producer.wait_for_acks()
     assert broker.read("out") == []
     producer.commit({("in", 0): 3}, "note", group)
@@ -302,7 +302,7 @@ def test_transactions_commit_outputs_with_offsets_or_nothing() -> None:
     assert broker.commits(GROUP) == [("in", 0, 3, "note")]
     assert clients.consumer.notes([("in", 0), ("in", 1)]) == {("in", 0): "note", ("in", 1): None}
     with pytest.raises(ProduceError, match="cannot produce to 'out': Local: Erroneous state"):
-        producer.produce([OutgoingMessage("out", b"outside")])
+        producer.produce([OutgoingMessage("out", b"outside").record()])
     plain = broker.clients(dataclasses.replace(EOS, processing_guarantee="at_least_once"))
     with pytest.raises(CommitError, match="Functionality not configured"):
         plain.producer.init_transactions()
@@ -317,7 +317,7 @@ def test_a_newer_producer_fences_the_older_and_aborts_its_transaction() -> None:
     for clients in (older, other):
         clients.producer.init_transactions()
         clients.producer.begin()
-        clients.producer.produce([OutgoingMessage("out", b"open", b"k0")])
+        clients.producer.produce([OutgoingMessage("out", b"open", b"k0").record()])
         clients.producer.wait_for_acks()
     newer.producer.init_transactions()
 
@@ -327,7 +327,7 @@ def test_a_newer_producer_fences_the_older_and_aborts_its_transaction() -> None:
         older.producer.commit({("in", 0): 1}, None, older.consumer.group_metadata())
     older.producer.abort()
     for call in (older.producer.begin,
-                 lambda: older.producer.produce([OutgoingMessage("out", b"late")])):
+                 lambda: older.producer.produce([OutgoingMessage("out", b"late").record()])):
         with pytest.raises(FencedError, match=fenced):
             call()
     other.producer.commit({("in", 0): 1}, None, other.consumer.group_metadata())
@@ -343,7 +343,7 @@ def test_a_crash_loses_the_open_transaction() -> None:
     crashed = broker.clients(EOS)
     crashed.producer.init_transactions()
     crashed.producer.begin()
-    crashed.producer.produce([OutgoingMessage("out", b"lost", b"k0")])
+    crashed.producer.produce([OutgoingMessage("out", b"lost", b"k0").record()])
     crashed.producer.wait_for_acks()
     broker.faults.crash_at("after_produce")
     with pytest.raises(SimulatedCrash):

@@ -35,7 +35,7 @@ def enqueue(messages: list[OutgoingMessage],
                                      input_topics=["in"]))
     recorder = recorder or RecordingProducer()
     producer._producer = recorder  # the real client stays unused: nothing is sent
-    producer.produce(messages)
+    producer.produce([m.record() for m in messages])
     return recorder.calls
 
 
@@ -130,7 +130,7 @@ def test_a_queue_that_stays_full_fails_the_turn_within_delivery_timeout() -> Non
                                      input_topics=["in"], delivery_timeout=0.3))
     producer._producer = AlwaysFull()
     with pytest.raises(ProduceError, match="producer queue stayed full for 'out'") as info:
-        producer.produce([OutgoingMessage("out", b"v")])
+        producer.produce([OutgoingMessage("out", b"v").record()])
     assert info.value.code == KafkaError._QUEUE_FULL
 
 

@@ -42,7 +42,7 @@ class FakeProducer:
         self.log = log
 
     def produce(self, messages: Iterable[OutgoingRecord]) -> None:
-        self.log.append(("produce", [OutgoingMessage._make(m) for m in messages]))
+        self.log.append(("produce", [OutgoingMessage.of(m) for m in messages]))
 
     def wait_for_acks(self, waiting: Any = None) -> None:
         self.log.append(("acks",))

@@ -21,6 +21,27 @@ def test_buffers_in_order_with_serdes() -> None:
     assert len(sender) == 0
 
 
+def test_records_are_the_producers_arguments_and_read_back_as_sent() -> None:
+    """What the sender hands the producer is produce()'s positional arguments (partition
+    -1 and timestamp 0 when not given, the headers' list last when any), and
+    ``OutgoingMessage.of`` gives back what was sent."""
+    sender = Sender()
+    sender.timestamp = 1_700_000_000_000
+    sender.send("out", b"v", b"k")
+    sender.send("out", None, None, 2, [("h", "x")], timestamp=42)
+    sender.timestamp = None
+    sender.send("out", b"w", headers={})
+    records = sender.drain()
+    assert records == [("out", b"v", b"k", -1, None, None, 1_700_000_000_000),
+                       ("out", None, None, 2, None, None, 42, [("h", b"x")]),
+                       ("out", b"w", None, -1, None, None, 0)]
+    assert [OutgoingMessage.of(r) for r in records] == [
+        OutgoingMessage("out", b"v", b"k", None, None, 1_700_000_000_000),
+        OutgoingMessage("out", None, None, 2, (("h", b"x"),), 42),
+        OutgoingMessage("out", b"w")]
+    assert [OutgoingMessage.of(r).record() for r in records] == records
+
+
 def test_encoding_error_names_the_topic() -> None:
     """A value the serde cannot encode raises SerdeError naming the topic."""
     sender = Sender()

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from kasper_py import Config, Message, MessageProcessor, ProcessorContext, Sender, StoreError
-from kasper_py.message import OutgoingMessage
+from kasper_py.message import OutgoingMessage, OutgoingRecord
 from kasper_py.stores.base import StoreRuntime
 from kasper_py.stores.changelog import changelog_topic, restore_plan
 from kasper_py.stores.rocksdb import LocalDB, RocksDBStore, RocksDBTable
@@ -36,8 +36,8 @@ class FakeProducer:
     def __init__(self) -> None:
         self.messages: list[OutgoingMessage] = []
 
-    def produce(self, messages: list[OutgoingMessage]) -> None:
-        self.messages.extend(messages)
+    def produce(self, messages: list[OutgoingRecord]) -> None:
+        self.messages.extend(map(OutgoingMessage.of, messages))
 
 
 def config(tmp_path: Path, name: str = "wc") -> Config:
