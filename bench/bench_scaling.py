@@ -7,7 +7,10 @@ topic (static assignment: the supervisor splits the partitions evenly) and give 
 rates: launch to exit (start-up and shut-down included), first batch to exit, and
 first to last batch (the processing alone, from the workers' ``kasper.batch`` log lines:
 the messages of the batches logged after the first, over the time between), with
-the start-up (time to the first batch) and shut-down (exit after the last) apart.
+the start-up (time to the first batch) and shut-down (exit after the last) apart. The
+cores busy are sampled through each run: over the whole run, and between the first and
+last batch, where the machine's cores over those one worker keeps busy (its own, its
+client threads', the broker's) bound what two workers can reach on this machine.
 Rebalance rows run worker A alone in group mode on a topic fed
 continuously, then start worker B, and read their JSON logs: the time from B's launch
 to its first batch (join to processing), and the longest gap between A's batches of the
@@ -105,6 +108,41 @@ def cpu_now() -> tuple[float, float, float | None, float]:
     return busy, total, broker_cpu_seconds(), time.monotonic()
 
 
+class CpuSampler:
+    """Samples the machine's and the broker's CPU seconds every 50 ms while a run goes
+    on, so the cores busy can be read for any window of it (the processing alone)."""
+
+    def __init__(self) -> None:
+        self.samples: list[tuple[float, float, float, float | None]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def __enter__(self) -> CpuSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _sample(self) -> None:
+        while not self._stop.is_set():
+            self.samples.append((time.time(), *machine_busy_seconds(), broker_cpu_seconds()))
+            time.sleep(0.05)
+
+    def cores(self, start: float, end: float) -> tuple[float | None, float | None]:
+        """(machine, broker) cores busy between ``start`` and ``end`` (epoch seconds)."""
+        inside = [s for s in self.samples if start <= s[0] <= end]
+        if len(inside) < 2:
+            return None, None
+        (_, busy0, total0, broker0), (_, busy1, total1, broker1) = inside[0], inside[-1]
+        cpus = os.cpu_count() or 1
+        machine = (busy1 - busy0) / (total1 - total0) * cpus
+        broker = (None if broker0 is None or broker1 is None
+                  else (broker1 - broker0) / (inside[-1][0] - inside[0][0]))
+        return machine, broker
+
+
 def throughput_row(kind: str, workers: int, args: Any, folder: Path, source: str) -> dict[str, Any]:
     """One ``--processes N --until-caught-up`` run over the whole source topic."""
     name = f"scale-{kind}-{workers}-{uuid.uuid4().hex[:6]}"
@@ -117,9 +155,10 @@ def throughput_row(kind: str, workers: int, args: Any, folder: Path, source: str
               if kind == "wordcount" else ["scaling_app:passthrough"])
     launched, cpu_before = time.time(), cpu_now()
     children_before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    done = subprocess.run([*kasper(*target, "--config", config, "--processes", str(workers),
-                                   "--until-caught-up")],
-                          env=env, capture_output=True, text=True, check=False)
+    with CpuSampler() as sampler:
+        done = subprocess.run([*kasper(*target, "--config", config, "--processes",
+                                       str(workers), "--until-caught-up")],
+                              env=env, capture_output=True, text=True, check=False)
     elapsed, cpu = time.time() - launched, cpu_split(cpu_before, cpu_now())
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu["worker_cores"] = (children.ru_utime + children.ru_stime - children_before.ru_utime
@@ -131,10 +170,12 @@ def throughput_row(kind: str, workers: int, args: Any, folder: Path, source: str
                      if e["event"] == "kasper.batch")
     first, last = batches[0][0] - launched, batches[-1][0] - launched
     after_first = sum(consumed for at, consumed in batches if at > batches[0][0])
+    window_machine, window_broker = sampler.cores(batches[0][0], batches[-1][0])
     return {"row": f"{kind}-x{workers}", "msgs_per_s": args.messages / elapsed,
             "seconds": elapsed, "to_first_batch_s": first, "after_last_batch_s": elapsed - last,
             "steady_msgs_per_s": args.messages / max(elapsed - first, 1e-9),
-            "processing_msgs_per_s": after_first / max(last - first, 1e-9), **cpu}
+            "processing_msgs_per_s": after_first / max(last - first, 1e-9),
+            "window_machine_cores": window_machine, "window_broker_cores": window_broker, **cpu}
 
 
 def cores(value: float | None) -> str:
@@ -226,8 +267,9 @@ def main() -> None:
                           f" s after the last; first to last batch "
                           f"{row['processing_msgs_per_s']:,.0f} msgs/s); cores busy: machine "
                           f"{row['machine_cores']:.2f} of {os.cpu_count()}, workers "
-                          f"{row['worker_cores']:.2f}, broker {cores(row['broker_cores'])}",
-                          flush=True)
+                          f"{row['worker_cores']:.2f}, broker {cores(row['broker_cores'])}; "
+                          f"first to last batch: machine {cores(row['window_machine_cores'])},"
+                          f" broker {cores(row['window_broker_cores'])}", flush=True)
                     if row["row"] not in best or row["msgs_per_s"] > best[row["row"]]["msgs_per_s"]:
                         best[row["row"]] = row
         rebalance = rebalance_row(args, folder)
@@ -240,6 +282,11 @@ def main() -> None:
         print(f"  {kind:12} launch to exit {two['msgs_per_s'] / one['msgs_per_s']:.2f}, first "
               f"batch to exit {two['steady_msgs_per_s'] / one['steady_msgs_per_s']:.2f}, first "
               f"to last batch {two['processing_msgs_per_s'] / one['processing_msgs_per_s']:.2f}")
+        if one["window_machine_cores"]:
+            # 2 workers cannot beat the machine: its cores over what 1 worker kept busy
+            print(f"  {'':12} bound: {os.cpu_count()} cores / {one['window_machine_cores']:.2f} "
+                  f"busy with 1 worker = {(os.cpu_count() or 1) / one['window_machine_cores']:.2f}"
+                  f" (2 workers kept {cores(two['window_machine_cores'])} busy)")
     print("group mode, a second worker joins a running one:")
     print(f"  join to its first batch: {rebalance['join_to_first_batch_s']:.2f} s")
     print(f"  partitions the first worker kept {rebalance['kept_partitions']}: longest gap "
