@@ -94,23 +94,10 @@ def broker_cpu_seconds() -> float | None:
     return (utime + stime) / os.sysconf("SC_CLK_TCK")
 
 
-def cpu_split(before: tuple[float, float, float | None, float],
-              after: tuple[float, float, float | None, float]) -> dict[str, float | None]:
-    """Cores busy on average over a run: the whole machine, the broker, the workers
-    (``kasper run`` and its children)."""
-    wall = after[3] - before[3]
-    broker = None if before[2] is None or after[2] is None else (after[2] - before[2]) / wall
-    return {"machine_cores": (after[0] - before[0]) / wall, "broker_cores": broker}
-
-
-def cpu_now() -> tuple[float, float, float | None, float]:
-    busy, total = machine_busy_seconds()
-    return busy, total, broker_cpu_seconds(), time.monotonic()
-
-
 class CpuSampler:
-    """Samples the machine's and the broker's CPU seconds every 50 ms while a run goes
-    on, so the cores busy can be read for any window of it (the processing alone)."""
+    """Samples the machine's and the broker's CPU seconds on entry, every 50 ms while a
+    run goes on, and on exit, so the cores busy can be read for the whole run or any
+    window of it (the processing alone)."""
 
     def __init__(self) -> None:
         self.samples: list[tuple[float, float, float, float | None]] = []
@@ -118,20 +105,26 @@ class CpuSampler:
         self._thread = threading.Thread(target=self._sample, daemon=True)
 
     def __enter__(self) -> CpuSampler:
+        self._take()
         self._thread.start()
         return self
 
     def __exit__(self, *_exc: object) -> None:
         self._stop.set()
         self._thread.join()
+        self._take()
+
+    def _take(self) -> None:
+        self.samples.append((time.time(), *machine_busy_seconds(), broker_cpu_seconds()))
 
     def _sample(self) -> None:
-        while not self._stop.is_set():
-            self.samples.append((time.time(), *machine_busy_seconds(), broker_cpu_seconds()))
-            time.sleep(0.05)
+        while not self._stop.wait(0.05):
+            self._take()
 
-    def cores(self, start: float, end: float) -> tuple[float | None, float | None]:
-        """(machine, broker) cores busy between ``start`` and ``end`` (epoch seconds)."""
+    def cores(self, start: float = 0.0, end: float = float("inf")
+              ) -> tuple[float | None, float | None]:
+        """(machine, broker) cores busy between ``start`` and ``end`` (epoch seconds;
+        by default the whole run)."""
         inside = [s for s in self.samples if start <= s[0] <= end]
         if len(inside) < 2:
             return None, None
@@ -153,16 +146,18 @@ def throughput_row(kind: str, workers: int, args: Any, folder: Path, source: str
     config = write_config(folder, name, source, args.batch_size, **serdes)
     target = (["scaling_app:word_count", "--stores", "scaling_app:tables"]
               if kind == "wordcount" else ["scaling_app:passthrough"])
-    launched, cpu_before = time.time(), cpu_now()
+    launched = time.time()
     children_before = resource.getrusage(resource.RUSAGE_CHILDREN)
     with CpuSampler() as sampler:
         done = subprocess.run([*kasper(*target, "--config", config, "--processes",
                                        str(workers), "--until-caught-up")],
                               env=env, capture_output=True, text=True, check=False)
-    elapsed, cpu = time.time() - launched, cpu_split(cpu_before, cpu_now())
+    elapsed = time.time() - launched
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu["worker_cores"] = (children.ru_utime + children.ru_stime - children_before.ru_utime
-                           - children_before.ru_stime) / elapsed
+    machine, broker = sampler.cores()
+    cpu = {"machine_cores": machine, "broker_cores": broker,
+           "worker_cores": (children.ru_utime + children.ru_stime - children_before.ru_utime
+                            - children_before.ru_stime) / elapsed}
     delete_topics(args.bootstrap, [output])
     if done.returncode != 0:
         raise SystemExit(f"{kind} x{workers} failed:\n{done.stderr[-3000:]}")
@@ -266,7 +261,7 @@ def main() -> None:
                           f"{row['to_first_batch_s']:.2f} s, exit {row['after_last_batch_s']:.2f}"
                           f" s after the last; first to last batch "
                           f"{row['processing_msgs_per_s']:,.0f} msgs/s); cores busy: machine "
-                          f"{row['machine_cores']:.2f} of {os.cpu_count()}, workers "
+                          f"{cores(row['machine_cores'])} of {os.cpu_count()}, workers "
                           f"{row['worker_cores']:.2f}, broker {cores(row['broker_cores'])}; "
                           f"first to last batch: machine {cores(row['window_machine_cores'])},"
                           f" broker {cores(row['window_broker_cores'])}", flush=True)

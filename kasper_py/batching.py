@@ -272,7 +272,7 @@ def _decoded(by_tp: dict[TopicPartitionKey, list[Message]], key_serde: Serde,
     decoded: dict[TopicPartitionKey, list[Message]] = {}
     aside: list[Undecodable] = []
     for (topic, partition), run in by_tp.items():
-        messages = decoded[(topic, partition)] = []
+        messages = []
         for read in run:
             try:
                 messages.append(new(Message, (topic, partition, read[2], decode_key(read[3]),
@@ -282,8 +282,8 @@ def _decoded(by_tp: dict[TopicPartitionKey, list[Message]], key_serde: Serde,
                 if not set_aside:
                     raise undecodable_error(topic, partition, read[2], exc) from exc
                 aside.append(Undecodable(*read, error=str(exc)))
-        if not messages:
-            del decoded[(topic, partition)]
+        if messages:
+            decoded[(topic, partition)] = messages
     batch = _group(decoded, aside)
     if keep_read:
         batch.read = by_tp

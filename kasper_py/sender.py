@@ -75,12 +75,10 @@ class Sender:
             raise ValueError(f"send() timestamp must be a non-negative int of milliseconds, "
                              f"got {timestamp!r}")
         # the producer's arguments by position (see OutgoingRecord)
-        if headers is None:
-            self._buffer.append((topic, value, key, partition, None, None, timestamp))
-        else:
-            pairs = _headers(headers)
-            self._buffer.append((topic, value, key, partition, None, None, timestamp, pairs)
-                                if pairs else (topic, value, key, partition, None, None, timestamp))
+        record: OutgoingRecord = (topic, value, key, partition, None, None, timestamp)
+        if headers is not None and (pairs := _headers(headers)):
+            record = (*record, pairs)
+        self._buffer.append(record)
 
     @staticmethod
     def _encode(serde: Serde, topic: str, value: Any) -> bytes | None:

@@ -137,10 +137,10 @@ class TopicProcessor:
                             else min(_AHEAD_STEP, config.max_latency / 50))
         self._resize()
         self._ahead: Batch | KasperError | None = None
-        topics = config.input_topics
-        self._only_topic = topics[0] if len(topics) == 1 else None
         """The next batch, read (or failed to read) while the last turn's acks were
         outstanding."""
+        topics = config.input_topics
+        self._only_topic = topics[0] if len(topics) == 1 else None
         self._closing = threading.Event()
         self._stopped = threading.Event()
         self._loop_thread: int | None = None
