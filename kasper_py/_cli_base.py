@@ -43,10 +43,11 @@ ExitCodes = Sequence[tuple[type[BaseException], int]]
 ENV_PREFIX = "KASPER_"
 _OVERRIDE_ENV = {"CLIENT": "client_overrides", "CONSUMER": "consumer_overrides",
                  "PRODUCER": "producer_overrides"}
-_INT_FIELDS = {"batch_size", "metrics_port", "dead_letter_max_per_turn",
+_INT_FIELDS = {"batch_size", "metrics_port", "query_port", "dead_letter_max_per_turn",
                "dead_letter_max_per_minute"}
 _FLOAT_FIELDS = {"batch_wait", "delivery_timeout", "dead_letter_max_ratio", "max_latency"}
-_NULLABLE = {"metrics_port", "input_partitions", "group_id", "dead_letter_topic",
+_NULLABLE = {"metrics_port", "query_port", "query_token", "query_tls_cert", "query_tls_key",
+             "query_endpoint", "input_partitions", "group_id", "dead_letter_topic",
              "timestamp_extractor", "dead_letter_max_per_turn", "dead_letter_max_per_minute",
              "dead_letter_max_ratio", "max_latency"}
 _FIELDS = {f.name: f for f in dataclasses.fields(Config)}
@@ -104,6 +105,10 @@ CONFIG_FLAGS: dict[str, tuple[Callable[[str], Any], str]] = {
     "max_latency": (float, "seconds of end-to-end latency to size batches for (batch-size "
                            "is then the largest batch)"),
     "metrics_port": (int, "serve /metrics and /health on this port"),
+    "query_port": (int, "serve the tables and views (/tables) on this port, apart from "
+                        "the metrics (default: not served)"),
+    "query_host": (str, "the address the query server binds (default: 127.0.0.1; beyond "
+                        "loopback set query_token, from TOML or KASPER_QUERY_TOKEN)"),
     "processing_guarantee": (str, "at_least_once (default) or exactly_once"),
     "assignment": (str, "static (default: input_partitions) or group (join the consumer "
                         "group; processes come and go)"),

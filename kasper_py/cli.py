@@ -280,6 +280,9 @@ def _supervise(config: Config, args: argparse.Namespace) -> int:
             sets = list(split_partitions(owned, args.processes))
         except ValueError as exc:
             raise CliError(EXIT_USAGE, str(exc)) from None
+    if config.query_endpoint is not None and args.processes > 1:
+        raise CliError(EXIT_USAGE, "query_endpoint names one instance, but --processes runs "
+                       f"{args.processes}: leave it unset, and each worker announces its own")
     port = config.metrics_port
     workers = []
     for index, partitions in enumerate(sets):
@@ -289,6 +292,8 @@ def _supervise(config: Config, args: argparse.Namespace) -> int:
         worker_port = None if port is None else port + 1 + index
         if worker_port is not None:
             command += ["--metrics-port", str(worker_port)]
+        if config.query_port is not None:  # 0 stays 0: any free port, announced in notes
+            command += ["--query-port", str(config.query_port and config.query_port + index)]
         workers.append(WorkerSpec(index, command, worker_port))
     _log.info("kasper.supervising", processor=config.name, workers=len(workers),
               assignment=config.assignment,

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Literal
 
-from kasper_py._secrets import masked_settings, remember_secrets
+from kasper_py._secrets import MASK, masked_settings, remember_secrets
 from kasper_py.exceptions import ConfigError
 from kasper_py.serdes import Serde, serde_for
 
@@ -29,6 +29,7 @@ _PROCESS_POLICIES = ("fail", "dead_letter")
 _GUARANTEES = ("at_least_once", "exactly_once")
 _GROUP_TRANSACTION_TIMEOUT_MS = 10_000
 _ENDPOINT = re.compile(r"^https?://[^\s/]+/?$")
+_MIN_TOKEN = 16
 _FUNCTION_NAME = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")  # module:function
 # librdkafka keys (aliases included) that a Config field decides: an override naming
 # one is refused, so a setting is never silently replaced or dropped.
@@ -74,6 +75,12 @@ def _group_protocol(protocol: str, topics: int) -> dict[str, ClientValue]:
         return {"group.protocol": "classic", "partition.assignment.strategy":
                 "cooperative-sticky" if topics == 1 else "range"}
     return {"group.protocol": "consumer", "group.remote.assignor": "range"}
+
+
+def _check_port(name: str, port: Any) -> None:
+    if port is not None and (isinstance(port, bool) or not isinstance(port, int)
+                             or not 0 <= port <= 65535):
+        raise ConfigError(name, f"must be a port 0..65535 or None, got {port!r}")
 
 
 @dataclass(frozen=True, repr=False)
@@ -127,17 +134,36 @@ class Config:
     state_dir: str = "kasper-state"
     """Folder under which local RocksDB tables keep one database per partition."""
     metrics_port: int | None = None
-    """Port serving ``/metrics``, ``/health`` and the table queries (``/tables``, views);
-    ``None`` disables the exporter and the HTTP queries."""
-    query_partitioner: Literal["crc32", "murmur2"] = "crc32"
+    """Port serving ``/metrics`` and ``/health`` (on every interface unless the CLI's
+    ``--metrics-host`` says otherwise); ``None`` disables the exporter."""
+    query_port: int | None = None
+    """Port serving the tables and views (``/tables``, your views) to ``QueryClient``,
+    ``kasper query`` and other instances' redirects; ``None`` (the default) serves
+    them over no HTTP at all (``TopicProcessor.tables`` still reads them in-process).
+    A server of its own, apart from the metrics: state is not public by default."""
+    query_host: str = "127.0.0.1"
+    """The address the query server binds: loopback unless you choose another (an
+    interface's address, or ``0.0.0.0`` for all), so the application's state is never
+    open to the network by accident. Beyond loopback, set ``query_token`` (and TLS)."""
+    query_token: str | None = None
+    """A secret: when set, every request to the query server must carry
+    ``Authorization: Bearer <token>`` (compared in constant time), else 401. Give every
+    instance of a processor the same token; masked in ``repr``, logs and errors."""
+    query_tls_cert: str | None = None
+    """PEM certificate (chain) file: serve the queries over HTTPS; needs
+    ``query_tls_key``."""
+    query_tls_key: str | None = None
+    """PEM private key file of ``query_tls_cert``."""
+    query_partitioner: Literal["crc32", "murmur2"] = "murmur2"
     """How the producers of the input topics partition by key, so a query finds the
-    partition (and the instance) holding a key: ``crc32`` is librdkafka's default
-    ``consistent_random`` (confluent-kafka, kasper_py's own output, Go, .NET);
-    ``murmur2`` the Java client's default (Kafka Streams, Connect, Spring; librdkafka
-    with ``partitioner=murmur2_random``)."""
+    partition (and the instance) holding a key: ``murmur2`` (the default) is what
+    kasper_py's own producer writes with (``partitioner=murmur2_random``), and the Java
+    client's default (Kafka Streams, Connect, Spring); ``crc32`` is librdkafka's default
+    ``consistent_random`` (a plain confluent-kafka, Go or .NET producer)."""
     query_endpoint: str | None = None
     """The URL other instances redirect key queries to, announced in the commit note;
-    defaults to ``http://<hostname>:<metrics port>``."""
+    defaults to ``http(s)://<query_host>:<query port>`` (the hostname when
+    ``query_host`` is a wildcard such as ``0.0.0.0``)."""
     on_decode_error: Literal["fail", "skip", "dead_letter"] = "fail"
     """An input message whose key or value does not decode: ``fail`` stops the loop
     uncommitted; ``skip`` leaves it out of ``process()`` (logged, counted, committed);
@@ -201,13 +227,30 @@ class Config:
             raise ConfigError("group_id", f"must be a non-empty string, got {self.group_id!r}")
         if not isinstance(self.state_dir, str) or not self.state_dir:
             raise ConfigError("state_dir", "must be a non-empty path")
-        port = self.metrics_port
-        if port is not None and (isinstance(port, bool) or not isinstance(port, int)
-                                 or not 0 <= port <= 65535):
-            raise ConfigError("metrics_port", f"must be a port 0..65535 or None, got {port!r}")
+        _check_port("metrics_port", self.metrics_port)
         self._check_queries()
 
     def _check_queries(self) -> None:
+        _check_port("query_port", self.query_port)
+        if self.query_port is not None and self.query_port != 0 \
+                and self.query_port == self.metrics_port:
+            raise ConfigError("query_port", f"{self.query_port} is the metrics port too: the "
+                              "tables are served apart from the metrics; choose another")
+        if not isinstance(self.query_host, str) or not self.query_host.strip():
+            raise ConfigError("query_host", f"must be an address to bind, got {self.query_host!r}")
+        token = self.query_token
+        if token is not None:
+            if not isinstance(token, str) or len(token) < _MIN_TOKEN or token != token.strip():
+                raise ConfigError("query_token", f"must be a string of at least {_MIN_TOKEN} "
+                                  "characters without surrounding spaces (a random secret)")
+            remember_secrets({"query_token": token})
+        tls = {"query_tls_cert": self.query_tls_cert, "query_tls_key": self.query_tls_key}
+        for name, path in tls.items():
+            if path is not None and not (isinstance(path, str) and path):
+                raise ConfigError(name, f"must be a PEM file path or None, got {path!r}")
+        if (self.query_tls_cert is None) != (self.query_tls_key is None):
+            missing = next(name for name, path in tls.items() if path is None)
+            raise ConfigError(missing, "is needed too: TLS takes a certificate and its key")
         if self.query_partitioner not in ("crc32", "murmur2"):
             raise ConfigError("query_partitioner", "must be 'crc32' (librdkafka's default) or "
                               f"'murmur2' (the Java client's), got {self.query_partitioner!r}")
@@ -399,6 +442,11 @@ class Config:
         return self.group_id or self.name
 
     @property
+    def query_scheme(self) -> str:
+        """``https`` when the query server has a TLS certificate, else ``http``."""
+        return "https" if self.query_tls_cert else "http"
+
+    @property
     def key_decoder(self) -> Serde:
         """The key serde, resolved (``key_serde`` may be given as a name)."""
         return serde_for(self.key_serde)
@@ -485,6 +533,8 @@ class Config:
             value = getattr(self, f.name)
             if f.name.endswith("_overrides"):
                 value = masked_settings(value)
+            elif f.name == "query_token" and value is not None:
+                value = MASK
             elif isinstance(value, Serde):
                 value = value.name
             parts.append(f"{f.name}={value!r}")

@@ -17,6 +17,7 @@
     ├── RestoreError         a changelog restore did not complete
     ├── QueryError           a query was not answered (``status``: its HTTP status)
     │   ├── BadQueryError          400: a bad key or parameter, or a scan the store can't do
+    │   ├── UnauthorizedError      401: no bearer token, or the wrong one
     │   ├── NotFoundError          404: nothing there
     │   │   ├── UnknownTableError      no queryable table of that name
     │   │   └── KeyNotFoundError       no value for the key
@@ -58,6 +59,7 @@ __all__ = [
     "StoreUnavailableError",
     "StreamError",
     "TopicError",
+    "UnauthorizedError",
     "UnknownTableError",
 ]
 
@@ -193,6 +195,13 @@ class BadQueryError(QueryError):
     the table's backend cannot do (the message says why)."""
 
     status = 400
+
+
+class UnauthorizedError(QueryError):
+    """The query server asks for a bearer token (``Config.query_token``) and the request
+    carried none, or another one."""
+
+    status = 401
 
 
 class NotFoundError(QueryError):

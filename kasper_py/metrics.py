@@ -16,11 +16,10 @@ import time
 import weakref
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from http.server import ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 
 from kasper_py import exceptions
-from kasper_py._http import App, QuietHandler
+from kasper_py._http import App, HttpServer, Request, Response
 from kasper_py.observe import STEPS, LoopObserver, NoopObserver, StoreObserver, TurnStats
 
 if TYPE_CHECKING:
@@ -140,6 +139,10 @@ class _Collectors:
             "client_log_messages", "Log lines of the Kafka clients (librdkafka), by the "
             "level they are logged at; repeats held back from the log count too.",
             ["processor", "client", "level"], **common)
+        self.query_rejected = prom.Counter(
+            "query_requests_rejected", "Requests to the query server (tables, views) "
+            "refused with 401, by reason: missing (no bearer token) or wrong (another).",
+            ["processor", "reason"], **common)
         self._add_store_collectors(prom, common)
         self._initialize()
 
@@ -179,6 +182,8 @@ class _Collectors:
             self.step_seconds.labels(self.processor, step)
         for result in ("committed", "aborted"):
             self.transactions.labels(self.processor, result)
+        for reason in ("missing", "wrong"):
+            self.query_rejected.labels(self.processor, reason)
         self.transaction_seconds.labels(self.processor)
         for client in ("consumer", "producer"):
             for level in ("error", "warning"):
@@ -407,6 +412,10 @@ class PrometheusObserver(LoopObserver, StoreObserver):
         with self._lock:
             self._stopped = True
 
+    def on_query_rejected(self, reason: str) -> None:
+        """Count a query request refused with 401 (``missing`` or ``wrong`` token)."""
+        self.collectors.query_rejected.labels(self.processor, reason).inc()
+
     def store_observer(self) -> StoreObserver:
         """This observer: the loop's stores report to its collectors."""
         return self
@@ -475,60 +484,33 @@ class PrometheusObserver(LoopObserver, StoreObserver):
             self._server = None
 
 
-class MetricsServer:
-    """A background HTTP server: ``/metrics``, ``/health/live``, ``/health/ready``, and
-    the paths of the apps mounted on it (the loop's table queries and views)."""
+class MetricsServer(HttpServer):
+    """A background HTTP server: ``/metrics``, ``/health/live`` and ``/health/ready``.
+    The tables and views are not served here but on their own server
+    (``Config.query_port``, loopback by default): metrics are public by convention,
+    the application's state is not."""
 
     def __init__(self, observer: PrometheusObserver, host: str, port: int) -> None:
-        self.apps: list[App] = []
-        self._httpd = ThreadingHTTPServer((host, port), _handler_for(observer, self.apps))
-        self._httpd.daemon_threads = True
-        self._thread = threading.Thread(target=self._httpd.serve_forever,
-                                        name="kasper-metrics", daemon=True)
-        self._thread.start()
-
-    def mount(self, app: App) -> None:
-        """Answer the paths ``app`` knows (it returns ``None`` for the others)."""
-        self.apps.append(app)
-
-    def unmount(self, app: App) -> None:
-        """Stop answering with ``app``."""
-        if app in self.apps:
-            self.apps.remove(app)
-
-    @property
-    def port(self) -> int:
-        """The port actually bound (useful when asked for port 0)."""
-        return int(self._httpd.server_address[1])
-
-    def close(self) -> None:
-        """Stop the server and release the port."""
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        self._thread.join(5)
+        super().__init__(host, port, name="metrics", apps=[_metrics_app(observer)],
+                         paths=["/metrics", "/health/live", "/health/ready"])
 
 
-def _handler_for(observer: PrometheusObserver, apps: list[App]) -> type[QuietHandler]:
+def _metrics_app(observer: PrometheusObserver) -> App:
     from prometheus_client import (  # noqa: PLC0415 - optional extra
         CONTENT_TYPE_LATEST,
         generate_latest,
     )
 
-    class Handler(QuietHandler):
-        """Routes the three paths, then the mounted apps'; anything else is 404."""
+    def answer(request: Request) -> Response | None:
+        if request.path == "/metrics":
+            return Response(generate_latest(observer.registry), content_type=CONTENT_TYPE_LATEST)
+        if request.path in ("/health/live", "/health/ready"):
+            live = request.path.endswith("live")
+            report = observer.liveness() if live else observer.readiness()
+            return Response(report.body(), 200 if report.ok else 503, "application/json")
+        return None
 
-        def do_GET(self) -> None:  # noqa: N802 - the name http.server calls
-            path = self.path.split("?", 1)[0]
-            if path == "/metrics":
-                self._send(200, CONTENT_TYPE_LATEST, generate_latest(observer.registry))
-            elif path in ("/health/live", "/health/ready"):
-                report = observer.liveness() if path.endswith("live") else observer.readiness()
-                self._send(200 if report.ok else 503, "application/json", report.body())
-            elif not any(self._answer(app) for app in list(apps)):
-                self._send(404, "text/plain", b"try /metrics, /health/live, /health/ready"
-                           + (b", /tables" if apps else b"") + b"\n")
-
-    return Handler
+    return answer
 
 
 def observer_for(config: Config, host: str = "0.0.0.0") -> LoopObserver:

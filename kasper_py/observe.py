@@ -137,6 +137,10 @@ class LoopObserver(Protocol):
     def on_stop(self) -> None:
         """The loop has stopped."""
 
+    def on_query_rejected(self, reason: str) -> None:
+        """The query server refused a request with 401: ``missing`` (no bearer token) or
+        ``wrong`` (another token)."""
+
     def store_observer(self) -> StoreObserver:
         """Where the loop's stores report; handed to each store when it is opened."""
         return NOOP_STORE_OBSERVER
@@ -161,6 +165,9 @@ class NoopObserver:
         pass
 
     def on_stop(self) -> None:
+        pass
+
+    def on_query_rejected(self, reason: str) -> None:
         pass
 
     def store_observer(self) -> StoreObserver:
@@ -191,6 +198,9 @@ class _WithStoreObserver:
 
     def on_stop(self) -> None:
         self._loop.on_stop()
+
+    def on_query_rejected(self, reason: str) -> None:
+        self._loop.on_query_rejected(reason)
 
     def store_observer(self) -> StoreObserver:
         return self._stores

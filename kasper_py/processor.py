@@ -123,7 +123,19 @@ class MessageProcessor(ABC):
     """Processes the batches of one partition number, across every input topic.
 
     One instance exists per partition, so plain attributes are per-partition state.
+    The class is its own factory: the loop calls it with the partition's
+    ``ProcessorContext``, which the base keeps as ``self.context``, so a processor
+    that needs nothing at start defines ``process`` alone. One that defines
+    ``__init__(self, context)`` takes its stores and timers there (calling
+    ``super().__init__(context)`` keeps ``self.context`` too).
     """
+
+    context: ProcessorContext
+    """The partition's ``ProcessorContext``: its partition, config, stores and time."""
+
+    def __init__(self, context: ProcessorContext | None = None) -> None:
+        if context is not None:
+            self.context = context
 
     @abstractmethod
     def process(self, messages: list[Message], sender: Sender) -> None:

@@ -23,7 +23,6 @@ unless forced; with exactly-once, a loop on the same partition set is fenced ins
 from __future__ import annotations
 
 import signal
-import socket
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -60,6 +59,7 @@ from kasper_py.producer import OutputProducer
 from kasper_py.query._locate import Locator
 from kasper_py.query._tables import Tables
 from kasper_py.query._web import QueryApp, View
+from kasper_py.query.server import QueryServer
 from kasper_py.stores.base import KeyValueStore, Scan, StoreRuntime, StoreSpec
 from kasper_py.time import Task
 from kasper_py.topics import owned_partitions
@@ -150,7 +150,7 @@ class TopicProcessor:
         self._last_commit = time.monotonic()
         self._started_at = time.time()
         self._endpoint: str | None = None
-        self._query_app: QueryApp | None = None
+        self._query_server: QueryServer | None = None
         self.tables = self._serve_queries(views or {}, locate=real_clients)
         """The tables' committed state, for queries from any thread (``kasper_py.query``)."""
 
@@ -295,20 +295,19 @@ class TopicProcessor:
         return self._endpoint
 
     def _serve_queries(self, views: Mapping[str, View], *, locate: bool) -> Tables:
-        """The tables; mounted with ``views`` on the observer's HTTP server, if any. With
-        ``locate`` (real Kafka clients) they find other instances from commit notes."""
-        server = getattr(self._observer, "server", None)
-        if server is None:
+        """The tables; served with ``views`` on a query server of their own when
+        ``config.query_port`` is set. With ``locate`` (real Kafka clients) they find
+        other instances from commit notes."""
+        if self.config.query_port is None:
             if views:
-                raise ValueError("views are served on the metrics server: set "
-                                 "Config.metrics_port (or pass a serving observer)")
+                raise ValueError("views are served on the query server: set "
+                                 "Config.query_port")
             return Tables(self.config, self._store_specs, self._open_stores)
-        self._endpoint = (self.config.query_endpoint
-                          or f"http://{socket.gethostname()}:{server.port}")
-        locator = Locator(self.config, self._endpoint) if locate else None
+        server = QueryServer(self.config, self._observer.on_query_rejected)
+        self._query_server, self._endpoint = server, server.endpoint
+        locator = Locator(self.config, server.endpoint) if locate else None
         tables = Tables(self.config, self._store_specs, self._open_stores, locator)
-        self._query_app = QueryApp(tables, views, self._endpoint)
-        server.mount(self._query_app)
+        server.mount(QueryApp(tables, views, server.endpoint))
         return tables
 
     def _open_stores(self) -> dict[int, dict[str, KeyValueStore]]:
@@ -737,9 +736,8 @@ class TopicProcessor:
         if kafka_ok and self._started:
             self._note_stopped()
         steps: list[Any] = []
-        server, app = getattr(self._observer, "server", None), self._query_app
-        if server is not None and app is not None:
-            steps.append(lambda: server.unmount(app))  # before the stores close
+        if self._query_server is not None:
+            steps.append(self._query_server.close)  # before the stores close
         steps += self._engine.close_steps()
         steps += [spec.close for spec in self._store_specs]
         steps += [lambda: self._producer.close(discard=not kafka_ok), self._consumer.close,

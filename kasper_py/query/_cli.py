@@ -7,29 +7,45 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from kasper_py._cli_base import EXIT_FAILED, EXIT_OK, EXIT_USAGE, print_error
-from kasper_py.exceptions import NotFoundError, QueryError
+from kasper_py._cli_base import (
+    ENV_PREFIX,
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_REFUSED,
+    EXIT_USAGE,
+    print_error,
+)
+from kasper_py.exceptions import NotFoundError, QueryError, UnauthorizedError
 from kasper_py.query.client import QueryClient
 
 __all__ = ["main"]
 
 _PROG = "kasper query"
+_TOKEN_ENV = f"{ENV_PREFIX}QUERY_TOKEN"
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog=_PROG, description="Read a running processor's tables (its metrics server "
-        "serves them). With KEY: its value (a windowed table: its windows). Without: "
-        "every pair, page by page.",
-        epilog="Exit codes: 0 found, 1 not found, 2 usage or bad query, 3 no instance "
-               "answered.")
+        prog=_PROG, description="Read a running processor's tables (its query server, "
+        "Config.query_port, serves them). With KEY: its value (a windowed table: its "
+        "windows). Without: every pair, page by page.",
+        epilog=f"The bearer token (Config.query_token) comes from {_TOKEN_ENV} or "
+               "--token-file, never from the command line, where other users could read "
+               "it. Exit codes: 0 found, 1 not found, 2 usage or bad query, 3 no instance "
+               "answered, 5 refused (no token, or the wrong one).")
     parser.add_argument("--url", action="append", required=True, metavar="URL",
-                        help="an instance's query endpoint, e.g. http://host:9100 "
+                        help="an instance's query endpoint, e.g. http://127.0.0.1:9200 "
                              "(repeat: the first that answers is asked)")
+    parser.add_argument("--token-file", metavar="FILE",
+                        help=f"a file holding the bearer token (default: ${_TOKEN_ENV})")
+    parser.add_argument("--cafile", metavar="PEM",
+                        help="HTTPS: the CA (or self-signed) certificate the servers' "
+                             "certificates are checked against (default: the system's)")
     parser.add_argument("table", nargs="?", help="the table; none lists the tables")
     parser.add_argument("key", nargs="?", help="the key, as the processor sees it (with "
                         "a json key serde: JSON text, e.g. 42 or '\"alice\"')")
@@ -47,17 +63,18 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str]) -> int:
+def main(argv: Sequence[str], env: Mapping[str, str] = os.environ) -> int:
     """Run ``kasper query``; returns the exit code."""
     args = _parser().parse_args(argv)
     if args.limit is not None and args.limit < 1:
         print_error(_PROG, f"--limit must be at least 1, got {args.limit}")
         return EXIT_USAGE
     try:
-        client = QueryClient(args.url)
+        token = _token(args.token_file, env)
+        client = QueryClient(args.url, token=token, ca_file=args.cafile)
         for line in _answer(client, args):
             print(json.dumps(line, default=repr))
-    except ValueError as exc:  # a bad --url
+    except (ValueError, OSError) as exc:  # a bad --url, token file or CA file
         print_error(_PROG, str(exc))
         return EXIT_USAGE
     except QueryError as exc:
@@ -99,7 +116,23 @@ def _describe(client: QueryClient, table: str) -> dict[str, Any]:
     return {}
 
 
+def _token(path: str | None, env: Mapping[str, str]) -> str | None:
+    """The bearer token: the first line of ``--token-file``, else the environment's."""
+    if path is None:
+        return env.get(_TOKEN_ENV) or None
+    try:
+        with open(path, encoding="utf-8") as file:
+            token = file.readline().strip()
+    except OSError as exc:
+        raise ValueError(f"--token-file {path!r}: {exc.strerror or exc}") from None
+    if not token:
+        raise ValueError(f"--token-file {path!r} holds no token")
+    return token
+
+
 def _exit_code(exc: QueryError) -> int:
+    if isinstance(exc, UnauthorizedError):
+        return EXIT_REFUSED
     if isinstance(exc, NotFoundError):
         return EXIT_FAILED
     return EXIT_USAGE if exc.status == 400 else 3

@@ -1,5 +1,5 @@
-"""The HTTP face of ``Tables``, mounted on the loop's metrics server, and the user's
-views. Routes (GET only)::
+"""The HTTP face of ``Tables``, mounted on the loop's query server (``server.py``), and
+the user's views. Routes (GET only)::
 
     /tables                          the tables, their kinds and the partitions held here
     /tables/{name}?prefix=&from=&to=&limit=&cursor=&partition=   one page of a scan
@@ -9,7 +9,8 @@ views. Routes (GET only)::
 
 A key held by another instance answers 307 to the same path there (421 with a JSON
 body naming the partition when no instance announced it); errors answer JSON
-``{"error": <type>, "message": ...}`` with the status of their ``QueryError``.
+``{"error": <type>, "status": ..., "message": ...}`` with the status of their
+``QueryError``.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from urllib.parse import unquote_to_bytes, urlsplit
 
 import structlog
 
-from kasper_py._http import Request, Response
+from kasper_py._http import Request, Response, error_response
 from kasper_py.exceptions import BadQueryError, KasperError, NotHereError, QueryError
 from kasper_py.query._tables import Tables
 from kasper_py.stores.base import Scan
@@ -62,7 +63,8 @@ class QueryApp:
             return None
         try:
             if request.method != "GET":
-                return _error(405, "MethodNotAllowed", "queries and views answer GET only")
+                return error_response(405, "queries and views answer GET only",
+                                      headers={"Allow": "GET"})
             return self._view(view, request) if view else self._route(request, segments)
         except NotHereError as exc:
             return self._elsewhere(exc, request)
@@ -107,15 +109,15 @@ class QueryApp:
         return answer if isinstance(answer, Response) else Response(answer)
 
     def _elsewhere(self, exc: NotHereError, request: Request) -> Response:
-        body = {"error": type(exc).__name__, "message": str(exc), "partition": exc.partition,
-                "endpoint": exc.endpoint}
+        body = {"error": type(exc).__name__, "status": 421, "message": str(exc),
+                "partition": exc.partition, "endpoint": exc.endpoint}
         if exc.endpoint is None or exc.endpoint == self.endpoint:
             return Response(body, status=421)
         return Response(body, status=307, headers={"Location": exc.endpoint + request.target})
 
 
 def _error(status: int, kind: str, message: str) -> Response:
-    return Response({"error": kind, "message": message}, status=status)
+    return error_response(status, message, kind)
 
 
 def _int_param(request: Request, name: str, default: int | None = None) -> int | None:

@@ -1,15 +1,17 @@
-"""``QueryClient``: reads a running processor's tables over HTTP from another process.
-The standard library's ``urllib`` serves (GET, JSON, redirects), so the client adds no
-dependency; it follows an instance's 307 to the one holding the key.
+"""``QueryClient``: reads a running processor's tables over HTTP(S) from another process.
+The standard library's ``urllib`` serves (GET, JSON, redirects, TLS), so the client adds
+no dependency; it follows an instance's 307 to the one holding the key, with its bearer
+token, but never from HTTPS down to HTTP.
 """
 
 from __future__ import annotations
 
 import json
+import ssl
 import urllib.error
 import urllib.request
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import IO, Any
 from urllib.parse import quote, urlencode
 
 from kasper_py.exceptions import (
@@ -19,6 +21,7 @@ from kasper_py.exceptions import (
     NotHereError,
     QueryError,
     QueryUnavailableError,
+    UnauthorizedError,
     UnknownTableError,
 )
 from kasper_py.serdes import Serde, serde_for
@@ -28,8 +31,8 @@ __all__ = ["QueryClient"]
 _ERRORS: dict[str, type[QueryError]] = {
     cls.__name__: cls for cls in (BadQueryError, KeyNotFoundError, UnknownTableError,
                                   NotFoundError, QueryUnavailableError)}
-_BY_STATUS: dict[int, type[QueryError]] = {400: BadQueryError, 404: NotFoundError,
-                                           503: QueryUnavailableError}
+_BY_STATUS: dict[int, type[QueryError]] = {400: BadQueryError, 401: UnauthorizedError,
+                                           404: NotFoundError, 503: QueryUnavailableError}
 
 
 class QueryClient:
@@ -40,18 +43,35 @@ class QueryClient:
     ``/tables`` names), so pass them as the processor's code sees them: ``"alice"``,
     ``42``. Errors are ``QueryError`` subclasses: ``KeyNotFoundError`` and
     ``UnknownTableError`` (404), ``BadQueryError`` (400), ``NotHereError`` (421: no
-    instance announced the key's partition), ``QueryUnavailableError`` (503, or no
-    instance reachable).
+    instance announced the key's partition), ``UnauthorizedError`` (401: no token or
+    the wrong one), ``QueryUnavailableError`` (503, or no instance reachable).
+
+    ``token`` is sent as ``Authorization: Bearer <token>`` (``Config.query_token`` of
+    the processor). For HTTPS, ``ca_file`` names the PEM file of the CA (or the
+    self-signed certificate) that signed the servers' certificates; ``ssl_context``
+    replaces the whole TLS setup; by default the system's CAs are trusted.
     """
 
-    def __init__(self, url: str | Sequence[str], *, timeout: float = 10.0) -> None:
+    def __init__(self, url: str | Sequence[str], *, timeout: float = 10.0,
+                 token: str | None = None, ca_file: str | None = None,
+                 ssl_context: ssl.SSLContext | None = None) -> None:
         urls = [url] if isinstance(url, str) else list(url)
         if not urls or not all(isinstance(u, str) and u.startswith(("http://", "https://"))
                                for u in urls):
             raise ValueError(f"url must be an http(s) URL or a list of them, got {url!r}")
         self.urls = [u.rstrip("/") for u in urls]
         self.timeout = timeout
+        self._headers = {"Accept": "application/json"}
+        if token:
+            self._headers["Authorization"] = f"Bearer {token}"
+        context = ssl_context or ssl.create_default_context(cafile=ca_file)
+        self._opener = urllib.request.build_opener(
+            urllib.request.HTTPSHandler(context=context), _NoDowngrade())
         self._serdes: dict[str, Serde] = {}
+
+    def __repr__(self) -> str:
+        token = ", token='***'" if "Authorization" in self._headers else ""
+        return f"QueryClient({self.urls!r}{token})"
 
     def tables(self) -> list[dict[str, Any]]:
         """What ``GET /tables`` lists: name, backend, kind, serdes, partitions held."""
@@ -119,14 +139,28 @@ class QueryClient:
     def _get(self, path: str) -> Any:
         failures = []
         for url in self.urls:
+            request = urllib.request.Request(url + path, headers=self._headers)
             try:
-                with urllib.request.urlopen(url + path, timeout=self.timeout) as reply:
+                with self._opener.open(request, timeout=self.timeout) as reply:
                     return json.loads(reply.read())
             except urllib.error.HTTPError as exc:
                 raise _error_of(exc) from None
             except (urllib.error.URLError, OSError) as exc:
                 failures.append(f"{url}: {exc}")
         raise QueryUnavailableError(f"no query endpoint answered: {'; '.join(failures)}")
+
+
+class _NoDowngrade(urllib.request.HTTPRedirectHandler):
+    """Follows redirects (the bearer token goes along: every instance of a processor
+    shares it), except from HTTPS to plain HTTP, which would send the token in clear."""
+
+    def redirect_request(self, req: urllib.request.Request, fp: IO[bytes], code: int,  # noqa: PLR0917 - urllib calls it so
+                         msg: str, headers: Any, newurl: str) -> urllib.request.Request | None:
+        if req.full_url.startswith("https://") and not newurl.startswith("https://"):
+            raise QueryUnavailableError(f"{req.full_url} redirected to {newurl}: refused, "
+                                        "a redirect from HTTPS to HTTP would send the "
+                                        "token in clear")
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
 
 
 def _error_of(exc: urllib.error.HTTPError) -> QueryError:

@@ -4,21 +4,18 @@ here touches Kafka."""
 
 from __future__ import annotations
 
-import json
 import signal
 import subprocess
-import threading
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from http.server import ThreadingHTTPServer
 from typing import Any
 
 import structlog
 
-from kasper_py._http import QuietHandler
+from kasper_py._http import App, HttpServer, Request, Response
 
 __all__ = ["Supervisor", "WorkerSpec", "split_partitions"]
 
@@ -94,8 +91,7 @@ class Supervisor:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
             if server is not None:
-                server.shutdown()
-                server.server_close()
+                server.close()
         codes = [w.process.returncode for w in self._state if w.process is not None]
         _log.info("kasper.supervisor_stopped", workers=len(self._state), exit_codes=codes,
                   signal=self._stopping)
@@ -147,14 +143,12 @@ class Supervisor:
 
     # -- the endpoint -------------------------------------------------------------------
 
-    def _serve(self) -> ThreadingHTTPServer | None:
+    def _serve(self) -> HttpServer | None:
         if self.metrics is None:
             return None
-        server = ThreadingHTTPServer(self.metrics, _handler(self))
-        server.daemon_threads = True
-        threading.Thread(target=server.serve_forever, name="kasper-supervisor",
-                         daemon=True).start()
-        _log.info("kasper.supervisor_serving", host=self.metrics[0], port=server.server_port,
+        server = HttpServer(*self.metrics, name="supervisor", apps=[_app(self)],
+                            paths=["/health/live", "/health/ready", "/workers", "/metrics"])
+        _log.info("kasper.supervisor_serving", host=self.metrics[0], port=server.port,
                   workers=[w.metrics_port for w in self.workers])
         return server
 
@@ -200,22 +194,15 @@ def _get_ok(url: str) -> bool:
         return False
 
 
-def _handler(supervisor: Supervisor) -> type[QuietHandler]:
-    class Handler(QuietHandler):
-        """``/health/live``, ``/health/ready``, ``/workers``, ``/metrics``."""
+def _app(supervisor: Supervisor) -> App:
+    def answer(request: Request) -> Response | None:
+        if request.path in ("/health/live", "/health/ready"):
+            ok, answers = supervisor.health(request.path.rsplit("/", 1)[1])
+            return Response({"ok": ok, "workers": answers}, 200 if ok else 503)
+        if request.path == "/workers":
+            return Response(supervisor.targets())
+        if request.path == "/metrics":
+            return Response(supervisor.exposition(), content_type="text/plain; version=0.0.4")
+        return None
 
-        def do_GET(self) -> None:  # noqa: N802 - the name http.server calls
-            path = self.path.split("?", 1)[0]
-            if path in ("/health/live", "/health/ready"):
-                ok, answers = supervisor.health(path.rsplit("/", 1)[1])
-                self._send(200 if ok else 503, "application/json",
-                           json.dumps({"ok": ok, "workers": answers}).encode())
-            elif path == "/workers":
-                self._send(200, "application/json", json.dumps(supervisor.targets()).encode())
-            elif path == "/metrics":
-                self._send(200, "text/plain; version=0.0.4", supervisor.exposition())
-            else:
-                self._send(404, "text/plain",
-                           b"try /health/live, /health/ready, /workers, /metrics\n")
-
-    return Handler
+    return answer

@@ -54,8 +54,7 @@ class KeyCount(MessageProcessor):
 def _config(bootstrap: str, name: str, topic: str, **overrides: Any) -> Config:
     port = free_port()
     values: dict[str, Any] = {
-        "batch_size": 200, "batch_wait": 0.2, "key_serde": "str", "metrics_port": port,
-        "query_endpoint": f"http://127.0.0.1:{port}", "query_partitioner": "murmur2"}
+        "batch_size": 200, "batch_wait": 0.2, "key_serde": "str", "query_port": port}
     return Config(name=name, bootstrap_servers=bootstrap, input_topics=[topic],
                   **{**values, **overrides})
 

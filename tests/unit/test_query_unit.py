@@ -118,7 +118,8 @@ def served() -> Any:
         key = f"k{i % 6}"
         broker.produce("in", b"v", key=key, partition=partition_for(key.encode(), 2, "crc32"))
     config = Config(name="q", bootstrap_servers="memory", input_topics=["in"],
-                    key_serde="str", metrics_port=0, input_partitions=[0])
+                    key_serde="str", query_port=0, query_partitioner="crc32",
+                    input_partitions=[0])
     processor = TopicProcessor(config, KeyCount, stores=[MemoryTable("counts")],
                                clients=broker.clients(config),
                                views={"/top": top, "/broken": failing})
@@ -185,7 +186,7 @@ def test_views(served: TopicProcessor) -> None:
     status, body = _http(f"{served.endpoint}/top?n=2")
     assert status == 200 and len(body["top"]) == 2 and body["top"][0][1] == 10
     status, body = _http(f"{served.endpoint}/broken")
-    assert status == 500 and body == {"error": "RuntimeError",
+    assert status == 500 and body == {"error": "RuntimeError", "status": 500,
                                       "message": "view /broken raised: boom"}
     served.run_loop(until_caught_up=True)
 
@@ -195,9 +196,9 @@ def test_view_paths_are_checked() -> None:
     broker = InMemoryBroker()
     broker.create_topic("in")
     config = Config(name="q", bootstrap_servers="memory", input_topics=["in"])
-    with pytest.raises(ValueError, match=r"set Config\.metrics_port"):
+    with pytest.raises(ValueError, match=r"set Config\.query_port"):
         TopicProcessor(config, KeyCount, clients=broker.clients(config), views={"/v": top})
-    served = Config(name="q", bootstrap_servers="memory", input_topics=["in"], metrics_port=0)
+    served = Config(name="q", bootstrap_servers="memory", input_topics=["in"], query_port=0)
     for path, problem in (("/tables/x", "taken by kasper_py's own /tables"),
                           ("v", "starts with '/'")):
         with pytest.raises(ValueError, match=problem):

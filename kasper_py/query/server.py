@@ -1,0 +1,68 @@
+"""The query server: a processor's tables and views over HTTP(S), apart from its metrics.
+It binds ``Config.query_host`` (loopback by default) on ``Config.query_port``, asks
+for ``Config.query_token`` as a bearer token when one is set, and serves TLS when
+``Config.query_tls_cert`` is. A request refused for its token is counted through
+``rejected`` (the loop's observer).
+"""
+
+from __future__ import annotations
+
+import socket
+import ssl
+from collections.abc import Callable
+
+import structlog
+
+from kasper_py._http import BearerGuard, HttpServer, tls_context
+from kasper_py.config import Config
+from kasper_py.exceptions import ConfigError
+
+__all__ = ["QUERY_PATHS", "QueryServer"]
+
+_log = structlog.get_logger("kasper_py")
+QUERY_PATHS = ("/tables",)
+_WILDCARDS = ("0.0.0.0", "::", "")
+
+
+class QueryServer(HttpServer):
+    """Serves the apps mounted on it (the tables and views: ``QueryApp``) as ``config``
+    says; raises ``ConfigError`` naming the field when the TLS files do not load or the
+    port cannot be bound."""
+
+    def __init__(self, config: Config,
+                 rejected: Callable[[str], None] = lambda reason: None) -> None:
+        assert config.query_port is not None  # the caller serves queries only when set
+        guard = BearerGuard(config.query_token, rejected) if config.query_token else None
+        try:
+            super().__init__(config.query_host, config.query_port, name="queries",
+                             paths=QUERY_PATHS, guard=guard, tls=_tls(config))
+        except OSError as exc:
+            raise ConfigError("query_port", f"cannot listen on {config.query_host}:"
+                              f"{config.query_port}: {exc.strerror or exc}") from None
+        self.endpoint = config.query_endpoint or (
+            f"{self.scheme}://{_advertised(config.query_host)}:{self.port}")
+        """The URL other instances redirect to, announced in the commit notes."""
+        _log.info("kasper.queries_serving", processor=config.name, host=self.host,
+                  port=self.port, tls=self.scheme == "https", token=guard is not None,
+                  endpoint=self.endpoint)
+
+
+def _tls(config: Config) -> ssl.SSLContext | None:
+    if config.query_tls_cert is None or config.query_tls_key is None:
+        return None
+    try:
+        return tls_context(config.query_tls_cert, config.query_tls_key)
+    except FileNotFoundError as exc:
+        raise ConfigError("query_tls_cert", f"file not found: {exc.filename}") from None
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError("query_tls_cert", "the certificate and key "
+                          f"({config.query_tls_cert}, {config.query_tls_key}) do not "
+                          f"load: {exc}") from None
+
+
+def _advertised(host: str) -> str:
+    """The host others reach this one by: the bound address, or the hostname for a
+    wildcard; an IPv6 address in brackets."""
+    if host in _WILDCARDS:
+        return socket.gethostname()
+    return f"[{host}]" if ":" in host else host
