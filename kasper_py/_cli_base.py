@@ -27,7 +27,7 @@ __all__ = ["CONFIG_FLAGS", "ENV_PREFIX", "EXIT_BROKER", "EXIT_CONFIG", "EXIT_FAI
            "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_REFUSED", "EXIT_USAGE", "CliError",
            "ExitCodes", "add_config_flags", "add_target_arguments", "add_tasks_argument",
            "config_from_args", "exit_code", "flag_name", "load_attr", "load_config",
-           "load_target", "load_tasks", "print_error", "run_command", "setup_logging"]
+           "load_target", "load_tasks", "load_views", "print_error", "run_command", "setup_logging"]
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -273,10 +273,33 @@ def load_target(args: argparse.Namespace, config: Config
 
 
 def add_tasks_argument(parser: argparse.ArgumentParser) -> None:
-    """``--tasks``: the scheduled tasks a loop runs (``kasper_py.time.Task``)."""
+    """``--tasks``: the scheduled tasks a loop runs (``kasper_py.time.Task``), and
+    ``--views``: the web views its query server answers."""
     parser.add_argument("--tasks", metavar="MODULE:ATTR",
                         help="Tasks to run on the wall clock: a sequence, or a callable "
                              "taking the Config")
+    parser.add_argument("--views", metavar="MODULE:ATTR",
+                        help="web views served beside /tables on the query port: a "
+                             "mapping of paths to views (kasper_py.query.View), or a "
+                             "callable taking the Config")
+
+
+def load_views(args: argparse.Namespace, config: Config) -> dict[str, Any]:
+    """The views ``--views`` named (none without it), imported and checked: a mapping of
+    absolute paths to callables; serving them needs ``query_port``."""
+    if not args.views:
+        return {}
+    found = load_attr(args.views, args.app_dir, "--views")
+    if callable(found) and not isinstance(found, Mapping):
+        found = found(config)
+    if not isinstance(found, Mapping) or not all(
+            isinstance(path, str) and callable(view) for path, view in found.items()):
+        raise CliError(EXIT_CONFIG, f"--views {args.views!r} must give a mapping of paths to "
+                       "views (callables of a Request and the Tables)")
+    if found and config.query_port is None:
+        raise CliError(EXIT_CONFIG, f"--views {args.views!r}: views are served on the query "
+                       "server; set query_port (--query-port)")
+    return dict(found)
 
 
 def load_tasks(args: argparse.Namespace, config: Config) -> list[Task]:

@@ -18,7 +18,7 @@ import argparse
 import os
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TextIO
@@ -50,13 +50,14 @@ from kasper_py._cli_base import (
     load_config,
     load_target,
     load_tasks,
+    load_views,
     print_error,
     setup_logging,
 )
 from kasper_py._client_log import ClientKind, with_client_log
 from kasper_py._dlq_replay import add_dlq_parser, replay
 from kasper_py.config import Config
-from kasper_py.exceptions import AlreadyRunningError, KasperError, TopicError
+from kasper_py.exceptions import AlreadyRunningError, ConfigError, KasperError, TopicError
 from kasper_py.metrics import PrometheusObserver, observer_for
 from kasper_py.observe import LoopObserver, NoopStoreObserver, with_store_observer
 from kasper_py.offsets import (
@@ -67,6 +68,7 @@ from kasper_py.offsets import (
     running_window,
 )
 from kasper_py.processor import ProcessorFactory
+from kasper_py.query import View
 from kasper_py.query._cli import main as query_main
 from kasper_py.stores.base import StoreSpec
 from kasper_py.supervisor import Supervisor, WorkerSpec, split_partitions
@@ -249,13 +251,13 @@ def _run(config: Config, args: argparse.Namespace) -> int:
     if args.processes is not None:
         return _supervise(config, args)
     factory, stores = load_target(args, config)
-    tasks = load_tasks(args, config)
+    tasks, views = load_tasks(args, config), load_views(args, config)
     input_partitions(config, _probe(config, args.connect_timeout))  # topics exist?
     observer = _observer(config, args.metrics_host)
     try:
         processor = _build_processor(config, factory, stores, tasks,
                                      with_store_observer(observer, _RestoreDisplay()),
-                                     force=args.force)
+                                     force=args.force, views=views)
         _log.info("kasper.run", processor=config.name, target=args.target, config=repr(config))
         return _run_loop(processor, args.until_caught_up)
     finally:
@@ -270,6 +272,7 @@ def _supervise(config: Config, args: argparse.Namespace) -> int:
         raise CliError(EXIT_USAGE, f"--processes must be at least 1, got {args.processes}")
     load_target(args, config)  # a bad target fails here, not N times in the workers
     load_tasks(args, config)
+    load_views(args, config)
     owned = owned_partitions(config, partition_count(config, _probe(config,
                                                                     args.connect_timeout)))
     base = [*_kasper_command(), *_without_processes(args.argv)]
@@ -338,11 +341,15 @@ def _observer(config: Config, host: str) -> LoopObserver:
 
 
 def _build_processor(config: Config, factory: ProcessorFactory, stores: list[StoreSpec],
-                     tasks: list[Task], observer: LoopObserver, *, force: bool = False
-                     ) -> TopicProcessor:
+                     tasks: list[Task], observer: LoopObserver, *, force: bool = False,
+                     views: Mapping[str, View] | None = None) -> TopicProcessor:
     try:
         return TopicProcessor(config, factory, stores=stores, observer=observer, force=force,
-                              tasks=tasks)
+                              tasks=tasks, views=views)
+    except ConfigError as exc:  # the query server's port or TLS files
+        raise CliError(EXIT_CONFIG, str(exc)) from None
+    except ValueError as exc:  # a view path, a store name given twice
+        raise CliError(EXIT_CONFIG, str(exc)) from None
     except KafkaException as exc:
         raise CliError(EXIT_CONFIG, "librdkafka refused the client settings "
                        f"(client_overrides, consumer_overrides, producer_overrides): "
