@@ -64,6 +64,7 @@ from kasper_py.offsets import (
     GROUP_ACTIVE_ERRORS,
     IDLE_GROUP_STATES,
     CommitNote,
+    partition_lag,
     running_loop,
     running_window,
 )
@@ -101,7 +102,10 @@ def _parser() -> argparse.ArgumentParser:
                      help="start although another loop's recent commit says it is running "
                           "these partitions (two loops would both process and commit)")
     run.add_argument("--until-caught-up", action="store_true",
-                     help="exit 0 once every partition is consumed to its end")
+                     help="exit 0 once caught up: every assigned partition consumed to its "
+                          "end; with --assignment group, every partition of the input "
+                          "topics committed to its end by the group (until then the member "
+                          "processes whatever the group assigns it)")
     run.add_argument("--processes", type=int, nargs="?", const=os.cpu_count() or 1,
                      metavar="N", help="run N worker processes (default: the core count) on "
                      "disjoint partition sets, or all in the group with --assignment group; "
@@ -441,10 +445,7 @@ class PartitionOffsets:
 
     def lag(self, auto_offset_reset: str) -> int:
         """Messages left to process; from the reset policy when nothing is committed."""
-        start = self.committed
-        if start is None:
-            start = self.low if auto_offset_reset == "earliest" else self.high
-        return max(self.high - start, 0)
+        return partition_lag(self.committed, self.low, self.high, auto_offset_reset)
 
 
 def _read_offsets(config: Config, metadata: Any, timeout: float) -> list[PartitionOffsets]:

@@ -27,6 +27,7 @@ __all__ = [
     "CommitNote",
     "OffsetTracker",
     "lowered",
+    "partition_lag",
     "running_elsewhere",
     "running_loop",
     "running_window",
@@ -201,3 +202,14 @@ def lowered(committed: Mapping[TopicPartitionKey, int | None],
     loop starts when an effectively-once store is behind the committed offsets)."""
     return {tp: offset if offset is None or tp not in below else min(offset, below[tp])
             for tp, offset in committed.items()}
+
+
+def partition_lag(next_offset: int | None, low: int, high: int, auto_offset_reset: str) -> int:
+    """Records left between ``next_offset`` and a partition's end, ``high``: its high
+    watermark, which under ``read_committed`` is the last stable offset (past the last
+    transaction's commit marker, so an offset committed after the last record of a
+    transactional topic can stop one short of it). Where ``next_offset`` is ``None``
+    (nothing committed) counting starts where ``auto_offset_reset`` points."""
+    if next_offset is None:
+        next_offset = low if auto_offset_reset == "earliest" else high
+    return max(high - next_offset, 0)

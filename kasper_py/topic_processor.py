@@ -51,6 +51,7 @@ from kasper_py.offsets import (
     CommitNote,
     OffsetTracker,
     lowered,
+    partition_lag,
     running_elsewhere,
 )
 from kasper_py.ports import KafkaClients
@@ -81,6 +82,10 @@ _FENCED_NOTE_WAIT = 5.0
 _DUE_STEP = 0.001
 """Shortest consume wait while a wall-clock timer or task is due (it then ends the
 batch at once)."""
+_GROUP_CHECK_SECONDS = 1.0
+"""Group mode, ``until_caught_up``: once this member's own partitions are consumed to
+their ends, how often it reads the group's committed offsets and every input
+partition's end to see whether the group holds any lag."""
 
 
 class TopicProcessor:
@@ -149,6 +154,10 @@ class TopicProcessor:
         self._started = False
         self._last_commit = time.monotonic()
         self._started_at = time.time()
+        self._partition_count = 0
+        self._next_group_check = 0.0
+        """Group mode, ``until_caught_up``: when (on ``clock``) to look at the group's lag."""
+        self._group_lagging: list[tuple[str, int]] = []
         self._endpoint: str | None = None
         self._query_server: QueryServer | None = None
         self.tables = self._serve_queries(views or {}, locate=real_clients)
@@ -158,7 +167,12 @@ class TopicProcessor:
 
     def run_loop(self, until_caught_up: bool = False) -> None:
         """Process batches until ``close()``; with ``until_caught_up``, also return once
-        every assigned partition is consumed to its high watermark (clients stay open).
+        caught up (clients stay open). Caught up, with a static assignment: every
+        assigned partition is consumed to its high watermark. In group mode: every
+        partition of the input topics is committed to its end by the group, whoever
+        holds it; until then the member goes on processing whatever the group assigns
+        it (partitions of a killed member come to it once that member's session
+        expires).
 
         Raises a ``KasperError`` subclass when a turn fails; nothing of that batch is
         committed and the processor is closed.
@@ -259,9 +273,7 @@ class TopicProcessor:
             if high < 0:  # no fetch response yet
                 low, high = self._consumer.watermarks(tp)
             position = consumed_to if consumed_to is not None else committed.get(tp)
-            if position is None:
-                position = low if self.config.auto_offset_reset == "earliest" else high
-            if position < high:
+            if partition_lag(position, low, high, self.config.auto_offset_reset):
                 return False
         return True
 
@@ -321,7 +333,7 @@ class TopicProcessor:
         if self._started:
             return
         self._started_at = time.time()
-        count = self._consumer.partition_count()
+        count = self._partition_count = self._consumer.partition_count()
         self.tables.partition_count = count
         if self.config.group_mode:
             self._join_group()
@@ -470,8 +482,49 @@ class TopicProcessor:
                 self._observer.on_idle()
                 self._heartbeat()
             full = len(batch) >= size
-            if until_caught_up and not full and self.has_consumed_all():
+            if until_caught_up and not full and self._caught_up():
                 return
+
+    def _caught_up(self) -> bool:
+        """``until_caught_up``'s end (see ``run_loop``). In group mode, this member's own
+        partitions first, at no cost to the broker; once they are done, the group's lag
+        on every input partition, read at most every ``_GROUP_CHECK_SECONDS``."""
+        if not self.config.group_mode:
+            return self.has_consumed_all()
+        if self._consumer.assigned and not self.has_consumed_all():
+            return False
+        now = self._clock()
+        if now < self._next_group_check:
+            return False
+        self._next_group_check = now + _GROUP_CHECK_SECONDS
+        self._commit_past_markers()  # the group's offsets of these partitions reach the end
+        lagging = self._group_lag()
+        if sorted(lagging) != self._group_lagging:
+            self._group_lagging = sorted(lagging)
+            if lagging:
+                _log.info("kasper.waiting_for_group", processor=self.config.name,
+                          group=self.config.group, lag=sum(lagging.values()),
+                          partitions=[f"{t}[{p}]" for t, p in self._group_lagging])
+        return not lagging
+
+    def _group_lag(self) -> dict[tuple[str, int], int]:
+        """The group's lag on each partition of the input topics that has any, read
+        from the broker (one committed-offsets request, then each partition's end):
+        ``offsets.partition_lag`` of the group's committed offset. Empty when the group
+        has processed and committed everything written so far. The consumer reads
+        committed offsets as stable ones (``read_committed``): while a transaction holds
+        offsets pending (a killed exactly-once member's, until it times out) the read
+        waits for it, so the answer is final."""
+        keys = [(topic, p) for topic in self.config.input_topics
+                for p in range(self._partition_count)]
+        committed = self._consumer.committed(keys)
+        lags = {}
+        for tp in keys:
+            behind = partition_lag(committed.get(tp), *self._consumer.watermarks(tp),
+                                   self.config.auto_offset_reset)
+            if behind:
+                lags[tp] = behind
+        return lags
 
     def _next_batch(self) -> Batch:
         ahead, self._ahead = self._ahead, None
@@ -652,11 +705,20 @@ class TopicProcessor:
     def _heartbeat(self) -> None:
         """Idle: re-commit the offsets now and then (moved past any transaction markers
         read since), so the note shows a live loop."""
+        if time.monotonic() - self._last_commit >= HEARTBEAT_SECONDS:
+            self._commit_past_markers(refresh=True)
+
+    def _commit_past_markers(self, *, refresh: bool = False) -> None:
+        """Idle (every consumed record is committed): re-commit the offsets moved past
+        the transaction markers read since; with ``refresh`` also when none moved, for
+        a fresh note."""
         committed = self._offsets.all()
-        if not committed or time.monotonic() - self._last_commit < HEARTBEAT_SECONDS:
+        if not committed:
+            return
+        offsets = self._past_markers(committed)
+        if offsets == committed and not refresh:
             return
         self._last_commit = time.monotonic()
-        offsets = self._past_markers(committed)  # idle: every consumed record is committed
         if self._recommit(offsets, "running"):
             self._offsets.mark_committed(offsets)
 

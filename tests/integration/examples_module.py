@@ -1,6 +1,8 @@
 """A tiny processor for the CLI and dashboard tests: upper-cases each value to
 ``$EXAMPLE_OUTPUT_TOPIC`` and counts values per key in an in-memory store, which
 reports its operations to the observer it is handed, the way the real stores do.
+``$EXAMPLE_FAIL_ON`` names a value it refuses; ``$EXAMPLE_PAUSE`` (seconds) slows
+each batch down, so a test can stop a run with work left.
 
     kasper run examples_module:factory --stores examples_module:stores --config kasper.toml
 """
@@ -30,6 +32,7 @@ class Upper(MessageProcessor):
             self.fail_on: bytes | None = os.environ["EXAMPLE_FAIL_ON"].encode()
         else:
             self.fail_on = None
+        self.pause = float(os.environ.get("EXAMPLE_PAUSE") or 0)
 
     def process(self, messages: list[Message], sender: Sender) -> None:
         keys = {m.key for m in messages}
@@ -40,6 +43,7 @@ class Upper(MessageProcessor):
             counts[message.key] = counts.get(message.key, 0) + 1
             sender.send(self.output_topic, message.value.upper(), key=message.key)
         self.counts.put_many(counts)
+        time.sleep(self.pause)
 
 
 factory = Upper
