@@ -442,12 +442,12 @@ def test_partitioning() -> None:
     assert [m.value for m in broker.read("t")] == [b"v"] * 6
 
 
-# -- the README's example -----------------------------------------------------------------
+# -- the docs' example -------------------------------------------------------------------
 
 
-def test_readme_testing_example_runs() -> None:
-    """The README's crash-injection example is run as written."""
-    readme = (Path(__file__).parents[2] / "README.md").read_text()
-    blocks = re.findall(r"```python\n(.*?)```", readme, flags=re.S)
-    [example] = [block for block in blocks if "crash_at" in block]
-    exec(compile(example, "README.md", "exec"), {})  # our own README's example
+def test_testing_docs_example_runs() -> None:
+    """The crash-injection example of docs/testing.md is run as written."""
+    page = (Path(__file__).parents[2] / "docs" / "testing.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", page, flags=re.S)
+    [example] = [block for block in blocks if "crash_at(" in block]
+    exec(compile(example, "docs/testing.md", "exec"), {})  # our own docs' example
