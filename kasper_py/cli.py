@@ -8,7 +8,8 @@ Errors are one line on stderr, no traceback, with an exit code per cause:
 
     0  success              3  bad configuration (the message names the field)
     1  the processor failed 4  Kafka unreachable
-    2  bad command line     5  refused (offsets reset while the group is active)
+    2  bad command line     5  refused (offsets reset while the group is active, or
+                               kasper run while another loop runs these partitions)
                             130 interrupted twice (forced stop)
 """
 

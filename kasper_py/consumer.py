@@ -1,5 +1,6 @@
 """``InputConsumer`` wraps confluent_kafka.Consumer: checks the input topics,
-assigns a static partition set, polls, and commits synchronously. Kafka's
+assigns a static partition set (or subscribes as a member of the group, in group
+mode), polls, and commits synchronously. Kafka's
 exceptions become kasper_py's here and nowhere else.
 """
 

@@ -147,9 +147,12 @@ class CommitError(KasperError):
 
 
 class FencedError(KasperError):
-    """Exactly-once: another producer with this loop's transactional id (the same
-    processor name and partition set) started, so this one may write nothing more. The
-    loop stops without committing; its open transaction is aborted by the newer one."""
+    """Exactly-once: a newer process took over, so this one may write nothing more. In
+    static mode, another producer with this loop's transactional id (the same processor
+    name and partition set) started, and aborts this one's open transaction; in group
+    mode (one transactional id per process) the group's generation moved on, after a
+    rebalance gave this member's partitions to another. The loop stops without
+    committing."""
 
 
 class AlreadyRunningError(KasperError):

@@ -70,7 +70,8 @@ class ProducerPort(OutputPort, Transactions, Protocol):
 
 
 class InputPort(Protocol):
-    """The loop's consumer of a static partition set; it never commits on its own."""
+    """The loop's consumer: of a static partition set, or a member of the group in group
+    mode; it never commits on its own."""
 
     assigned: list[TopicPartitionKey]
 

@@ -214,8 +214,10 @@ class KeyValueStore(ABC):
         self.delete_many([key])
 
     def after_delivery(self) -> None:  # noqa: B027 - optional hook
-        """Called after every output and changelog message of the turn was acked,
-        before the commit (local tables apply their writes here)."""
+        """Called once the turn is committed (every output and changelog message acked,
+        the offsets or the transaction committed): local tables apply their writes here;
+        one that fails now is behind its changelog and reads the difference back at its
+        next open."""
 
     def applied_offsets(self) -> Mapping[TopicPartitionKey, int]:
         """Next input offsets already applied to this store; replayed messages below
