@@ -1,5 +1,6 @@
 """Interactive queries: read a running processor's tables over HTTP (on its query
-server, ``Config.query_port``, apart from the metrics) or in-process, find the instance holding a key, and serve views of your own.
+server, ``Config.query_port``, apart from the metrics) or in-process, find the
+instance holding a key, and serve views of your own.
 
 - ``Tables`` (``TopicProcessor.tables``): ``get``, ``scan``, ``windows``, ``describe``
   of committed state, from any thread.
