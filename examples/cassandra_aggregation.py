@@ -25,8 +25,17 @@ from typing import Any
 from _sample import create_topics  # isort: skip - the examples' shared sample helper
 from confluent_kafka import Producer
 
-from kasper_py import Config, Message, MessageProcessor, ProcessorContext, Sender, TopicProcessor
+from kasper_py import (
+    Config,
+    Message,
+    MessageProcessor,
+    OutputTopic,
+    ProcessorContext,
+    Sender,
+    TopicProcessor,
+)
 from kasper_py.stores.cassandra import CassandraTable
+from kasper_py.topics import ensure_output_topics
 
 PURCHASES, TOTALS = "purchases", "customer-totals"
 
@@ -93,7 +102,9 @@ def main(argv: list[str] | None = None) -> int:
     table = CassandraTable("spend", contact_points=[host], port=int(port),
                            keyspace=args.keyspace, effectively_once=True)
     config = Config(name=args.name, bootstrap_servers=args.bootstrap, input_topics=[args.input],
-                    batch_size=args.batch_size, key_serde="str", value_serde="json")
+                    batch_size=args.batch_size, key_serde="str", value_serde="json",
+                    output_topics=[OutputTopic(args.output)])
+    ensure_output_topics(config)  # created when absent, as `kasper run --create-topics` does
     stores: list[Any] = []
 
     def factory(context: ProcessorContext) -> SpendPerCustomer:

@@ -27,8 +27,17 @@ from typing import Any
 from _sample import create_topics  # isort: skip - the examples' shared sample helper
 from confluent_kafka import Producer
 
-from kasper_py import Config, Message, MessageProcessor, ProcessorContext, Sender, TopicProcessor
+from kasper_py import (
+    Config,
+    Message,
+    MessageProcessor,
+    OutputTopic,
+    ProcessorContext,
+    Sender,
+    TopicProcessor,
+)
 from kasper_py.stores.rocksdb import RocksDBTable
+from kasper_py.topics import ensure_output_topics
 from kasper_py.windows import Tumbling, WindowedTable, count
 
 USERS = ["ana", "bo", "cy"]
@@ -113,7 +122,9 @@ def main(argv: list[str] | None = None) -> int:
     config = Config(name=args.name, bootstrap_servers=args.bootstrap, input_topics=[args.input],
                     batch_size=500, state_dir=args.state_dir, key_serde="str",
                     value_serde="json", processing_guarantee="exactly_once"
-                    if args.exactly_once else "at_least_once")
+                    if args.exactly_once else "at_least_once",
+                    output_topics=[OutputTopic(args.output)])
+    ensure_output_topics(config)  # created when absent, as `kasper run --create-topics` does
     processors: list[PageViewsPerMinute] = []
 
     def factory(context: ProcessorContext) -> PageViewsPerMinute:

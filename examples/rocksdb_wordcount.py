@@ -22,8 +22,17 @@ from typing import Any
 from _sample import create_topics  # isort: skip - the examples' shared sample helper
 from confluent_kafka import Producer
 
-from kasper_py import Config, Message, MessageProcessor, ProcessorContext, Sender, TopicProcessor
+from kasper_py import (
+    Config,
+    Message,
+    MessageProcessor,
+    OutputTopic,
+    ProcessorContext,
+    Sender,
+    TopicProcessor,
+)
 from kasper_py.stores.rocksdb import RocksDBTable
+from kasper_py.topics import ensure_output_topics
 
 VOCABULARY = ["kafka", "batch", "state", "table", "changelog", "offset", "commit",
               "partition", "restore", "word"]
@@ -74,7 +83,8 @@ def main(argv: list[str] | None = None) -> int:
         produce_sample(args.bootstrap, args.input, args.partitions, args.sample)
     config = Config(name=args.name, bootstrap_servers=args.bootstrap, input_topics=[args.input],
                     batch_size=args.batch_size, state_dir=args.state_dir,
-                    key_serde="str", value_serde="str")
+                    key_serde="str", value_serde="str", output_topics=[OutputTopic(args.output)])
+    ensure_output_topics(config)  # created when absent, as `kasper run --create-topics` does
     tables: list[Any] = []
 
     def factory(context: ProcessorContext) -> RunningWordCount:

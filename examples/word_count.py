@@ -8,6 +8,9 @@ which keeps the totals in a changelog-backed RocksDB table) does that.
 Delivery: at-least-once. A crash replays the last uncommitted batch, so its
 increments can be sent twice: totals overcount by at most one batch per crash.
 
+`word-counts` is declared (``Config.output_topics``, as many partitions as `lines`) and
+created at start when absent; a send to a topic that does not exist fails the turn.
+
     python examples/word_count.py --bootstrap 127.0.0.1:19092 --until-caught-up
 """
 
@@ -17,7 +20,16 @@ import argparse
 import sys
 from collections import Counter
 
-from kasper_py import Config, Message, MessageProcessor, ProcessorContext, Sender, TopicProcessor
+from kasper_py import (
+    Config,
+    Message,
+    MessageProcessor,
+    OutputTopic,
+    ProcessorContext,
+    Sender,
+    TopicProcessor,
+)
+from kasper_py.topics import ensure_output_topics
 
 
 class WordCount(MessageProcessor):
@@ -42,7 +54,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--until-caught-up", action="store_true")
     args = parser.parse_args(argv)
     config = Config(name=args.name, bootstrap_servers=args.bootstrap, input_topics=[args.input],
-                    batch_size=args.batch_size, key_serde="str", value_serde="str")
+                    batch_size=args.batch_size, key_serde="str", value_serde="str",
+                    output_topics=[OutputTopic(args.output)])
+    ensure_output_topics(config)  # created when absent, as `kasper run --create-topics` does
     with TopicProcessor(config, lambda c: WordCount(c, args.output)) as processor:
         # SIGTERM or Ctrl-C: the batch in hand is committed, then the processor closes
         processor.run_until_stopped(until_caught_up=args.until_caught_up)

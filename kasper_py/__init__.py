@@ -5,7 +5,7 @@ Each turn processes a batch, flushes stores, waits for every output ack, and onl
 then commits the input offsets: at-least-once, with replays bounded by one batch.
 """
 
-from kasper_py.config import Config
+from kasper_py.config import Config, OutputTopic
 from kasper_py.exceptions import (
     CommitError,
     ConfigError,
@@ -53,6 +53,7 @@ __all__ = [
     "MessageProcessor",
     "OffsetError",
     "OutgoingMessage",
+    "OutputTopic",
     "ProcessingError",
     "ProcessorContext",
     "ProcessorFactory",

@@ -99,6 +99,9 @@ CONFIG_FLAGS: dict[str, tuple[Callable[[str], Any], str]] = {
     "input_topics": (lambda s: [t for t in s.split(",") if t], "comma-separated input topics"),
     "input_partitions": (lambda s: [int(p) for p in s.split(",") if p],
                          "comma-separated partition numbers (default: all)"),
+    "output_topics": (lambda s: [t for t in s.split(",") if t],
+                      "comma-separated output topics to declare, NAME[:PARTITIONS] (created "
+                      "with the input's partition count when none); see --create-topics"),
     "group_id": (str, "the processor's consumer group (default: the name)"),
     "batch_size": (int, "messages per batch at most"),
     "batch_wait": (float, "seconds to wait for a batch to fill"),
@@ -231,7 +234,7 @@ def _parse_env(name: str, raw: str, variable: str) -> Any:
     except ValueError:
         raise CliError(EXIT_CONFIG, f"config field {name!r}: {variable}={raw!r} is not "
                        "a number" + (" list" if name == "input_partitions" else "")) from None
-    if name == "input_topics":
+    if name in ("input_topics", "output_topics"):
         return [t.strip() for t in text.split(",") if t.strip()]
     return text
 

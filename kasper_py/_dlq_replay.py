@@ -22,6 +22,7 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from kasper_py._cli_base import EXIT_BROKER, EXIT_CONFIG, EXIT_OK, CliError
 from kasper_py.config import Config
+from kasper_py.topics import topic_problem
 
 __all__ = ["add_dlq_parser", "replay"]
 
@@ -90,10 +91,14 @@ def replay(config: Config, args: argparse.Namespace) -> int:
     consumer = Consumer({**base, "client.id": f"{config.name}-dlq-replay", "group.id": group,
                          "enable.auto.commit": False, "auto.offset.reset": "earliest",
                          "isolation.level": "read_committed", "enable.partition.eof": False})
+    # a replay creates no topic, whatever the broker's auto.create.topics.enable
     producer = Producer({**base, "client.id": f"{config.name}-dlq-replay", "acks": "all",
-                         "enable.idempotence": True, "partitioner": "murmur2_random"})
+                         "enable.idempotence": True, "partitioner": "murmur2_random",
+                         "allow.auto.create.topics": False})
     filters = _Filters(args.source_topic, args.error_type, args.source_offsets)
     try:
+        if args.to is not None:
+            _check_target(consumer, args.to, args.connect_timeout)
         ends = _assign(consumer, topic, args.from_offset, args.connect_timeout)
         sent, skipped = _copy(consumer, producer, ends, filters, args)
     except KafkaException as exc:
@@ -106,6 +111,13 @@ def replay(config: Config, args: argparse.Namespace) -> int:
     print(f"{topic}: {verb} {sum(sent.values())}, {skipped} left out by the filters"
           f"{' (dry run: nothing sent or committed)' if args.dry_run else ''}")
     return EXIT_OK
+
+
+def _check_target(consumer: Any, topic: str, timeout: float) -> None:
+    """``--to`` names a topic that exists (a consumer's metadata request creates none)."""
+    problem = topic_problem(consumer.list_topics(topic, timeout=timeout).topics.get(topic))
+    if problem is not None:
+        raise CliError(EXIT_CONFIG, f"--to topic {topic!r}: {problem}")
 
 
 def _assign(consumer: Any, topic: str, from_offset: int | None, timeout: float

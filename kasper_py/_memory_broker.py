@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, NoReturn
 
@@ -600,6 +600,11 @@ class _Producer:
             if message.timestamp is None:
                 message = message._replace(timestamp=int(time.time() * 1000))
             self._queue.append(_Queued(partition, message, faults._fires("delivery")))
+
+    def missing_topics(self, topics: Collection[str]) -> dict[str, str]:
+        """Those of ``topics`` the broker does not hold (it never creates one on demand)."""
+        return {topic: "does not exist" for topic in topics
+                if self._broker._partition_count(topic) is None}
 
     def outstanding(self) -> int:
         """Messages queued and not yet acked, as a real producer reports them while the

@@ -76,7 +76,12 @@ from kasper_py.stores.base import StoreSpec
 from kasper_py.supervisor import Supervisor, WorkerSpec, split_partitions
 from kasper_py.time import Task
 from kasper_py.topic_processor import TopicProcessor
-from kasper_py.topics import input_partitions, owned_partitions, partition_count
+from kasper_py.topics import (
+    ensure_output_topics,
+    input_partitions,
+    owned_partitions,
+    partition_count,
+)
 
 __all__ = ["EXIT_BROKER", "EXIT_CONFIG", "EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_REFUSED",
            "CliError", "load_config", "main"]
@@ -107,6 +112,12 @@ def _parser() -> argparse.ArgumentParser:
                           "end; with --assignment group, every partition of the input "
                           "topics committed to its end by the group (until then the member "
                           "processes whatever the group assigns it)")
+    run.add_argument("--create-topics", action="store_true",
+                     help="create the declared output topics (output_topics) that do not "
+                          "exist, with their partitions and settings; without it a missing "
+                          "one refuses to start. Either way an existing one must have the "
+                          "declared partition count. Undeclared topics are never created: "
+                          "the first send to a missing one fails the turn, uncommitted")
     run.add_argument("--processes", type=int, nargs="?", const=os.cpu_count() or 1,
                      metavar="N", help="run N worker processes (default: the core count) on "
                      "disjoint partition sets, or all in the group with --assignment group; "
@@ -257,7 +268,9 @@ def _run(config: Config, args: argparse.Namespace) -> int:
         return _supervise(config, args)
     factory, stores = load_target(args, config)
     tasks, views = load_tasks(args, config), load_views(args, config)
-    input_partitions(config, _probe(config, args.connect_timeout))  # topics exist?
+    metadata = _probe(config, args.connect_timeout)
+    input_partitions(config, metadata)  # topics exist?
+    _output_topics(config, metadata, args.create_topics)
     observer = _observer(config, args.metrics_host)
     try:
         processor = _build_processor(config, factory, stores, tasks,
@@ -278,8 +291,9 @@ def _supervise(config: Config, args: argparse.Namespace) -> int:
     load_target(args, config)  # a bad target fails here, not N times in the workers
     load_tasks(args, config)
     load_views(args, config)
-    owned = owned_partitions(config, partition_count(config, _probe(config,
-                                                                    args.connect_timeout)))
+    metadata = _probe(config, args.connect_timeout)
+    owned = owned_partitions(config, partition_count(config, metadata))
+    _output_topics(config, metadata, args.create_topics)  # once, before the workers
     base = [*_kasper_command(), *_without_processes(args.argv)]
     if config.group_mode:
         sets: list[list[int] | None] = [None] * args.processes
@@ -308,6 +322,13 @@ def _supervise(config: Config, args: argparse.Namespace) -> int:
               partitions="group" if config.group_mode else sets)
     metrics = None if port is None else (args.metrics_host, port)
     return Supervisor(workers, env=dict(os.environ), metrics=metrics).run()
+
+
+def _output_topics(config: Config, metadata: Any, create: bool) -> None:
+    """The declared output topics checked (and with ``create`` the absent ones created,
+    each logged) before the processor starts; ``TopicError`` (exit 3) otherwise."""
+    if config.output_topics:
+        ensure_output_topics(config, create=create, admin=_admin(config, []), metadata=metadata)
 
 
 def _kasper_command() -> list[str]:

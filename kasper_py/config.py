@@ -20,7 +20,7 @@ from kasper_py.serdes import Serde, serde_for
 if TYPE_CHECKING:
     from kasper_py.message import Message
 
-__all__ = ["Config"]
+__all__ = ["Config", "OutputTopic"]
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _MAX_BATCH = 1_000_000  # confluent-kafka's cap on one consume() call
@@ -31,6 +31,7 @@ _GROUP_TRANSACTION_TIMEOUT_MS = 10_000
 _ENDPOINT = re.compile(r"^https?://[^\s/]+/?$")
 _MIN_TOKEN = 16
 _FUNCTION_NAME = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")  # module:function
+_TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")  # what Kafka accepts as a topic name
 # librdkafka keys (aliases included) that a Config field decides: an override naming
 # one is refused, so a setting is never silently replaced or dropped.
 _FIELD_KEYS = {
@@ -81,6 +82,64 @@ def _check_port(name: str, port: Any) -> None:
     if port is not None and (isinstance(port, bool) or not isinstance(port, int)
                              or not 0 <= port <= 65535):
         raise ConfigError(name, f"must be a port 0..65535 or None, got {port!r}")
+
+
+@dataclass(frozen=True)
+class OutputTopic:
+    """An output topic a processor declares (``Config.output_topics``). ``kasper run
+    --create-topics`` creates it when it is absent; every ``kasper run`` refuses to start
+    when it is absent otherwise, or exists with another partition count than declared."""
+
+    name: str
+    """The topic's name."""
+    partitions: int | None = None
+    """Its partition count, checked when it exists; ``None``: created with the input
+    topics' count (co-partitioned with them), and any count is taken when it exists."""
+    replication_factor: int | None = None
+    """Replicas it is created with; ``None``: the broker's ``default.replication.factor``."""
+    config: Mapping[str, str] = field(default_factory=dict)
+    """Topic settings it is created with (``retention.ms``, ``cleanup.policy``...); an
+    existing topic's settings are neither checked nor changed."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not _TOPIC.match(self.name):
+            raise ConfigError("output_topics", f"{self.name!r} is not a topic name (letters, "
+                              "digits, '.', '_' and '-', at most 249)")
+        for name in ("partitions", "replication_factor"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                      or value < 1):
+                raise ConfigError("output_topics", f"{self.name!r}: {name} must be an int "
+                                  f">= 1 or None, got {value!r}")
+        if not isinstance(self.config, Mapping) or not all(
+                isinstance(k, str) and isinstance(v, str | int | float | bool)
+                for k, v in self.config.items()):
+            raise ConfigError("output_topics", f"{self.name!r}: config must map setting "
+                              f"names to values, got {self.config!r}")
+        # Kafka takes every topic setting as a string; TOML gives numbers and booleans
+        object.__setattr__(self, "config", {k: str(v).lower() if isinstance(v, bool) else str(v)
+                                            for k, v in self.config.items()})
+
+    @classmethod
+    def of(cls, value: OutputTopic | Mapping[str, Any] | str) -> OutputTopic:
+        """``value`` as an ``OutputTopic``: one already, a mapping of its fields (a TOML
+        table), or ``"name"`` / ``"name:partitions"`` (the environment and flags)."""
+        if isinstance(value, OutputTopic):
+            return value
+        if isinstance(value, Mapping):
+            unknown = set(value) - {f.name for f in fields(cls)}
+            if unknown or "name" not in value:
+                raise ConfigError("output_topics", f"a declared topic takes name, partitions, "
+                                  f"replication_factor and config, got {dict(value)!r}")
+            return cls(**value)
+        if isinstance(value, str):
+            name, sep, count = value.partition(":")
+            if sep and not count.isdigit():
+                raise ConfigError("output_topics", f"{value!r} is not NAME or "
+                                  "NAME:PARTITIONS")
+            return cls(name, int(count) if sep else None)
+        raise ConfigError("output_topics", f"a declared topic is an OutputTopic, a table or "
+                          f"'NAME[:PARTITIONS]', got {value!r}")
 
 
 @dataclass(frozen=True, repr=False)
@@ -178,6 +237,12 @@ class Config:
     the turn, as does a timer, a task or the timestamp extractor raising."""
     dead_letter_topic: str | None = None
     """Where ``dead_letter`` policies send their messages; required by either."""
+    output_topics: Sequence[OutputTopic] = ()
+    """Output topics the processor declares, with their partition count and settings
+    (``OutputTopic``; a TOML table or ``"name[:partitions]"`` is taken too). Sending
+    needs no declaration, and never creates a topic: the first send to a topic that does
+    not exist fails the turn. ``kasper run --create-topics`` creates the declared ones
+    that are absent; every ``kasper run`` checks the existing ones' partition counts."""
     dead_letter_max_per_turn: int | None = 100
     """``on_process_error="dead_letter"``: more messages than this failing ``process()``
     in one turn stop the loop uncommitted (``DeadLetterLimitError``); ``None``: no
@@ -211,6 +276,7 @@ class Config:
         self._check_batching()
         self._check_serdes()
         self._check_dead_letters()
+        self._check_outputs()
         self._check_guarantee()
         self._check_timestamp_extractor()
         self._check_overrides()
@@ -352,6 +418,17 @@ class Config:
             raise ConfigError("dead_letter_max_ratio",
                               f"must be a number in (0, 1] or None, got {ratio!r}")
 
+    def _check_outputs(self) -> None:
+        topics = self.output_topics
+        if isinstance(topics, str | Mapping) or not isinstance(topics, Sequence):
+            raise ConfigError("output_topics", f"must be a list of declared topics, got {topics!r}")
+        declared = tuple(OutputTopic.of(topic) for topic in topics)
+        names = [topic.name for topic in declared]
+        twice = sorted({name for name in names if names.count(name) > 1})
+        if twice:
+            raise ConfigError("output_topics", f"declares {', '.join(map(repr, twice))} twice")
+        self._set("output_topics", declared)
+
     def _check_guarantee(self) -> None:
         if self.processing_guarantee not in _GUARANTEES:
             raise ConfigError("processing_guarantee", f"must be one of {', '.join(_GUARANTEES)}"
@@ -480,8 +557,9 @@ class Config:
         return self._client_conf(defaults, self.consumer_overrides, from_fields)
 
     def to_producer_conf(self) -> dict[str, ClientValue]:
-        """librdkafka producer settings: acks=all, idempotent, Java-compatible partitioning.
-        Precedence as for every client: see ``_client_conf``."""
+        """librdkafka producer settings: acks=all, idempotent, Java-compatible partitioning,
+        never asking a broker to create a topic. Precedence as for every client: see
+        ``_client_conf``."""
         defaults: dict[str, ClientValue] = {
             "client.id": f"{self.name}-producer",
             "acks": "all",
@@ -493,6 +571,9 @@ class Config:
             "queue.buffering.max.messages": 1_000_000,
             # failures still reach the producer's callback; successes cost no callback
             "delivery.report.only.error": True,
+            # A send never creates a topic, whatever the broker's auto.create.topics.enable:
+            # a typo fails the turn (the turn checks each new topic's metadata first).
+            "allow.auto.create.topics": False,
         }
         timeout_ms = int(self.delivery_timeout * 1000)
         if self.exactly_once and self.group_mode:

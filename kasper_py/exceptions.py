@@ -2,7 +2,7 @@
 
     KasperError
     ├── ConfigError          a Config field (or a TOML/env value) is invalid
-    ├── TopicError           an input topic or partition is missing, or partition counts differ
+    ├── TopicError           a topic or input partition is missing, or partition counts differ
     ├── SerdeError           a key or value could not be decoded or encoded
     ├── ProcessingError      process(), a timer, a task or the timestamp extractor raised
     │   └── DeadLetterLimitError    on_process_error="dead_letter": too many dead letters
@@ -98,7 +98,9 @@ class ConfigError(KasperError, ValueError):
 
 class TopicError(KasperError):
     """An input topic or input partition is missing, or the input topics disagree on
-    their partition count (``kasper_py.topics`` checks them for every runner)."""
+    their partition count (``kasper_py.topics`` checks them for every runner); a turn
+    sent to a topic that does not exist (nothing of it was produced); or a declared
+    output topic is absent, has another partition count, or could not be created."""
 
 
 class SerdeError(KasperError):

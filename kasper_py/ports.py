@@ -7,7 +7,7 @@ confluent-kafka; ``kasper_py.testing.InMemoryBroker`` implements them in memory.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -32,6 +32,11 @@ class OutputPort(Protocol):
     def wait_for_acks(self, waiting: Callable[[], None] | None = None) -> None:
         """Return once every message handed over is acknowledged; raise the first
         delivery error. ``waiting`` is called about once a second meanwhile."""
+
+    def missing_topics(self, topics: Collection[str]) -> dict[str, str]:
+        """Those of ``topics`` that cannot be produced to, each with why (``does not
+        exist``, or the cluster's refusal), asked in a way that never creates a topic.
+        The turn asks once per topic and process, before its first message to it."""
 
 
 class Transactions(Protocol):

@@ -6,7 +6,7 @@ for its acks. With ``exactly_once`` it also runs the turn's transaction (``Trans
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 import structlog
@@ -16,6 +16,7 @@ from kasper_py._client_log import with_client_log
 from kasper_py.config import Config
 from kasper_py.exceptions import CommitError, FencedError, KasperError, ProduceError
 from kasper_py.message import OutgoingRecord
+from kasper_py.topics import topic_problem
 
 __all__ = ["OutputProducer"]
 
@@ -68,7 +69,26 @@ class OutputProducer:
                 start = index
             except KafkaException as exc:
                 raise (self._fenced(exc.args[0])
-                       or _enqueue_error(messages[index][0], exc.args[0])) from exc
+                       or _produce_error(f"cannot produce to {messages[index][0]!r}",
+                                         exc.args[0])) from exc
+
+    def missing_topics(self, topics: Collection[str]) -> dict[str, str]:
+        """Those of ``topics`` the cluster's metadata says cannot be produced to (absent,
+        or refused), with why: one metadata request per topic, which never creates it
+        (the producer runs with ``allow.auto.create.topics=false``; see
+        ``Config.to_producer_conf``). ``ProduceError`` when the cluster does not answer
+        within ``delivery_timeout``."""
+        missing: dict[str, str] = {}
+        for topic in sorted(topics):
+            try:
+                metadata = self._producer.list_topics(topic, timeout=self._delivery_timeout)
+            except KafkaException as exc:
+                raise _produce_error(f"cannot read the metadata of topic {topic!r}",
+                                     exc.args[0]) from exc
+            problem = topic_problem(metadata.topics.get(topic))
+            if problem is not None:
+                missing[topic] = problem
+        return missing
 
     def outstanding(self) -> int:
         """Messages handed over and not yet acknowledged (or failed); never blocks.
@@ -200,7 +220,7 @@ class OutputProducer:
             raise error
 
 
-def _enqueue_error(topic: str, error: Any) -> ProduceError:
+def _produce_error(doing: str, error: Any) -> ProduceError:
     text = error.str() if isinstance(error, KafkaError) else str(error)
     code = error.code() if isinstance(error, KafkaError) else None
-    return ProduceError(f"cannot produce to {topic!r}: {text}", code=code)
+    return ProduceError(f"{doing}: {text}", code=code)

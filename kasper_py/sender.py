@@ -21,13 +21,16 @@ HeaderInput = Mapping[str, bytes | str | None] | Iterable[tuple[str, bytes | str
 class Sender:
     """Buffers output messages, encoding keys and values with the configured serdes."""
 
-    __slots__ = ("_buffer", "_key_serde", "_timestamp", "_value_serde")
+    __slots__ = ("_buffer", "_key_serde", "_timestamp", "_topic", "_topics", "_value_serde")
 
     def __init__(self, key_serde: Serde = BYTES, value_serde: Serde = BYTES) -> None:
         self._key_serde = key_serde
         self._value_serde = value_serde
         self._buffer: list[OutgoingRecord] = []
         self._timestamp = 0  # as an OutgoingRecord holds it: 0 is "when produced"
+        self._topics: set[str] = set()
+        self._topic: str | None = None
+        """The topic of the last send: a run of sends to one topic adds it once."""
 
     @property
     def timestamp(self) -> int | None:
@@ -79,6 +82,9 @@ class Sender:
         if headers is not None and (pairs := _headers(headers)):
             record = (*record, pairs)
         self._buffer.append(record)
+        if topic is not self._topic:  # an identity test per message, a set add per change
+            self._topic = topic
+            self._topics.add(topic)
 
     @staticmethod
     def _encode(serde: Serde, topic: str, value: Any) -> bytes | None:
@@ -92,6 +98,12 @@ class Sender:
         """The buffered messages, in the order they were sent."""
         return [OutgoingMessage.of(record) for record in self._buffer]
 
+    @property
+    def topics(self) -> set[str]:
+        """The topics of the buffered messages: the turn checks those it has not seen
+        yet exist before producing anything (see ``TurnEngine``)."""
+        return self._topics
+
     def __len__(self) -> int:
         return len(self._buffer)
 
@@ -100,10 +112,13 @@ class Sender:
         partition's output this way when ``process()`` raised on it
         (``Config.on_process_error="dead_letter"``)."""
         del self._buffer[length:]
+        self._topics = {record[0] for record in self._buffer}
+        self._topic = None
 
     def drain(self) -> list[OutgoingRecord]:
         """Return the buffer (``OutgoingRecord``s) and start a new one."""
         buffered, self._buffer = self._buffer, []
+        self._topics, self._topic = set(), None
         return buffered
 
 

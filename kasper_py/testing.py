@@ -22,7 +22,7 @@ processor that passes here behaves the same way inside ``TopicProcessor``.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any
 
 from kasper_py._memory_broker import Commit, Faults, InMemoryBroker
@@ -222,6 +222,10 @@ class _AckedList:
     def wait_for_acks(self, waiting: Callable[[], None] | None = None) -> None:
         (self.acked if self._transaction is None else self._transaction).extend(self._queued)
         self._queued.clear()
+
+    def missing_topics(self, topics: Collection[str]) -> dict[str, str]:
+        """The driver has no cluster: every topic exists (``InMemoryBroker`` has topics)."""
+        return {}
 
     def begin(self) -> None:
         self._transaction = []

@@ -1,19 +1,34 @@
-"""The input topics checked against cluster metadata, the same way for the live loop,
-the CLI and the reprocess driver: every topic exists, all have one partition count (so
-partition-wise processing is possible), and the configured partitions exist. Reading the
-metadata stays with each caller, whose client and unreachable-broker error differ.
+"""Topics checked against cluster metadata, the same way for the live loop, the CLI and
+the reprocess driver. Input topics: every one exists, all have one partition count (so
+partition-wise processing is possible), and the configured partitions exist. Output
+topics: what a producer can tell of one from its metadata, and the declared ones
+(``Config.output_topics``) checked and created at start. Topics are created here and
+only here (output topics, changelogs). Reading the metadata stays with each caller,
+whose client and unreachable-broker error differ.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from kasper_py.config import Config
+import structlog
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic  # confluent_kafka.admin re-exports it untyped
+
+from kasper_py._client_log import with_client_log
+from kasper_py.config import Config, OutputTopic
 from kasper_py.exceptions import TopicError
 
-__all__ = ["common_partition_count", "input_partitions", "owned_partitions",
-           "partition_count"]
+__all__ = ["cluster_topics", "common_partition_count", "create_topics",
+           "ensure_output_topics", "input_partitions", "missing_output_topics",
+           "owned_partitions", "partition_count", "topic_problem"]
+
+_log = structlog.get_logger("kasper_py")
+_TIMEOUT = 30.0
+_ABSENT = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC})
+_REFUSED = frozenset({KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.TOPIC_EXCEPTION})
 
 
 def partition_count(config: Config, metadata: Any) -> int:
@@ -59,3 +74,104 @@ def input_partitions(config: Config, metadata: Any) -> list[tuple[str, int]]:
     ``partition_count`` and ``owned_partitions`` say."""
     owned = owned_partitions(config, partition_count(config, metadata))
     return [(topic, p) for topic in config.input_topics for p in owned]
+
+
+# -- output topics ----------------------------------------------------------------------
+
+def topic_problem(meta: Any) -> str | None:
+    """Why a topic cannot be produced to, from its entry in ``list_topics()``'s metadata
+    (``None`` when the metadata has none), or ``None`` when it can. A transient error (a
+    new topic whose leader is not elected yet) is no problem: the producer waits it out."""
+    if meta is None:
+        return "does not exist"
+    error = meta.error
+    if error is None:
+        return None
+    if error.code() in _ABSENT:
+        return "does not exist"
+    return str(error.str()) if error.code() in _REFUSED else None
+
+
+def missing_output_topics(config: Config, metadata: Any) -> list[tuple[OutputTopic, int]]:
+    """The declared output topics absent from ``metadata``, each with the partition count
+    to create it with (``partitions``, else the input topics' count).
+
+    Raises ``TopicError`` naming the topic, its declared and its actual partition count
+    when an existing one differs (a declaration without ``partitions`` takes any), or
+    the cluster's refusal of one.
+    """
+    missing: list[tuple[OutputTopic, int]] = []
+    for topic in config.output_topics:
+        meta = metadata.topics.get(topic.name)
+        problem = topic_problem(meta)
+        if problem == "does not exist":
+            missing.append((topic, topic.partitions or partition_count(config, metadata)))
+        elif problem is not None:
+            raise TopicError(f"output topic {topic.name!r}: {problem}")
+        elif topic.partitions is not None and len(meta.partitions) != topic.partitions:
+            raise TopicError(
+                f"output topic {topic.name!r} is declared with {topic.partitions} partitions "
+                f"but has {len(meta.partitions)} on {config.bootstrap_servers}: fix the "
+                "declaration (Config.output_topics), or recreate the topic")
+    return missing
+
+
+def ensure_output_topics(config: Config, *, create: bool = True, admin: Any = None,
+                         metadata: Any = None) -> list[str]:
+    """Check the declared output topics (``Config.output_topics``) before a processor
+    starts: with ``create``, create the absent ones with their partitions, replication
+    and settings; without, an absent one is a ``TopicError``. Either way an existing one
+    with another partition count is a ``TopicError`` naming both counts. Returns the
+    names created.
+
+    ``admin`` (an ``AdminClient``) and ``metadata`` (its ``list_topics()``) are built
+    from ``config`` when not given; ``kasper run --create-topics`` passes its own.
+    """
+    if not config.output_topics:
+        return []
+    if admin is None:
+        admin = AdminClient(with_client_log(config.to_admin_conf(), config.name, "admin"))
+    if metadata is None:
+        metadata = cluster_topics(admin, config)
+    missing = missing_output_topics(config, metadata)
+    if missing and not create:
+        names = ", ".join(repr(topic.name) for topic, _ in missing)
+        raise TopicError(f"declared output topics {names} do not exist on "
+                         f"{config.bootstrap_servers}: create them, or start with "
+                         "--create-topics (kasper_py.topics.ensure_output_topics)")
+    create_topics(admin, [NewTopic(topic.name, num_partitions=count,
+                                   replication_factor=topic.replication_factor or -1,
+                                   config=dict(topic.config)) for topic, count in missing])
+    for topic, count in missing:
+        _log.info("kasper.topic_created", processor=config.name, topic=topic.name,
+                  partitions=count)
+    return [topic.name for topic, _ in missing]
+
+
+def create_topics(admin: Any, topics: Sequence[NewTopic], timeout: float = _TIMEOUT) -> None:
+    """Create ``topics`` with ``admin`` (an ``AdminClient``, which must outlive the
+    request) and wait for each; one that exists already (another process was first) is
+    left as it is. Raises ``TopicError`` naming a topic the cluster refused, with why."""
+    if not topics:
+        return
+    futures = admin.create_topics(list(topics), request_timeout=timeout)
+    for name, future in futures.items():
+        try:
+            future.result(timeout)
+        except KafkaException as exc:
+            error = exc.args[0]
+            if error.code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise TopicError(f"cannot create topic {name!r}: {error.str()}",
+                                 code=error.code()) from exc
+
+
+def cluster_topics(admin: Any, config: Config) -> Any:
+    """Every topic's metadata, read with ``admin`` (listing them all never creates one);
+    ``TopicError`` when the cluster does not answer within 30 s, with the client's
+    reason."""
+    try:
+        return admin.list_topics(timeout=_TIMEOUT)
+    except KafkaException as exc:
+        admin.poll(0)  # serves the client's log lines (delivered only on poll), which say why
+        raise TopicError(f"cannot read topics from {config.bootstrap_servers}: "
+                         f"{exc.args[0]}") from exc

@@ -6,7 +6,8 @@ testing driver). Given a decoded ``Batch``, in this order (the order is the guar
 3. run the wall-clock timers and tasks that are due; process every partition's
    messages (its stream time moved on to the newest event time of its batch, which
    stamps its output), each followed by its stream-time timers due when the batch
-   advanced its stream time; set undecodable input aside (dead letters)
+   advanced its stream time; set undecodable input aside (dead letters); check that
+   the topics sent to for the first time in this process exist
 4. with effectively-once stores, produce the output and wait for its acks first
    (exactly-once: and commit, so the store records offsets whose outputs are visible)
 5. flush the stores
@@ -43,6 +44,7 @@ from kasper_py.exceptions import (
     SerdeError,
     SimulatedCrash,
     StoreError,
+    TopicError,
 )
 from kasper_py.message import Message, OutgoingRecord
 from kasper_py.ports import OutputPort, Transactions
@@ -127,6 +129,8 @@ class TurnEngine:
         self._outputs_first = False
         self._dead_letter_failures = config.on_process_error == "dead_letter"
         self._limits = DeadLetterLimits(config)
+        self._topics_found: set[str] = set()
+        """Topics this engine's turns sent to and found to exist: each is asked once."""
 
     # -- partitions -----------------------------------------------------------------
 
@@ -315,7 +319,26 @@ class TurnEngine:
         if failed:
             self._limits.check(failed, _input_count(batch), batch.describe())
         send_aside(letters, self.config, sender)
+        self._check_topics(sender.topics)
         return sender, letters
+
+    def _check_topics(self, topics: set[str]) -> None:
+        """Before anything of the turn is produced, the topics it sends to that no turn
+        of this engine sent to yet must exist: asked of the output port once each, per
+        turn only for new ones. A send never creates a topic, so a typo fails the turn
+        here, uncommitted, rather than after ``delivery_timeout`` (or by creating it)."""
+        new = topics - self._topics_found
+        if not new:
+            return
+        missing = self._port.missing_topics(new)
+        if missing:
+            listed = ", ".join(f"{topic!r} ({why})" for topic, why in sorted(missing.items()))
+            raise TopicError(
+                f"processor {self.config.name!r} sent messages to {listed} on "
+                f"{self.config.bootstrap_servers}; nothing of the turn was produced. A send "
+                "never creates a topic: create it (a typo?), or declare it in "
+                "Config.output_topics and start with `kasper run --create-topics`")
+        self._topics_found |= new
 
     def _apply(self, partition: int, messages: list[Message], batch: Batch,
                sender: Sender) -> None:

@@ -16,7 +16,7 @@ import base64
 import importlib
 import json
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -226,6 +226,9 @@ class _Discarded:
     def wait_for_acks(self, waiting: Callable[[], None] | None = None) -> None:
         self._producer.wait_for_acks(waiting)
 
+    def missing_topics(self, topics: Collection[str]) -> dict[str, str]:
+        return {}  # nothing is produced to them
+
 
 class _AckedAtFinish:
     """Without stores nothing depends on a turn's acks before the task ends, so they are
@@ -239,6 +242,9 @@ class _AckedAtFinish:
 
     def wait_for_acks(self, waiting: Callable[[], None] | None = None) -> None:
         pass
+
+    def missing_topics(self, topics: Collection[str]) -> dict[str, str]:
+        return self._port.missing_topics(topics)
 
 
 def _runs(messages: Sequence[Message]) -> Iterator[tuple[int, int, int]]:

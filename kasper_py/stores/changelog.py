@@ -10,14 +10,15 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import structlog
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic  # confluent_kafka.admin re-exports it untyped
 
 from kasper_py._client_log import with_client_log
 from kasper_py.config import Config
-from kasper_py.exceptions import RestoreError, StoreError
+from kasper_py.exceptions import RestoreError, StoreError, TopicError
 from kasper_py.observe import StoreObserver
+from kasper_py.topics import cluster_topics, create_topics
 
 __all__ = ["ChangelogReader", "changelog_topic", "ensure_changelog", "restore_plan"]
 
@@ -82,11 +83,9 @@ def ensure_changelog(config: Config, topic: str, *, replication_factor: int = -1
 
 def _partition_counts(admin: AdminClient, config: Config) -> dict[str, int]:
     try:
-        metadata = admin.list_topics(timeout=_TIMEOUT)
-    except KafkaException as exc:
-        admin.poll(0)  # serves the client's log lines (delivered only on poll), which say why
-        raise StoreError(f"cannot read topics from {config.bootstrap_servers}: "
-                         f"{exc.args[0]}") from exc
+        metadata = cluster_topics(admin, config)
+    except TopicError as exc:
+        raise StoreError(str(exc)) from exc
     return {name: len(meta.partitions) for name, meta in metadata.topics.items()
             if meta.error is None}
 
@@ -97,12 +96,9 @@ def _create(admin: AdminClient, topic: str, partitions: int, replication_factor:
     new = NewTopic(topic, num_partitions=partitions, replication_factor=replication_factor,
                    config=settings)
     try:
-        admin.create_topics([new], request_timeout=_TIMEOUT)[topic].result(_TIMEOUT)
-    except KafkaException as exc:
-        error = exc.args[0]
-        if error.code() != KafkaError.TOPIC_ALREADY_EXISTS:
-            raise StoreError(f"cannot create changelog {topic!r}: {error.str()}",
-                             code=error.code()) from exc
+        create_topics(admin, [new], _TIMEOUT)
+    except TopicError as exc:
+        raise StoreError(f"changelog: {exc}", code=exc.code) from exc
 
 
 class ChangelogReader:

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient
 
 from kasper_py import (
     Config,
@@ -118,7 +119,8 @@ def test_dlq_replay_sends_dead_letters_back_once(bootstrap, new_topic, kafka, un
                                                  monkeypatch, capsys) -> None:
     """``kasper dlq replay`` appends each dead letter's key, value and own headers (no
     kasper.* header) to its source topic and partition; a dry run sends nothing, and a
-    second replay resumes past what the first sent (nothing new to send)."""
+    second replay resumes past what the first sent (nothing new to send). A ``--to``
+    topic that does not exist refuses the replay (exit 3) and is not created."""
     source, output, dead = new_topic("in"), new_topic("out"), new_topic("dlq")
     name = unique_name("poison-replay")
     produce(bootstrap, source, 6, {1, 4})
@@ -127,6 +129,11 @@ def test_dlq_replay_sends_dead_letters_back_once(bootstrap, new_topic, kafka, un
     monkeypatch.setenv("KASPER_DEAD_LETTER_TOPIC", dead)
     argv = ["dlq", "replay", "--name", name, "--bootstrap-servers", bootstrap,
             "--input-topics", source, "--log-level", "WARNING"]
+    missing = unique_name("no-such-target")
+    assert main([*argv, "--to", missing]) == 3
+    assert f"--to topic {missing!r}: does not exist" in capsys.readouterr().err
+    assert missing not in AdminClient({"bootstrap.servers": bootstrap}).list_topics(
+        timeout=30).topics
     assert main([*argv, "--dry-run", "--error-type", "ValueError"]) == 0
     assert "would send 2 to " + source in capsys.readouterr().out
     assert len(kafka.read_all(source)) == 6

@@ -408,14 +408,35 @@ def test_input_topic_errors_match_the_real_consumer() -> None:
         broker.create_topic("in")
 
 
-def test_output_topics_are_not_created_on_demand() -> None:
-    """Producing to a topic that does not exist fails the turn, uncommitted."""
+class Misspelt(MessageProcessor):
+    """Sends every value to "out", and to "ordres" (a typo of a topic name)."""
+
+    def __init__(self, context: ProcessorContext) -> None:
+        pass
+
+    def process(self, messages: list[Message], sender: Sender) -> None:
+        for m in messages:
+            sender.send("out", m.value)
+            sender.send("ordres", m.value)
+
+
+def test_a_send_to_a_missing_topic_fails_the_turn_naming_topic_and_processor() -> None:
+    """Output topics are not created on demand: the first turn sending to one that does
+    not exist fails with a TopicError naming the topic and the processor, before any of
+    its output is produced (not even to the topic that exists), and commits nothing."""
     broker = InMemoryBroker()
     broker.create_topic("in")
+    broker.create_topic("out")
     broker.produce("in", b"x")
-    with pytest.raises(ProduceError, match="cannot produce to 'out': Local: Unknown topic"):
-        TopicProcessor(CONFIG, Echo, clients=broker.clients(CONFIG)).run_loop()
+    with pytest.raises(TopicError) as failed:
+        TopicProcessor(CONFIG, Misspelt, clients=broker.clients(CONFIG)).run_loop()
+    assert "'ordres' (does not exist)" in str(failed.value)
+    assert f"processor {GROUP!r}" in str(failed.value)
+    assert failed.value.uncommitted == "in[0] offsets 0..0"
     assert broker.committed(GROUP) == {}
+    assert broker.read("out") == []
+    with pytest.raises(TopicError, match="topic 'ordres' does not exist"):
+        broker.read("ordres")
     with pytest.raises(ProduceError, match="Unknown partition"):
         broker.produce("in", b"y", partition=1)
 

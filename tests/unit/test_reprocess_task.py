@@ -47,6 +47,9 @@ class FakeProducer:
     def wait_for_acks(self, waiting: Any = None) -> None:
         self.log.append(("acks",))
 
+    def missing_topics(self, topics: Any) -> dict[str, str]:
+        return {}
+
     def close(self, discard: bool = False) -> None:
         self.log.append(("close", "discard") if discard else ("close",))
 
