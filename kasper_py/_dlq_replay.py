@@ -22,6 +22,7 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from kasper_py._cli_base import EXIT_BROKER, EXIT_CONFIG, EXIT_OK, CliError
 from kasper_py.config import Config
+from kasper_py.message import TopicPartitionKey
 from kasper_py.topics import topic_problem
 
 __all__ = ["add_dlq_parser", "replay"]
@@ -121,7 +122,7 @@ def _check_target(consumer: Any, topic: str, timeout: float) -> None:
 
 
 def _assign(consumer: Any, topic: str, from_offset: int | None, timeout: float
-            ) -> dict[tuple[str, int], int]:
+            ) -> dict[TopicPartitionKey, int]:
     """Assign every partition of ``topic`` at the group's committed offset (or
     ``from_offset``); return each partition's end now, for those with anything to read."""
     metadata = consumer.list_topics(topic, timeout=timeout).topics.get(topic)
@@ -129,7 +130,7 @@ def _assign(consumer: Any, topic: str, from_offset: int | None, timeout: float
         raise CliError(EXIT_CONFIG, f"dead-letter topic {topic!r} does not exist")
     keys = [TopicPartition(topic, p) for p in sorted(metadata.partitions)]
     committed = {tp.partition: tp.offset for tp in consumer.committed(keys, timeout=timeout)}
-    ends: dict[tuple[str, int], int] = {}
+    ends: dict[TopicPartitionKey, int] = {}
     assigned = []
     for tp in keys:
         low, high = consumer.get_watermark_offsets(tp, timeout=timeout)
@@ -142,14 +143,14 @@ def _assign(consumer: Any, topic: str, from_offset: int | None, timeout: float
     return ends
 
 
-def _copy(consumer: Any, producer: Any, ends: dict[tuple[str, int], int], filters: _Filters,
+def _copy(consumer: Any, producer: Any, ends: dict[TopicPartitionKey, int], filters: _Filters,
           args: argparse.Namespace) -> tuple[Counter[str], int]:
     """Read to ``ends``, sending what the filters keep; commit each batch once acked."""
     sent: Counter[str] = Counter()
     skipped = 0
     errors: list[str] = []
     while ends:
-        positions: dict[tuple[str, int], int] = {}
+        positions: dict[TopicPartitionKey, int] = {}
         for record in consumer.consume(_BATCH, 1.0):
             if record.error() is not None:
                 raise KafkaException(record.error())
@@ -197,7 +198,7 @@ def _note(errors: list[str], error: Any) -> None:
         errors.append(error.str())
 
 
-def _checkpoint(consumer: Any, producer: Any, positions: dict[tuple[str, int], int],
+def _checkpoint(consumer: Any, producer: Any, positions: dict[TopicPartitionKey, int],
                 errors: list[str], dry_run: bool) -> None:
     """Wait for every ack, then commit how far the replay got."""
     if dry_run or not positions:

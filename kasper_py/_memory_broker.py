@@ -36,16 +36,18 @@ from kasper_py.exceptions import (
     StoreError,
     TopicError,
 )
+from kasper_py.kafka.partitioner import murmur2, murmur2_partition
 from kasper_py.message import (
     TIMESTAMP_CREATE_TIME,
     TIMESTAMP_NONE,
     Message,
     OutgoingMessage,
     OutgoingRecord,
+    TopicPartitionKey,
 )
-from kasper_py.offsets import lowered
+from kasper_py.offsets import lowered, start_offset
 from kasper_py.ports import KafkaClients, Rebalance
-from kasper_py.stores.base import StoreRuntime, StoreSpec, TopicPartitionKey, already_applied
+from kasper_py.stores.base import StoreRuntime, StoreSpec, already_applied
 from kasper_py.stores.memory import MemoryStore
 from kasper_py.topics import common_partition_count
 from kasper_py.turn import STEPS
@@ -56,23 +58,6 @@ CRASH_STEPS = STEPS
 """The step boundaries of a turn at which ``Faults.crash_at`` can stop a process."""
 _IDLE_PAUSE = 0.001  # a consume that finds nothing yields, so an idle loop does not spin
 _INJECTED = "injected by InMemoryBroker.faults"
-
-
-def murmur2(data: bytes) -> int:
-    """Kafka's murmur2 hash (signed 32-bit, as the Java client returns it): the broker's
-    partitioner for keyed messages, like the loop's producer (``murmur2_random``)."""
-    m, h = 0x5BD1E995, 0x9747B28C ^ len(data)
-    whole = len(data) - len(data) % 4
-    for i in range(0, whole, 4):
-        k = (int.from_bytes(data[i:i + 4], "little") * m) & 0xFFFFFFFF
-        k = ((k ^ (k >> 24)) * m) & 0xFFFFFFFF
-        h = ((h * m) & 0xFFFFFFFF) ^ k
-    tail = data[whole:]
-    if tail:
-        h = ((h ^ int.from_bytes(tail, "little")) * m) & 0xFFFFFFFF
-    h = ((h ^ (h >> 13)) * m) & 0xFFFFFFFF
-    h ^= h >> 15
-    return h - (1 << 32) if h >= 1 << 31 else h
 
 
 class Commit(NamedTuple):
@@ -202,7 +187,7 @@ class InMemoryBroker:
         self._round_robin: dict[str, int] = {}
         self._commits: dict[str, list[Commit]] = {}
         self._tables: dict[tuple[str, int], dict[Any, Any]] = {}
-        self._applied: dict[tuple[str, int], dict[TopicPartitionKey, int]] = {}
+        self._applied: dict[TopicPartitionKey, dict[TopicPartitionKey, int]] = {}
         self._epochs: dict[str, int] = {}
         self._now = 0.0
         self._started = time.time()
@@ -318,7 +303,7 @@ class InMemoryBroker:
         if message.partition is not None:
             return message.partition
         if message.key is not None:
-            return (murmur2(message.key) & 0x7FFFFFFF) % count
+            return murmur2_partition(message.key, count)
         with self._lock:
             turn = self._round_robin.get(message.topic, 0)
             self._round_robin[message.topic] = turn + 1
@@ -465,9 +450,8 @@ class _Consumer:
         keys = [(t, p) for t in self._config.input_topics for p in partitions]
         committed = lowered(self.committed(keys), below or {})
         for tp, offset in committed.items():
-            low, high = self._broker.watermarks(*tp)
-            reset = low if self._config.auto_offset_reset == "earliest" else high
-            self._positions[tp] = reset if offset is None else offset
+            self._positions[tp] = start_offset(offset, *self._broker.watermarks(*tp),
+                                               self._config.auto_offset_reset)
         self.assigned = keys
         return committed
 

@@ -15,12 +15,11 @@ from typing import Any
 
 from kasper_py.dead_letters import Undecodable, undecodable_error
 from kasper_py.exceptions import ConsumeError, OffsetError, SerdeError
-from kasper_py.message import Message
+from kasper_py.message import Message, TopicPartitionKey
 from kasper_py.serdes import Serde
 
 __all__ = ["Batch", "BatchController", "Collector", "OffsetRange", "build_batch", "decode_batch"]
 
-TopicPartitionKey = tuple[str, int]
 
 
 @dataclass

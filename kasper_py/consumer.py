@@ -24,13 +24,13 @@ from confluent_kafka import (
 from kasper_py._client_log import with_client_log
 from kasper_py.config import Config
 from kasper_py.exceptions import CommitError, ConsumeError, TopicError
+from kasper_py.message import TopicPartitionKey
 from kasper_py.offsets import lowered
 from kasper_py.ports import Rebalance
 from kasper_py.topics import partition_count
 
 __all__ = ["InputConsumer"]
 
-TopicPartitionKey = tuple[str, int]
 _METADATA_TIMEOUT = 30.0
 # The group coordinator moves or is still loading (a new broker, a new __consumer_offsets
 # partition): librdkafka reports these to committed() instead of retrying them.

@@ -23,6 +23,9 @@
     │   │   └── KeyNotFoundError       no value for the key
     │   ├── NotHereError           421: another instance holds the key (``endpoint``)
     │   └── QueryUnavailableError  503: the partition is not open here now, or its store is down
+    ├── AdminError           a Kafka admin request (metadata, group offsets, watermarks,
+    │   │                    offsets for a time, altering offsets) failed
+    │   └── BrokerUnreachableError  no broker answered in time
     ├── ReprocessError       a reprocessing job or its handoff failed
     └── StreamError          a streaming query on Spark was refused or failed
 
@@ -35,8 +38,10 @@ uncommitted (partitions and offset ranges) and chains the original cause.
 from __future__ import annotations
 
 __all__ = [
+    "AdminError",
     "AlreadyRunningError",
     "BadQueryError",
+    "BrokerUnreachableError",
     "CommitError",
     "ConfigError",
     "ConsumeError",
@@ -177,6 +182,14 @@ class StoreUnavailableError(StoreError):
 
 class RestoreError(KasperError):
     """Restoring a local table from its changelog did not complete."""
+
+
+class AdminError(KasperError):
+    """A Kafka admin request failed (``kasper_py.kafka.admin``); ``code`` is Kafka's."""
+
+
+class BrokerUnreachableError(AdminError):
+    """No broker answered an admin request in time (refused, DNS, TLS, SASL...)."""
 
 
 class ReprocessError(KasperError):

@@ -1,6 +1,6 @@
-"""``Message``: one input record as a processor sees it, and ``OutgoingMessage``,
-one record a processor asked to send. Both are immutable tuples, cheap to build
-in the hot path.
+"""``Message``: one input record as a processor sees it; ``OutgoingMessage``, one
+record a processor asked to send (both immutable tuples, cheap to build in the hot
+path); and ``TopicPartitionKey``, the ``(topic, partition)`` a record lives in.
 """
 
 from __future__ import annotations
@@ -8,9 +8,12 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 __all__ = ["TIMESTAMP_CREATE_TIME", "TIMESTAMP_LOG_APPEND_TIME", "TIMESTAMP_NONE", "Headers",
-           "Message", "OutgoingMessage", "OutgoingRecord"]
+           "Message", "OutgoingMessage", "OutgoingRecord", "TopicPartitionKey"]
 
 Headers = tuple[tuple[str, bytes | None], ...]
+
+TopicPartitionKey = tuple[str, int]
+"""A topic-partition, ``(topic, partition)``: the one alias every module uses."""
 
 TIMESTAMP_NONE = 0
 """``Message.timestamp_type``: the record has no timestamp (``timestamp`` is ``None``)."""

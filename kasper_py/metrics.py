@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from kasper_py import exceptions
 from kasper_py._http import App, HttpServer, Request, Response
+from kasper_py.message import TopicPartitionKey
 from kasper_py.observe import STEPS, LoopObserver, NoopObserver, StoreObserver, TurnStats
 
 if TYPE_CHECKING:
@@ -33,7 +34,6 @@ __all__ = ["MetricsServer", "PrometheusObserver", "count_client_log", "observer_
 
 NAMESPACE = "kasper"
 INSTALL_HINT = "pip install 'kasper-py[prometheus]'"
-TopicPartitionKey = tuple[str, int]
 
 _BATCH_BUCKETS = (1, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 50000, 100000)
 _SECONDS_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
@@ -366,7 +366,7 @@ class PrometheusObserver(LoopObserver, StoreObserver):
 
     # -- LoopObserver ---------------------------------------------------------
 
-    def on_start(self, assigned: list[tuple[str, int]]) -> None:
+    def on_start(self, assigned: list[TopicPartitionKey]) -> None:
         """Partitions are assigned and tables restored: ready."""
         with self._lock:
             for tp in assigned:

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
+from kasper_py.message import TopicPartitionKey
+
 if TYPE_CHECKING:
     from kasper_py.batching import Batch
     from kasper_py.dead_letters import DeadLetter
@@ -35,10 +37,10 @@ class TurnStats:
     produced: int
     durations: dict[str, float] = field(default_factory=dict)
     """Seconds per step: process, flush, produce, read_ahead, commit."""
-    committed: dict[tuple[str, int], int] = field(default_factory=dict)
+    committed: dict[TopicPartitionKey, int] = field(default_factory=dict)
     """Next offset to read per assigned (topic, partition), as committed so far; where
     nothing is committed yet, where ``auto_offset_reset`` starts (from the watermarks)."""
-    high_watermarks: dict[tuple[str, int], int] = field(default_factory=dict)
+    high_watermarks: dict[TopicPartitionKey, int] = field(default_factory=dict)
     """Latest known high watermark per assigned (topic, partition), from fetch responses."""
     dead_letters: list[DeadLetter] = field(default_factory=list)
     """Input the turn set aside: undecodable records (reason ``decode``) and messages
@@ -117,7 +119,7 @@ class StoreObservers:
 class LoopObserver(Protocol):
     """Receives the loop's events; metrics and health implement it."""
 
-    def on_start(self, assigned: list[tuple[str, int]]) -> None:
+    def on_start(self, assigned: list[TopicPartitionKey]) -> None:
         """Partitions are assigned and stores restored; processing begins."""
 
     def on_turn(self, stats: TurnStats) -> None:
@@ -149,7 +151,7 @@ class LoopObserver(Protocol):
 class NoopObserver:
     """Observes nothing: the default when metrics are disabled."""
 
-    def on_start(self, assigned: list[tuple[str, int]]) -> None:
+    def on_start(self, assigned: list[TopicPartitionKey]) -> None:
         pass
 
     def on_turn(self, stats: TurnStats) -> None:
@@ -181,7 +183,7 @@ class _WithStoreObserver:
         self._loop = loop
         self._stores = StoreObservers(loop.store_observer(), extra)
 
-    def on_start(self, assigned: list[tuple[str, int]]) -> None:
+    def on_start(self, assigned: list[TopicPartitionKey]) -> None:
         self._loop.on_start(assigned)
 
     def on_turn(self, stats: TurnStats) -> None:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Literal
 from confluent_kafka import KafkaError
 
 from kasper_py.exceptions import OffsetError
+from kasper_py.message import TopicPartitionKey
 
 if TYPE_CHECKING:
     from kasper_py.config import Config
@@ -26,11 +27,13 @@ __all__ = [
     "IDLE_GROUP_STATES",
     "CommitNote",
     "OffsetTracker",
+    "PartitionProgress",
     "lowered",
     "partition_lag",
     "running_elsewhere",
     "running_loop",
     "running_window",
+    "start_offset",
 ]
 
 HEARTBEAT_SECONDS = 10.0
@@ -43,7 +46,6 @@ GROUP_ACTIVE_ERRORS = (KafkaError.UNKNOWN_MEMBER_ID, KafkaError.REBALANCE_IN_PRO
                        KafkaError.ILLEGAL_GENERATION, KafkaError.NON_EMPTY_GROUP)
 """Errors with which Kafka refuses an offset change because the group has members."""
 
-TopicPartitionKey = tuple[str, int]
 NoteState = Literal["running", "stopped", "streaming"]
 """``running``: a live loop; ``streaming``: a Spark streaming query; ``stopped``: either
 stopped cleanly (a stream's partition set starts with ``STREAM_PREFIX``)."""
@@ -204,12 +206,46 @@ def lowered(committed: Mapping[TopicPartitionKey, int | None],
             for tp, offset in committed.items()}
 
 
+def start_offset(next_offset: int | None, low: int, high: int, auto_offset_reset: str) -> int:
+    """Where reading a partition starts: ``next_offset``, the committed one; where it is
+    ``None`` (nothing committed), where ``auto_offset_reset`` points: the low watermark
+    (``earliest``) or the high one."""
+    if next_offset is not None:
+        return next_offset
+    return low if auto_offset_reset == "earliest" else high
+
+
 def partition_lag(next_offset: int | None, low: int, high: int, auto_offset_reset: str) -> int:
     """Records left between ``next_offset`` and a partition's end, ``high``: its high
     watermark, which under ``read_committed`` is the last stable offset (past the last
     transaction's commit marker, so an offset committed after the last record of a
     transactional topic can stop one short of it). Where ``next_offset`` is ``None``
     (nothing committed) counting starts where ``auto_offset_reset`` points."""
-    if next_offset is None:
-        next_offset = low if auto_offset_reset == "earliest" else high
-    return max(high - next_offset, 0)
+    return max(high - start_offset(next_offset, low, high, auto_offset_reset), 0)
+
+
+@dataclass(frozen=True)
+class PartitionProgress:
+    """How far a group is in one partition: its committed next offset (``None`` when
+    nothing is committed), the partition's watermarks and the commit's note."""
+
+    topic: str
+    partition: int
+    committed: int | None
+    low: int
+    high: int
+    note: CommitNote | None = None
+    """Who made the committed offset's commit, when a kasper loop did."""
+
+    @property
+    def key(self) -> TopicPartitionKey:
+        """``(topic, partition)``."""
+        return self.topic, self.partition
+
+    def start(self, auto_offset_reset: str) -> int:
+        """Where reading starts: the committed offset, else ``auto_offset_reset``'s."""
+        return start_offset(self.committed, self.low, self.high, auto_offset_reset)
+
+    def lag(self, auto_offset_reset: str) -> int:
+        """Messages left to process; from the reset policy when nothing is committed."""
+        return partition_lag(self.committed, self.low, self.high, auto_offset_reset)

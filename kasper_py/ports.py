@@ -11,12 +11,13 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from kasper_py.message import TopicPartitionKey
+
 if TYPE_CHECKING:
     from kasper_py.message import OutgoingRecord
 
 __all__ = ["InputPort", "KafkaClients", "OutputPort", "ProducerPort", "Transactions"]
 
-TopicPartitionKey = tuple[str, int]
 
 
 Rebalance = Callable[[list[TopicPartitionKey]], "dict[TopicPartitionKey, int] | None"]

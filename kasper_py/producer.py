@@ -15,7 +15,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 from kasper_py._client_log import with_client_log
 from kasper_py.config import Config
 from kasper_py.exceptions import CommitError, FencedError, KasperError, ProduceError
-from kasper_py.message import OutgoingRecord
+from kasper_py.message import OutgoingRecord, TopicPartitionKey
 from kasper_py.topics import topic_problem
 
 __all__ = ["OutputProducer"]
@@ -150,7 +150,7 @@ class OutputProducer:
         self._transaction_call("beginning a transaction", self._producer.begin_transaction)
         self._in_transaction = True
 
-    def commit(self, next_offsets: dict[tuple[str, int], int], note: str | None,
+    def commit(self, next_offsets: dict[TopicPartitionKey, int], note: str | None,
                group: object) -> None:
         """Add the input offsets (``note`` as metadata) and commit: the turn's outputs,
         changelog records and offsets become visible together. The acks were awaited

@@ -36,6 +36,7 @@ from kasper_py.message import (
     Message,
     OutgoingMessage,
     OutgoingRecord,
+    TopicPartitionKey,
 )
 from kasper_py.processor import MessageProcessor, ProcessorFactory
 from kasper_py.serdes import Serde, serde_for
@@ -105,8 +106,8 @@ class ProcessorDriver:
                                   commit=self._port.commit if exactly_once else None,
                                   transactions=self._port if exactly_once else None,
                                   wall_clock=lambda: self._wall_time, tasks=tasks)
-        self._next_offset: dict[tuple[str, int], int] = {}
-        self.committed: dict[tuple[str, int], int] = {}
+        self._next_offset: dict[TopicPartitionKey, int] = {}
+        self.committed: dict[TopicPartitionKey, int] = {}
         """Next offset per (topic, partition), as the loop would commit it."""
 
     @property
@@ -230,7 +231,7 @@ class _AckedList:
     def begin(self) -> None:
         self._transaction = []
 
-    def commit(self, next_offsets: dict[tuple[str, int], int], note: str | None = None,
+    def commit(self, next_offsets: dict[TopicPartitionKey, int], note: str | None = None,
                group: object = None) -> None:
         self.wait_for_acks()
         self.acked.extend(self._transaction or ())

@@ -20,6 +20,7 @@ from confluent_kafka.cimpl import NewTopic  # confluent_kafka.admin re-exports i
 from kasper_py._client_log import with_client_log
 from kasper_py.config import Config, OutputTopic
 from kasper_py.exceptions import TopicError
+from kasper_py.message import TopicPartitionKey
 
 __all__ = ["cluster_topics", "common_partition_count", "create_topics",
            "ensure_output_topics", "input_partitions", "missing_output_topics",
@@ -69,7 +70,7 @@ def owned_partitions(config: Config, count: int) -> list[int]:
     return list(wanted)
 
 
-def input_partitions(config: Config, metadata: Any) -> list[tuple[str, int]]:
+def input_partitions(config: Config, metadata: Any) -> list[TopicPartitionKey]:
     """Every (topic, partition) this process owns, topic by topic; ``TopicError`` as
     ``partition_count`` and ``owned_partitions`` say."""
     owned = owned_partitions(config, partition_count(config, metadata))

@@ -46,7 +46,7 @@ from kasper_py.exceptions import (
     StoreError,
     TopicError,
 )
-from kasper_py.message import Message, OutgoingRecord
+from kasper_py.message import Message, OutgoingRecord, TopicPartitionKey
 from kasper_py.ports import OutputPort, Transactions
 from kasper_py.processor import MessageProcessor, ProcessorContext, ProcessorFactory
 from kasper_py.sender import Sender
@@ -64,7 +64,6 @@ __all__ = ["STEPS", "PartitionState", "TurnEngine", "TurnResult"]
 
 _log = structlog.get_logger("kasper_py")
 T = TypeVar("T")
-TopicPartitionKey = tuple[str, int]
 
 STEPS = ("before_process", "after_process", "after_flush", "after_produce", "after_commit")
 """The step boundaries of a turn at which ``TurnEngine``'s ``on_step`` hook is called;

@@ -1,5 +1,5 @@
 """Which instance holds a partition: the endpoint each running loop announces in its
-commit note (``CommitNote.endpoint``), read with an admin client of the query thread's
+commit note (``CommitNote.endpoint``), read with a ``KafkaAdmin`` of the query thread's
 own, in both assignment modes.
 
 Why the commit note in group mode too: the group's member metadata names a client id
@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any
 
-from kasper_py._client_log import with_client_log
 from kasper_py.config import Config
-from kasper_py.offsets import CommitNote, running_window
+from kasper_py.exceptions import KasperError
+from kasper_py.kafka.admin import KafkaAdmin
+from kasper_py.offsets import running_window
 
 __all__ = ["Locator"]
 
@@ -34,7 +34,7 @@ class Locator:
         self.config = config
         self.own_endpoint = own_endpoint
         self._lock = threading.Lock()
-        self._admin: Any = None
+        self._admin: KafkaAdmin | None = None
         self._read_at = float("-inf")
         self._endpoints: dict[int, str] = {}
 
@@ -49,28 +49,13 @@ class Locator:
 
     def _read(self, partitions: int) -> dict[int, str]:
         """One ``ListConsumerGroupOffsets`` of the first input topic's partitions."""
-        from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition  # noqa: PLC0415
-
-        topic = self.config.input_topics[0]
-        request = ConsumerGroupTopicPartitions(
-            self.config.group, [TopicPartition(topic, p) for p in range(partitions)])
-        try:
-            future = self._client().list_consumer_group_offsets([request])
-            result = next(iter(future.values())).result(_TIMEOUT)
-        except Exception:  # unknown owner: the caller answers 421
-            return {}
-        window, found = running_window(self.config), {}
-        for tp in result.topic_partitions:
-            note = CommitNote.decode(getattr(tp, "metadata", None))
-            if (note is not None and note.endpoint and note.running_within(window)
-                    and note.endpoint != self.own_endpoint):
-                found[tp.partition] = note.endpoint
-        return found
-
-    def _client(self) -> Any:
         if self._admin is None:
-            from confluent_kafka.admin import AdminClient  # noqa: PLC0415
-
-            self._admin = AdminClient(with_client_log(self.config.to_admin_conf(),
-                                                      self.config.name, "admin"))
-        return self._admin
+            self._admin = KafkaAdmin(self.config, timeout=_TIMEOUT, consumer=False)
+        try:
+            notes = self._admin.group_notes(self.config.input_topics[0], partitions)
+        except KasperError:  # unknown owner: the caller answers 421
+            return {}
+        window = running_window(self.config)
+        return {partition: note.endpoint for partition, note in notes.items()
+                if note is not None and note.endpoint and note.running_within(window)
+                and note.endpoint != self.own_endpoint}

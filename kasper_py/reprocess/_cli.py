@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Sequence
-from datetime import UTC, datetime
 from typing import Any
 
 from kasper_py._cli_base import (
@@ -25,6 +24,7 @@ from kasper_py._cli_base import (
     run_command,
     setup_logging,
 )
+from kasper_py.kafka import positions
 from kasper_py.reprocess._handoff import HandoffRefusedError
 from kasper_py.reprocess._job import reprocess, resolve_range
 from kasper_py.reprocess._kafka import BrokerUnreachableError
@@ -51,32 +51,10 @@ _EXIT_CODES: ExitCodes = ((RangeError, EXIT_CONFIG), (ImportError, EXIT_CONFIG),
 def parse_position(text: str) -> Position:
     """``earliest``, ``latest``, an ISO-8601 time (UTC without a zone), epoch
     milliseconds, or explicit offsets ``topic:partition=offset[,...]``."""
-    text = text.strip()
-    if text in ("earliest", "latest"):
-        return text  # type: ignore[return-value]
-    if text.isdigit():
-        return datetime.fromtimestamp(int(text) / 1000, tz=UTC)
-    if "=" in text:
-        return _offsets(text)
     try:
-        moment = datetime.fromisoformat(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not earliest, latest, an ISO-8601 time, epoch milliseconds or "
-            "topic:partition=offset[,...]") from None
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
-
-
-def _offsets(text: str) -> dict[tuple[str, int], int]:
-    offsets = {}
-    for item in (part.strip() for part in text.split(",") if part.strip()):
-        where, _, offset = item.partition("=")
-        topic, _, partition = where.rpartition(":")
-        if not topic or not partition.isdigit() or not offset.strip().isdigit():
-            raise argparse.ArgumentTypeError(
-                f"{item!r} is not topic:partition=offset (e.g. events:0=1500)")
-        offsets[topic, int(partition)] = int(offset)
-    return offsets
+        return positions.parse_position(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _parser(prog: str) -> argparse.ArgumentParser:

@@ -16,6 +16,7 @@ from typing import Any
 
 from kasper_py.config import Config
 from kasper_py.exceptions import ReprocessError
+from kasper_py.message import TopicPartitionKey
 from kasper_py.offsets import (
     GROUP_ACTIVE_ERRORS,
     IDLE_GROUP_STATES,
@@ -25,9 +26,6 @@ from kasper_py.offsets import (
 from kasper_py.reprocess._kafka import KafkaFacts
 
 __all__ = ["HandoffRefusedError", "check_group_idle", "commit_handoff"]
-
-TopicPartitionKey = tuple[str, int]
-
 
 
 class HandoffRefusedError(ReprocessError):

@@ -13,6 +13,7 @@ import structlog
 
 from kasper_py.config import Config
 from kasper_py.exceptions import ReprocessError
+from kasper_py.message import TopicPartitionKey
 from kasper_py.processor import ProcessorFactory
 from kasper_py.reprocess._handoff import HandoffRefusedError, check_group_idle, commit_handoff
 from kasper_py.reprocess._kafka import KafkaFacts
@@ -24,7 +25,6 @@ from kasper_py.stores.base import StoreSpec
 
 __all__ = ["ReprocessResult", "hand_off", "reprocess", "resolve_range"]
 
-TopicPartitionKey = tuple[str, int]
 
 _log = structlog.get_logger("kasper_py.reprocess")
 

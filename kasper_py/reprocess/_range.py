@@ -1,31 +1,22 @@
 """The offset range a reprocessing job covers: a half-open ``[start, end)`` per input
 topic-partition, planned from earliest / explicit offsets / a time to latest / explicit
-offsets / a time. Planning is pure: the watermarks and the offsets found for a time
-come in from ``_kafka.py``, so every check here runs before Spark starts.
+offsets / a time (positions resolved by ``kasper_py.kafka.positions``). Planning is
+pure: the watermarks and the offsets found for a time come in from ``KafkaAdmin``, so
+every check here runs before Spark starts.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Literal
 
 from kasper_py.exceptions import ReprocessError
+from kasper_py.kafka.positions import OffsetsAtTime, Position, resolve_position, to_millis
+from kasper_py.message import TopicPartitionKey
 
 __all__ = ["Position", "RangeError", "ReprocessRange", "plan_range", "to_millis"]
-
-TopicPartitionKey = tuple[str, int]
-
-Position = Literal["earliest", "latest"] | datetime | Mapping[TopicPartitionKey, int]
-"""Where a range starts or ends: ``"earliest"``, ``"latest"``, a ``datetime`` (the first
-offset whose timestamp is at or after it; naive means UTC), or explicit next offsets per
-``(topic, partition)``. Partitions a mapping leaves out start at earliest / end at latest."""
-
-OffsetsAtTime = Callable[[int], Mapping[TopicPartitionKey, int]]
-"""Given epoch milliseconds, the first offset at or after that time per partition
-(the high watermark where no message is that recent)."""
 
 _MAX_LISTED = 5
 
@@ -79,13 +70,6 @@ class ReprocessRange:
                          for t, p in self.keys)
 
 
-def to_millis(moment: datetime) -> int:
-    """Epoch milliseconds of ``moment``; a naive datetime is taken as UTC."""
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return int(moment.timestamp() * 1000)
-
-
 def plan_range(
     watermarks: Mapping[TopicPartitionKey, tuple[int, int]],
     start: Position,
@@ -115,19 +99,15 @@ def _resolve(
     watermarks: Mapping[TopicPartitionKey, tuple[int, int]],
     offsets_at: OffsetsAtTime,
 ) -> dict[TopicPartitionKey, int]:
-    edge = 0 if which == "start" else 1  # low watermark for a start, high for an end
-    if position == "earliest":
-        return {key: watermarks[key][0] for key in keys}
-    if position == "latest":
-        return {key: watermarks[key][1] for key in keys}
-    if isinstance(position, datetime):
-        found = offsets_at(to_millis(position))
-        return {key: found[key] for key in keys}
+    # Partitions a mapping leaves out start at earliest / end at latest.
     if isinstance(position, Mapping):
         _check_keys(which, position, keys)
-        return {key: position.get(key, watermarks[key][edge]) for key in keys}
-    raise RangeError(f"{which} must be 'earliest', 'latest', a datetime or a mapping of "
-                     f"(topic, partition) to offset, got {position!r}")
+    try:
+        return resolve_position(position, keys, watermarks, offsets_at,
+                                unnamed="low" if which == "start" else "high")
+    except ValueError:
+        raise RangeError(f"{which} must be 'earliest', 'latest', a datetime or a mapping "
+                         f"of (topic, partition) to offset, got {position!r}") from None
 
 
 def _check_keys(which: str, offsets: Mapping[TopicPartitionKey, int],

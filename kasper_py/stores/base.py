@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from kasper_py.exceptions import BadQueryError, StoreError
+from kasper_py.message import TopicPartitionKey
 from kasper_py.observe import NOOP_STORE_OBSERVER, StoreObserver
 from kasper_py.serdes import Serde
 
@@ -35,7 +36,6 @@ __all__ = [
     "encode_key",
 ]
 
-TopicPartitionKey = tuple[str, int]
 Writes = Mapping[bytes, bytes | None]
 """Encoded key -> encoded value, or ``None`` for a delete."""
 T = TypeVar("T")

@@ -26,9 +26,8 @@ from kasper_py._cli_base import (
     run_command,
     setup_logging,
 )
-from kasper_py.exceptions import AlreadyRunningError, StreamError
+from kasper_py.exceptions import AlreadyRunningError, BrokerUnreachableError, StreamError
 from kasper_py.reprocess._cli import add_spark_arguments, ship_target, submitted_session
-from kasper_py.reprocess._kafka import BrokerUnreachableError
 from kasper_py.reprocess._spark import spark_session
 from kasper_py.stream._query import STREAM_SPARK_CONF, StreamingRun, stream
 

@@ -19,6 +19,8 @@ import structlog
 
 from kasper_py.config import Config
 from kasper_py.exceptions import AlreadyRunningError, KasperError, StreamError
+from kasper_py.kafka.admin import KafkaAdmin
+from kasper_py.message import TopicPartitionKey
 from kasper_py.offsets import (
     HEARTBEAT_SECONDS,
     STREAM_PREFIX,
@@ -26,10 +28,10 @@ from kasper_py.offsets import (
     NoteState,
     running_elsewhere,
     running_window,
+    start_offset,
 )
 from kasper_py.processor import ProcessorFactory
-from kasper_py.reprocess._kafka import KafkaFacts
-from kasper_py.reprocess._range import ReprocessRange
+from kasper_py.reprocess import ReprocessRange
 from kasper_py.reprocess._spark import (
     partition_wise,
     require_pyspark,
@@ -42,11 +44,11 @@ from kasper_py.reprocess._spark import (
 from kasper_py.reprocess._task import PartitionStats, TaskSpec
 from kasper_py.stores.base import StoreSpec
 from kasper_py.stream._metrics import StreamMetrics
+from kasper_py.topics import input_partitions
 
 __all__ = ["STREAM_SPARK_CONF", "MicroBatch", "Starting", "StreamingRun", "stream"]
 
 Starting = Literal["group", "earliest", "latest"]
-TopicPartitionKey = tuple[str, int]
 
 _log = structlog.get_logger("kasper_py.stream")
 _WATCH_SECONDS = 0.5
@@ -111,9 +113,9 @@ def stream(
     require_pyspark()
     spec = TaskSpec(replace(config, processing_guarantee="at_least_once"), factory,
                     tuple(stores))
-    facts = KafkaFacts(config)
+    facts = KafkaAdmin(config, client_id=f"{config.name}-reprocess", failure=StreamError)
     try:
-        keys = facts.input_keys()
+        keys = input_partitions(config, facts.metadata())
         _check_not_running(config, facts, keys, force)
         session = spark or spark_session(master or "local[2]",
                                          conf={**STREAM_SPARK_CONF, **(spark_conf or {})})
@@ -150,7 +152,7 @@ def _check_arguments(stores: Sequence[StoreSpec], trigger: float, starting: str,
             "Cassandra table, or the live loop")
 
 
-def _check_not_running(config: Config, facts: KafkaFacts, keys: list[TopicPartitionKey],
+def _check_not_running(config: Config, facts: KafkaAdmin, keys: list[TopicPartitionKey],
                        force: bool) -> None:
     """Refuse while a live loop (or another stream) commits to the group."""
     other = running_elsewhere(config, facts.commit_notes(keys), by_stream=True)
@@ -170,7 +172,7 @@ def _check_not_running(config: Config, facts: KafkaFacts, keys: list[TopicPartit
 class StreamingRun:
     """A running streaming query: ``stop()``, ``await_termination()``, ``batches``."""
 
-    def __init__(self, spec: TaskSpec, facts: KafkaFacts, spark: Any, *,
+    def __init__(self, spec: TaskSpec, facts: KafkaAdmin, spark: Any, *,
                  owns_session: bool) -> None:
         self.config = spec.config
         self.spark = spark
@@ -263,7 +265,8 @@ class StreamingRun:
         fs, path = self._hadoop_path(checkpoint, "offsets")
         if not fs.exists(path) or len(fs.listStatus(path)) == 0:
             return False
-        notes = [n for n in self._facts.commit_notes(self._facts.input_keys()) if n]
+        keys = input_partitions(self.config, self._facts.metadata())
+        notes = [n for n in self._facts.commit_notes(keys) if n]
         newest = max(notes, key=lambda note: note.at, default=None)
         if newest is not None and not newest.by_stream:
             raise StreamError(
@@ -280,13 +283,8 @@ class StreamingRun:
         watermarks = self._facts.watermarks(keys)
         committed = self._facts.committed(keys)
         reset = self.config.auto_offset_reset if starting == "group" else starting
-        starts = {}
-        for key in keys:
-            offset = committed.get(key) if starting == "group" or resumes else None
-            if offset is None:
-                low, high = watermarks[key]
-                offset = low if reset == "earliest" else high
-            starts[key] = offset
+        starts = {key: start_offset(committed.get(key) if starting == "group" or resumes
+                                    else None, *watermarks[key], reset) for key in keys}
         return ReprocessRange(starts, {key: high for key, (_, high) in watermarks.items()})
 
     def _start_query(self, options: dict[str, str], checkpoint: str, trigger: float) -> Any:

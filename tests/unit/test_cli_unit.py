@@ -18,18 +18,20 @@ import pytest
 import structlog
 from confluent_kafka import KafkaError
 
+import kasper_py.kafka.admin
 import kasper_py.stack
 from kasper_py import Config, TopicError, cli
+from kasper_py import _cli_offsets as offsets_cli
 from kasper_py._cli_base import exit_code, print_error
 from kasper_py.cli import (
     EXIT_BROKER,
     EXIT_CONFIG,
     CliError,
-    PartitionOffsets,
     Progress,
     load_config,
 )
 from kasper_py.observe import NoopObserver, with_store_observer
+from kasper_py.offsets import PartitionProgress as PartitionOffsets
 
 TOML = """
 name = "orders"
@@ -152,13 +154,13 @@ def test_overrides_must_be_a_table(tmp_path: Path) -> None:
 ])
 def test_reset_targets(text: str, expected: str | int) -> None:
     """--to takes earliest, latest, epoch milliseconds or an ISO-8601 time."""
-    assert cli._reset_target(text) == expected
+    assert offsets_cli._reset_target(text) == expected
 
 
 def test_reset_target_rejects_anything_else() -> None:
     """Anything else is a usage error naming the accepted forms."""
     with pytest.raises(argparse.ArgumentTypeError, match="ISO-8601"):
-        cli._reset_target("yesterday")
+        offsets_cli._reset_target("yesterday")
 
 
 def test_lag_without_a_commit_follows_the_reset_policy() -> None:
@@ -372,9 +374,11 @@ def config_for_reset() -> Config:
 def test_reset_refuses_an_active_group(monkeypatch: pytest.MonkeyPatch, state: str,
                                        members: list[str]) -> None:
     """Members, or a rebalance in progress, make the reset exit 5 naming the state."""
-    monkeypatch.setattr(cli, "AdminClient", lambda _conf: FakeAdmin(state, members, None))
+    monkeypatch.setattr(kasper_py.kafka.admin, "AdminClient",
+                        lambda _conf: FakeAdmin(state, members, None))
+    config = config_for_reset()
     with pytest.raises(CliError, match=f"is active \\({state.lower()}") as caught:
-        cli._refuse_if_active(config_for_reset(), 1.0)
+        offsets_cli._refuse_if_active(config, offsets_cli.admin_for(config, 1.0))
     assert caught.value.code == cli.EXIT_REFUSED
 
 
@@ -383,9 +387,10 @@ def test_reset_refused_by_kafka_when_a_member_joins_in_between(
     """Kafka answers UNKNOWN_MEMBER_ID per partition when the group gained a member
     after the check: that is a refusal (exit 5), not a generic failure."""
     fake = FakeAdmin("EMPTY", [], KafkaError.UNKNOWN_MEMBER_ID)
-    monkeypatch.setattr(cli, "AdminClient", lambda _conf: fake)
+    monkeypatch.setattr(kasper_py.kafka.admin, "AdminClient", lambda _conf: fake)
+    config = config_for_reset()
     with pytest.raises(CliError, match="became active") as caught:
-        cli._alter_offsets(config_for_reset(), {("t", 0): 5}, 1.0)
+        offsets_cli._alter_offsets(config, offsets_cli.admin_for(config, 1.0), {("t", 0): 5})
     assert caught.value.code == cli.EXIT_REFUSED
 
 
@@ -413,7 +418,7 @@ def test_refused_consumer_overrides_are_a_config_error() -> None:
                     consumer_overrides={"fetch.min.bytes": "abc"})
     with pytest.raises(CliError, match="librdkafka refused client_overrides/"
                                        "consumer_overrides") as caught:
-        cli._consumer(config, [])
+        offsets_cli.admin_for(config, 1.0)
     assert caught.value.code == EXIT_CONFIG
 
 
@@ -423,7 +428,7 @@ def test_refused_consumer_overrides_are_a_config_error() -> None:
 ])
 def test_offset_targets(text: str, expected: tuple[str, int, int]) -> None:
     """--to-offset takes TOPIC:PARTITION=OFFSET (Kafka topic names hold neither : nor =)."""
-    assert cli._offset_target(text) == expected
+    assert offsets_cli._offset_target(text) == expected
 
 
 @pytest.mark.parametrize("text", ["orders=5", "orders:x=5", "orders:1=-1", "orders:1",
@@ -431,7 +436,7 @@ def test_offset_targets(text: str, expected: tuple[str, int, int]) -> None:
 def test_offset_target_rejects_anything_else(text: str) -> None:
     """A malformed --to-offset is a usage error showing the expected form."""
     with pytest.raises(argparse.ArgumentTypeError, match="TOPIC:PARTITION=OFFSET"):
-        cli._offset_target(text)
+        offsets_cli._offset_target(text)
 
 
 def parse_reset(*args: str) -> argparse.Namespace:
@@ -457,8 +462,8 @@ ROWS = [PartitionOffsets("t", 0, 40, low=10, high=50), PartitionOffsets("t", 1, 
 def test_explicit_targets_move_only_the_named_partitions() -> None:
     """Only the partitions named move; the low and the high watermark are both valid."""
     config = config_for_reset()
-    assert cli._targets(config, ROWS, [("t", 1, 9)], 1.0) == {("t", 1): 9}
-    assert cli._targets(config, ROWS, [("t", 0, 10), ("t", 1, 0)], 1.0) == {
+    assert offsets_cli._targets(config, ROWS, [("t", 1, 9)], 1.0) == {("t", 1): 9}
+    assert offsets_cli._targets(config, ROWS, [("t", 0, 10), ("t", 1, 0)], 1.0) == {
         ("t", 0): 10, ("t", 1): 0}
 
 
@@ -476,10 +481,10 @@ def test_explicit_targets_refuse_what_kafka_does_not_hold(
     """An offset outside [low, high] of its partition, a partition the processor does
     not read, or one named twice: exit 2 naming topic, partition and the valid range."""
     with pytest.raises(CliError, match=re.escape(message)) as caught:
-        cli._targets(config_for_reset(), ROWS, wanted, 1.0)
+        offsets_cli._targets(config_for_reset(), ROWS, wanted, 1.0)
     assert caught.value.code == cli.EXIT_USAGE
 
 
 def test_describe_explicit_targets() -> None:
     """The closing line names every partition moved and its offset."""
-    assert cli._describe_target([("t", 0, 5), ("t", 1, 7)]) == "t:0=5, t:1=7"
+    assert offsets_cli._describe_target([("t", 0, 5), ("t", 1, 7)]) == "t:0=5, t:1=7"

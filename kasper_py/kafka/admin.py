@@ -1,0 +1,249 @@
+"""``KafkaAdmin``: the one place kasper_py asks Kafka about a group and its input
+outside the loop: cluster metadata, watermarks, the group's committed offsets and
+commit notes, offsets for a time, the group's state and members, and altering the
+group's offsets. Used by ``kasper offsets/lag``, the reprocessing handoff, the Spark
+stream runner and query routing. Kafka's exceptions become kasper_py's here, once:
+``BrokerUnreachableError`` when no broker answers, else ``AdminError`` (or the classes
+a front end passes), with Kafka's error code kept. Topic creation stays in ``topics``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import (
+    Consumer,
+    ConsumerGroupTopicPartitions,
+    KafkaError,
+    KafkaException,
+    TopicPartition,
+)
+from confluent_kafka.admin import AdminClient
+
+from kasper_py._client_log import with_client_log
+from kasper_py.config import Config
+from kasper_py.exceptions import AdminError, BrokerUnreachableError, ConfigError, KasperError
+from kasper_py.message import TopicPartitionKey
+from kasper_py.offsets import GROUP_ACTIVE_ERRORS, CommitNote, PartitionProgress
+
+__all__ = ["GroupMember", "GroupState", "KafkaAdmin", "reason"]
+
+UNREACHABLE_ERRORS = (KafkaError._TRANSPORT, KafkaError._TIMED_OUT,
+                      KafkaError._ALL_BROKERS_DOWN, KafkaError._RESOLVE)
+"""Error codes that mean no broker answered."""
+
+
+@dataclass(frozen=True)
+class GroupMember:
+    """A member of the consumer group (group mode) and what it is assigned."""
+
+    client_id: str
+    host: str
+    partitions: tuple[TopicPartitionKey, ...]
+
+    def describe(self) -> str:
+        """``client-id@host``."""
+        return f"{self.client_id}@{self.host.lstrip('/')}"
+
+
+@dataclass(frozen=True)
+class GroupState:
+    """The group's state name (``EMPTY``, ``STABLE``...) and its members."""
+
+    state: str
+    members: tuple[GroupMember, ...]
+
+    def owners(self) -> dict[TopicPartitionKey, str]:
+        """The member holding each assigned topic-partition, described."""
+        return {key: m.describe() for m in self.members for key in m.partitions}
+
+
+class KafkaAdmin:
+    """A short-lived admin client and consumer of ``config.group``; the consumer never
+    subscribes, so it never joins the group. librdkafka is quiet: the first error it
+    reports goes into the exception instead, what it still logs into the JSON log.
+
+    ``failure``/``unreachable`` are the exception classes raised (a front end's own,
+    such as ``ReprocessError``); ``read_committed=False`` reads the committed offsets as
+    they stand, not waited on while a killed exactly-once loop's transaction is open.
+    """
+
+    def __init__(self, config: Config, *, timeout: float = 30.0, client_id: str | None = None,
+                 read_committed: bool = True, consumer: bool = True,
+                 failure: type[KasperError] = AdminError,
+                 unreachable: type[KasperError] = BrokerUnreachableError) -> None:
+        self._config, self._timeout = config, timeout
+        self._failure, self._unreachable = failure, unreachable
+        self.errors: list[str] = []
+        """What librdkafka reported through ``error_cb``, first first."""
+        quiet: dict[str, Any] = {"log_level": 2, "error_cb": self._on_error}
+        self._admin = self._client(AdminClient, {**config.to_admin_conf(), **quiet},
+                                   "admin", "client_overrides", "client_overrides")
+        self._consumer: Any = None
+        if consumer:
+            conf = {**config.to_consumer_conf(), **quiet,
+                    "client.id": client_id or f"{config.name}-admin"}
+            if not read_committed:
+                conf["isolation.level"] = "read_uncommitted"
+            self._consumer = self._client(Consumer, conf, "consumer", "consumer_overrides",
+                                          "client_overrides/consumer_overrides")
+
+    def _client(self, kind: Any, conf: dict[str, Any], name: Any, field: str,
+                fields: str) -> Any:
+        """A client, or ``ConfigError`` naming the overrides librdkafka refused."""
+        try:
+            return kind(with_client_log(conf, self._config.name, name))
+        except KafkaException as exc:
+            raise ConfigError(field, f"librdkafka refused {fields}: {reason(exc)}") from None
+
+    # -- the input -------------------------------------------------------------------
+
+    def metadata(self, topic: str | None = None) -> Any:
+        """Cluster metadata (every topic, or ``topic``'s); listing creates no topic."""
+        return self._call("reading metadata", self._admin.list_topics, topic,
+                          timeout=self._timeout)
+
+    def watermarks(self, keys: Iterable[TopicPartitionKey]
+                   ) -> dict[TopicPartitionKey, tuple[int, int]]:
+        """(low, high) per partition; high is the last stable offset under read_committed."""
+        found = {}
+        for topic, partition in keys:
+            low, high = self._call(f"reading the watermarks of {topic}[{partition}]",
+                                   self._consumer.get_watermark_offsets,
+                                   TopicPartition(topic, partition), timeout=self._timeout)
+            found[topic, partition] = (int(low), int(high))
+        return found
+
+    def offsets_at(self, millis: int, watermarks: Mapping[TopicPartitionKey, tuple[int, int]]
+                   ) -> dict[TopicPartitionKey, int]:
+        """First offset at or after ``millis`` per partition; the high watermark where
+        every message is older (and where records arrived after the watermarks were
+        read: the answer stays inside that snapshot). A partition the lookup failed for
+        is an error, not "no message that recent"."""
+        request = [TopicPartition(t, p, millis) for t, p in sorted(watermarks)]
+        found = self._call(f"finding the offsets at {millis} ms",
+                           self._consumer.offsets_for_times, request, timeout=self._timeout)
+        failed = [f"{tp.topic}[{tp.partition}]: {tp.error.str()}" for tp in found
+                  if tp.error is not None]
+        if failed:
+            raise self._failure(f"finding the offsets at {millis} ms failed for "
+                                f"{'; '.join(failed)}")
+        return {(tp.topic, tp.partition):
+                min(tp.offset, watermarks[tp.topic, tp.partition][1]) if tp.offset >= 0
+                else watermarks[tp.topic, tp.partition][1] for tp in found}
+
+    # -- the group -------------------------------------------------------------------
+
+    def committed(self, keys: Iterable[TopicPartitionKey]) -> dict[TopicPartitionKey, int | None]:
+        """The group's committed next offsets (``None`` where nothing is committed)."""
+        return {(tp.topic, tp.partition): tp.offset if tp.offset >= 0 else None
+                for tp in self._committed(keys)}
+
+    def commit_notes(self, keys: Iterable[TopicPartitionKey]) -> list[CommitNote | None]:
+        """The kasper loop notes stored with the group's committed offsets."""
+        return [CommitNote.decode(tp.metadata) for tp in self._committed(keys)]
+
+    def progress(self, keys: Iterable[TopicPartitionKey]) -> list[PartitionProgress]:
+        """Committed offset, note and watermarks of each of ``keys``."""
+        committed = self._committed(keys)
+        marks = self.watermarks((tp.topic, tp.partition) for tp in committed)
+        return [PartitionProgress(tp.topic, tp.partition, tp.offset if tp.offset >= 0 else None,
+                                  *marks[tp.topic, tp.partition], CommitNote.decode(tp.metadata))
+                for tp in committed]
+
+    def _committed(self, keys: Iterable[TopicPartitionKey]) -> Any:
+        request = [TopicPartition(t, p) for t, p in keys]
+        return self._call(f"reading the offsets of group {self._config.group!r}",
+                          self._consumer.committed, request, timeout=self._timeout)
+
+    def group_notes(self, topic: str, partitions: int) -> dict[int, CommitNote | None]:
+        """The notes of ``topic``'s partitions read with the admin client alone
+        (``ListConsumerGroupOffsets``), for a caller without a consumer."""
+        group = self._config.group
+        request = ConsumerGroupTopicPartitions(
+            group, [TopicPartition(topic, p) for p in range(partitions)])
+        futures = self._admin.list_consumer_group_offsets([request],
+                                                          request_timeout=self._timeout)
+        result = self._call(f"reading the offsets of group {group!r}",
+                            next(iter(futures.values())).result, self._timeout)
+        return {tp.partition: CommitNote.decode(getattr(tp, "metadata", None))
+                for tp in result.topic_partitions}
+
+    def group(self) -> GroupState:
+        """The group's state and its members, with their assignments."""
+        group = self._config.group
+        futures = self._admin.describe_consumer_groups([group], request_timeout=self._timeout)
+        description = self._call(f"describing group {group!r}", futures[group].result,
+                                 timeout=self._timeout + 5)
+        return GroupState(description.state.name, tuple(
+            GroupMember(m.client_id, m.host, tuple(sorted(
+                (tp.topic, tp.partition) for tp in (m.assignment.topic_partitions
+                                                    if m.assignment else ()))))
+            for m in description.members))
+
+    def group_state(self) -> tuple[str, list[str]]:
+        """The group's state (``EMPTY``, ``STABLE``...) and its members' client ids."""
+        state = self.group()
+        return state.state, [m.client_id for m in state.members]
+
+    def commit(self, offsets: Mapping[TopicPartitionKey, int], note: str | None = None
+               ) -> None:
+        """Set the group's committed offsets, with ``note`` as their metadata. The broker
+        refuses while the group has members: the error's ``code`` is then one of
+        ``GROUP_ACTIVE_ERRORS``."""
+        group = self._config.group
+        request = ConsumerGroupTopicPartitions(
+            group, [TopicPartition(t, p, o) if note is None
+                    else TopicPartition(t, p, o, metadata=note)
+                    for (t, p), o in sorted(offsets.items())])
+        futures = self._admin.alter_consumer_group_offsets([request],
+                                                           request_timeout=self._timeout)
+        result = self._call(f"committing the offsets of group {group!r}",
+                            futures[group].result, timeout=self._timeout + 5)
+        refused = [tp for tp in result.topic_partitions if tp.error is not None]
+        if refused:
+            codes = [tp.error.code() for tp in refused]
+            active = all(code in GROUP_ACTIVE_ERRORS for code in codes)
+            code = codes[0] if active or len(set(codes)) == 1 else None
+            causes = "; ".join(f"{tp.topic}[{tp.partition}]: {tp.error.str()}" for tp in refused)
+            raise self._failure(f"committing the offsets of group {group!r} failed for "
+                                f"{causes}", code=code)
+
+    def close(self) -> None:
+        """Close the consumer (it never joined the group, so nothing rebalances)."""
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
+
+    def __enter__(self) -> KafkaAdmin:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def _on_error(self, error: Any) -> None:
+        self.errors.append(error.str())
+
+    def _call(self, what: str, method: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(*args, **kwargs)
+        except KafkaException as exc:
+            self._admin.poll(0)  # serves error_cb, which holds the cause (refused, DNS, TLS)
+            cause = f" ({self.errors[0]})" if self.errors else ""
+            code = _code(exc.args[0] if exc.args else exc)
+            kind = self._unreachable if code in UNREACHABLE_ERRORS else self._failure
+            raise kind(f"{what} on {self._config.bootstrap_servers} failed: {reason(exc)}"
+                       f"{cause}", code=code) from exc
+
+
+def reason(exc: BaseException) -> str:
+    """The text of a Kafka exception's error (``KafkaError.str()``)."""
+    error = exc.args[0] if exc.args else exc
+    return str(error.str() if hasattr(error, "str") else error)
+
+
+def _code(error: Any) -> int | None:
+    code = error.code() if hasattr(error, "code") else None
+    return code if isinstance(code, int) else None
