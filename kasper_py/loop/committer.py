@@ -197,8 +197,8 @@ class OffsetCommitter:
         ``fail`` (and always when fenced) raised."""
         try:
             self._commit(offsets, state, own=True)
-        except FencedError as exc:
-            raise self.fenced(exc) from exc
+        except FencedError:
+            raise  # a newer loop took over: nothing more of this one may commit
         except KasperError as exc:
             if fail:
                 raise
@@ -206,10 +206,6 @@ class OffsetCommitter:
                          state=state, error=str(exc))
             return False
         return True
-
-    def fenced(self, exc: FencedError) -> FencedError:
-        """The error to stop with when a newer loop took over (exactly-once only)."""
-        return exc
 
 
 class TransactionCommitter(OffsetCommitter):
@@ -239,6 +235,13 @@ class TransactionCommitter(OffsetCommitter):
 
     def _fences(self, other: CommitNote) -> bool:
         return other.partitions == self.config.partition_set
+
+    def _recommit(self, offsets: Offsets, state: Literal["running", "stopped"], *,
+                  fail: bool = False) -> bool:
+        try:
+            return super()._recommit(offsets, state, fail=fail)
+        except FencedError as exc:
+            raise self.fenced(exc) from exc
 
     def run(self, engine: TurnEngine, batch: Batch,
             meanwhile: Callable[[], object] | None) -> TurnResult:
