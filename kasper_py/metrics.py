@@ -30,7 +30,8 @@ if TYPE_CHECKING:
     from kasper_py.config import Config
     from kasper_py.dead_letters import DeadLetter
 
-__all__ = ["MetricsServer", "PrometheusObserver", "count_client_log", "observer_for"]
+__all__ = ["METRICS_PATHS", "MetricsServer", "PrometheusObserver", "count_client_log",
+           "metrics_app", "observer_for"]
 
 NAMESPACE = "kasper"
 INSTALL_HINT = "pip install 'kasper-py[prometheus]'"
@@ -484,6 +485,10 @@ class PrometheusObserver(LoopObserver, StoreObserver):
             self._server = None
 
 
+METRICS_PATHS = ("/metrics", "/health/live", "/health/ready")
+"""What ``metrics_app`` answers."""
+
+
 class MetricsServer(HttpServer):
     """A background HTTP server: ``/metrics``, ``/health/live`` and ``/health/ready``.
     The tables and views are not served here but on their own server
@@ -491,11 +496,12 @@ class MetricsServer(HttpServer):
     the application's state is not."""
 
     def __init__(self, observer: PrometheusObserver, host: str, port: int) -> None:
-        super().__init__(host, port, name="metrics", apps=[_metrics_app(observer)],
-                         paths=["/metrics", "/health/live", "/health/ready"])
+        super().__init__(host, port, name="metrics", apps=[metrics_app(observer)],
+                         paths=METRICS_PATHS)
 
 
-def _metrics_app(observer: PrometheusObserver) -> App:
+def metrics_app(observer: PrometheusObserver) -> App:
+    """``observer``'s ``/metrics`` and ``/health/{live,ready}``, to mount on a server."""
     from prometheus_client import (  # noqa: PLC0415 - optional extra
         CONTENT_TYPE_LATEST,
         generate_latest,

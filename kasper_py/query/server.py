@@ -1,6 +1,7 @@
-"""The query server: a processor's tables and views over HTTP(S), apart from its metrics.
-It binds ``Config.query_host`` (loopback by default) on ``Config.query_port``, asks
-for ``Config.query_token`` as a bearer token when one is set, and serves TLS when
+"""The query server: a processor's tables and views over HTTP(S), apart from its metrics,
+and what a runner mounts on it (``query_app``, over ``tables_for``). It binds
+``Config.query_host`` (loopback by default) on ``Config.query_port``, asks for
+``Config.query_token`` as a bearer token when one is set, and serves TLS when
 ``Config.query_tls_cert`` is. A request refused for its token is counted through
 ``rejected`` (the loop's observer).
 """
@@ -9,15 +10,19 @@ from __future__ import annotations
 
 import socket
 import ssl
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 
 import structlog
 
-from kasper_py._http import BearerGuard, HttpServer, tls_context
+from kasper_py._http import App, BearerGuard, HttpServer, tls_context
 from kasper_py.config import Config
 from kasper_py.exceptions import ConfigError
+from kasper_py.query._locate import Locator
+from kasper_py.query._tables import OpenStores, Tables
+from kasper_py.query._web import QueryApp, View
+from kasper_py.stores.base import StoreSpec
 
-__all__ = ["QUERY_PATHS", "QueryServer"]
+__all__ = ["QUERY_PATHS", "OpenStores", "QueryServer", "query_app", "tables_for"]
 
 _log = structlog.get_logger("kasper_py")
 QUERY_PATHS = ("/tables",)
@@ -45,6 +50,21 @@ class QueryServer(HttpServer):
         _log.info("kasper.queries_serving", processor=config.name, host=self.host,
                   port=self.port, tls=self.scheme == "https", token=guard is not None,
                   endpoint=self.endpoint)
+
+
+def tables_for(config: Config, specs: Sequence[StoreSpec], open_stores: OpenStores, *,
+               endpoint: str | None = None, locate: bool = False) -> Tables:
+    """The queryable tables of a processor's ``specs``, reading ``open_stores``. With
+    ``locate`` (real Kafka clients) a key of a partition held elsewhere is found from the
+    running loops' commit notes; ``endpoint`` is this instance's own URL."""
+    return Tables(config, specs, open_stores, Locator(config, endpoint) if locate else None)
+
+
+def query_app(tables: Tables, views: Mapping[str, View], endpoint: str | None) -> App:
+    """``tables`` (``/tables...``) and ``views`` as one app to mount on a ``QueryServer``
+    whose URL is ``endpoint``. Raises ``ValueError`` for a view path that is malformed
+    or taken by kasper_py's own."""
+    return QueryApp(tables, views, endpoint)
 
 
 def _tls(config: Config) -> ssl.SSLContext | None:

@@ -18,15 +18,15 @@ from typing import Any, Literal
 import structlog
 
 from kasper_py.config import Config
-from kasper_py.exceptions import AlreadyRunningError, KasperError, StreamError
+from kasper_py.exceptions import KasperError, StreamError
 from kasper_py.kafka.admin import KafkaAdmin
+from kasper_py.loop.committer import check_not_running
 from kasper_py.message import TopicPartitionKey
 from kasper_py.offsets import (
     HEARTBEAT_SECONDS,
     STREAM_PREFIX,
     CommitNote,
     NoteState,
-    running_elsewhere,
     running_window,
     start_offset,
 )
@@ -155,18 +155,16 @@ def _check_arguments(stores: Sequence[StoreSpec], trigger: float, starting: str,
 def _check_not_running(config: Config, facts: KafkaAdmin, keys: list[TopicPartitionKey],
                        force: bool) -> None:
     """Refuse while a live loop (or another stream) commits to the group."""
-    other = running_elsewhere(config, facts.commit_notes(keys), by_stream=True)
-    if other is None:
-        return
-    if force:
-        _log.warning("kasper.forced_start", processor=config.name, other=other.describe())
-        return
-    raise AlreadyRunningError(
-        f"processor {config.name!r}: group {config.group!r} is being processed by a "
-        f"{'stream' if other.by_stream else 'live loop'} that is {other.describe()}; both "
-        "would process and commit. Stop it first (its last commit then says stopped), or "
-        f"pass force=True (--force) if it is gone (it counts as running for "
-        f"{running_window(config):.0f} s after its last commit)")
+    check_not_running(config, facts.commit_notes(keys), force=force, by_stream=True,
+                      refusal=lambda other: _refusal(config, other))
+
+
+def _refusal(config: Config, other: CommitNote) -> str:
+    return (f"processor {config.name!r}: group {config.group!r} is being processed by a "
+            f"{'stream' if other.by_stream else 'live loop'} that is {other.describe()}; "
+            "both would process and commit. Stop it first (its last commit then says "
+            "stopped), or pass force=True (--force) if it is gone (it counts as running "
+            f"for {running_window(config):.0f} s after its last commit)")
 
 
 class StreamingRun:

@@ -452,7 +452,7 @@ def test_idle_loop_heartbeats_its_offsets_and_says_when_it_stopped(
         bootstrap, new_topic, kafka, unique_name, monkeypatch) -> None:
     """Idle, a loop re-commits the same offsets with a fresher "running" note (so tools
     know it runs although it is no group member); close() leaves a "stopped" note."""
-    monkeypatch.setattr("kasper_py.topic_processor.HEARTBEAT_SECONDS", 0.5)
+    monkeypatch.setattr("kasper_py.loop.committer.HEARTBEAT_SECONDS", 0.5)
     source, output = new_topic("in"), new_topic("out")
     name = unique_name("heartbeat")
     kafka.produce(source, [b"a", b"b"])

@@ -106,8 +106,8 @@ def test_queries_bind_loopback_apart_from_the_metrics(broker: InMemoryBroker) ->
     query_port nothing serves the tables, metrics_port alone included."""
     processor, observer = _serving(broker)
     try:
-        assert processor.endpoint == f"http://127.0.0.1:{processor._query_server.port}"  # type: ignore[union-attr]
-        assert processor._query_server.host == "127.0.0.1"  # type: ignore[union-attr]
+        assert processor.endpoint == f"http://127.0.0.1:{processor._servers.queries.port}"  # type: ignore[union-attr]
+        assert processor._servers.queries.host == "127.0.0.1"  # type: ignore[union-attr]
         assert QueryClient(processor.endpoint or "").get("counts", "a") == 2
     finally:
         processor.close()
@@ -181,7 +181,7 @@ def test_standard_library_errors_are_json(broker: InMemoryBroker) -> None:
     """A request line too long (414) and an unknown method (501) answer in the one JSON
     shape, not the standard library's HTML."""
     processor, observer = _serving(broker)
-    port = processor._query_server.port  # type: ignore[union-attr]
+    port = processor._servers.queries.port  # type: ignore[union-attr]
     try:
         status, kind, body = _raw(port, b"GET /" + b"x" * 70_000 + b" HTTP/1.1\r\n\r\n")
         assert (status, kind, body["status"], body["error"]) == (

@@ -1,0 +1,16 @@
+"""The parts ``TopicProcessor`` composes, each chosen once at start (modes are objects,
+not flags):
+
+- ``committer``: how a turn's input offsets are committed (through the consumer, or
+  exactly-once in the turn's transaction), the commit notes that say a loop is running
+  (announce, heartbeat, stopped note), fencing, and the one-runner check;
+- ``assignment``: static partition sets or group membership; opens and closes
+  partitions, and says when the loop is caught up;
+- ``prefetch``: gathers and sizes each batch, and reads the next one while a turn's
+  acks are outstanding;
+- ``progress``: committed offsets, high watermarks and what is left to consume;
+- ``servers``: the HTTP servers the loop owns, the metrics and query apps mounted on them;
+- ``signals``: SIGTERM and SIGINT closing a running loop.
+
+Nothing here imports ``kasper_py.topic_processor``; the loop imports these.
+"""

@@ -1,0 +1,277 @@
+"""Assignments: which input partitions a loop runs, chosen once at start.
+``StaticAssignment`` takes the partition set of ``Config.input_partitions`` at start
+(refusing it while another loop runs it); ``GroupAssignment`` joins the consumer group,
+and partitions arrive and leave through rebalance callbacks between turns. Both open a
+partition the same way (its stores restored, its processor built) and say when the
+loop is caught up (``run_loop(until_caught_up=True)``).
+"""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import structlog
+
+from kasper_py._closing import close_all
+from kasper_py.config import Config
+from kasper_py.exceptions import TopicError
+from kasper_py.loop.committer import OffsetCommitter
+from kasper_py.loop.prefetch import Prefetcher
+from kasper_py.observe import LoopObserver
+from kasper_py.offsets import lowered, partition_lag
+from kasper_py.ports import KafkaClients
+from kasper_py.processor import ProcessorFactory
+from kasper_py.stores.base import StoreRuntime, StoreSpec
+from kasper_py.topics import owned_partitions
+from kasper_py.turn import TurnEngine
+
+__all__ = ["Assignment", "GroupAssignment", "StaticAssignment", "assignment_for"]
+
+_log = structlog.get_logger("kasper_py")
+TopicPartitionKey = tuple[str, int]
+_GROUP_CHECK_SECONDS = 1.0
+"""Group mode, ``until_caught_up``: once this member's own partitions are consumed to
+their ends, how often it reads the group's committed offsets and every input
+partition's end to see whether the group holds any lag."""
+
+
+class Assignment(ABC):
+    """Which partitions a loop runs, and how they are opened: their stores restored
+    (exactly-once with an effectively-once store: told where the loop starts) and their
+    processors built, on ``engine``."""
+
+    reads_ahead: bool
+    """Whether the next batch may be read while a turn's acks are outstanding."""
+
+    def __init__(self, config: Config, clients: KafkaClients, *, engine: TurnEngine,
+                 committer: OffsetCommitter, prefetcher: Prefetcher, observer: LoopObserver,
+                 factory: ProcessorFactory, stores: Sequence[StoreSpec]) -> None:
+        self.config = config
+        self._consumer, self._producer, self._clock = (clients.consumer, clients.producer,
+                                                       clients.clock)
+        self._engine, self._committer, self._prefetcher = engine, committer, prefetcher
+        self._observer, self._factory, self._stores = observer, factory, list(stores)
+        self._partition_count = 0
+
+    @abstractmethod
+    def start(self, partition_count: int) -> None:
+        """Begin running partitions of the input topics (``partition_count`` each)."""
+
+    @abstractmethod
+    def ensure_assigned(self) -> bool:
+        """True when partitions are assigned, so what is left of them can be measured."""
+
+    @abstractmethod
+    def caught_up(self, consumed_all: Callable[[], bool]) -> bool:
+        """``run_loop(until_caught_up=True)`` may return (``consumed_all``: every
+        partition assigned here is consumed to its end)."""
+
+    @abstractmethod
+    def after_turn(self, durations: dict[str, float]) -> None:
+        """A turn that took ``durations`` (seconds per step) is done."""
+
+    def _open(self, partitions: Sequence[int]) -> None:
+        """Open each of ``partitions`` not open yet: restore its stores, build its
+        processor."""
+        for partition in partitions:
+            if partition not in self._engine.partitions:
+                runtime = StoreRuntime(self.config, partition, self._producer,
+                                       self._observer.store_observer())
+                self._engine.open_partition(partition, self._factory, self._stores, runtime)
+
+    def _record_starts(self, committed: dict[TopicPartitionKey, int | None]) -> None:
+        """Exactly-once with an effectively-once store: where the store has recorded
+        nothing, record where the loop starts (the ``committed`` offset, else where
+        ``auto_offset_reset`` points), so the store always knows where it stands."""
+        unrecorded = self._engine.unrecorded(list(committed))
+        if not unrecorded:
+            return
+        starts = {}
+        for tp in unrecorded:
+            offset = committed.get(tp)
+            if offset is None:
+                low, high = self._consumer.watermarks(tp)
+                offset = low if self.config.auto_offset_reset == "earliest" else high
+            starts[tp] = offset
+        self._engine.record(starts)
+
+    def _log_started(self, **details: Any) -> None:
+        _log.info("kasper.started", processor=self.config.name, **details,
+                  topics=list(self.config.input_topics), group=self.config.group,
+                  processing_guarantee=self.config.processing_guarantee)
+
+
+class StaticAssignment(Assignment):
+    """A static partition set: assigned at start at the committed offsets, after this
+    loop's running note is announced and the partitions' stores are restored."""
+
+    reads_ahead = True
+
+    def start(self, partition_count: int) -> None:
+        """Take this loop's partitions of ``partition_count``: refuse them while another
+        loop runs them, say at once that they are taken (before restoring tables takes
+        its time), open them, and assign them where their processing stands."""
+        self._partition_count = partition_count
+        self._committer.begin()
+        partitions = owned_partitions(self.config, partition_count)
+        keys = [(t, p) for t in self.config.input_topics for p in partitions]
+        self._committer.check_not_running(keys)
+        committed = self._consumer.committed(keys)
+        self._committer.announce({tp: o for tp, o in committed.items() if o is not None})
+        self._open(partitions)
+        self._record_starts(committed)
+        committed = self._consumer.assign(partitions, self._engine.resume_from())
+        self._committer.offsets.mark_committed(
+            {tp: o for tp, o in committed.items() if o is not None})
+        self._observer.on_start(self._consumer.assigned)
+        self._log_started(partitions=list(partitions), **self._committer.identity)
+
+    def ensure_assigned(self) -> bool:
+        """True when partitions are assigned to measure: before the loop starts, assign
+        this loop's own (at their committed offsets, nothing announced)."""
+        if not self._consumer.assigned:
+            self._consumer.assign(owned_partitions(self.config,
+                                                   self._consumer.partition_count()))
+        return True
+
+    def caught_up(self, consumed_all: Callable[[], bool]) -> bool:
+        """Every assigned partition is consumed to its end."""
+        return consumed_all()
+
+    def after_turn(self, durations: dict[str, float]) -> None:
+        """Nothing to check: a static member has no poll budget."""
+
+
+class GroupAssignment(Assignment):
+    """Group membership: subscribe at start; partitions arrive (and leave) through the
+    rebalance callbacks, which run inside ``consume``, so between turns: the loop reads
+    no batch ahead, and every turn is committed before the next consume."""
+
+    reads_ahead = False
+
+    def __init__(self, config: Config, clients: KafkaClients, *, engine: TurnEngine,
+                 committer: OffsetCommitter, prefetcher: Prefetcher, observer: LoopObserver,
+                 factory: ProcessorFactory, stores: Sequence[StoreSpec]) -> None:
+        super().__init__(config, clients, engine=engine, committer=committer,
+                         prefetcher=prefetcher, observer=observer, factory=factory,
+                         stores=stores)
+        self._poll_budget_ms = float(config.to_consumer_conf().get("max.poll.interval.ms",
+                                                                   300_000))
+        self._next_group_check = 0.0
+        """``until_caught_up``: when (on ``clock``) to look at the group's lag next."""
+        self._group_lagging: list[TopicPartitionKey] = []
+
+    def start(self, partition_count: int) -> None:
+        """Join the group (exactly-once: after taking over the transactional id)."""
+        self._partition_count = partition_count
+        self._committer.begin()
+        self._consumer.subscribe(self._assigned, self._revoked)
+        self._observer.on_start([])
+        conf = self.config.to_consumer_conf()
+        self._log_started(assignment="group", group_protocol=conf["group.protocol"],
+                          assignor=conf.get("group.remote.assignor",
+                                            conf.get("partition.assignment.strategy")))
+
+    def _assigned(self, keys: list[TopicPartitionKey]) -> dict[TopicPartitionKey, int]:
+        """The group added ``keys``: open the new partitions (restoring their tables)
+        and build their processors; partitions already held are left untouched. Returns
+        where an effectively-once store is behind the committed offsets."""
+        partitions = sorted({p for _, p in keys})
+        missing = [(t, p) for p in partitions for t in self.config.input_topics
+                   if (t, p) not in keys and (t, p) not in self._consumer.assigned]
+        if missing:
+            raise TopicError(f"the group assigned partitions without their co-partitioned "
+                             f"peers {missing}: use the range assignor (see Config.assignment)")
+        started = time.perf_counter()
+        self._open(partitions)
+        committed = self._consumer.committed(keys)
+        self._record_starts(committed)
+        starts = lowered(committed, self._engine.resume_from())
+        self._committer.offsets.mark_committed(
+            {tp: o for tp, o in starts.items() if o is not None})
+        self._observer.on_start(self._consumer.assigned)
+        if partitions:
+            _log.info("kasper.partitions_assigned", processor=self.config.name,
+                      partitions=partitions, seconds=round(time.perf_counter() - started, 3))
+        return {tp: o for tp, o in starts.items() if o is not None and o != committed[tp]}
+
+    def _revoked(self, keys: list[TopicPartitionKey]) -> None:
+        """The group took ``keys`` away. Every processed batch is already committed (no
+        consume happens inside a turn), so only records gathered for the next batch are
+        dropped (the new owner reads them from the committed offsets); the partitions'
+        processors and stores close, the others stay."""
+        self._prefetcher.drop(keys)
+        self._committer.offsets.forget(keys)
+        partitions = sorted({p for _, p in keys})
+        steps = [step for p in partitions for step in self._engine.close_partition(p)]
+        close_all(steps, self.config.name)
+        _log.info("kasper.partitions_revoked", processor=self.config.name,
+                  partitions=partitions)
+
+    def ensure_assigned(self) -> bool:
+        """True when the group assigned this member partitions (none yet: nothing to
+        measure)."""
+        return bool(self._consumer.assigned)
+
+    def caught_up(self, consumed_all: Callable[[], bool]) -> bool:
+        """This member's own partitions first, at no cost to the broker; once they are
+        done, the group's lag on every input partition, read at most every
+        ``_GROUP_CHECK_SECONDS``: caught up when the group holds none."""
+        if self._consumer.assigned and not consumed_all():
+            return False
+        now = self._clock()
+        if now < self._next_group_check:
+            return False
+        self._next_group_check = now + _GROUP_CHECK_SECONDS
+        self._committer.commit_past_markers()  # the group's offsets reach the end
+        lagging = self._group_lag()
+        if sorted(lagging) != self._group_lagging:
+            self._group_lagging = sorted(lagging)
+            if lagging:
+                _log.info("kasper.waiting_for_group", processor=self.config.name,
+                          group=self.config.group, lag=sum(lagging.values()),
+                          partitions=[f"{t}[{p}]" for t, p in self._group_lagging])
+        return not lagging
+
+    def _group_lag(self) -> dict[TopicPartitionKey, int]:
+        """The group's lag on each partition of the input topics that has any, read
+        from the broker (one committed-offsets request, then each partition's end):
+        ``offsets.partition_lag`` of the group's committed offset. Empty when the group
+        has processed and committed everything written so far. The consumer reads
+        committed offsets as stable ones (``read_committed``): while a transaction holds
+        offsets pending (a killed exactly-once member's, until it times out) the read
+        waits for it, so the answer is final."""
+        keys = [(topic, p) for topic in self.config.input_topics
+                for p in range(self._partition_count)]
+        committed = self._consumer.committed(keys)
+        lags = {}
+        for tp in keys:
+            behind = partition_lag(committed.get(tp), *self._consumer.watermarks(tp),
+                                   self.config.auto_offset_reset)
+            if behind:
+                lags[tp] = behind
+        return lags
+
+    def after_turn(self, durations: dict[str, float]) -> None:
+        """The loop consumes only between turns, so a turn must stay well inside the
+        group's poll budget (``max.poll.interval.ms``), or the member is dropped and its
+        partitions move. A turn over half the budget is reported."""
+        budget = self._poll_budget_ms
+        seconds = sum(durations.values())
+        if seconds * 1000 > budget / 2:
+            _log.warning("kasper.turn_near_poll_budget", processor=self.config.name,
+                         turn_seconds=round(seconds, 3), budget_seconds=budget / 1000,
+                         hint="lower batch_size, or raise max.poll.interval.ms in "
+                              "consumer_overrides")
+
+
+def assignment_for(config: Config, clients: KafkaClients, *, engine: TurnEngine,
+                   committer: OffsetCommitter, prefetcher: Prefetcher, observer: LoopObserver,
+                   factory: ProcessorFactory, stores: Sequence[StoreSpec]) -> Assignment:
+    """The assignment ``config.assignment`` asks for."""
+    kind = GroupAssignment if config.group_mode else StaticAssignment
+    return kind(config, clients, engine=engine, committer=committer, prefetcher=prefetcher,
+                observer=observer, factory=factory, stores=stores)

@@ -1,0 +1,330 @@
+"""Committers: how a loop commits a turn's input offsets, chosen once at start.
+``OffsetCommitter`` commits through the consumer (at-least-once); ``TransactionCommitter``
+commits them in the turn's transaction (exactly-once), runs a turn aborted for a
+transient error again, and names the loop that fenced it. Both write the commit notes
+that tell operators' tools a loop is running (announced at start, re-committed as a
+heartbeat while idle, "stopped" at close) and refuse to start while another runner's
+note is recent: ``check_not_running``, the one check the Spark stream runner uses too.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from typing import Literal
+
+import structlog
+
+from kasper_py.batching import Batch
+from kasper_py.config import Config
+from kasper_py.exceptions import AlreadyRunningError, FencedError, KasperError
+from kasper_py.observe import LoopObserver
+from kasper_py.offsets import HEARTBEAT_SECONDS, CommitNote, OffsetTracker, running_elsewhere
+from kasper_py.ports import InputPort, KafkaClients, ProducerPort, Transactions
+from kasper_py.turn import TurnEngine, TurnResult
+
+__all__ = ["OffsetCommitter", "TransactionCommitter", "check_not_running", "committer_for"]
+
+_log = structlog.get_logger("kasper_py")
+TopicPartitionKey = tuple[str, int]
+Offsets = dict[TopicPartitionKey, int]
+_TURN_RETRIES = 5
+"""Exactly-once: aborted turns in a row, for errors Kafka calls transient, run again
+before the loop stops."""
+_RETRY_PAUSE = 0.5
+_FENCED_NOTE_WAIT = 5.0
+"""Fenced: how long to wait for the note of the loop that took over, to name it."""
+
+
+def check_not_running(config: Config, notes: Iterable[CommitNote | None], *, force: bool,
+                      refusal: Callable[[CommitNote], str], by_stream: bool = False,
+                      fences: Callable[[CommitNote], bool] | None = None) -> None:
+    """Refuse to start while another loop or streaming query runs these partitions: its
+    last commit note says running (or streaming) and is recent (``offsets.running_window``;
+    a note of a process on this host that no longer exists does not count). Raises
+    ``AlreadyRunningError`` with ``refusal(note)``, unless ``force`` (then a warning), or
+    unless ``fences(note)``: this runner takes the partitions over (exactly-once, the
+    same partition set). ``by_stream``: the caller is a streaming query."""
+    other = running_elsewhere(config, notes, by_stream=by_stream)
+    if other is None:
+        return
+    if fences is not None and fences(other):
+        _log.info("kasper.fencing", processor=config.name, other=other.describe(),
+                  transactional_id=config.transactional_id)
+        return
+    if force:
+        _log.warning("kasper.forced_start", processor=config.name, other=other.describe())
+        return
+    raise AlreadyRunningError(refusal(other))
+
+
+class OffsetCommitter:
+    """At-least-once: commits the input offsets through the consumer, each with this
+    loop's note; remembers what it committed, so an offset never goes backwards."""
+
+    transactions: Transactions | None = None
+    """What the turn engine wraps each turn in: nothing here."""
+
+    def __init__(self, config: Config, consumer: InputPort, observer: LoopObserver, *,
+                 holding: Callable[[], bool], endpoint: str | None = None,
+                 force: bool = False) -> None:
+        """``holding`` says whether records of the next batch are read and not yet
+        processed (the consumer's position is then past them). ``endpoint`` is
+        announced in the notes; ``force`` starts despite another running loop."""
+        self.config = config
+        self.offsets = OffsetTracker()
+        """The next offsets this loop committed, per topic-partition."""
+        self._consumer, self._observer = consumer, observer
+        self.endpoint = endpoint
+        """The URL this loop answers queries on, announced in its notes (the loop sets it
+        once its query server is up)."""
+        self._holding, self._force = holding, force
+        self._last_commit = time.monotonic()
+        self._started_at = time.time()
+
+    # -- start ----------------------------------------------------------------------
+
+    @property
+    def identity(self) -> dict[str, str]:
+        """What names this committer in the start log line: nothing here."""
+        return {}
+
+    def begin(self) -> None:
+        """The loop starts: notes committed from now on by another loop are newer."""
+        self._started_at = time.time()
+
+    def check_not_running(self, keys: list[TopicPartitionKey]) -> None:
+        """Refuse ``keys`` while another loop or streaming query runs them (see
+        ``check_not_running``), unless forced."""
+        notes = [CommitNote.decode(m) for m in self._consumer.notes(keys).values()]
+        check_not_running(self.config, notes, force=self._force, refusal=self._refusal,
+                          fences=self._fences)
+
+    def _refusal(self, other: CommitNote) -> str:
+        who = "a stream (kasper stream)" if other.by_stream else "another loop"
+        return (f"processor {self.config.name!r}: {who} is running partitions "
+                f"{self.config.partition_set} of {', '.join(self.config.input_topics)} "
+                f"(group {self.config.group!r}): {other.describe()}. Both would process "
+                "and commit; stop it, or start with force (--force)")
+
+    def _fences(self, _other: CommitNote) -> bool:
+        return False
+
+    def announce(self, committed: Offsets) -> None:
+        """Say at once that these partitions are taken: re-commit the ``committed``
+        offsets with this loop's running note; a failure raises."""
+        if committed:
+            self._recommit(committed, "running", fail=True)
+            self._last_commit = time.monotonic()
+
+    # -- turns ----------------------------------------------------------------------
+
+    def run(self, engine: TurnEngine, batch: Batch,
+            meanwhile: Callable[[], object] | None) -> TurnResult:
+        """One turn of ``engine`` over ``batch``, committed through ``commit``."""
+        return engine.run(batch, meanwhile)
+
+    def commit(self, next_offsets: Offsets) -> None:
+        """The engine's commit: the input offsets (moved past transaction markers), with
+        a running note. A turn of timers and tasks alone has no input to commit."""
+        if next_offsets:
+            self._commit_turn(next_offsets)
+
+    def _commit_turn(self, next_offsets: Offsets) -> None:
+        next_offsets = self._past_markers(next_offsets)
+        self.offsets.check(next_offsets)
+        self._commit(next_offsets, "running")
+        self.offsets.mark_committed(next_offsets)
+        self._last_commit = time.monotonic()
+
+    def _commit(self, next_offsets: Offsets, state: Literal["running", "stopped"], *,
+                own: bool = False) -> None:
+        """Commit ``next_offsets`` with a ``state`` note (``own``: outside any turn)."""
+        self._consumer.commit(next_offsets, self._note(state))
+
+    def _note(self, state: Literal["running", "stopped"]) -> str:
+        return CommitNote.now(state, self.config.partition_set, self.endpoint).encode()
+
+    def _past_markers(self, next_offsets: Offsets) -> Offsets:
+        """Transaction markers (and, read_committed, aborted records) after a batch's last
+        record are never returned, but the consumer's position moves past them. When no
+        record was consumed beyond the batch (none is held for the next one) that
+        position is safe to commit; it keeps the end of a transactional topic from
+        showing a lag that never drains."""
+        if self._holding():
+            return next_offsets  # read ahead: the position is past unprocessed records
+        positions = self._consumer.positions()
+        return {tp: max(offset, positions.get(tp) or offset)
+                for tp, offset in next_offsets.items()}
+
+    # -- idle and stop --------------------------------------------------------------
+
+    def heartbeat(self) -> None:
+        """Idle: re-commit the offsets now and then (moved past any transaction markers
+        read since), so the note shows a live loop."""
+        if time.monotonic() - self._last_commit >= HEARTBEAT_SECONDS:
+            self.commit_past_markers(refresh=True)
+
+    def commit_past_markers(self, *, refresh: bool = False) -> None:
+        """Idle (every consumed record is committed): re-commit the offsets moved past
+        the transaction markers read since; with ``refresh`` also when none moved, for
+        a fresh note."""
+        committed = self.offsets.all()
+        if not committed:
+            return
+        offsets = self._past_markers(committed)
+        if offsets == committed and not refresh:
+            return
+        self._last_commit = time.monotonic()
+        if self._recommit(offsets, "running"):
+            self.offsets.mark_committed(offsets)
+
+    def note_stopped(self) -> None:
+        """Re-commit the offsets with a "stopped" note: resets need not wait for it. Not
+        past the consumer's position: after a failed turn it is ahead of what was done."""
+        committed = self.offsets.all()
+        if committed:
+            try:
+                self._recommit(committed, "stopped")
+            except FencedError as exc:  # closing anyway: the newer loop's notes stand
+                _log.warning("kasper.note_commit_failed", processor=self.config.name,
+                             state="stopped", error=str(exc))
+
+    def _recommit(self, offsets: Offsets, state: Literal["running", "stopped"], *,
+                  fail: bool = False) -> bool:
+        """Commit already-processed ``offsets`` with a fresh note; a failure is logged
+        (the next turn's commit reports one that lasts) and returns False, or with
+        ``fail`` (and always when fenced) raised."""
+        try:
+            self._commit(offsets, state, own=True)
+        except FencedError:
+            raise  # a newer loop took over: nothing more of this one may commit
+        except KasperError as exc:
+            if fail:
+                raise
+            _log.warning("kasper.note_commit_failed", processor=self.config.name,
+                         state=state, error=str(exc))
+            return False
+        return True
+
+
+class TransactionCommitter(OffsetCommitter):
+    """Exactly-once: the input offsets go into the turn's transaction, which the commit
+    commits with them; a loop on the same partition set is fenced, not refused."""
+
+    def __init__(self, config: Config, consumer: InputPort, producer: ProducerPort,
+                 observer: LoopObserver, *, holding: Callable[[], bool],
+                 endpoint: str | None = None, force: bool = False) -> None:
+        super().__init__(config, consumer, observer, holding=holding, endpoint=endpoint,
+                         force=force)
+        self._producer = producer
+        self.transactions = producer
+
+    def begin(self) -> None:
+        """Take over this loop's transactional id: fences an older loop with it and
+        aborts its open transaction, so the committed offsets (read with require-stable,
+        which waits on an open transaction's offsets) and the changelogs' committed ends
+        are final. Only a loop with this id is fenced: the same partition set."""
+        super().begin()
+        self._producer.init_transactions()
+
+    @property
+    def identity(self) -> dict[str, str]:
+        """The transactional id, which fences any older loop on this partition set."""
+        return {"transactional_id": self.config.transactional_id}
+
+    def _fences(self, other: CommitNote) -> bool:
+        return other.partitions == self.config.partition_set
+
+    def _recommit(self, offsets: Offsets, state: Literal["running", "stopped"], *,
+                  fail: bool = False) -> bool:
+        try:
+            return super()._recommit(offsets, state, fail=fail)
+        except FencedError as exc:
+            raise self.fenced(exc) from exc
+
+    def run(self, engine: TurnEngine, batch: Batch,
+            meanwhile: Callable[[], object] | None) -> TurnResult:
+        """One turn in a transaction; one aborted for an error Kafka calls transient
+        runs again, up to ``_TURN_RETRIES`` times in a row."""
+        attempt = 0
+        while True:
+            aborted = engine.aborted
+            try:
+                return engine.run(batch, meanwhile)
+            except KasperError as exc:
+                for _ in range(engine.aborted - aborted):
+                    self._observer.on_transaction("aborted", 0.0)
+                if isinstance(exc, FencedError):
+                    raise self.fenced(exc) from exc
+                attempt += 1
+                if not exc.retriable or attempt > _TURN_RETRIES:
+                    raise
+                self._retry(engine, exc, attempt)
+
+    def _retry(self, engine: TurnEngine, exc: KasperError, attempt: int) -> None:
+        """After a transient abort nothing of the turn is visible and its store writes
+        are dropped; rebuild the processors (plain Python state as after a restart) and
+        run the same batch again, read from the committed offsets."""
+        _log.warning("kasper.turn_retried", processor=self.config.name, attempt=attempt,
+                     of=_TURN_RETRIES, error=str(exc))
+        time.sleep(_RETRY_PAUSE * attempt)
+        engine.rebuild_processors()
+
+    def commit(self, next_offsets: Offsets) -> None:
+        """The engine's commit: the turn's transaction, with the input offsets if any."""
+        self._commit_turn(next_offsets)
+
+    def _commit(self, next_offsets: Offsets, state: Literal["running", "stopped"], *,
+                own: bool = False) -> None:
+        """Commit through the turn's transaction, or with ``own`` one opened for this
+        commit alone."""
+        note = self._note(state)
+        started = time.perf_counter()
+        try:
+            if own:
+                self._producer.begin()
+            self._producer.commit(next_offsets, note, self._consumer.group_metadata())
+        except BaseException:
+            if own and self._producer.abort():
+                self._observer.on_transaction("aborted", 0.0)
+            raise
+        self._observer.on_transaction("committed", time.perf_counter() - started)
+
+    def fenced(self, exc: FencedError) -> FencedError:
+        """The fencing error, naming the partitions and the loop that took them over
+        (from its start note, committed in its first transaction)."""
+        newer = self._newer_notes()
+        who = (max(newer, key=lambda n: n.at).describe() if newer
+               else "a process that has not committed yet")
+        fenced = FencedError(
+            f"processor {self.config.name!r} was fenced: another loop took over partitions "
+            f"{self.config.partition_set} of {', '.join(self.config.input_topics)} "
+            f"(transactional id {self.config.transactional_id!r}); it is {who}. This loop "
+            "committed nothing more and stops", code=exc.code)
+        fenced.uncommitted = exc.uncommitted
+        return fenced
+
+    def _newer_notes(self) -> list[CommitNote]:
+        """Notes of other loops on these partitions; the loop that fenced this one
+        commits its note right after, so wait a little for it."""
+        deadline = time.monotonic() + _FENCED_NOTE_WAIT
+        while True:
+            try:
+                notes = [CommitNote.decode(m) for m in self._consumer.notes().values()]
+            except KasperError:
+                return []
+            newer = [n for n in notes
+                     if n is not None and not n.is_mine() and n.at >= self._started_at]
+            if newer or time.monotonic() > deadline:
+                return newer
+            time.sleep(0.2)
+
+
+def committer_for(config: Config, clients: KafkaClients, observer: LoopObserver, *,
+                  holding: Callable[[], bool], force: bool = False) -> OffsetCommitter:
+    """The committer ``config.processing_guarantee`` asks for, on ``clients``."""
+    if config.exactly_once:
+        return TransactionCommitter(config, clients.consumer, clients.producer, observer,
+                                    holding=holding, force=force)
+    return OffsetCommitter(config, clients.consumer, observer, holding=holding, force=force)

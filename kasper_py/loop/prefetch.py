@@ -1,0 +1,129 @@
+"""The prefetcher: what the loop reads next. It gathers each batch from the consumer
+(``batching.Collector``: ``batch_size`` records or ``batch_wait`` seconds), sizes it
+from the last turns when ``Config.max_latency`` is set (``batching.BatchController``),
+and reads the next batch while a turn's acks are outstanding. A batch read ahead is
+never processed, nor committed, before its own turn.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, Protocol
+
+from kasper_py.batching import Batch, BatchController, Collector, build_batch
+from kasper_py.config import Config
+from kasper_py.exceptions import KasperError
+from kasper_py.loop.progress import behind
+from kasper_py.observe import TurnStats
+from kasper_py.ports import KafkaClients
+
+__all__ = ["Prefetcher", "Schedule"]
+
+TopicPartitionKey = tuple[str, int]
+_AHEAD_STEP = 0.005
+"""Longest a consume waits while reading ahead: acks that arrive meanwhile delay the
+commit by at most this much. With ``max_latency``, a fiftieth of it at most."""
+_DUE_STEP = 0.001
+"""Shortest consume wait while a wall-clock timer or task is due (it then ends the
+batch at once)."""
+
+
+class Schedule(Protocol):
+    """When the next wall-clock timer or task falls due (``kasper_py.turn``'s keeper)."""
+
+    def due(self) -> bool:
+        """True when one is due now."""
+
+    def seconds_until_due(self) -> float | None:
+        """Seconds until the next is due; ``None`` when none is scheduled."""
+
+
+class Prefetcher:
+    """Reads the batches of one loop from the consumer of ``clients``, its ``batch_wait``
+    on their clock; their producer tells when a turn's acks are in (reading ahead stops
+    then)."""
+
+    def __init__(self, config: Config, clients: KafkaClients) -> None:
+        self.config = config
+        self._consumer, self._producer = clients.consumer, clients.producer
+        self._collector = Collector(clients.consumer.consume, config.batch_size,
+                                    config.batch_wait, clients.clock)
+        self._sizing = (None if config.max_latency is None
+                        else BatchController(config.max_latency, config.batch_size))
+        """With ``max_latency``: sizes each batch (and its linger) from the last turns."""
+        self._ahead_step = (_AHEAD_STEP if config.max_latency is None
+                            else min(_AHEAD_STEP, config.max_latency / 50))
+        self._resize()
+        self._ahead: Batch | KasperError | None = None
+        """The next batch, read (or failed to read) while the last turn's acks were
+        outstanding."""
+        topics = config.input_topics
+        self._only_topic = topics[0] if len(topics) == 1 else None
+
+    @property
+    def size(self) -> int:
+        """The most records the next batch may take."""
+        return self._collector.size
+
+    def holding(self) -> bool:
+        """True while records of the next batch are read and not yet processed."""
+        return bool(self._collector.records) or self._ahead is not None
+
+    def next_batch(self, schedule: Schedule) -> Batch:
+        """The batch read ahead, else the next one gathered now (ended early when a
+        wall-clock timer or task of ``schedule`` falls due). A batch whose reading
+        failed raises now: it is this turn's failure, not the last one's."""
+        ahead, self._ahead = self._ahead, None
+        if isinstance(ahead, KasperError):
+            raise ahead
+        if ahead is not None:
+            return ahead
+        wait = schedule.seconds_until_due()
+        if wait is None:
+            self._collector.gather()
+        else:
+            self._collector.gather(until=schedule.due, step=max(wait, _DUE_STEP))
+        return self._decode(self._collector.take())
+
+    def read_ahead(self) -> None:
+        """While a turn's acks are outstanding, read the next batch: consume until the
+        acks are in or the batch is ready, and decode a ready one. A Kafka or decoding
+        error is kept for the next turn, which fails with it; this turn goes on."""
+        try:
+            # With max_latency a batch its linger released is finished after the turn,
+            # taking along what arrived until then; a full one is decoded now.
+            ready = self._collector.gather(until=self._all_acked, step=self._ahead_step)
+            if ready and (self._sizing is None or self._collector.full):
+                batch = self._decode(self._collector.take())
+                self._ahead = batch if batch.ranges else None  # batch_wait over, nothing read
+        except KasperError as exc:
+            self._ahead = exc
+
+    def drop(self, keys: Iterable[TopicPartitionKey]) -> None:
+        """Forget records gathered of ``keys`` (partitions revoked)."""
+        self._collector.drop(set(keys))
+
+    def observe(self, stats: TurnStats) -> None:
+        """A turn is done: with ``max_latency``, size the next batch from it; either way
+        ``stats`` gets the size the next batch may take."""
+        if self._sizing is not None:
+            self._sizing.observe(len(stats.batch), behind(stats.committed,
+                                                          stats.high_watermarks),
+                                 sum(stats.durations.values()))
+            self._resize()
+        stats.batch_size_target = self._collector.size
+
+    def _resize(self) -> None:
+        """With ``max_latency``: the next batch's size and linger, from the controller."""
+        if self._sizing is not None:
+            self._collector.size, self._collector.linger = self._sizing.size, self._sizing.linger
+
+    def _decode(self, records: list[Any]) -> Batch:
+        return build_batch(records, self.config.key_decoder, self.config.value_decoder,
+                           self._consumer.transient_error,
+                           set_aside=self.config.on_decode_error != "fail",
+                           keep_read=self.config.on_process_error == "dead_letter",
+                           only_topic=self._only_topic)
+
+    def _all_acked(self) -> bool:
+        return self._producer.outstanding() == 0

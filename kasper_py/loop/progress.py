@@ -1,0 +1,84 @@
+"""Where a loop stands on its assigned partitions, from the consumer's cached high
+watermarks (renewed by every fetch response, so free to read after every turn): the
+committed offsets and ends each turn reports, whether everything is consumed; and the
+report of a turn (the observer, a log line per partition).
+"""
+
+from __future__ import annotations
+
+import structlog
+
+from kasper_py.batching import Batch
+from kasper_py.observe import LoopObserver, TurnStats
+from kasper_py.offsets import OffsetTracker, partition_lag
+from kasper_py.ports import InputPort
+from kasper_py.turn import TurnResult
+
+__all__ = ["behind", "consumed_all", "progress", "report", "turn_stats"]
+
+_log = structlog.get_logger("kasper_py")
+
+TopicPartitionKey = tuple[str, int]
+
+
+def progress(consumer: InputPort, offsets: OffsetTracker, auto_offset_reset: str
+             ) -> tuple[dict[TopicPartitionKey, int], dict[TopicPartitionKey, int]]:
+    """Committed offsets (``offsets``, where nothing is committed yet where
+    ``auto_offset_reset`` starts) and cached high watermarks of the assigned partitions."""
+    committed: dict[TopicPartitionKey, int] = {}
+    highs: dict[TopicPartitionKey, int] = {}
+    earliest = auto_offset_reset == "earliest"
+    for tp in consumer.assigned:
+        offset = offsets.committed(*tp)
+        low, high = consumer.watermarks(tp, cached=True)
+        if offset is None and low >= 0 and high >= 0:
+            # nothing committed yet: the loop starts there (lag is not "no data")
+            offset = low if earliest else high
+        if offset is not None:
+            committed[tp] = offset
+        if high >= 0:
+            highs[tp] = high
+    return committed, highs
+
+
+def consumed_all(consumer: InputPort, auto_offset_reset: str) -> bool:
+    """True when every assigned partition's next offset reached its high watermark: the
+    cached one, with a round trip only for a partition with none cached yet."""
+    positions = consumer.positions()
+    unknown = [tp for tp, pos in positions.items() if pos is None]
+    committed = consumer.committed(unknown) if unknown else {}
+    for tp, consumed_to in positions.items():
+        low, high = consumer.watermarks(tp, cached=True)
+        if high < 0:  # no fetch response yet
+            low, high = consumer.watermarks(tp)
+        position = consumed_to if consumed_to is not None else committed.get(tp)
+        if partition_lag(position, low, high, auto_offset_reset):
+            return False
+    return True
+
+
+def behind(committed: dict[TopicPartitionKey, int],
+           high_watermarks: dict[TopicPartitionKey, int]) -> int | None:
+    """Records behind the ``committed`` offsets (those read ahead included), by the
+    cached high watermarks; ``None`` when no partition has one yet."""
+    if not high_watermarks:
+        return None
+    return sum(max(0, high - committed.get(tp, high)) for tp, high in high_watermarks.items())
+
+
+def turn_stats(batch: Batch, result: TurnResult, consumer: InputPort, offsets: OffsetTracker,
+               auto_offset_reset: str) -> TurnStats:
+    """The stats of a committed turn over ``batch``, with the partitions' ``progress``."""
+    return TurnStats(batch, result.produced, result.durations,
+                     *progress(consumer, offsets, auto_offset_reset),
+                     dead_letters=result.dead_letters)
+
+
+def report(observer: LoopObserver, stats: TurnStats, processor: str) -> None:
+    """Hand a committed turn to ``observer``; log it, one line per input partition."""
+    observer.on_turn(stats)
+    for (topic, partition), offsets in stats.batch.ranges.items():
+        _log.info("kasper.batch", processor=processor, topic=topic, partition=partition,
+                  first_offset=offsets.first, last_offset=offsets.last,
+                  consumed=offsets.count, turn_produced=stats.produced,
+                  **{f"{step}_ms": round(s * 1000, 2) for step, s in stats.durations.items()})

@@ -1,0 +1,106 @@
+"""The HTTP servers a loop owns, each with its app mounted explicitly:
+
+- metrics (``/metrics``, ``/health/*``) on ``Config.metrics_port``, all interfaces, for
+  the Prometheus observer the loop builds itself when no observer is passed (one passed
+  in is served, or not, by whoever made it: ``metrics.observer_for``);
+- queries (the tables and views) on ``Config.query_port``, loopback unless chosen: apart
+  from the metrics on purpose, since metrics are public by convention and the
+  application's state is not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+
+from kasper_py._http import HttpServer
+from kasper_py.config import Config
+from kasper_py.observe import LoopObserver, NoopObserver
+from kasper_py.query import Tables, View
+from kasper_py.query.server import QueryServer, query_app, tables_for
+from kasper_py.stores.base import KeyValueStore, StoreSpec
+from kasper_py.turn import PartitionState
+
+__all__ = ["LoopServers"]
+
+Step = Callable[[], object]
+_METRICS_HOST = "0.0.0.0"
+
+
+class LoopServers:
+    """The loop's observer (``observer``, else one built from ``config``) and the servers
+    the loop started; closed by the loop, in the order its shutdown needs."""
+
+    def __init__(self, config: Config, observer: LoopObserver | None) -> None:
+        """Raises ``OSError`` when the metrics port cannot be bound, ``ImportError``
+        without prometheus-client."""
+        self.config = config
+        self.queries: QueryServer | None = None
+        """Serves the tables and views, once ``serve_tables`` started it."""
+        self.metrics: HttpServer | None = None
+        """Serves the metrics of the observer the loop built, if it did."""
+        self._closes: list[Step] = []
+        """Closes what the loop built: its metrics server, its observer."""
+        self.observer = observer or self._own_observer()
+
+    def _own_observer(self) -> LoopObserver:
+        """Prometheus metrics served on ``config.metrics_port`` when it is set, else none."""
+        if self.config.metrics_port is None:
+            return NoopObserver()
+        from kasper_py.metrics import (  # noqa: PLC0415 - prometheus-client is optional
+            METRICS_PATHS,
+            PrometheusObserver,
+            metrics_app,
+        )
+
+        observer = PrometheusObserver(self.config)
+        try:
+            server = HttpServer(_METRICS_HOST, self.config.metrics_port, name="metrics")
+        except BaseException:
+            observer.close()
+            raise
+        server.mount(metrics_app(observer), METRICS_PATHS)
+        self.metrics = server
+        self._closes = [server.close, observer.close]
+        return observer
+
+    def serve_tables(self, specs: Sequence[StoreSpec], partitions: Mapping[int, PartitionState],
+                     views: Mapping[str, View], *, locate: bool) -> Tables:
+        """The tables of ``specs`` in the open ``partitions`` (the turn engine's); served
+        with ``views`` on a query server of their own when ``config.query_port`` is set.
+        With ``locate`` (real Kafka clients) they find other instances from commit notes.
+        Raises ``ConfigError`` (the query port or its TLS files) or ``ValueError`` (a view
+        path; views without a query port)."""
+
+        def open_stores() -> dict[int, dict[str, KeyValueStore]]:
+            # read from query threads, so copied whole (atomic under the GIL) first
+            return {p: dict(state.stores) for p, state in dict(partitions).items()}
+
+        if self.config.query_port is None:
+            if views:
+                raise ValueError("views are served on the query server: set "
+                                 "Config.query_port")
+            return tables_for(self.config, specs, open_stores)
+        server = QueryServer(self.config, self.observer.on_query_rejected)
+        try:
+            tables = tables_for(self.config, specs, open_stores, endpoint=server.endpoint,
+                                locate=locate)
+            server.mount(query_app(tables, views, server.endpoint))
+        except BaseException:
+            server.close()
+            raise
+        self.queries = server
+        return tables
+
+    @property
+    def endpoint(self) -> str | None:
+        """The URL the query server answers on, announced in the commit notes."""
+        return self.queries.endpoint if self.queries is not None else None
+
+    def closing_queries(self) -> list[Step]:
+        """Stops answering queries: first at shutdown, before the stores close."""
+        return [self.queries.close] if self.queries is not None else []
+
+    def closing_metrics(self) -> list[Step]:
+        """Stops the metrics server and the observer the loop built: last at shutdown,
+        after the observer saw the loop stop."""
+        return list(self._closes)

@@ -1,0 +1,86 @@
+"""How a loop stops (``kasper_py.loop.lifecycle``, ``kasper_py.loop.signals``): close from
+another thread waits for the loop, from the loop's own thread (a signal handler) it
+returns at once, the shutdown runs once; SIGTERM closes, a second signal interrupts."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+
+import pytest
+
+from kasper_py import CommitError, ProduceError
+from kasper_py.exceptions import KasperError
+from kasper_py.loop.lifecycle import Lifecycle, kafka_usable_after
+from kasper_py.loop.signals import closing_on_signals
+
+
+def test_closing_a_loop_that_is_not_running_shuts_it_down_at_once() -> None:
+    life, shutdowns = Lifecycle(), []
+    life.close(lambda: shutdowns.append(life.shut_once()))
+    life.close(lambda: shutdowns.append(life.shut_once()))
+    assert shutdowns == [True, False] and life.closing.is_set() and life.shut
+
+
+def test_closing_from_another_thread_waits_for_the_loop_to_stop() -> None:
+    life, order = Lifecycle(), []
+    inside, release = threading.Event(), threading.Event()
+
+    def loop() -> None:
+        with life.running():
+            inside.set()
+            release.wait(5)
+            order.append("loop stopped")
+
+    thread = threading.Thread(target=loop)
+    thread.start()
+    inside.wait(5)
+    threading.Timer(0.05, release.set).start()
+    life.close(lambda: order.append("shutdown by close"), timeout=5)
+    order.append("close returned")
+    thread.join(5)
+    assert order == ["loop stopped", "close returned"]
+
+
+def test_closing_from_the_loops_own_thread_returns_at_once() -> None:
+    """A signal handler runs on the loop's thread: it only asks the loop to stop."""
+    life, shutdowns = Lifecycle(), []
+    with life.running():
+        life.close(lambda: shutdowns.append(1), timeout=5)
+        assert life.closing.is_set()
+    assert shutdowns == []
+
+
+@pytest.mark.parametrize(("error", "usable"), [
+    (ProduceError("x"), False), (CommitError("x"), False), (KeyboardInterrupt(), False),
+    (KasperError("a processor raised"), True), (ValueError("x"), True)])
+def test_kafka_trouble_leaves_no_last_commit(error: BaseException, usable: bool) -> None:
+    assert kafka_usable_after(error) is usable
+
+
+def test_sigterm_closes_and_a_second_signal_interrupts() -> None:
+    closed: list[int] = []
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(KeyboardInterrupt), closing_on_signals(lambda: closed.append(1),
+                                                              "p") as caught:
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert caught == ["SIGTERM"] and closed == [1]
+        os.kill(os.getpid(), signal.SIGINT)
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_signals_are_refused_off_the_main_thread() -> None:
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            with closing_on_signals(lambda: None, "p"):
+                pass
+        except KasperError as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join(5)
+    assert "must be called from the main thread" in str(errors[0])
