@@ -1,23 +1,22 @@
-"""``TopicProcessor``: the loop. Each turn, in this order (the order is the guarantee):
+"""``TopicProcessor``: the loop, composed of parts chosen once at start (``loop/``: the
+committer, the assignment, the prefetcher, the servers). Each turn, in this order (the
+order is the guarantee; docs/architecture.md numbers the steps the same way):
 
-1. process every partition's batch (``MessageProcessor.process``), then fire the
-   timers and tasks that are due
+1. process every partition's batch (``MessageProcessor.process``); wall-clock timers
+   and tasks that are due fire first, stream-time timers after the batch moves time
 2. flush the state stores
 3. produce the buffered output; while its acks are outstanding, read the next batch
-   (consume and, once it is full, decode: nothing of it is processed yet)
+   (consume and decode: nothing of it is processed yet)
 4. wait for every ack
-5. commit the input offsets (last processed + 1), synchronously; with exactly-once,
-   commit the turn's transaction with them
+5. commit the input offsets (last processed + 1), or with exactly-once the turn's
+   transaction with them
 6. report the turn (metrics, one log line)
 
-While no input comes, a wall-clock timer or task that falls due gets a turn of its
-own, with no input (exactly-once: a transaction of its outputs). A failure in any step
-stops the loop before step 5, so the batch is replayed on restart: at-least-once, with
-duplicates bounded by one batch; with exactly-once the transaction is aborted, so
-nothing of it is ever visible to read_committed readers. The batch read ahead was
-never processed and is never committed before its own turn: it is read again too. At
-start the loop refuses partitions another loop is running (its commit note is recent),
-unless forced; with exactly-once, a loop on the same partition set is fenced instead.
+An effectively-once store is flushed after 4 (after 5 under exactly-once), with the
+offsets it applied. A failure before 5 leaves the batch uncommitted, so it is replayed
+on restart (at-least-once; exactly-once aborts the transaction); the batch read ahead
+is read again too. At start the loop refuses partitions another loop is running,
+unless forced; with exactly-once a loop on the same partition set is fenced instead.
 """
 
 from __future__ import annotations
@@ -40,6 +39,7 @@ from kasper_py.loop.prefetch import Prefetcher
 from kasper_py.loop.progress import consumed_all, report, turn_stats
 from kasper_py.loop.servers import LoopServers
 from kasper_py.loop.signals import closing_on_signals
+from kasper_py.message import TopicPartitionKey
 from kasper_py.observe import LoopObserver
 from kasper_py.ports import KafkaClients
 from kasper_py.processor import ProcessorFactory
@@ -171,12 +171,12 @@ class TopicProcessor:
         return (self._assignment.ensure_assigned() and not self._prefetcher.holding()
                 and consumed_all(self._consumer, self.config.auto_offset_reset))
 
-    def committed_offsets(self) -> dict[tuple[str, int], int | None]:
+    def committed_offsets(self) -> dict[TopicPartitionKey, int | None]:
         """The group's committed next offset per assigned partition, read from the broker."""
         return self._consumer.committed()
 
     @property
-    def assigned(self) -> list[tuple[str, int]]:
+    def assigned(self) -> list[TopicPartitionKey]:
         """(topic, partition) pairs this process consumes."""
         return list(self._consumer.assigned)
 

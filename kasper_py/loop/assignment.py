@@ -20,8 +20,9 @@ from kasper_py.config import Config
 from kasper_py.exceptions import TopicError
 from kasper_py.loop.committer import OffsetCommitter
 from kasper_py.loop.prefetch import Prefetcher
+from kasper_py.message import TopicPartitionKey
 from kasper_py.observe import LoopObserver
-from kasper_py.offsets import lowered, partition_lag
+from kasper_py.offsets import lowered, partition_lag, start_offset
 from kasper_py.ports import KafkaClients
 from kasper_py.processor import ProcessorFactory
 from kasper_py.stores.base import StoreRuntime, StoreSpec
@@ -31,7 +32,6 @@ from kasper_py.turn import TurnEngine
 __all__ = ["Assignment", "GroupAssignment", "StaticAssignment", "assignment_for"]
 
 _log = structlog.get_logger("kasper_py")
-TopicPartitionKey = tuple[str, int]
 _GROUP_CHECK_SECONDS = 1.0
 """Group mode, ``until_caught_up``: once this member's own partitions are consumed to
 their ends, how often it reads the group's committed offsets and every input
@@ -93,8 +93,8 @@ class Assignment(ABC):
         for tp in unrecorded:
             offset = committed.get(tp)
             if offset is None:
-                low, high = self._consumer.watermarks(tp)
-                offset = low if self.config.auto_offset_reset == "earliest" else high
+                offset = start_offset(None, *self._consumer.watermarks(tp),
+                                      self.config.auto_offset_reset)
             starts[tp] = offset
         self._engine.record(starts)
 

@@ -18,6 +18,7 @@ import structlog
 from kasper_py.batching import Batch
 from kasper_py.config import Config
 from kasper_py.exceptions import AlreadyRunningError, FencedError, KasperError
+from kasper_py.message import TopicPartitionKey
 from kasper_py.observe import LoopObserver
 from kasper_py.offsets import HEARTBEAT_SECONDS, CommitNote, OffsetTracker, running_elsewhere
 from kasper_py.ports import InputPort, KafkaClients, ProducerPort, Transactions
@@ -26,7 +27,6 @@ from kasper_py.turn import TurnEngine, TurnResult
 __all__ = ["OffsetCommitter", "TransactionCommitter", "check_not_running", "committer_for"]
 
 _log = structlog.get_logger("kasper_py")
-TopicPartitionKey = tuple[str, int]
 Offsets = dict[TopicPartitionKey, int]
 _TURN_RETRIES = 5
 """Exactly-once: aborted turns in a row, for errors Kafka calls transient, run again

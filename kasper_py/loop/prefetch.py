@@ -14,12 +14,12 @@ from kasper_py.batching import Batch, BatchController, Collector, build_batch
 from kasper_py.config import Config
 from kasper_py.exceptions import KasperError
 from kasper_py.loop.progress import behind
+from kasper_py.message import TopicPartitionKey
 from kasper_py.observe import TurnStats
 from kasper_py.ports import KafkaClients
 
 __all__ = ["Prefetcher", "Schedule"]
 
-TopicPartitionKey = tuple[str, int]
 _AHEAD_STEP = 0.005
 """Longest a consume waits while reading ahead: acks that arrive meanwhile delay the
 commit by at most this much. With ``max_latency``, a fiftieth of it at most."""

@@ -9,8 +9,9 @@ from __future__ import annotations
 import structlog
 
 from kasper_py.batching import Batch
+from kasper_py.message import TopicPartitionKey
 from kasper_py.observe import LoopObserver, TurnStats
-from kasper_py.offsets import OffsetTracker, partition_lag
+from kasper_py.offsets import OffsetTracker, partition_lag, start_offset
 from kasper_py.ports import InputPort
 from kasper_py.turn import TurnResult
 
@@ -18,7 +19,6 @@ __all__ = ["behind", "consumed_all", "progress", "report", "turn_stats"]
 
 _log = structlog.get_logger("kasper_py")
 
-TopicPartitionKey = tuple[str, int]
 
 
 def progress(consumer: InputPort, offsets: OffsetTracker, auto_offset_reset: str
@@ -27,13 +27,12 @@ def progress(consumer: InputPort, offsets: OffsetTracker, auto_offset_reset: str
     ``auto_offset_reset`` starts) and cached high watermarks of the assigned partitions."""
     committed: dict[TopicPartitionKey, int] = {}
     highs: dict[TopicPartitionKey, int] = {}
-    earliest = auto_offset_reset == "earliest"
     for tp in consumer.assigned:
         offset = offsets.committed(*tp)
         low, high = consumer.watermarks(tp, cached=True)
         if offset is None and low >= 0 and high >= 0:
             # nothing committed yet: the loop starts there (lag is not "no data")
-            offset = low if earliest else high
+            offset = start_offset(None, low, high, auto_offset_reset)
         if offset is not None:
             committed[tp] = offset
         if high >= 0:
