@@ -86,7 +86,7 @@ def loop_child(args: argparse.Namespace) -> None:
     import structlog
 
     from kasper_py import Config, TopicProcessor
-    from kasper_py.observe import NoopObserver, TurnStats
+    from kasper_py.observability.observe import NoopObserver, TurnStats
 
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
 

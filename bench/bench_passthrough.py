@@ -269,7 +269,7 @@ def kasper_loop(row: Row, args: argparse.Namespace) -> list[float]:
     import structlog
 
     from kasper_py import Config, TopicProcessor
-    from kasper_py.observe import NoopObserver, TurnStats
+    from kasper_py.observability.observe import NoopObserver, TurnStats
 
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     output, total = args.output, args.messages

@@ -37,7 +37,7 @@ from benchkit import StopWhenDone, arguments, commit_latency, create_topics, del
 from confluent_kafka.admin import AdminClient
 
 from kasper_py import Config, Message, MessageProcessor, ProcessorContext, Sender, TopicProcessor
-from kasper_py.producer import OutputProducer
+from kasper_py.kafka.producer import OutputProducer
 from kasper_py.stores.base import StoreRuntime, StoreSpec
 from kasper_py.stores.cassandra import CassandraTable
 from kasper_py.stores.memory import MemoryTable

@@ -46,7 +46,7 @@ from bench_latency import latencies, percentiles, wait_for_output
 from benchkit import Passthrough, arguments, create_topics, delete_topics, fill, payloads
 
 from kasper_py import Config, TopicProcessor
-from kasper_py.observe import NoopObserver, TurnStats
+from kasper_py.observability.observe import NoopObserver, TurnStats
 
 ROWS = ("live", "local", "cluster")
 BENCH = Path(__file__).resolve().parent
@@ -99,7 +99,7 @@ def live(args: argparse.Namespace) -> dict[str, Any]:
 def streamed(args: argparse.Namespace) -> dict[str, Any]:
     """Session start-up, the stream over the preloaded input until caught up, then a
     second query of the same session on the paced topic."""
-    from kasper_py.reprocess._spark import ship_modules, spark_session
+    from kasper_py.spark.session import ship_modules, spark_session
     from kasper_py.stream import stream
     from kasper_py.stream._query import STREAM_SPARK_CONF
 

@@ -14,7 +14,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from kasper_py import Message, MessageProcessor, Sender, TopicProcessor
-from kasper_py.observe import NoopObserver, TurnStats
+from kasper_py.observability.observe import NoopObserver, TurnStats
 
 CHUNK = 10_000
 """Records per produce_batch call, and per partition turn when filling."""

@@ -34,8 +34,8 @@ from kasper_py import (
     Sender,
     TopicProcessor,
 )
+from kasper_py.kafka.topics import ensure_output_topics
 from kasper_py.stores.cassandra import CassandraTable
-from kasper_py.topics import ensure_output_topics
 
 PURCHASES, TOTALS = "purchases", "customer-totals"
 

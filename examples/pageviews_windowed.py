@@ -36,8 +36,8 @@ from kasper_py import (
     Sender,
     TopicProcessor,
 )
+from kasper_py.kafka.topics import ensure_output_topics
 from kasper_py.stores.rocksdb import RocksDBTable
-from kasper_py.topics import ensure_output_topics
 from kasper_py.windows import Tumbling, WindowedTable, count
 
 USERS = ["ana", "bo", "cy"]

@@ -31,8 +31,8 @@ from kasper_py import (
     Sender,
     TopicProcessor,
 )
+from kasper_py.kafka.topics import ensure_output_topics
 from kasper_py.stores.rocksdb import RocksDBTable
-from kasper_py.topics import ensure_output_topics
 
 VOCABULARY = ["kafka", "batch", "state", "table", "changelog", "offset", "commit",
               "partition", "restore", "word"]

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Literal
 
-from kasper_py._secrets import MASK, masked_settings, remember_secrets
+from kasper_py._support.secrets import MASK, masked_settings, remember_secrets
 from kasper_py.exceptions import ConfigError
 from kasper_py.serdes import Serde, serde_for
 

@@ -103,7 +103,7 @@ class ConfigError(KasperError, ValueError):
 
 class TopicError(KasperError):
     """An input topic or input partition is missing, or the input topics disagree on
-    their partition count (``kasper_py.topics`` checks them for every runner); a turn
+    their partition count (``kasper_py.kafka.topics`` checks them for every runner); a turn
     sent to a topic that does not exist (nothing of it was produced); or a declared
     output topic is absent, has another partition count, or could not be created."""
 

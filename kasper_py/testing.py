@@ -25,10 +25,10 @@ import time
 from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any
 
-from kasper_py._memory_broker import Commit, Faults, InMemoryBroker
-from kasper_py.batching import Batch, decode_batch
 from kasper_py.config import Config
 from kasper_py.exceptions import SimulatedCrash
+from kasper_py.kafka.batching import Batch, decode_batch
+from kasper_py.kafka.memory import Commit, Faults, InMemoryBroker
 from kasper_py.message import (
     TIMESTAMP_CREATE_TIME,
     TIMESTAMP_NONE,

@@ -26,12 +26,14 @@ from typing import Any
 
 import structlog
 
-from kasper_py._closing import close_all
-from kasper_py._gc import paced_for
-from kasper_py.batching import Batch
+from kasper_py._support.closing import close_all
+from kasper_py._support.gc import paced_for
 from kasper_py.config import Config
-from kasper_py.consumer import InputConsumer
 from kasper_py.exceptions import KasperError, SimulatedCrash
+from kasper_py.kafka.batching import Batch
+from kasper_py.kafka.consumer import InputConsumer
+from kasper_py.kafka.ports import KafkaClients
+from kasper_py.kafka.producer import OutputProducer
 from kasper_py.loop.assignment import assignment_for
 from kasper_py.loop.committer import committer_for
 from kasper_py.loop.lifecycle import Lifecycle, kafka_usable_after
@@ -40,10 +42,8 @@ from kasper_py.loop.progress import consumed_all, report, turn_stats
 from kasper_py.loop.servers import LoopServers
 from kasper_py.loop.signals import closing_on_signals
 from kasper_py.message import TopicPartitionKey
-from kasper_py.observe import LoopObserver
-from kasper_py.ports import KafkaClients
+from kasper_py.observability.observe import LoopObserver
 from kasper_py.processor import ProcessorFactory
-from kasper_py.producer import OutputProducer
 from kasper_py.query import View
 from kasper_py.stores.base import Scan, StoreSpec
 from kasper_py.time import Task

@@ -34,7 +34,6 @@ from typing import Any, TypeVar
 
 import structlog
 
-from kasper_py.batching import Batch
 from kasper_py.config import Config
 from kasper_py.dead_letters import DeadLetter, DeadLetterLimits, bisect_failures, send_aside
 from kasper_py.exceptions import (
@@ -46,8 +45,9 @@ from kasper_py.exceptions import (
     StoreError,
     TopicError,
 )
+from kasper_py.kafka.batching import Batch
+from kasper_py.kafka.ports import OutputPort, Transactions
 from kasper_py.message import Message, OutgoingRecord, TopicPartitionKey
-from kasper_py.ports import OutputPort, Transactions
 from kasper_py.processor import MessageProcessor, ProcessorContext, ProcessorFactory
 from kasper_py.sender import Sender
 from kasper_py.stores.base import (
@@ -56,9 +56,8 @@ from kasper_py.stores.base import (
     StoreSpec,
     check_effectively_once_alone,
 )
-from kasper_py.time import Task
-from kasper_py.time._extractor import EventTimeError
-from kasper_py.time._keeper import TimeKeeper
+from kasper_py.time import EventTimeError, Task
+from kasper_py.time.keeper import TimeKeeper
 
 __all__ = ["STEPS", "PartitionState", "TurnEngine", "TurnResult"]
 

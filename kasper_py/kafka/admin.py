@@ -22,11 +22,11 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient
 
-from kasper_py._client_log import with_client_log
 from kasper_py.config import Config
 from kasper_py.exceptions import AdminError, BrokerUnreachableError, ConfigError, KasperError
+from kasper_py.kafka.offsets import GROUP_ACTIVE_ERRORS, CommitNote, PartitionProgress
 from kasper_py.message import TopicPartitionKey
-from kasper_py.offsets import GROUP_ACTIVE_ERRORS, CommitNote, PartitionProgress
+from kasper_py.observability.client_log import with_client_log
 
 __all__ = ["GroupMember", "GroupState", "KafkaAdmin", "reason"]
 

@@ -15,18 +15,18 @@ from typing import Any
 
 import structlog
 
-from kasper_py._closing import close_all
+from kasper_py._support.closing import close_all
 from kasper_py.config import Config
 from kasper_py.exceptions import TopicError
+from kasper_py.kafka.offsets import lowered, partition_lag, start_offset
+from kasper_py.kafka.ports import KafkaClients
+from kasper_py.kafka.topics import owned_partitions
 from kasper_py.loop.committer import OffsetCommitter
 from kasper_py.loop.prefetch import Prefetcher
 from kasper_py.message import TopicPartitionKey
-from kasper_py.observe import LoopObserver
-from kasper_py.offsets import lowered, partition_lag, start_offset
-from kasper_py.ports import KafkaClients
+from kasper_py.observability.observe import LoopObserver
 from kasper_py.processor import ProcessorFactory
 from kasper_py.stores.base import StoreRuntime, StoreSpec
-from kasper_py.topics import owned_partitions
 from kasper_py.turn import TurnEngine
 
 __all__ = ["Assignment", "GroupAssignment", "StaticAssignment", "assignment_for"]

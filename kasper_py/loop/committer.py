@@ -15,13 +15,13 @@ from typing import Literal
 
 import structlog
 
-from kasper_py.batching import Batch
 from kasper_py.config import Config
 from kasper_py.exceptions import AlreadyRunningError, FencedError, KasperError
+from kasper_py.kafka.batching import Batch
+from kasper_py.kafka.offsets import HEARTBEAT_SECONDS, CommitNote, OffsetTracker, running_elsewhere
+from kasper_py.kafka.ports import InputPort, KafkaClients, ProducerPort, Transactions
 from kasper_py.message import TopicPartitionKey
-from kasper_py.observe import LoopObserver
-from kasper_py.offsets import HEARTBEAT_SECONDS, CommitNote, OffsetTracker, running_elsewhere
-from kasper_py.ports import InputPort, KafkaClients, ProducerPort, Transactions
+from kasper_py.observability.observe import LoopObserver
 from kasper_py.turn import TurnEngine, TurnResult
 
 __all__ = ["OffsetCommitter", "TransactionCommitter", "check_not_running", "committer_for"]

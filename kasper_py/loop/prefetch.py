@@ -10,13 +10,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, Protocol
 
-from kasper_py.batching import Batch, BatchController, Collector, build_batch
 from kasper_py.config import Config
 from kasper_py.exceptions import KasperError
+from kasper_py.kafka.batching import Batch, BatchController, Collector, build_batch
+from kasper_py.kafka.ports import KafkaClients
 from kasper_py.loop.progress import behind
 from kasper_py.message import TopicPartitionKey
-from kasper_py.observe import TurnStats
-from kasper_py.ports import KafkaClients
+from kasper_py.observability.observe import TurnStats
 
 __all__ = ["Prefetcher", "Schedule"]
 

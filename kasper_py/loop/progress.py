@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import structlog
 
-from kasper_py.batching import Batch
+from kasper_py.kafka.batching import Batch
+from kasper_py.kafka.offsets import OffsetTracker, partition_lag, start_offset
+from kasper_py.kafka.ports import InputPort
 from kasper_py.message import TopicPartitionKey
-from kasper_py.observe import LoopObserver, TurnStats
-from kasper_py.offsets import OffsetTracker, partition_lag, start_offset
-from kasper_py.ports import InputPort
+from kasper_py.observability.observe import LoopObserver, TurnStats
 from kasper_py.turn import TurnResult
 
 __all__ = ["behind", "consumed_all", "progress", "report", "turn_stats"]

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-from kasper_py._http import HttpServer
 from kasper_py.config import Config
-from kasper_py.observe import LoopObserver, NoopObserver
+from kasper_py.observability.http import HttpServer
+from kasper_py.observability.observe import LoopObserver, NoopObserver
 from kasper_py.query import Tables, View
 from kasper_py.query.server import QueryServer, query_app, tables_for
 from kasper_py.stores.base import KeyValueStore, StoreSpec
@@ -46,7 +46,7 @@ class LoopServers:
         """Prometheus metrics served on ``config.metrics_port`` when it is set, else none."""
         if self.config.metrics_port is None:
             return NoopObserver()
-        from kasper_py.metrics import (  # noqa: PLC0415 - prometheus-client is optional
+        from kasper_py.observability.metrics import (  # noqa: PLC0415 - prometheus-client is optional
             METRICS_PATHS,
             PrometheusObserver,
             metrics_app,

@@ -12,7 +12,7 @@ instance holding a key, and serve views of your own.
 
 from __future__ import annotations
 
-from kasper_py._http import Request, Response
+from kasper_py.observability.http import Request, Response
 from kasper_py.query._partitioner import PARTITIONERS, Partitioner, murmur2, partition_for
 from kasper_py.query._tables import Tables
 from kasper_py.query._web import View

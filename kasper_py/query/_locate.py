@@ -18,7 +18,7 @@ import time
 from kasper_py.config import Config
 from kasper_py.exceptions import KasperError
 from kasper_py.kafka.admin import KafkaAdmin
-from kasper_py.offsets import running_window
+from kasper_py.kafka.offsets import running_window
 
 __all__ = ["Locator"]
 

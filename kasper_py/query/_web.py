@@ -21,8 +21,8 @@ from urllib.parse import unquote_to_bytes, urlsplit
 
 import structlog
 
-from kasper_py._http import Request, Response, error_response
 from kasper_py.exceptions import BadQueryError, KasperError, NotHereError, QueryError
+from kasper_py.observability.http import Request, Response, error_response
 from kasper_py.query._tables import Tables
 from kasper_py.stores.base import Scan
 

@@ -14,9 +14,9 @@ from collections.abc import Callable, Mapping, Sequence
 
 import structlog
 
-from kasper_py._http import App, BearerGuard, HttpServer, tls_context
 from kasper_py.config import Config
 from kasper_py.exceptions import ConfigError
+from kasper_py.observability.http import App, BearerGuard, HttpServer, tls_context
 from kasper_py.query._locate import Locator
 from kasper_py.query._tables import OpenStores, Tables
 from kasper_py.query._web import QueryApp, View

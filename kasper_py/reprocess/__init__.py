@@ -21,9 +21,9 @@ from kasper_py.reprocess._cli import main, parse_position
 from kasper_py.reprocess._handoff import HandoffRefusedError
 from kasper_py.reprocess._job import ReprocessResult, hand_off, reprocess, resolve_range
 from kasper_py.reprocess._kafka import BrokerUnreachableError
-from kasper_py.reprocess._range import Position, RangeError, ReprocessRange
-from kasper_py.reprocess._spark import spark_session
-from kasper_py.reprocess._task import PartitionStats
+from kasper_py.spark.range import Position, RangeError, ReprocessRange
+from kasper_py.spark.session import spark_session
+from kasper_py.spark.task import PartitionStats
 
 __all__ = [
     "BrokerUnreachableError",

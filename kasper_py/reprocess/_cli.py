@@ -8,11 +8,10 @@ unreachable, 5 handoff refused (the live group is active).
 from __future__ import annotations
 
 import argparse
-import os
 from collections.abc import Sequence
 from typing import Any
 
-from kasper_py._cli_base import (
+from kasper_py.cli.base import (
     EXIT_BROKER,
     EXIT_CONFIG,
     EXIT_REFUSED,
@@ -28,16 +27,10 @@ from kasper_py.kafka import positions
 from kasper_py.reprocess._handoff import HandoffRefusedError
 from kasper_py.reprocess._job import reprocess, resolve_range
 from kasper_py.reprocess._kafka import BrokerUnreachableError
-from kasper_py.reprocess._range import Position, RangeError
-from kasper_py.reprocess._spark import (
-    require_pyspark,
-    session_for,
-    ship_modules,
-    spark_session,
-)
+from kasper_py.spark.range import Position, RangeError
+from kasper_py.spark.session import add_spark_arguments, session_for, ship_target, submitted_session
 
-__all__ = ["add_spark_arguments", "main", "parse_position", "ship_target",
-           "submitted_session"]
+__all__ = ["main", "parse_position"]
 
 # The Config fields a reprocessing run takes as flags (batch_wait and metrics_port are
 # the live loop's).
@@ -116,35 +109,3 @@ def _summary(result: Any, group: str) -> None:
     if result.handed_off:
         ends = ", ".join(f"{t}[{p}] {o}" for (t, p), o in sorted(result.range.ends.items()))
         print(f"group {group} resumes at {ends}", flush=True)
-
-
-def add_spark_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--master`` and ``--kafka-option``, for every command that runs on Spark."""
-    parser.add_argument("--master", help="Spark master (default: spark-submit's, else local[2])")
-    parser.add_argument("--kafka-option", type=_option, action="append", default=[],
-                        metavar="KEY=VALUE", help="Spark Kafka reader option, e.g. "
-                        "kafka.security.protocol=SASL_SSL (repeatable)")
-
-
-def _option(text: str) -> tuple[str, str]:
-    key, sep, value = text.partition("=")
-    if not sep or not key:
-        raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE")
-    return key, value
-
-
-def ship_target(spark: Any, args: argparse.Namespace) -> None:
-    """Ship the code of ``add_target_arguments``' target and ``--stores`` to the
-    session's executors (``ship_modules``, from ``--app-dir``)."""
-    ship_modules(spark, [args.target, *([args.stores] if args.stores else [])], args.app_dir)
-
-
-def submitted_session(master: str | None, conf: dict[str, str] | None = None) -> Any:
-    """The session to run on, stopped by the caller: spark-submit's (it set the master
-    and the jars), one for ``--master``, or ``None`` for ``session_for``'s local[2] one
-    (or the process's active session)."""
-    if master is not None:
-        return spark_session(master, conf=conf)
-    if os.environ.get("PYSPARK_GATEWAY_PORT"):  # set by spark-submit for its driver
-        return require_pyspark().builder.getOrCreate()
-    return None

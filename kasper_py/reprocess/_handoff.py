@@ -16,13 +16,13 @@ from typing import Any
 
 from kasper_py.config import Config
 from kasper_py.exceptions import ReprocessError
-from kasper_py.message import TopicPartitionKey
-from kasper_py.offsets import (
+from kasper_py.kafka.offsets import (
     GROUP_ACTIVE_ERRORS,
     IDLE_GROUP_STATES,
     running_loop,
     running_window,
 )
+from kasper_py.message import TopicPartitionKey
 from kasper_py.reprocess._kafka import KafkaFacts
 
 __all__ = ["HandoffRefusedError", "check_group_idle", "commit_handoff"]

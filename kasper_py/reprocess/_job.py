@@ -18,9 +18,9 @@ from kasper_py.processor import ProcessorFactory
 from kasper_py.reprocess._handoff import HandoffRefusedError, check_group_idle, commit_handoff
 from kasper_py.reprocess._kafka import KafkaFacts
 from kasper_py.reprocess._progress import JobProgress
-from kasper_py.reprocess._range import Position, ReprocessRange, plan_range
-from kasper_py.reprocess._spark import read_input, require_pyspark, run_job, session_for
-from kasper_py.reprocess._task import Output, PartitionStats, TaskSpec
+from kasper_py.spark.range import Position, ReprocessRange, plan_range
+from kasper_py.spark.session import read_input, require_pyspark, run_job, session_for
+from kasper_py.spark.task import Output, PartitionStats, TaskSpec
 from kasper_py.stores.base import StoreSpec
 
 __all__ = ["ReprocessResult", "hand_off", "reprocess", "resolve_range"]

@@ -8,8 +8,8 @@ from kasper_py import exceptions
 from kasper_py.config import Config
 from kasper_py.exceptions import ReprocessError
 from kasper_py.kafka.admin import KafkaAdmin
+from kasper_py.kafka.topics import input_partitions
 from kasper_py.message import TopicPartitionKey
-from kasper_py.topics import input_partitions
 
 __all__ = ["BrokerUnreachableError", "KafkaFacts"]
 

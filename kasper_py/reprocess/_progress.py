@@ -12,8 +12,8 @@ from typing import Any
 
 import structlog
 
-from kasper_py.reprocess._range import ReprocessRange
-from kasper_py.reprocess._task import PartitionStats
+from kasper_py.spark.range import ReprocessRange
+from kasper_py.spark.task import PartitionStats
 
 __all__ = ["JobProgress"]
 

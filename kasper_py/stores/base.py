@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from kasper_py.exceptions import BadQueryError, StoreError
 from kasper_py.message import TopicPartitionKey
-from kasper_py.observe import NOOP_STORE_OBSERVER, StoreObserver
+from kasper_py.observability.observe import NOOP_STORE_OBSERVER, StoreObserver
 from kasper_py.serdes import Serde
 
 if TYPE_CHECKING:
     from kasper_py.config import Config
-    from kasper_py.ports import OutputPort
+    from kasper_py.kafka.ports import OutputPort
 
 __all__ = [
     "BufferedStore",

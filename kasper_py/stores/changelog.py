@@ -14,11 +14,11 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic  # confluent_kafka.admin re-exports it untyped
 
-from kasper_py._client_log import with_client_log
 from kasper_py.config import Config
 from kasper_py.exceptions import RestoreError, StoreError, TopicError
-from kasper_py.observe import StoreObserver
-from kasper_py.topics import cluster_topics, create_topics
+from kasper_py.kafka.topics import cluster_topics, create_topics
+from kasper_py.observability.client_log import with_client_log
+from kasper_py.observability.observe import StoreObserver
 
 __all__ = ["ChangelogReader", "changelog_topic", "ensure_changelog", "restore_plan"]
 

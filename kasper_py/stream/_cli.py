@@ -13,7 +13,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from kasper_py._cli_base import (
+from kasper_py.cli.base import (
     EXIT_BROKER,
     EXIT_CONFIG,
     EXIT_REFUSED,
@@ -27,8 +27,12 @@ from kasper_py._cli_base import (
     setup_logging,
 )
 from kasper_py.exceptions import AlreadyRunningError, BrokerUnreachableError, StreamError
-from kasper_py.reprocess._cli import add_spark_arguments, ship_target, submitted_session
-from kasper_py.reprocess._spark import spark_session
+from kasper_py.spark.session import (
+    add_spark_arguments,
+    ship_target,
+    spark_session,
+    submitted_session,
+)
 from kasper_py.stream._query import STREAM_SPARK_CONF, StreamingRun, stream
 
 __all__ = ["main"]

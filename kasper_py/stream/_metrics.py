@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from kasper_py.config import Config
 
 if TYPE_CHECKING:
-    from kasper_py.metrics import PrometheusObserver
+    from kasper_py.observability.metrics import PrometheusObserver
 
 __all__ = ["StreamMetrics", "source_lag"]
 
@@ -29,7 +29,7 @@ class StreamMetrics:
         self._metrics: dict[str, Any] = {}
         if config.metrics_port is None:
             return
-        from kasper_py.metrics import PrometheusObserver  # noqa: PLC0415 - optional extra
+        from kasper_py.observability.metrics import PrometheusObserver  # noqa: PLC0415 - optional extra
 
         self._observer = PrometheusObserver(config)
         self._observer.on_start([])  # /health/ready: the query is started

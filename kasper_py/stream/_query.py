@@ -1,6 +1,6 @@
 """``stream()``: check the group and the checkpoint, start a Structured Streaming query
 whose every micro-batch runs the reprocessing job's partition-wise tasks
-(``kasper_py.reprocess._spark.run_job``), then commit the micro-batch's end offsets to
+(``kasper_py.spark.session.run_job``), then commit the micro-batch's end offsets to
 the live group with a ``streaming`` note. ``StreamingRun`` is the handle.
 """
 
@@ -20,9 +20,7 @@ import structlog
 from kasper_py.config import Config
 from kasper_py.exceptions import KasperError, StreamError
 from kasper_py.kafka.admin import KafkaAdmin
-from kasper_py.loop.committer import check_not_running
-from kasper_py.message import TopicPartitionKey
-from kasper_py.offsets import (
+from kasper_py.kafka.offsets import (
     HEARTBEAT_SECONDS,
     STREAM_PREFIX,
     CommitNote,
@@ -30,9 +28,12 @@ from kasper_py.offsets import (
     running_window,
     start_offset,
 )
+from kasper_py.kafka.topics import input_partitions
+from kasper_py.loop.committer import check_not_running
+from kasper_py.message import TopicPartitionKey
 from kasper_py.processor import ProcessorFactory
 from kasper_py.reprocess import ReprocessRange
-from kasper_py.reprocess._spark import (
+from kasper_py.spark.session import (
     partition_wise,
     require_pyspark,
     run_job,
@@ -41,10 +42,9 @@ from kasper_py.reprocess._spark import (
     spark_session,
     spread,
 )
-from kasper_py.reprocess._task import PartitionStats, TaskSpec
+from kasper_py.spark.task import PartitionStats, TaskSpec
 from kasper_py.stores.base import StoreSpec
 from kasper_py.stream._metrics import StreamMetrics
-from kasper_py.topics import input_partitions
 
 __all__ = ["STREAM_SPARK_CONF", "MicroBatch", "Starting", "StreamingRun", "stream"]
 

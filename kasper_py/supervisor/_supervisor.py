@@ -15,7 +15,7 @@ from typing import Any
 
 import structlog
 
-from kasper_py._http import App, HttpServer, Request, Response
+from kasper_py.observability.http import App, HttpServer, Request, Response
 
 __all__ = ["Supervisor", "WorkerSpec", "split_partitions"]
 

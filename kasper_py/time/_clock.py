@@ -1,6 +1,6 @@
 """A partition's clock: its stream time and the timers its processor scheduled
 (``ProcessorContext.schedule``). The turn engine keeps one per partition and fires
-the timers (``_keeper.py``); nothing here runs a callback.
+the timers (``keeper.py``); nothing here runs a callback.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from operator import itemgetter
 from typing import TYPE_CHECKING
 
-from kasper_py._names import NameResolutionError, resolve_name
+from kasper_py._support.names import NameResolutionError, resolve_name
 from kasper_py.exceptions import ConfigError
 
 if TYPE_CHECKING:

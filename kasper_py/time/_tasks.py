@@ -1,6 +1,6 @@
 """``Task``: a function a processor runs on a schedule of the wall clock, every so
 many seconds or on a cron expression (croniter), independent of its input. The turn
-engine runs it (``_keeper.py``); a task only says when it is due.
+engine runs it (``keeper.py``); a task only says when it is due.
 """
 
 from __future__ import annotations

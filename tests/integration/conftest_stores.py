@@ -25,8 +25,8 @@ from cassandra.cluster import Cluster
 from confluent_kafka.admin import AdminClient
 
 from kasper_py import Config, TopicProcessor
-from kasper_py.observe import NoopObserver, TurnStats
-from kasper_py.producer import OutputProducer
+from kasper_py.kafka.producer import OutputProducer
+from kasper_py.observability.observe import NoopObserver, TurnStats
 from kasper_py.stack import cassandra_contact as stack_cassandra_contact
 from kasper_py.stack import redis_url as stack_redis_url
 from kasper_py.stores.base import StoreRuntime, StoreSpec

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from kasper_py import Message, MessageProcessor, ProcessorContext, Sender
-from kasper_py.observe import StoreObserver
+from kasper_py.observability.observe import StoreObserver
 from kasper_py.stores.base import StoreRuntime, TopicPartitionKey
 from kasper_py.stores.memory import MemoryStore, MemoryTable
 

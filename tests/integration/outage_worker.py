@@ -14,11 +14,11 @@ import sys
 import time
 
 from kasper_py import Config
-from kasper_py.consumer import InputConsumer
 from kasper_py.exceptions import ProduceError
-from kasper_py.logging import configure_logging
+from kasper_py.kafka.consumer import InputConsumer
+from kasper_py.kafka.producer import OutputProducer
 from kasper_py.message import OutgoingMessage
-from kasper_py.producer import OutputProducer
+from kasper_py.observability.logging import configure_logging
 
 
 def main() -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from kasper_py import Config, ProcessingError, TopicProcessor
-from kasper_py.observe import NoopObserver, TurnStats
+from kasper_py.observability.observe import NoopObserver, TurnStats
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_topic_processor import Upper, config, run  # isort: skip

@@ -19,7 +19,7 @@ from kasper_py import (
     SerdeError,
     TopicProcessor,
 )
-from kasper_py.metrics import PrometheusObserver
+from kasper_py.observability.metrics import PrometheusObserver
 
 pytestmark = pytest.mark.integration
 

@@ -18,9 +18,9 @@ import pytest
 from confluent_kafka import KafkaError
 
 from kasper_py import Config, ProduceError, TopicProcessor
-from kasper_py.consumer import InputConsumer
-from kasper_py.offsets import CommitNote
-from kasper_py.producer import OutputProducer
+from kasper_py.kafka.consumer import InputConsumer
+from kasper_py.kafka.offsets import CommitNote
+from kasper_py.kafka.producer import OutputProducer
 from kasper_py.stores.rocksdb import RocksDBTable
 
 sys.path.insert(0, str(Path(__file__).parent))

@@ -12,9 +12,9 @@ import pytest
 from confluent_kafka import KafkaError
 
 from kasper_py import Config, Message, MessageProcessor, ProduceError, Sender, TopicProcessor
-from kasper_py.consumer import InputConsumer
-from kasper_py.ports import KafkaClients
-from kasper_py.producer import OutputProducer
+from kasper_py.kafka.consumer import InputConsumer
+from kasper_py.kafka.ports import KafkaClients
+from kasper_py.kafka.producer import OutputProducer
 
 
 class Forward(MessageProcessor):

@@ -17,7 +17,7 @@ import structlog
 from examples_module import factory, stores
 
 from kasper_py import Config, TopicProcessor
-from kasper_py.metrics import PrometheusObserver
+from kasper_py.observability.metrics import PrometheusObserver
 
 sys.path.insert(0, str(Path(__file__).parent))
 pytest.register_assert_rewrite("conftest_stores")

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from test_cli import cli_env, kasper, kasper_command, run_args, wait_for
 
-from kasper_py._secrets import SENSITIVE_PROPERTIES
+from kasper_py._support.secrets import SENSITIVE_PROPERTIES
 
 pytestmark = pytest.mark.integration
 

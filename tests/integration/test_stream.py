@@ -30,7 +30,7 @@ from test_spark_cluster import EXAMPLES, driver_env, reach_output
 
 from kasper_py import Config, StreamError
 from kasper_py.exceptions import AlreadyRunningError
-from kasper_py.offsets import CommitNote
+from kasper_py.kafka.offsets import CommitNote
 from kasper_py.reprocess._kafka import KafkaFacts
 from kasper_py.stack import redis_url
 from kasper_py.stores.rocksdb import RocksDBTable

@@ -34,7 +34,7 @@ from kasper_py import (
     TopicError,
     TopicProcessor,
 )
-from kasper_py.offsets import CommitNote
+from kasper_py.kafka.offsets import CommitNote
 from kasper_py.stores.base import StoreRuntime
 from kasper_py.stores.memory import MemoryStore, MemoryTable
 

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from kasper_py import Config, ConfigError, Message, MessageProcessor, Sender, TopicProcessor
-from kasper_py._cli_base import CliError, add_config_flags, config_from_args, load_config
-from kasper_py.batching import BatchController, Collector
-from kasper_py.observe import NoopObserver, TurnStats
+from kasper_py.cli.base import CliError, add_config_flags, config_from_args, load_config
+from kasper_py.kafka.batching import BatchController, Collector
+from kasper_py.observability.observe import NoopObserver, TurnStats
 from kasper_py.testing import InMemoryBroker
 
 TARGET = 0.05

@@ -10,9 +10,9 @@ from confluent_kafka import KafkaError
 from confluent_kafka import Message as RawMessage
 
 from kasper_py import BYTES, JSON, ConsumeError, OffsetError, SerdeError
-from kasper_py.batching import Collector, build_batch, decode_batch
+from kasper_py.kafka.batching import Collector, build_batch, decode_batch
+from kasper_py.kafka.offsets import OffsetTracker
 from kasper_py.message import TIMESTAMP_CREATE_TIME, Message
-from kasper_py.offsets import OffsetTracker
 
 
 def raw(topic: str, partition: int, offset: int, value: bytes = b"v",
@@ -158,7 +158,7 @@ def test_transient_consumer_errors_are_retried_not_raised() -> None:
     """A moved group coordinator (seen on a fresh broker) is left to librdkafka and the
     batch goes on with the messages around it; an authorization error still stops it."""
     from kasper_py import Config
-    from kasper_py.consumer import InputConsumer
+    from kasper_py.kafka.consumer import InputConsumer
 
     consumer = InputConsumer(Config(name="n", bootstrap_servers="127.0.0.1:1",
                                     input_topics=["t"]))

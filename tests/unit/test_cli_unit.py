@@ -21,8 +21,6 @@ from confluent_kafka import KafkaError
 import kasper_py.kafka.admin
 import kasper_py.stack
 from kasper_py import Config, TopicError, cli
-from kasper_py import _cli_offsets as offsets_cli
-from kasper_py._cli_base import exit_code, print_error
 from kasper_py.cli import (
     EXIT_BROKER,
     EXIT_CONFIG,
@@ -30,8 +28,10 @@ from kasper_py.cli import (
     Progress,
     load_config,
 )
-from kasper_py.observe import NoopObserver, with_store_observer
-from kasper_py.offsets import PartitionProgress as PartitionOffsets
+from kasper_py.cli import offsets as offsets_cli
+from kasper_py.cli.base import exit_code, print_error
+from kasper_py.kafka.offsets import PartitionProgress as PartitionOffsets
+from kasper_py.observability.observe import NoopObserver, with_store_observer
 
 TOML = """
 name = "orders"
@@ -404,7 +404,7 @@ def test_toml_that_is_not_utf8_is_a_config_error(tmp_path: Path) -> None:
 
 
 def test_a_topic_error_is_a_config_error() -> None:
-    """A missing input topic or partition (TopicError, from kasper_py.topics) exits 3 in
+    """A missing input topic or partition (TopicError, from kasper_py.kafka.topics) exits 3 in
     `kasper run`, `kasper lag`, `kasper offsets`; the reprocess command maps it the same."""
     assert exit_code(TopicError("input topic 't': does not exist on h:1")) == EXIT_CONFIG
     assert exit_code(CliError(EXIT_BROKER, "unreachable")) == EXIT_BROKER

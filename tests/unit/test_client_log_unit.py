@@ -11,9 +11,9 @@ import pytest
 from structlog.testing import capture_logs
 
 from kasper_py import Config
-from kasper_py._client_log import ClientLog, RepeatLimiter, with_client_log
-from kasper_py.logging import MASK
-from kasper_py.metrics import PrometheusObserver
+from kasper_py.observability.client_log import ClientLog, RepeatLimiter, with_client_log
+from kasper_py.observability.logging import MASK
+from kasper_py.observability.metrics import PrometheusObserver
 
 REFUSED = ("[thrd:127.0.0.1:1/bootstrap]: 127.0.0.1:1/bootstrap: Connect to ipv4#127.0.0.1:1 "
            "failed: Connection refused (after {ms}ms in state CONNECT)")

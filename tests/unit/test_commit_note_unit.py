@@ -12,7 +12,7 @@ import time
 import pytest
 
 from kasper_py import Config
-from kasper_py.offsets import CommitNote, running_loop, running_window
+from kasper_py.kafka.offsets import CommitNote, running_loop, running_window
 
 
 def test_a_note_round_trips_through_commit_metadata() -> None:

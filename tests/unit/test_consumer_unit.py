@@ -10,7 +10,7 @@ import pytest
 from confluent_kafka import KafkaError
 
 from kasper_py import Config, ConsumeError
-from kasper_py.consumer import InputConsumer
+from kasper_py.kafka.consumer import InputConsumer
 
 
 class CommittedAnswers:

@@ -10,7 +10,7 @@ from typing import ClassVar
 import pytest
 
 from kasper_py import Config, Message, MessageProcessor, Sender, TopicProcessor
-from kasper_py._gc import paced_for
+from kasper_py._support.gc import paced_for
 from kasper_py.testing import InMemoryBroker
 
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from kasper_py import Config, Message, MessageProcessor, ProcessorContext, Sender, TopicProcessor
-from kasper_py.ports import Rebalance
+from kasper_py.kafka.ports import Rebalance
 from kasper_py.testing import InMemoryBroker
 
 RECORDS = 10  # per partition

@@ -13,9 +13,9 @@ from confluent_kafka import KafkaError, KafkaException
 from kasper_py import Config
 from kasper_py.exceptions import AdminError, BrokerUnreachableError, ReprocessError
 from kasper_py.kafka.admin import KafkaAdmin
+from kasper_py.kafka.offsets import CommitNote, PartitionProgress, start_offset
 from kasper_py.kafka.partitioner import murmur2, murmur2_partition
 from kasper_py.kafka.positions import parse_offset, parse_position, resolve_position
-from kasper_py.offsets import CommitNote, PartitionProgress, start_offset
 
 MARKS = {("t", 0): (10, 50), ("t", 1): (0, 9)}
 CONFIG = Config(name="adm", bootstrap_servers="127.0.0.1:1", input_topics=["t"])

@@ -13,7 +13,7 @@ import pytest
 import structlog
 
 from kasper_py import Config
-from kasper_py.logging import MASK, configure_logging
+from kasper_py.observability.logging import MASK, configure_logging
 
 SECRET = "hunter2-do-not-print"
 
@@ -142,8 +142,9 @@ def test_reconfiguring_does_not_stack_handlers() -> None:
 
 def test_importing_kasper_py_configures_nothing() -> None:
     """The library never configures logging on import, the CLI module included."""
-    code = ("import logging, structlog, kasper_py, kasper_py.logging, kasper_py.cli, "
-            "kasper_py.metrics; print(structlog.is_configured(), logging.getLogger().handlers)")
+    code = ("import logging, structlog, kasper_py, kasper_py.observability.logging, "
+            "kasper_py.cli, kasper_py.observability.metrics; "
+            "print(structlog.is_configured(), logging.getLogger().handlers)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)
     assert out.stdout.strip() == "False []"

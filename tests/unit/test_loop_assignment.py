@@ -15,6 +15,8 @@ from structlog.testing import capture_logs
 
 from kasper_py import Config, Message, MessageProcessor, Sender, TopicError
 from kasper_py.exceptions import AlreadyRunningError
+from kasper_py.kafka.offsets import CommitNote
+from kasper_py.kafka.ports import KafkaClients, Rebalance
 from kasper_py.loop.assignment import (
     Assignment,
     GroupAssignment,
@@ -23,9 +25,7 @@ from kasper_py.loop.assignment import (
 )
 from kasper_py.loop.committer import OffsetCommitter, committer_for
 from kasper_py.loop.prefetch import Prefetcher
-from kasper_py.observe import NoopObserver
-from kasper_py.offsets import CommitNote
-from kasper_py.ports import KafkaClients, Rebalance
+from kasper_py.observability.observe import NoopObserver
 from kasper_py.processor import ProcessorContext
 from kasper_py.testing import InMemoryBroker
 from kasper_py.turn import TurnEngine

@@ -12,6 +12,8 @@ import pytest
 
 from kasper_py import CommitError, Config, OffsetError, ProduceError
 from kasper_py.exceptions import AlreadyRunningError, FencedError
+from kasper_py.kafka.offsets import CommitNote
+from kasper_py.kafka.ports import KafkaClients
 from kasper_py.loop import committer as committer_module
 from kasper_py.loop.committer import (
     OffsetCommitter,
@@ -19,9 +21,7 @@ from kasper_py.loop.committer import (
     check_not_running,
     committer_for,
 )
-from kasper_py.observe import NoopObserver
-from kasper_py.offsets import CommitNote
-from kasper_py.ports import KafkaClients
+from kasper_py.observability.observe import NoopObserver
 from kasper_py.testing import InMemoryBroker
 
 GROUP = "committer"

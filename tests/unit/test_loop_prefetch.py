@@ -10,11 +10,11 @@ import dataclasses
 import pytest
 
 from kasper_py import Config, SerdeError
-from kasper_py.batching import Batch
+from kasper_py.kafka.batching import Batch
+from kasper_py.kafka.ports import KafkaClients
 from kasper_py.loop.prefetch import Prefetcher
 from kasper_py.message import OutgoingMessage
-from kasper_py.observe import TurnStats
-from kasper_py.ports import KafkaClients
+from kasper_py.observability.observe import TurnStats
 from kasper_py.testing import InMemoryBroker
 
 CONFIG = Config(name="prefetch", bootstrap_servers="in-memory", input_topics=["in"],

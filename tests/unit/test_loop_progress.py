@@ -9,11 +9,11 @@ import dataclasses
 from structlog.testing import capture_logs
 
 from kasper_py import Config
-from kasper_py.batching import Batch, OffsetRange
+from kasper_py.kafka.batching import Batch, OffsetRange
+from kasper_py.kafka.offsets import OffsetTracker
+from kasper_py.kafka.ports import InputPort
 from kasper_py.loop.progress import behind, consumed_all, progress, report
-from kasper_py.observe import NoopObserver, TurnStats
-from kasper_py.offsets import OffsetTracker
-from kasper_py.ports import InputPort
+from kasper_py.observability.observe import NoopObserver, TurnStats
 from kasper_py.testing import InMemoryBroker
 
 CONFIG = Config(name="progress", bootstrap_servers="in-memory", input_topics=["in"])

@@ -15,8 +15,8 @@ import pytest
 
 from kasper_py import Config
 from kasper_py.loop.servers import LoopServers
-from kasper_py.metrics import PrometheusObserver
-from kasper_py.observe import NoopObserver
+from kasper_py.observability.metrics import PrometheusObserver
+from kasper_py.observability.observe import NoopObserver
 
 CONFIG = Config(name="served", bootstrap_servers="in-memory", input_topics=["in"])
 

@@ -26,11 +26,11 @@ from kasper_py import (
     TopicError,
     TopicProcessor,
 )
-from kasper_py._memory_broker import CRASH_STEPS, murmur2
 from kasper_py.exceptions import KasperError, SimulatedCrash
+from kasper_py.kafka.memory import CRASH_STEPS, murmur2
+from kasper_py.kafka.offsets import CommitNote
 from kasper_py.message import OutgoingMessage
-from kasper_py.observe import LoopObserver
-from kasper_py.offsets import CommitNote
+from kasper_py.observability.observe import LoopObserver
 from kasper_py.stores.base import StoreRuntime, StoreSpec
 from kasper_py.testing import Faults, InMemoryBroker
 

@@ -32,11 +32,11 @@ from kasper_py import (
     StoreError,
     TopicProcessor,
 )
-from kasper_py._memory_broker import CRASH_STEPS
 from kasper_py.exceptions import FencedError, KasperError, SimulatedCrash
+from kasper_py.kafka.memory import CRASH_STEPS
 from kasper_py.loop import committer
 from kasper_py.message import OutgoingMessage
-from kasper_py.observe import NoopObserver
+from kasper_py.observability.observe import NoopObserver
 from kasper_py.stores.base import StoreSpec
 from kasper_py.testing import Faults, InMemoryBroker
 

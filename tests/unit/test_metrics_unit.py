@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from kasper_py import Config
-from kasper_py.batching import Batch, OffsetRange
 from kasper_py.exceptions import ProcessingError
-from kasper_py.metrics import PrometheusObserver, observer_for
-from kasper_py.observe import NoopObserver, TurnStats
+from kasper_py.kafka.batching import Batch, OffsetRange
+from kasper_py.observability.metrics import PrometheusObserver, observer_for
+from kasper_py.observability.observe import NoopObserver, TurnStats
 from kasper_py.stores.base import StoreRuntime
 from kasper_py.stores.rocksdb import RocksDBTable
 
@@ -255,8 +255,9 @@ def test_missing_prometheus_client_names_the_extra(monkeypatch: pytest.MonkeyPat
 
 
 def test_importing_metrics_does_not_import_prometheus() -> None:
-    """kasper_py.metrics (and the CLI) import prometheus_client only when metrics are on."""
-    code = ("import sys, kasper_py.metrics, kasper_py.cli; "
+    """kasper_py.observability.metrics (and the CLI) import prometheus_client only when
+    metrics are on."""
+    code = ("import sys, kasper_py.observability.metrics, kasper_py.cli; "
             "print('prometheus_client' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)

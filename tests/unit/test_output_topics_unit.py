@@ -24,8 +24,8 @@ from kasper_py import (
     TopicProcessor,
 )
 from kasper_py.cli import CliError, load_config
+from kasper_py.kafka.topics import ensure_output_topics, missing_output_topics
 from kasper_py.testing import InMemoryBroker
-from kasper_py.topics import ensure_output_topics, missing_output_topics
 
 
 def make(**fields: Any) -> Config:

@@ -26,7 +26,7 @@ from kasper_py import (
 )
 from kasper_py.dead_letters import DeadLetterLimits
 from kasper_py.exceptions import SimulatedCrash
-from kasper_py.metrics import PrometheusObserver
+from kasper_py.observability.metrics import PrometheusObserver
 from kasper_py.stores.base import StoreSpec
 from kasper_py.stores.memory import MemoryTable
 from kasper_py.testing import InMemoryBroker, ProcessorDriver, make_message

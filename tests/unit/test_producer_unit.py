@@ -9,8 +9,8 @@ import pytest
 from confluent_kafka import KafkaError
 
 from kasper_py import Config, ProduceError
+from kasper_py.kafka.producer import OutputProducer
 from kasper_py.message import OutgoingMessage
-from kasper_py.producer import OutputProducer
 
 
 class RecordingProducer:

@@ -19,11 +19,11 @@ import pytest
 from prometheus_client import generate_latest
 
 from kasper_py import Config, Message, MessageProcessor, Sender, TopicProcessor
-from kasper_py._secrets import scrub
+from kasper_py._support.secrets import scrub
+from kasper_py.cli.query import main as query_main
 from kasper_py.exceptions import ConfigError, QueryUnavailableError, UnauthorizedError
-from kasper_py.metrics import PrometheusObserver
+from kasper_py.observability.metrics import PrometheusObserver
 from kasper_py.query import QueryClient
-from kasper_py.query._cli import main as query_main
 from kasper_py.stores.memory import MemoryTable
 from kasper_py.testing import InMemoryBroker, ProcessorDriver, make_message
 

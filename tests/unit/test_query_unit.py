@@ -19,7 +19,7 @@ from kasper_py.exceptions import (
     NotHereError,
     UnknownTableError,
 )
-from kasper_py.offsets import CommitNote
+from kasper_py.kafka.offsets import CommitNote
 from kasper_py.query import QueryClient, Request, Response, Scan, Tables, murmur2, partition_for
 from kasper_py.stores.base import prefix_end
 from kasper_py.stores.memory import MemoryTable

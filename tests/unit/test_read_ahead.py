@@ -20,7 +20,7 @@ from kasper_py import (
     TopicProcessor,
 )
 from kasper_py.exceptions import SimulatedCrash
-from kasper_py.observe import NoopObserver, TurnStats
+from kasper_py.observability.observe import NoopObserver, TurnStats
 from kasper_py.testing import InMemoryBroker
 
 GROUP = "ahead"

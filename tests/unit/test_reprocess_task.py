@@ -29,7 +29,7 @@ from kasper_py.message import (
     OutgoingRecord,
 )
 from kasper_py.processor import ProcessorContext
-from kasper_py.reprocess._task import COLUMNS, PartitionStats, TaskSpec, run_task
+from kasper_py.spark.task import COLUMNS, PartitionStats, TaskSpec, run_task
 from kasper_py.stores.memory import MemoryTable
 
 pa = pytest.importorskip("pyarrow")

@@ -17,8 +17,8 @@ import pytest
 from confluent_kafka import KafkaError
 
 from kasper_py import Config, ReprocessError
+from kasper_py.kafka.offsets import CommitNote, running_window
 from kasper_py.kafka.positions import to_millis
-from kasper_py.offsets import CommitNote, running_window
 from kasper_py.reprocess import (
     HandoffRefusedError,
     RangeError,
@@ -27,8 +27,8 @@ from kasper_py.reprocess import (
 )
 from kasper_py.reprocess._handoff import check_group_idle, commit_handoff
 from kasper_py.reprocess._kafka import KafkaFacts
-from kasper_py.reprocess._range import plan_range
-from kasper_py.reprocess._spark import read_input
+from kasper_py.spark.range import plan_range
+from kasper_py.spark.session import read_input
 
 WATERMARKS = {("a", 0): (0, 100), ("a", 1): (10, 50), ("b", 0): (5, 5), ("b", 1): (0, 30)}
 

@@ -9,7 +9,7 @@ import json
 import pytest
 import structlog
 
-from kasper_py._secrets import (
+from kasper_py._support.secrets import (
     HARMLESS_PROPERTIES,
     MASK,
     SENSITIVE_PROPERTIES,
@@ -18,7 +18,7 @@ from kasper_py._secrets import (
     scrub,
 )
 from kasper_py.config import Config
-from kasper_py.logging import configure_logging
+from kasper_py.observability.logging import configure_logging
 
 # librdkafka 2.x flags these _RK_SENSITIVE in src/rdkafka_conf.c (its configuration
 # dump redacts them); the test pins the list so a removal is a conscious change.

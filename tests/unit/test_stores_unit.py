@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from kasper_py import Config, ProcessorContext
-from kasper_py.observe import NoopObserver, StoreObservers, with_store_observer
+from kasper_py.observability.observe import NoopObserver, StoreObservers, with_store_observer
 from kasper_py.stores.base import BufferedStore, KeyValueStore, StoreRuntime
 from kasper_py.stores.cassandra import CassandraStore
 from kasper_py.stores.memory import MemoryStore, MemoryTable

@@ -1,4 +1,4 @@
-"""The input topics checked against cluster metadata (kasper_py.topics), as the live
+"""The input topics checked against cluster metadata (kasper_py.kafka.topics), as the live
 loop, the CLI and the reprocess driver all check them: one error type, one wording."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from kasper_py import Config, TopicError
-from kasper_py.topics import input_partitions, owned_partitions, partition_count
+from kasper_py.kafka.topics import input_partitions, owned_partitions, partition_count
 
 
 def metadata(**partitions: int) -> Any:

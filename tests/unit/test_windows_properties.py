@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kasper_py import Message, MessageProcessor, ProcessorContext, Sender
-from kasper_py.observe import NoopStoreObserver
+from kasper_py.observability.observe import NoopStoreObserver
 from kasper_py.stores.memory import MemoryTable
 from kasper_py.testing import ProcessorDriver, make_message
 from kasper_py.windows import (

@@ -15,8 +15,8 @@ from typing import Any, Literal
 
 import structlog
 
-from kasper_py.logging import mask_secrets
-from kasper_py.metrics import count_client_log
+from kasper_py.observability.logging import mask_secrets
+from kasper_py.observability.metrics import count_client_log
 
 __all__ = ["ClientLog", "RepeatLimiter", "with_client_log"]
 

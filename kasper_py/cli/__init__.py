@@ -25,7 +25,7 @@ import structlog
 from confluent_kafka import KafkaException
 
 import kasper_py
-from kasper_py._cli_base import (
+from kasper_py.cli.base import (
     EXIT_BROKER,
     EXIT_CONFIG,
     EXIT_FAILED,
@@ -46,7 +46,8 @@ from kasper_py._cli_base import (
     print_error,
     setup_logging,
 )
-from kasper_py._cli_offsets import (
+from kasper_py.cli.dlq import add_dlq_parser, replay
+from kasper_py.cli.offsets import (
     Progress,
     add_offsets_parsers,
     admin_for,
@@ -55,25 +56,24 @@ from kasper_py._cli_offsets import (
     offsets_show,
     probe,
 )
-from kasper_py._dlq_replay import add_dlq_parser, replay
+from kasper_py.cli.query import main as query_main
 from kasper_py.config import Config
 from kasper_py.exceptions import AlreadyRunningError, ConfigError, KasperError, TopicError
 from kasper_py.kafka.admin import reason
-from kasper_py.metrics import PrometheusObserver, observer_for
-from kasper_py.observe import LoopObserver, NoopStoreObserver, with_store_observer
-from kasper_py.processor import ProcessorFactory
-from kasper_py.query import View
-from kasper_py.query._cli import main as query_main
-from kasper_py.stores.base import StoreSpec
-from kasper_py.supervisor import Supervisor, WorkerSpec, split_partitions
-from kasper_py.time import Task
-from kasper_py.topic_processor import TopicProcessor
-from kasper_py.topics import (
+from kasper_py.kafka.topics import (
     ensure_output_topics,
     input_partitions,
     owned_partitions,
     partition_count,
 )
+from kasper_py.observability.metrics import PrometheusObserver, observer_for
+from kasper_py.observability.observe import LoopObserver, NoopStoreObserver, with_store_observer
+from kasper_py.processor import ProcessorFactory
+from kasper_py.query import View
+from kasper_py.stores.base import StoreSpec
+from kasper_py.supervisor import Supervisor, WorkerSpec, split_partitions
+from kasper_py.time import Task
+from kasper_py.topic_processor import TopicProcessor
 
 __all__ = ["EXIT_BROKER", "EXIT_CONFIG", "EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_REFUSED",
            "CliError", "load_config", "main"]

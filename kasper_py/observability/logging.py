@@ -14,7 +14,7 @@ from typing import Any, TextIO
 import structlog
 from structlog.typing import EventDict, Processor, WrappedLogger
 
-from kasper_py._secrets import MASK, is_secret_field, scrub
+from kasper_py._support.secrets import MASK, is_secret_field, scrub
 
 __all__ = ["MASK", "configure_logging", "mask_secrets"]
 
@@ -28,7 +28,7 @@ _SECRET_ASSIGNMENT = re.compile(
 def mask_secrets(_logger: WrappedLogger, _method: str, event_dict: EventDict) -> EventDict:
     """A structlog processor: hide values whose key names a secret (SASL passwords,
     SSL keys, tokens), in nested mappings too, ``key=value`` secrets inside text, and
-    every client-setting value the library masks (``kasper_py._secrets``)."""
+    every client-setting value the library masks (``kasper_py._support.secrets``)."""
     return {key: value if key == "exc_info" else _masked(key, value)
             for key, value in event_dict.items()}
 

@@ -12,7 +12,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from kasper_py._cli_base import (
+from kasper_py.cli.base import (
     ENV_PREFIX,
     EXIT_FAILED,
     EXIT_OK,

@@ -20,14 +20,14 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from kasper_py._closing import close_all
-from kasper_py.batching import decode_batch
+from kasper_py._support.closing import close_all
 from kasper_py.config import Config
 from kasper_py.exceptions import OffsetError
+from kasper_py.kafka.batching import decode_batch
+from kasper_py.kafka.ports import OutputPort
+from kasper_py.kafka.producer import OutputProducer
 from kasper_py.message import Message, OutgoingRecord
-from kasper_py.ports import OutputPort
 from kasper_py.processor import ProcessorFactory
-from kasper_py.producer import OutputProducer
 from kasper_py.stores.base import StoreRuntime, StoreSpec
 from kasper_py.turn import TurnEngine
 

@@ -19,9 +19,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kasper_py import exceptions
-from kasper_py._http import App, HttpServer, Request, Response
 from kasper_py.message import TopicPartitionKey
-from kasper_py.observe import STEPS, LoopObserver, NoopObserver, StoreObserver, TurnStats
+from kasper_py.observability.http import App, HttpServer, Request, Response
+from kasper_py.observability.observe import (
+    STEPS,
+    LoopObserver,
+    NoopObserver,
+    StoreObserver,
+    TurnStats,
+)
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry

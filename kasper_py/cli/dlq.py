@@ -20,10 +20,10 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
-from kasper_py._cli_base import EXIT_BROKER, EXIT_CONFIG, EXIT_OK, CliError
+from kasper_py.cli.base import EXIT_BROKER, EXIT_CONFIG, EXIT_OK, CliError
 from kasper_py.config import Config
+from kasper_py.kafka.topics import topic_problem
 from kasper_py.message import TopicPartitionKey
-from kasper_py.topics import topic_problem
 
 __all__ = ["add_dlq_parser", "replay"]
 

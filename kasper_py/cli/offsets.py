@@ -14,7 +14,7 @@ from typing import Any, TextIO
 
 import structlog
 
-from kasper_py._cli_base import (
+from kasper_py.cli.base import (
     EXIT_BROKER,
     EXIT_CONFIG,
     EXIT_FAILED,
@@ -26,6 +26,13 @@ from kasper_py._cli_base import (
 from kasper_py.config import Config
 from kasper_py.exceptions import AdminError, ConfigError, KasperError
 from kasper_py.kafka.admin import KafkaAdmin
+from kasper_py.kafka.offsets import (
+    GROUP_ACTIVE_ERRORS,
+    IDLE_GROUP_STATES,
+    PartitionProgress,
+    running_loop,
+    running_window,
+)
 from kasper_py.kafka.positions import (
     Position,
     parse_offset,
@@ -33,15 +40,8 @@ from kasper_py.kafka.positions import (
     resolve_position,
     to_millis,
 )
+from kasper_py.kafka.topics import input_partitions
 from kasper_py.message import TopicPartitionKey
-from kasper_py.offsets import (
-    GROUP_ACTIVE_ERRORS,
-    IDLE_GROUP_STATES,
-    PartitionProgress,
-    running_loop,
-    running_window,
-)
-from kasper_py.topics import input_partitions
 
 __all__ = ["Progress", "add_offsets_parsers", "admin_for", "lag", "offsets_reset",
            "offsets_show", "probe"]

@@ -36,7 +36,10 @@ from kasper_py.exceptions import (
     StoreError,
     TopicError,
 )
+from kasper_py.kafka.offsets import lowered, start_offset
 from kasper_py.kafka.partitioner import murmur2, murmur2_partition
+from kasper_py.kafka.ports import KafkaClients, Rebalance
+from kasper_py.kafka.topics import common_partition_count
 from kasper_py.message import (
     TIMESTAMP_CREATE_TIME,
     TIMESTAMP_NONE,
@@ -45,11 +48,8 @@ from kasper_py.message import (
     OutgoingRecord,
     TopicPartitionKey,
 )
-from kasper_py.offsets import lowered, start_offset
-from kasper_py.ports import KafkaClients, Rebalance
 from kasper_py.stores.base import StoreRuntime, StoreSpec, already_applied
 from kasper_py.stores.memory import MemoryStore
-from kasper_py.topics import common_partition_count
 from kasper_py.turn import STEPS
 
 __all__ = ["CRASH_STEPS", "Commit", "Faults", "InMemoryBroker", "murmur2"]
@@ -68,7 +68,7 @@ class Commit(NamedTuple):
     offset: int
     """The next offset to read."""
     metadata: str | None
-    """The loop's ``CommitNote`` (``kasper_py.offsets.CommitNote.decode`` reads it)."""
+    """The loop's ``CommitNote`` (``kasper_py.kafka.offsets.CommitNote.decode`` reads it)."""
 
 
 # -- faults ---------------------------------------------------------------------------

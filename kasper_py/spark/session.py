@@ -6,6 +6,7 @@ task. pyspark is imported here and in no other kasper_py module.
 
 from __future__ import annotations
 
+import argparse
 import atexit
 import importlib
 import os
@@ -21,11 +22,12 @@ from typing import Any
 
 from kasper_py.config import Config
 from kasper_py.exceptions import ReprocessError
-from kasper_py.reprocess._range import ReprocessRange
-from kasper_py.reprocess._task import COLUMNS, STATS_SCHEMA, PartitionStats, TaskSpec, run_task
+from kasper_py.spark.range import ReprocessRange
+from kasper_py.spark.task import COLUMNS, STATS_SCHEMA, PartitionStats, TaskSpec, run_task
 
-__all__ = ["partition_wise", "read_input", "require_pyspark", "run_job", "session_for",
-           "ship_modules", "source_options", "spark_reason", "spark_session", "spread"]
+__all__ = ["add_spark_arguments", "partition_wise", "read_input", "require_pyspark", "run_job",
+           "session_for", "ship_modules", "ship_target", "source_options", "spark_reason",
+           "spark_session", "spread", "submitted_session"]
 
 # Reader options that would split one Kafka partition over several tasks, which would
 # split the processor's state: refused.
@@ -309,3 +311,37 @@ def spark_reason(exc: BaseException) -> str:
         return raised[-1]
     errors = [line for line in lines if "Error: " in line or "Exception: " in line]
     return (errors or lines or [type(exc).__name__])[-1][:2000]
+
+
+# -- what every Spark command line shares ---------------------------------------------
+
+def add_spark_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--master`` and ``--kafka-option``, for every command that runs on Spark."""
+    parser.add_argument("--master", help="Spark master (default: spark-submit's, else local[2])")
+    parser.add_argument("--kafka-option", type=_option, action="append", default=[],
+                        metavar="KEY=VALUE", help="Spark Kafka reader option, e.g. "
+                        "kafka.security.protocol=SASL_SSL (repeatable)")
+
+
+def _option(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE")
+    return key, value
+
+
+def ship_target(spark: Any, args: argparse.Namespace) -> None:
+    """Ship the code of ``add_target_arguments``' target and ``--stores`` to the
+    session's executors (``ship_modules``, from ``--app-dir``)."""
+    ship_modules(spark, [args.target, *([args.stores] if args.stores else [])], args.app_dir)
+
+
+def submitted_session(master: str | None, conf: dict[str, str] | None = None) -> Any:
+    """The session to run on, stopped by the caller: spark-submit's (it set the master
+    and the jars), one for ``--master``, or ``None`` for ``session_for``'s local[2] one
+    (or the process's active session)."""
+    if master is not None:
+        return spark_session(master, conf=conf)
+    if os.environ.get("PYSPARK_GATEWAY_PORT"):  # set by spark-submit for its driver
+        return require_pyspark().builder.getOrCreate()
+    return None

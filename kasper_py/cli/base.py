@@ -14,11 +14,11 @@ import tomllib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from kasper_py._names import NameResolutionError, resolve_name
-from kasper_py._secrets import scrub
+from kasper_py._support.names import NameResolutionError, resolve_name
+from kasper_py._support.secrets import scrub
 from kasper_py.config import Config
 from kasper_py.exceptions import ConfigError, KasperError, TopicError
-from kasper_py.logging import configure_logging
+from kasper_py.observability.logging import configure_logging
 from kasper_py.processor import ProcessorFactory
 from kasper_py.stores.base import StoreSpec
 from kasper_py.time import Task, extractor_for

@@ -17,10 +17,10 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic  # confluent_kafka.admin re-exports it untyped
 
-from kasper_py._client_log import with_client_log
 from kasper_py.config import Config, OutputTopic
 from kasper_py.exceptions import TopicError
 from kasper_py.message import TopicPartitionKey
+from kasper_py.observability.client_log import with_client_log
 
 __all__ = ["cluster_topics", "common_partition_count", "create_topics",
            "ensure_output_topics", "input_partitions", "missing_output_topics",
@@ -139,7 +139,7 @@ def ensure_output_topics(config: Config, *, create: bool = True, admin: Any = No
         names = ", ".join(repr(topic.name) for topic, _ in missing)
         raise TopicError(f"declared output topics {names} do not exist on "
                          f"{config.bootstrap_servers}: create them, or start with "
-                         "--create-topics (kasper_py.topics.ensure_output_topics)")
+                         "--create-topics (kasper_py.kafka.topics.ensure_output_topics)")
     create_topics(admin, [NewTopic(topic.name, num_partitions=count,
                                    replication_factor=topic.replication_factor or -1,
                                    config=dict(topic.config)) for topic, count in missing])
