@@ -18,8 +18,9 @@
   script run with flags accepts them (its ``--help`` lists them). Usage notation is
   read as written: ``[--flag]`` is given, ``a|b`` takes ``a``.
 - ``json``: parsed.
-- ``text`` (diagrams, program output) and ``sql`` (the Cassandra table the store creates,
-  with placeholders) are not code to run. A block without a language fails.
+- ``sql``: the Cassandra table stores.md shows must be the one the store creates (the
+  statement in kasper_py/stores/cassandra.py, read with ``ast``), placeholders aside.
+- ``text`` (diagrams, program output) is not code. A block without a language fails.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ import pytest
 from docsite.blocks import PAGES, ROOT, Block, blocks
 from docsite.reference import build_parser, parser_for
 
-NOT_RUN = {"text", "sql"}
+NOT_RUN = {"text"}
 UNCHECKED_PROGRAMS = {"pip", "export"}
 """Shell programs whose lines are not checked: packaging and the environment."""
 SPARK_ENTRIES = {"kasper_py/stream/__main__.py": "stream", "$ENTRY": "reprocess"}
@@ -169,6 +170,31 @@ def _check_command(line: str, block: Block) -> None:
                     "UNCHECKED_PROGRAMS with the reason")
 
 
+# -- sql ----------------------------------------------------------------------------------
+
+def _cassandra_create_table() -> str:
+    """The CREATE TABLE statement the Cassandra store runs, ``{}`` for its table name."""
+    tree = ast.parse((ROOT / "kasper_py" / "stores" / "cassandra.py").read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.JoinedStr):
+            text = "".join(part.value if isinstance(part, ast.Constant) else "{}"
+                           for part in node.values)
+            if text.startswith("CREATE TABLE"):
+                return text
+    raise AssertionError("no CREATE TABLE in kasper_py/stores/cassandra.py")
+
+
+def _columns(statement: str) -> str:
+    """The statement from its column list on, comments dropped and spaces collapsed."""
+    text = re.sub(r"--[^\n]*", "", statement)
+    return " ".join(text[text.index("("):].split()).replace("( ", "(").replace(" )", ")")
+
+
+def _check_sql(block: Block) -> None:
+    assert _columns(block.code) == _columns(_cassandra_create_table()), \
+        f"{block.where}: not the table kasper_py/stores/cassandra.py creates"
+
+
 # -- every block ------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("page", PAGES, ids=_page_id)
@@ -183,6 +209,8 @@ def test_other_blocks_check(page: Path, tmp_path: Path) -> None:
                 _check_command(line, block)
         elif block.lang == "json":
             json.loads(block.code)
+        elif block.lang == "sql":
+            _check_sql(block)
         else:
             assert block.lang in NOT_RUN | {"python"}, \
                 f"{block.where}: a block needs a language (python, toml, sh, console, " \

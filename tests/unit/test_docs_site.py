@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -40,6 +41,15 @@ def test_config_page_has_every_field() -> None:
         for field in dataclasses.fields(cls):
             assert f"`{field.name}`" in page
             assert docs[field.name].split()[0].replace("``", "`") in page
+
+
+def test_configuration_summary_names_every_field() -> None:
+    """configuration.md's short table of fields (a guide, with links) names every
+    Config field, so a new field cannot be left out of it."""
+    text = (ROOT / "docs" / "configuration.md").read_text()
+    named = {name for row in re.findall(r"^\| (`[^|]*) \|", text, re.M)
+             for name in re.findall(r"`(\w+)`", row)}
+    assert {f.name for f in dataclasses.fields(Config)} <= named
 
 
 def _commands(prefix: str, parser: argparse.ArgumentParser) -> list[str]:
