@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed-stamp
 STACK_COMPONENTS := $(if $(KASPER_BOOTSTRAP_SERVERS),redis cassandra prometheus,kafka redis cassandra prometheus)
 PYTEST_ARGS ?=
 
-.PHONY: setup stack demo test unit lint bench down clean
+.PHONY: setup stack demo test unit lint docs bench down clean
 
 setup: $(STAMP)
 
@@ -27,8 +27,13 @@ demo: stack
 	$(BIN)/python examples/demo.py
 
 lint: setup
-	$(BIN)/ruff check kasper_py tests examples bench
+	$(BIN)/ruff check kasper_py tests examples bench docsite
 	$(BIN)/mypy kasper_py
+
+# The documentation site on http://127.0.0.1:8000, rebuilt on every change. `make test`
+# builds it with --strict (tests/unit/test_docs_site.py) and runs its code blocks.
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve
 
 unit: setup
 	$(BIN)/pytest tests/unit -q
@@ -49,4 +54,4 @@ down:
 	$(BIN)/python -m kasper_py.stack down all
 
 clean: down
-	rm -rf $(VENV) .kasper-stack kasper-state
+	rm -rf $(VENV) .kasper-stack kasper-state site
