@@ -19,7 +19,7 @@ PARSERS: tuple[tuple[str, str, str, tuple[Any, ...]], ...] = (
     ("kasper", "kasper_py.cli", "_parser", ()),
     ("kasper reprocess", "kasper_py.reprocess._cli", "_parser", ("kasper reprocess",)),
     ("kasper stream", "kasper_py.stream._cli", "_parser", ("kasper stream",)),
-    ("kasper query", "kasper_py.query._cli", "_parser", ()),
+    ("kasper query", "kasper_py.cli.query", "_parser", ()),
     ("kasper stack", "kasper_py.stack._cli", "_parser", ()),
 )
 
@@ -95,7 +95,7 @@ def _field_rows(cls: type, sources: dict[str, tuple[str, str]]) -> Iterator[str]
 
 def config_page() -> str:
     """The configuration reference: every ``Config`` and ``OutputTopic`` field."""
-    from kasper_py._cli_base import CONFIG_FLAGS, ENV_PREFIX, flag_name
+    from kasper_py.cli.base import CONFIG_FLAGS, ENV_PREFIX, flag_name
     from kasper_py.config import Config, OutputTopic
 
     sources = {

@@ -97,7 +97,7 @@ _MINIMAL_CONFIG = 'name = "docs"\nbootstrap_servers = "127.0.0.1:9092"\ninput_to
 
 
 def _load_toml(block: Block, tmp_path: Path) -> None:
-    from kasper_py._cli_base import load_config
+    from kasper_py.cli.base import load_config
 
     whole = "name" in tomllib.loads(block.code)
     path = tmp_path / "kasper.toml"
