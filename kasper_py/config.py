@@ -1,6 +1,7 @@
-"""``Config``: the frozen, validated settings of one processor, and the one place
-where they become librdkafka's dotted keys (consumer, producer and admin client alike).
-Loading from TOML or the environment lives in the CLI, not here.
+"""``Config``: the frozen, validated settings of one processor, and ``to_*_conf()``, its
+librdkafka settings (consumer, producer and admin client alike), which the one converter
+in ``_support/client_conf.py`` writes. Loading from TOML or the environment lives in
+the CLI, not here.
 """
 
 from __future__ import annotations
@@ -13,6 +14,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Literal
 
+from kasper_py._support.client_conf import (
+    ClientValue,
+    admin_conf,
+    checked_overrides,
+    consumer_conf,
+    producer_conf,
+    refuse_unsafe_overrides,
+)
 from kasper_py._support.secrets import MASK, masked_settings, remember_secrets
 from kasper_py.exceptions import ConfigError
 from kasper_py.serdes import Serde, serde_for
@@ -27,55 +36,10 @@ _MAX_BATCH = 1_000_000  # confluent-kafka's cap on one consume() call
 _DECODE_POLICIES = ("fail", "skip", "dead_letter")
 _PROCESS_POLICIES = ("fail", "dead_letter")
 _GUARANTEES = ("at_least_once", "exactly_once")
-_GROUP_TRANSACTION_TIMEOUT_MS = 10_000
 _ENDPOINT = re.compile(r"^https?://[^\s/]+/?$")
 _MIN_TOKEN = 16
 _FUNCTION_NAME = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")  # module:function
 _TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")  # what Kafka accepts as a topic name
-# librdkafka keys (aliases included) that a Config field decides: an override naming
-# one is refused, so a setting is never silently replaced or dropped.
-_FIELD_KEYS = {
-    "bootstrap.servers": "bootstrap_servers", "metadata.broker.list": "bootstrap_servers",
-    "group.id": "group_id", "auto.offset.reset": "auto_offset_reset",
-    "message.timeout.ms": "delivery_timeout", "delivery.timeout.ms": "delivery_timeout",
-    "transactional.id": "processing_guarantee", "transaction.timeout.ms": "delivery_timeout",
-}
-
-ClientValue = str | int | float | bool
-
-
-def _prefetch(batch_size: int) -> dict[str, ClientValue]:
-    """The consumer's prefetch, for a loop that takes thousands of records at a time.
-
-    librdkafka fetches until a partition's local queue holds ``queued.min.messages``
-    records or the consumer's holds ``queued.max.messages.kbytes``, then waits
-    ``fetch.queue.backoff.ms`` before fetching that partition again: 1 s by default, so a
-    loop that drains the queue a batch at a time stalls on every refill. 10 ms keeps
-    the queue topped up at the same memory bound (measured: 0.2M -> 0.95M records/s
-    consume-only, see bench/bench_passthrough.py). The bound stays librdkafka's: 64 MiB
-    of prefetched records, plus one fetch response."""
-    return {"fetch.queue.backoff.ms": 10,
-            "queued.min.messages": max(100_000, batch_size),
-            "queued.max.messages.kbytes": 65_536}
-
-
-def _linger_ms(max_latency: float) -> float:
-    """The producer's ``linger.ms`` for a latency target. The loop hands a turn's whole
-    output over at once, so lingering only holds back its last, partial request: 5 ms
-    by default, at most a fiftieth of the target with ``max_latency`` (1 ms at 50 ms)."""
-    return min(5.0, max_latency * 1000 / 50)
-
-
-def _group_protocol(protocol: str, topics: int) -> dict[str, ClientValue]:
-    """Group mode: Kafka 4's broker-side incremental protocol (KIP-848) with its ``range``
-    assignor, which gives partition p of every co-partitioned topic to one member; a
-    rebalance moves only the partitions that change owner. With ``group.protocol=classic``
-    (brokers before 4.0) the fallback is ``cooperative-sticky`` for one input topic and,
-    since that does not co-partition, eager ``range`` for several."""
-    if protocol == "classic":
-        return {"group.protocol": "classic", "partition.assignment.strategy":
-                "cooperative-sticky" if topics == 1 else "range"}
-    return {"group.protocol": "consumer", "group.remote.assignor": "range"}
 
 
 def _check_port(name: str, port: Any) -> None:
@@ -444,42 +408,8 @@ class Config:
 
     def _check_overrides(self) -> None:
         for name in ("client_overrides", "consumer_overrides", "producer_overrides"):
-            overrides = getattr(self, name)
-            if not isinstance(overrides, Mapping):
-                raise ConfigError(name, "must be a mapping of librdkafka keys to values")
-            for key, value in overrides.items():
-                if not isinstance(key, str) or not isinstance(value, str | int | float | bool):
-                    raise ConfigError(name, f"{key!r} must map a str key to str/int/float/bool")
-            self._set(name, dict(overrides))
-            remember_secrets(overrides)  # scrubbed from logs, errors and CLI output
-            self._refuse_field_keys(name, overrides)
-        self._refuse_unsafe_overrides()
-
-    @staticmethod
-    def _refuse_field_keys(name: str, overrides: Mapping[str, ClientValue]) -> None:
-        """A key a field decides would lose to the field (see ``_client_conf``): say so."""
-        for key in overrides:
-            if key in _FIELD_KEYS:
-                raise ConfigError(name, f"{key} comes from the {_FIELD_KEYS[key]!r} field: "
-                                  "set that field instead")
-
-    def _refuse_unsafe_overrides(self) -> None:
-        """Overrides may tune the clients, never weaken the commit contract."""
-        consumer = {**self.client_overrides, **self.consumer_overrides}
-        producer = {**self.client_overrides, **self.producer_overrides}
-        where = "consumer_overrides"
-        if str(consumer.get("enable.auto.commit", "false")).lower() != "false":
-            raise ConfigError(where, "enable.auto.commit must stay false: the loop commits")
-        isolation = str(consumer.get("isolation.level", "read_committed")).lower()
-        if self.exactly_once and isolation != "read_committed":
-            raise ConfigError(where, "isolation.level must stay read_committed with "
-                              "processing_guarantee='exactly_once'")
-        where = "producer_overrides"
-        if str(producer.get("acks", "all")).lower() not in ("all", "-1"):
-            raise ConfigError(where, "acks must stay 'all' for at-least-once delivery")
-        if str(producer.get("enable.idempotence", "true")).lower() != "true":
-            raise ConfigError(where, "enable.idempotence must stay true")
-
+            self._set(name, checked_overrides(name, getattr(self, name)))
+        refuse_unsafe_overrides(self)
     @property
     def exactly_once(self) -> bool:
         """True when ``processing_guarantee`` is ``exactly_once``."""
@@ -535,78 +465,18 @@ class Config:
 
     def to_consumer_conf(self) -> dict[str, ClientValue]:
         """librdkafka consumer settings: manual commits of processed offsets only, read
-        committed. Precedence as for every client: see ``_client_conf``."""
-        defaults: dict[str, ClientValue] = {
-            "client.id": f"{self.name}-consumer",
-            "enable.auto.commit": False,
-            "enable.auto.offset.store": False,
-            "isolation.level": "read_committed",
-            "enable.partition.eof": False,
-            **_prefetch(self.batch_size),
-        }
-        if self.group_mode:
-            # members are told apart (kasper lag, offsets show) by their client id
-            defaults["client.id"] = f"{self.name}-consumer-{os.getpid()}"
-            protocol = {**self.client_overrides, **self.consumer_overrides}.get(
-                "group.protocol", "consumer")
-            defaults.update(_group_protocol(str(protocol), len(self.input_topics)))
-            # A member that does not consume for this long leaves the group. A turn waits
-            # up to delivery_timeout for its acks, so the budget is three of those.
-            defaults["max.poll.interval.ms"] = max(300_000, int(3 * self.delivery_timeout * 1000))
-        from_fields = {"group.id": self.group, "auto.offset.reset": self.auto_offset_reset}
-        return self._client_conf(defaults, self.consumer_overrides, from_fields)
+        committed (``kasper_py._support.client_conf``, with its precedence rule)."""
+        return consumer_conf(self)
 
     def to_producer_conf(self) -> dict[str, ClientValue]:
         """librdkafka producer settings: acks=all, idempotent, Java-compatible partitioning,
-        never asking a broker to create a topic. Precedence as for every client: see
-        ``_client_conf``."""
-        defaults: dict[str, ClientValue] = {
-            "client.id": f"{self.name}-producer",
-            "acks": "all",
-            "enable.idempotence": True,
-            # murmur2 matches the Java client, so keyed outputs land where Java producers
-            # would put them and stay co-partitioned with topics those producers write.
-            "partitioner": "murmur2_random",
-            "linger.ms": 5 if self.max_latency is None else _linger_ms(self.max_latency),
-            "queue.buffering.max.messages": 1_000_000,
-            # failures still reach the producer's callback; successes cost no callback
-            "delivery.report.only.error": True,
-            # A send never creates a topic, whatever the broker's auto.create.topics.enable:
-            # a typo fails the turn (the turn checks each new topic's metadata first).
-            "allow.auto.create.topics": False,
-        }
-        timeout_ms = int(self.delivery_timeout * 1000)
-        if self.exactly_once and self.group_mode:
-            # A member killed mid-transaction leaves offsets pending that its partitions'
-            # next owner must wait out (each member has its own transactional id, so no
-            # successor aborts it): the transaction timeout bounds that wait. librdkafka
-            # needs deliveries within it too. Kafka Streams' default is the same 10 s.
-            timeout_ms = min(timeout_ms, _GROUP_TRANSACTION_TIMEOUT_MS)
-        from_fields: dict[str, ClientValue] = {"message.timeout.ms": timeout_ms}
-        if self.exactly_once:
-            # A transaction's AddPartitions is refused (CONCURRENT_TRANSACTIONS) until the
-            # previous one's markers are written, then retried after retry.backoff.ms: at
-            # librdkafka's 100 ms every turn waited ~100 ms; at 10 ms about 15 ms.
-            defaults["retry.backoff.ms"] = 10
-            from_fields.update({"transactional.id": self.transactional_id,
-                                "transaction.timeout.ms": timeout_ms})
-        return self._client_conf(defaults, self.producer_overrides, from_fields)
+        never asking a broker to create a topic (``kasper_py._support.client_conf``)."""
+        return producer_conf(self)
 
     def to_admin_conf(self) -> dict[str, ClientValue]:
         """librdkafka admin client settings (topic metadata, changelog creation, group
-        offsets): the connection and ``client_overrides`` only, as ``_client_conf`` says."""
-        return self._client_conf({"client.id": f"{self.name}-admin"}, {}, {})
-
-    def _client_conf(self, defaults: Mapping[str, ClientValue],
-                     own_overrides: Mapping[str, ClientValue],
-                     from_fields: Mapping[str, ClientValue]) -> dict[str, ClientValue]:
-        """The one precedence rule of every client, later winning: the library's
-        ``defaults``, then ``client_overrides``, then the client's own overrides, then
-        the keys a field decides (``bootstrap.servers`` and ``from_fields``). Overrides
-        naming a field's key are refused at construction, so the last step only makes
-        the rule visible; callers add their own keys (a log level, callbacks) on top."""
-        return {**defaults, **self.client_overrides, **own_overrides,
-                "bootstrap.servers": self.bootstrap_servers, **from_fields}
+        offsets): the connection and ``client_overrides`` only."""
+        return admin_conf(self)
 
     def __repr__(self) -> str:
         parts = []

@@ -1,4 +1,5 @@
-"""Small helpers private to kasper_py (any of its packages may use them): closing many
-things at once (``closing``), garbage-collector pacing for big batches (``gc``),
-``module:attr`` name resolution (``names``) and the masking of secrets (``secrets``).
+"""Small helpers private to kasper_py (any of its packages may use them): a ``Config``'s
+librdkafka settings (``client_conf``), closing many things at once (``closing``),
+garbage-collector pacing for big batches (``gc``), ``module:attr`` name resolution
+(``names``) and the masking of secrets (``secrets``).
 """
