@@ -1,7 +1,7 @@
 """``KafkaAdmin``: the one place kasper_py asks Kafka about a group and its input
 outside the loop: cluster metadata, watermarks, the group's committed offsets and
 commit notes, offsets for a time, the group's state and members, and altering the
-group's offsets. Used by ``kasper offsets/lag``, the reprocessing handoff, the Spark
+group's offsets. Used by ``kasper offsets/lag/dlq``, the reprocessing handoff, the Spark
 stream runner and query routing. Kafka's exceptions become kasper_py's here, once:
 ``BrokerUnreachableError`` when no broker answers, else ``AdminError`` (or the classes
 a front end passes), with Kafka's error code kept. Topic creation stays in ``topics``.
