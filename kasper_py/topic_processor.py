@@ -46,6 +46,7 @@ from kasper_py.observability.observe import LoopObserver
 from kasper_py.processor import ProcessorFactory
 from kasper_py.query import View
 from kasper_py.stores.base import Scan, StoreSpec
+from kasper_py.stores.specs import check_unique_names
 from kasper_py.time import Task
 from kasper_py.turn import TurnEngine
 
@@ -80,9 +81,7 @@ class TopicProcessor:
         the query server (``config.query_port``). With no ``observer``, metrics are served
         on ``config.metrics_port`` when set. Raises ``ConfigError`` when
         ``config.timestamp_extractor`` does not import."""
-        names = [spec.name for spec in stores]
-        if len(set(names)) != len(names):
-            raise ValueError(f"store names must be unique, got {names}")
+        check_unique_names(stores)
         self.config, self._store_specs, self._life = config, list(stores), Lifecycle()
         self._servers = LoopServers(config, observer)
         self._observer = observer = self._servers.observer

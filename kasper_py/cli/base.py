@@ -7,7 +7,6 @@ and store specs, exit codes, and the one-line error. It imports no command, so
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import sys
 import tomllib
@@ -16,6 +15,7 @@ from typing import Any
 
 from kasper_py._support.names import NameResolutionError, resolve_name
 from kasper_py._support.secrets import scrub
+from kasper_py.cli.fields import FIELDS, parse_flag, parse_variable
 from kasper_py.config import Config
 from kasper_py.exceptions import ConfigError, KasperError, TopicError
 from kasper_py.observability.logging import configure_logging
@@ -41,16 +41,9 @@ ExitCodes = Sequence[tuple[type[BaseException], int]]
 """Exception types and their exit codes, the first that matches winning."""
 
 ENV_PREFIX = "KASPER_"
-_OVERRIDE_ENV = {"CLIENT": "client_overrides", "CONSUMER": "consumer_overrides",
-                 "PRODUCER": "producer_overrides"}
-_INT_FIELDS = {"batch_size", "metrics_port", "query_port", "dead_letter_max_per_turn",
-               "dead_letter_max_per_minute"}
-_FLOAT_FIELDS = {"batch_wait", "delivery_timeout", "dead_letter_max_ratio", "max_latency"}
-_NULLABLE = {"metrics_port", "query_port", "query_token", "query_tls_cert", "query_tls_key",
-             "query_endpoint", "input_partitions", "group_id", "dead_letter_topic",
-             "timestamp_extractor", "dead_letter_max_per_turn", "dead_letter_max_per_minute",
-             "dead_letter_max_ratio", "max_latency"}
-_FIELDS = {f.name: f for f in dataclasses.fields(Config)}
+# KASPER_CLIENT__..., KASPER_CONSUMER__..., KASPER_PRODUCER__...: a key of that table
+_OVERRIDE_ENV = {name.removesuffix("_overrides").upper(): name
+                 for name, kind in FIELDS.items() if kind.table}
 
 
 class CliError(Exception):
@@ -93,29 +86,32 @@ def print_error(prog: str, message: str) -> None:
 
 # -- flags: the Config fields a command line may set, and logging --------------------
 
-CONFIG_FLAGS: dict[str, tuple[Callable[[str], Any], str]] = {
-    "name": (str, "processor name (its consumer group and state prefix by default)"),
-    "bootstrap_servers": (str, "Kafka bootstrap servers, host:port[,...]"),
-    "input_topics": (lambda s: [t for t in s.split(",") if t], "comma-separated input topics"),
-    "input_partitions": (lambda s: [int(p) for p in s.split(",") if p],
-                         "comma-separated partition numbers (default: all)"),
-    "output_topics": (lambda s: [t for t in s.split(",") if t],
-                      "comma-separated output topics to declare, NAME[:PARTITIONS] (created "
-                      "with the input's partition count when none); see --create-topics"),
-    "group_id": (str, "the processor's consumer group (default: the name)"),
-    "batch_size": (int, "messages per batch at most"),
-    "batch_wait": (float, "seconds to wait for a batch to fill"),
-    "max_latency": (float, "seconds of end-to-end latency to size batches for (batch-size "
-                           "is then the largest batch)"),
-    "metrics_port": (int, "serve /metrics and /health on this port"),
-    "query_port": (int, "serve the tables and views (/tables) on this port, apart from "
-                        "the metrics (default: not served)"),
-    "query_host": (str, "the address the query server binds (default: 127.0.0.1; beyond "
-                        "loopback set query_token, from TOML or KASPER_QUERY_TOKEN)"),
-    "processing_guarantee": (str, "at_least_once (default) or exactly_once"),
-    "assignment": (str, "static (default: input_partitions) or group (join the consumer "
-                        "group; processes come and go)"),
+_FLAG_HELP = {
+    "name": "processor name (its consumer group and state prefix by default)",
+    "bootstrap_servers": "Kafka bootstrap servers, host:port[,...]",
+    "input_topics": "comma-separated input topics",
+    "input_partitions": "comma-separated partition numbers (default: all)",
+    "output_topics": "comma-separated output topics to declare, NAME[:PARTITIONS] (created "
+                     "with the input's partition count when none); see --create-topics",
+    "group_id": "the processor's consumer group (default: the name)",
+    "batch_size": "messages per batch at most",
+    "batch_wait": "seconds to wait for a batch to fill",
+    "max_latency": "seconds of end-to-end latency to size batches for (batch-size is then "
+                   "the largest batch)",
+    "metrics_port": "serve /metrics and /health on this port",
+    "query_port": "serve the tables and views (/tables) on this port, apart from the "
+                  "metrics (default: not served)",
+    "query_host": "the address the query server binds (default: 127.0.0.1; beyond "
+                  "loopback set query_token, from TOML or KASPER_QUERY_TOKEN)",
+    "processing_guarantee": "at_least_once (default) or exactly_once",
+    "assignment": "static (default: input_partitions) or group (join the consumer group; "
+                  "processes come and go)",
 }
+
+CONFIG_FLAGS: dict[str, tuple[Callable[[str], Any], str]] = {
+    name: (parse_flag(name), text) for name, text in _FLAG_HELP.items()}
+"""The Config fields a command line may set: each one's parser (from the field's
+annotation, ``cli.fields``) and help."""
 
 
 def flag_name(field: str) -> str:
@@ -166,10 +162,10 @@ def load_config(path: str | None, env: Mapping[str, str],
     sources: dict[str, str] = {}
     for source, layer in layers:
         for name, value in layer.items():
-            if name not in _FIELDS:
+            if name not in FIELDS:
                 raise CliError(EXIT_CONFIG, f"{source}: unknown config field {name!r}; known "
-                               f"fields: {', '.join(_FIELDS)}")
-            if name.endswith("_overrides"):
+                               f"fields: {', '.join(FIELDS)}")
+            if FIELDS[name].table:
                 values[name] = {**values.get(name, {}), **_mapping(name, value, source)}
             else:
                 values[name] = value
@@ -178,8 +174,7 @@ def load_config(path: str | None, env: Mapping[str, str],
 
 
 def _build(values: dict[str, Any], sources: Mapping[str, str]) -> Config:
-    missing = [name for name, f in _FIELDS.items() if name not in values
-               and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+    missing = [name for name, kind in FIELDS.items() if kind.required and name not in values]
     if missing:
         hints = ", ".join(f"{n!r} (TOML key, {ENV_PREFIX}{n.upper()} or --{flag_name(n)})"
                           for n in missing)
@@ -208,9 +203,9 @@ def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
     """``KASPER_<FIELD>`` for each field; ``KASPER_CLIENT__SASL_PASSWORD`` sets the
     ``client_overrides`` key ``sasl.password`` (likewise ``CONSUMER__``, ``PRODUCER__``)."""
     values: dict[str, Any] = {}
-    for name in _FIELDS:
+    for name, kind in FIELDS.items():
         raw = env.get(f"{ENV_PREFIX}{name.upper()}")
-        if raw is not None and not name.endswith("_overrides"):
+        if raw is not None and not kind.table:
             values[name] = _parse_env(name, raw, f"{ENV_PREFIX}{name.upper()}")
     for variable, raw in env.items():
         prefix, sep, key = variable.removeprefix(ENV_PREFIX).partition("__")
@@ -221,22 +216,11 @@ def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
 
 
 def _parse_env(name: str, raw: str, variable: str) -> Any:
-    text = raw.strip()
-    if name in _NULLABLE and text.lower() in ("", "none"):
-        return None
     try:
-        if name in _INT_FIELDS:
-            return int(text)
-        if name in _FLOAT_FIELDS:
-            return float(text)
-        if name == "input_partitions":
-            return [int(p) for p in text.split(",") if p.strip()]
+        return parse_variable(name, raw)
     except ValueError:
         raise CliError(EXIT_CONFIG, f"config field {name!r}: {variable}={raw!r} is not "
-                       "a number" + (" list" if name == "input_partitions" else "")) from None
-    if name in ("input_topics", "output_topics"):
-        return [t.strip() for t in text.split(",") if t.strip()]
-    return text
+                       "a number" + (" list" if FIELDS[name].is_list else "")) from None
 
 
 def _mapping(name: str, value: Any, source: str) -> dict[str, Any]:

@@ -4,7 +4,8 @@ command starts, keeps the records the filters select, and produces each one's or
 key, value and headers (the ``kasper.*`` headers dropped) to its
 ``kasper.source.topic`` and partition, or to ``--to``.
 
-Progress is the replay's own consumer group (``<name>-dlq-replay`` unless
+Where it starts and ends is read through ``KafkaAdmin`` (with its Kafka errors
+mapped). Progress is the replay's own consumer group (``<name>-dlq-replay`` unless
 ``--group``), committed after each batch is acked: an interrupted replay resumes where
 it stopped, and what it had sent but not committed is sent again (at-least-once: a
 duplicate per record at most, of the last batch). A rerun after a complete one finds
@@ -21,7 +22,10 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from kasper_py.cli.base import EXIT_BROKER, EXIT_CONFIG, EXIT_OK, CliError
+from kasper_py.cli.offsets import admin_for
 from kasper_py.config import Config
+from kasper_py.exceptions import AdminError
+from kasper_py.kafka.admin import KafkaAdmin, reason
 from kasper_py.kafka.topics import topic_problem
 from kasper_py.message import TopicPartitionKey
 
@@ -88,20 +92,25 @@ def replay(config: Config, args: argparse.Namespace) -> int:
         raise CliError(EXIT_CONFIG, "config field 'dead_letter_topic': not set, so there is "
                        "no dead-letter topic to replay")
     group = args.group or f"{config.name}-dlq-replay"
+    client_id = f"{config.name}-dlq-replay"
     base = config.to_admin_conf()
-    consumer = Consumer({**base, "client.id": f"{config.name}-dlq-replay", "group.id": group,
+    consumer = Consumer({**base, "client.id": client_id, "group.id": group,
                          "enable.auto.commit": False, "auto.offset.reset": "earliest",
                          "isolation.level": "read_committed", "enable.partition.eof": False})
     # a replay creates no topic, whatever the broker's auto.create.topics.enable
-    producer = Producer({**base, "client.id": f"{config.name}-dlq-replay", "acks": "all",
+    producer = Producer({**base, "client.id": client_id, "acks": "all",
                          "enable.idempotence": True, "partitioner": "murmur2_random",
                          "allow.auto.create.topics": False})
     filters = _Filters(args.source_topic, args.error_type, args.source_offsets)
     try:
-        if args.to is not None:
-            _check_target(consumer, args.to, args.connect_timeout)
-        ends = _assign(consumer, topic, args.from_offset, args.connect_timeout)
+        with admin_for(config, args.connect_timeout, client_id=client_id, group=group,
+                       read_committed=True) as admin:
+            starts, ends = _range(admin, topic, args.from_offset, args.to)
+        consumer.assign([TopicPartition(t, p, o) for (t, p), o in starts.items()])
         sent, skipped = _copy(consumer, producer, ends, filters, args)
+    except AdminError as exc:
+        raise CliError(EXIT_BROKER, f"replaying {topic}: {reason(exc.__cause__ or exc)}"
+                       ) from None
     except KafkaException as exc:
         raise CliError(EXIT_BROKER, f"replaying {topic}: {exc.args[0]}") from None
     finally:
@@ -114,33 +123,28 @@ def replay(config: Config, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _check_target(consumer: Any, topic: str, timeout: float) -> None:
-    """``--to`` names a topic that exists (a consumer's metadata request creates none)."""
-    problem = topic_problem(consumer.list_topics(topic, timeout=timeout).topics.get(topic))
-    if problem is not None:
-        raise CliError(EXIT_CONFIG, f"--to topic {topic!r}: {problem}")
-
-
-def _assign(consumer: Any, topic: str, from_offset: int | None, timeout: float
-            ) -> dict[TopicPartitionKey, int]:
-    """Assign every partition of ``topic`` at the group's committed offset (or
-    ``from_offset``); return each partition's end now, for those with anything to read."""
-    metadata = consumer.list_topics(topic, timeout=timeout).topics.get(topic)
+def _range(admin: KafkaAdmin, topic: str, from_offset: int | None, to: str | None
+           ) -> tuple[dict[TopicPartitionKey, int], dict[TopicPartitionKey, int]]:
+    """Where the replay starts on each partition of ``topic`` (the replay group's
+    committed offset, or ``from_offset``) and its end now, for the partitions with
+    anything to read; ``to``, when given, must name a topic that exists."""
+    if to is not None:
+        problem = topic_problem(admin.metadata(to).topics.get(to))
+        if problem is not None:
+            raise CliError(EXIT_CONFIG, f"--to topic {to!r}: {problem}")
+    metadata = admin.metadata(topic).topics.get(topic)
     if metadata is None or metadata.error is not None:
         raise CliError(EXIT_CONFIG, f"dead-letter topic {topic!r} does not exist")
-    keys = [TopicPartition(topic, p) for p in sorted(metadata.partitions)]
-    committed = {tp.partition: tp.offset for tp in consumer.committed(keys, timeout=timeout)}
+    keys = [(topic, p) for p in sorted(metadata.partitions)]
+    committed = admin.committed(keys)
+    starts: dict[TopicPartitionKey, int] = {}
     ends: dict[TopicPartitionKey, int] = {}
-    assigned = []
-    for tp in keys:
-        low, high = consumer.get_watermark_offsets(tp, timeout=timeout)
-        start = from_offset if from_offset is not None else committed.get(tp.partition, -1)
+    for key, (low, high) in admin.watermarks(keys).items():
+        start = from_offset if from_offset is not None else committed.get(key)
         start = max(start if start is not None and start >= 0 else low, low)
         if start < high:
-            ends[(topic, tp.partition)] = high
-            assigned.append(TopicPartition(topic, tp.partition, start))
-    consumer.assign(assigned)
-    return ends
+            starts[key], ends[key] = start, high
+    return starts, ends
 
 
 def _copy(consumer: Any, producer: Any, ends: dict[TopicPartitionKey, int], filters: _Filters,

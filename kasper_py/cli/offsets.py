@@ -96,12 +96,14 @@ def _offset_target(text: str) -> ExplicitOffset:
 
 # -- Kafka access ---------------------------------------------------------------------
 
-def admin_for(config: Config, timeout: float) -> KafkaAdmin:
-    """The CLI's admin: its own client id, offsets read as they stand (read_uncommitted:
-    not waited on while a killed exactly-once loop's transaction is open)."""
+def admin_for(config: Config, timeout: float, *, client_id: str | None = None,
+              group: str | None = None, read_committed: bool = False) -> KafkaAdmin:
+    """The CLI's admin (``ConfigError`` as exit 3): by default its own client id and
+    offsets read as they stand (read_uncommitted: not waited on while a killed
+    exactly-once loop's transaction is open); ``group`` defaults to the processor's."""
     try:
-        return KafkaAdmin(config, timeout=timeout, client_id=f"{config.name}-cli",
-                          read_committed=False)
+        return KafkaAdmin(config, timeout=timeout, client_id=client_id or f"{config.name}-cli",
+                          read_committed=read_committed, group=group)
     except ConfigError as exc:
         raise CliError(EXIT_CONFIG, str(exc)) from None
 

@@ -1,7 +1,7 @@
 """``KafkaAdmin``: the one place kasper_py asks Kafka about a group and its input
 outside the loop: cluster metadata, watermarks, the group's committed offsets and
 commit notes, offsets for a time, the group's state and members, and altering the
-group's offsets. Used by ``kasper offsets/lag``, the reprocessing handoff, the Spark
+group's offsets. Used by ``kasper offsets/lag/dlq``, the reprocessing handoff, the Spark
 stream runner and query routing. Kafka's exceptions become kasper_py's here, once:
 ``BrokerUnreachableError`` when no broker answers, else ``AdminError`` (or the classes
 a front end passes), with Kafka's error code kept. Topic creation stays in ``topics``.
@@ -61,7 +61,8 @@ class GroupState:
 
 
 class KafkaAdmin:
-    """A short-lived admin client and consumer of ``config.group``; the consumer never
+    """A short-lived admin client and consumer of ``group`` (default: ``config.group``,
+    the processor's; ``kasper dlq replay`` passes its own); the consumer never
     subscribes, so it never joins the group. librdkafka is quiet: the first error it
     reports goes into the exception instead, what it still logs into the JSON log.
 
@@ -71,10 +72,10 @@ class KafkaAdmin:
     """
 
     def __init__(self, config: Config, *, timeout: float = 30.0, client_id: str | None = None,
-                 read_committed: bool = True, consumer: bool = True,
+                 read_committed: bool = True, consumer: bool = True, group: str | None = None,
                  failure: type[KasperError] = AdminError,
                  unreachable: type[KasperError] = BrokerUnreachableError) -> None:
-        self._config, self._timeout = config, timeout
+        self._config, self._timeout, self._group = config, timeout, group or config.group
         self._failure, self._unreachable = failure, unreachable
         self.errors: list[str] = []
         """What librdkafka reported through ``error_cb``, first first."""
@@ -84,7 +85,7 @@ class KafkaAdmin:
         self._consumer: Any = None
         if consumer:
             conf = {**config.to_consumer_conf(), **quiet,
-                    "client.id": client_id or f"{config.name}-admin"}
+                    "client.id": client_id or f"{config.name}-admin", "group.id": self._group}
             if not read_committed:
                 conf["isolation.level"] = "read_uncommitted"
             self._consumer = self._client(Consumer, conf, "consumer", "consumer_overrides",
@@ -155,13 +156,13 @@ class KafkaAdmin:
 
     def _committed(self, keys: Iterable[TopicPartitionKey]) -> Any:
         request = [TopicPartition(t, p) for t, p in keys]
-        return self._call(f"reading the offsets of group {self._config.group!r}",
+        return self._call(f"reading the offsets of group {self._group!r}",
                           self._consumer.committed, request, timeout=self._timeout)
 
     def group_notes(self, topic: str, partitions: int) -> dict[int, CommitNote | None]:
         """The notes of ``topic``'s partitions read with the admin client alone
         (``ListConsumerGroupOffsets``), for a caller without a consumer."""
-        group = self._config.group
+        group = self._group
         request = ConsumerGroupTopicPartitions(
             group, [TopicPartition(topic, p) for p in range(partitions)])
         futures = self._admin.list_consumer_group_offsets([request],
@@ -173,7 +174,7 @@ class KafkaAdmin:
 
     def group(self) -> GroupState:
         """The group's state and its members, with their assignments."""
-        group = self._config.group
+        group = self._group
         futures = self._admin.describe_consumer_groups([group], request_timeout=self._timeout)
         description = self._call(f"describing group {group!r}", futures[group].result,
                                  timeout=self._timeout + 5)
@@ -193,7 +194,7 @@ class KafkaAdmin:
         """Set the group's committed offsets, with ``note`` as their metadata. The broker
         refuses while the group has members: the error's ``code`` is then one of
         ``GROUP_ACTIVE_ERRORS``."""
-        group = self._config.group
+        group = self._group
         request = ConsumerGroupTopicPartitions(
             group, [TopicPartition(t, p, o) if note is None
                     else TopicPartition(t, p, o, metadata=note)

@@ -16,26 +16,19 @@ from kasper_py.cli.base import (
     EXIT_CONFIG,
     EXIT_REFUSED,
     ExitCodes,
-    add_config_flags,
-    add_target_arguments,
-    config_from_args,
     load_target,
     run_command,
-    setup_logging,
 )
+from kasper_py.cli.spark import spark_config, spark_parser
 from kasper_py.kafka import positions
 from kasper_py.reprocess._handoff import HandoffRefusedError
 from kasper_py.reprocess._job import reprocess, resolve_range
 from kasper_py.reprocess._kafka import BrokerUnreachableError
 from kasper_py.spark.range import Position, RangeError
-from kasper_py.spark.session import add_spark_arguments, session_for, ship_target, submitted_session
+from kasper_py.spark.session import session_for, ship_target, submitted_session
 
 __all__ = ["main", "parse_position"]
 
-# The Config fields a reprocessing run takes as flags (batch_wait and metrics_port are
-# the live loop's).
-_CONFIG_FLAGS = ("name", "bootstrap_servers", "input_topics", "input_partitions", "group_id",
-                 "batch_size")
 _EXIT_CODES: ExitCodes = ((RangeError, EXIT_CONFIG), (ImportError, EXIT_CONFIG),
                           (HandoffRefusedError, EXIT_REFUSED),
                           (BrokerUnreachableError, EXIT_BROKER))
@@ -51,10 +44,12 @@ def parse_position(text: str) -> Position:
 
 
 def _parser(prog: str) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=prog, description=(
-        "Run a processor over a range of the input topics' history with Spark, and "
-        "optionally hand the end offsets to the live loop's group."))
-    add_target_arguments(parser)
+    return spark_parser(prog, "Run a processor over a range of the input topics' history "
+                        "with Spark, and optionally hand the end offsets to the live loop's "
+                        "group.", _add_arguments)
+
+
+def _add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--start", type=parse_position, default="earliest", metavar="WHERE",
                         help="earliest (default), an ISO-8601 time, epoch ms, or "
                              "topic:partition=offset[,...]")
@@ -68,9 +63,6 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     parser.add_argument("--force", action="store_true",
                         help="hand off even if the live group looks active")
     parser.add_argument("--dry-run", action="store_true", help="print the range, run nothing")
-    add_spark_arguments(parser)
-    add_config_flags(parser, _CONFIG_FLAGS)
-    return parser
 
 
 def main(argv: Sequence[str] | None = None, prog: str = "python -m kasper_py.reprocess") -> int:
@@ -79,8 +71,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m kasper_py.rep
 
 
 def _run(args: argparse.Namespace) -> int:
-    setup_logging(args)
-    config = config_from_args(args)
+    config = spark_config(args)
     if args.dry_run:
         print(resolve_range(config, args.start, args.end).describe())
         return 0

@@ -22,6 +22,7 @@ from kasper_py.spark.range import Position, ReprocessRange, plan_range
 from kasper_py.spark.session import read_input, require_pyspark, run_job, session_for
 from kasper_py.spark.task import Output, PartitionStats, TaskSpec
 from kasper_py.stores.base import StoreSpec
+from kasper_py.stores.specs import check_unique_names
 
 __all__ = ["ReprocessResult", "hand_off", "reprocess", "resolve_range"]
 
@@ -128,9 +129,7 @@ def _check_arguments(stores: Sequence[StoreSpec], output: str) -> None:
         raise ReprocessError(f"output must be 'kafka' or 'stores', got {output!r}")
     if output == "stores" and not stores:
         raise ReprocessError("output='stores' needs the stores to write: pass stores=[...]")
-    names = [spec.name for spec in stores]
-    if len(set(names)) != len(names):
-        raise ReprocessError(f"store names must be unique, got {names}")
+    check_unique_names(stores, ReprocessError)
 
 
 def _plan(facts: KafkaFacts, start: Position, end: Position) -> ReprocessRange:

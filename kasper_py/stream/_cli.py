@@ -19,16 +19,12 @@ from kasper_py.cli.base import (
     EXIT_REFUSED,
     CliError,
     ExitCodes,
-    add_config_flags,
-    add_target_arguments,
-    config_from_args,
     load_target,
     run_command,
-    setup_logging,
 )
+from kasper_py.cli.spark import spark_config, spark_parser
 from kasper_py.exceptions import AlreadyRunningError, BrokerUnreachableError, StreamError
 from kasper_py.spark.session import (
-    add_spark_arguments,
     ship_target,
     spark_session,
     submitted_session,
@@ -37,17 +33,17 @@ from kasper_py.stream._query import STREAM_SPARK_CONF, StreamingRun, stream
 
 __all__ = ["main"]
 
-_CONFIG_FLAGS = ("name", "bootstrap_servers", "input_topics", "input_partitions", "group_id",
-                 "batch_size", "metrics_port")
 _EXIT_CODES: ExitCodes = ((ImportError, EXIT_CONFIG), (AlreadyRunningError, EXIT_REFUSED),
                           (BrokerUnreachableError, EXIT_BROKER))
 
 
 def _parser(prog: str) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=prog, description=(
-        "Run a processor live on Spark Structured Streaming, committing each micro-batch's "
-        "offsets to the live group."))
-    add_target_arguments(parser)
+    return spark_parser(prog, "Run a processor live on Spark Structured Streaming, "
+                        "committing each micro-batch's offsets to the live group.",
+                        _add_arguments, flags=("metrics_port",))
+
+
+def _add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint", metavar="DIR",
                         help="Spark checkpoint directory (default: checkpoints/<name>)")
     parser.add_argument("--trigger", type=float, default=1.0, metavar="SECONDS",
@@ -58,9 +54,6 @@ def _parser(prog: str) -> argparse.ArgumentParser:
                         help="stop once the input's end at start-up is committed")
     parser.add_argument("--force", action="store_true",
                         help="start even if a live loop's note says it is running")
-    add_spark_arguments(parser)
-    add_config_flags(parser, _CONFIG_FLAGS)
-    return parser
 
 
 def main(argv: Sequence[str] | None = None, prog: str = "python -m kasper_py.stream") -> int:
@@ -69,8 +62,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m kasper_py.str
 
 
 def _run(args: argparse.Namespace) -> int:
-    setup_logging(args)
-    config = config_from_args(args)
+    config = spark_config(args)
     factory, stores = load_target(args, config)
     # the command owns its session, so the target's code can be shipped to executors
     spark = (submitted_session(args.master, conf=STREAM_SPARK_CONF)

@@ -44,6 +44,7 @@ from kasper_py.spark.session import (
 )
 from kasper_py.spark.task import PartitionStats, TaskSpec
 from kasper_py.stores.base import StoreSpec
+from kasper_py.stores.specs import check_unique_names
 from kasper_py.stream._metrics import StreamMetrics
 
 __all__ = ["STREAM_SPARK_CONF", "MicroBatch", "Starting", "StreamingRun", "stream"]
@@ -139,9 +140,7 @@ def _check_arguments(stores: Sequence[StoreSpec], trigger: float, starting: str,
                           "where Spark keeps the query's offsets")
     if master is not None and spark is not None:
         raise StreamError("pass either master or spark (a session has its master already)")
-    names = [spec.name for spec in stores]
-    if len(set(names)) != len(names):
-        raise StreamError(f"store names must be unique, got {names}")
+    check_unique_names(stores, StreamError)
     local = [spec.name for spec in stores if type(spec).__name__ == "RocksDBTable"]
     if local:
         raise StreamError(
