@@ -1,8 +1,9 @@
-"""The ``kasper`` command line: run a processor, manage its group's offsets, show its
-lag, replay its dead letters (``_dlq_replay``), and start the local stack.
-Configuration comes from a TOML file, then
-``KASPER_*`` environment variables, then flags (each overrides the one before); that
-loading, targets and exit codes live in ``_cli_base``, shared with ``kasper reprocess``.
+"""The ``kasper`` command line: run a processor (here), manage its group's offsets and
+show its lag (``offsets``), replay its dead letters (``dlq``), read its tables
+(``query``), and dispatch ``kasper reprocess``/``stream``/``stack`` to their own
+parsers. Configuration comes from a TOML file, then ``KASPER_*`` environment
+variables, then flags (each overrides the one before); that loading, targets and exit
+codes live in ``base`` (the field types in ``fields``), shared by every command.
 
 Errors are one line on stderr, no traceback, with an exit code per cause:
 
