@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar, overload
 
 from kasper_py.stores.base import KeyValueStore
+from kasper_py.stores.query import Queryable
 from kasper_py.time import PartitionClock, Timer, TimerCallback, TimerKind, extractor_for
 
 if TYPE_CHECKING:
@@ -35,6 +36,10 @@ class ProcessorContext:
     clock: PartitionClock | None = None
     """The partition's stream time and timers, kept by the turn engine (which passes
     it); use the methods below. A context built by hand gets one with no wall clock."""
+    query_tables: dict[str, Queryable] = field(default_factory=dict)
+    """What queries read in place of the store of the same name: a ``WindowedTable``
+    registers its windows here (``kasper_py.windows.table.WindowedQueryable``). The
+    turn engine shares the dict with the loop's query path."""
 
     def __post_init__(self) -> None:
         if self.clock is None:

@@ -45,7 +45,8 @@ from kasper_py.message import TopicPartitionKey
 from kasper_py.observability.observe import LoopObserver
 from kasper_py.processor import ProcessorFactory
 from kasper_py.query import View
-from kasper_py.stores.base import Scan, StoreSpec
+from kasper_py.stores.base import StoreSpec
+from kasper_py.stores.query import Scan
 from kasper_py.stores.specs import check_unique_names
 from kasper_py.time import Task
 from kasper_py.turn import TurnEngine

@@ -50,12 +50,13 @@ from kasper_py.kafka.ports import OutputPort, Transactions
 from kasper_py.message import Message, OutgoingRecord, TopicPartitionKey
 from kasper_py.processor import MessageProcessor, ProcessorContext, ProcessorFactory
 from kasper_py.sender import Sender
-from kasper_py.stores.base import (
-    KeyValueStore,
-    StoreRuntime,
-    StoreSpec,
+from kasper_py.stores.base import KeyValueStore, StoreRuntime, StoreSpec
+from kasper_py.stores.lifecycle import (
+    AppliedInput,
+    StoreLifecycle,
     check_effectively_once_alone,
 )
+from kasper_py.stores.query import Queryable
 from kasper_py.time import EventTimeError, Task
 from kasper_py.time.keeper import TimeKeeper
 
@@ -77,6 +78,8 @@ class PartitionState:
 
     partition: int
     stores: dict[str, KeyValueStore] = field(default_factory=dict)
+    query_tables: dict[str, Queryable] = field(default_factory=dict)
+    """What queries read in place of a store (``ProcessorContext.query_tables``)."""
     processor: MessageProcessor | None = None
     factory: ProcessorFactory | None = None
     """What built ``processor``; it builds the next one when the processor is rebuilt."""
@@ -122,7 +125,10 @@ class TurnEngine:
         self._on_step = on_step or _no_step
         self.aborted = 0
         """Transactions this engine aborted (a turn that failed inside one)."""
-        self._skip_below: dict[TopicPartitionKey, int] = {}
+        self._applied = AppliedInput(config.name)
+        self._committed = False
+        """Whether the running turn committed (with effectively-once stores, before the
+        flush)."""
         self._next: dict[TopicPartitionKey, int] = {}
         self._outputs_first = False
         self._dead_letter_failures = config.on_process_error == "dead_letter"
@@ -143,7 +149,7 @@ class TurnEngine:
             state.stores[spec.name] = store
             for tp, offset in store.applied_offsets().items():
                 # the lowest applied offset: skipping less replays, skipping more loses
-                self._skip_below[tp] = min(offset, self._skip_below.get(tp, offset))
+                self._applied.note(tp, offset)
         check_effectively_once_alone(state.stores)
         self._outputs_first = self._outputs_first or any(
             store.effectively_once for store in state.stores.values())
@@ -167,9 +173,9 @@ class TurnEngine:
     def _build_processor(self, state: PartitionState) -> None:
         """The factory's processor for ``state``'s partition, on its stores and clock."""
         assert state.factory is not None  # set by open_partition
-        state.processor = state.factory(ProcessorContext(state.partition, self.config,
-                                                         dict(state.stores),
-                                                         self.time.clock(state.partition)))
+        state.processor = state.factory(ProcessorContext(
+            state.partition, self.config, dict(state.stores), self.time.clock(state.partition),
+            state.query_tables))
 
     def unrecorded(self, keys: Sequence[TopicPartitionKey]) -> list[TopicPartitionKey]:
         """Exactly-once with effectively-once stores: the topic-partitions of ``keys``
@@ -189,7 +195,7 @@ class TurnEngine:
             if store.effectively_once and mine:
                 self._store_call(name, partition, store.flush, mine)
                 for tp, offset in mine.items():
-                    self._skip_below[tp] = min(offset, self._skip_below.get(tp, offset))
+                    self._applied.note(tp, offset)
 
     def resume_from(self) -> dict[TopicPartitionKey, int]:
         """Exactly-once with an effectively-once store: the input offsets the stores have
@@ -197,9 +203,9 @@ class TurnEngine:
         flush, so a crash between the two leaves the store behind the committed offsets;
         the runner starts from here where lower, and that input is processed again
         (its outputs twice). Empty otherwise."""
-        return dict(self._skip_below) if self._transactions is not None else {}
+        return dict(self._applied.below) if self._transactions is not None else {}
 
-    def stores(self) -> list[tuple[int, str, KeyValueStore]]:
+    def stores(self) -> list[tuple[int, str, StoreLifecycle]]:
         """(partition, name, store) of every open store."""
         return [(p, name, store) for p, state in self.partitions.items()
                 for name, store in state.stores.items()]
@@ -212,9 +218,9 @@ class TurnEngine:
         if state is None:
             return []
         self.time.forget(partition)
-        for tp in [tp for tp in (*self._next, *self._skip_below) if tp[1] == partition]:
-            self._next.pop(tp, None)
-            self._skip_below.pop(tp, None)
+        for tp in [tp for tp in self._next if tp[1] == partition]:
+            del self._next[tp]
+        self._applied.forget_partition(partition)
         steps: list[Callable[[], object]] = [] if state.processor is None else [
             state.processor.close]
         return steps + [store.close for store in state.stores.values()]
@@ -236,60 +242,72 @@ class TurnEngine:
         (uncommitted), like any step. ``stream_times`` moves partitions' stream times on
         first, as records would (the testing driver's ``advance_stream_time``)."""
         durations: dict[str, float] = {}
-        transactions = self._transactions
-        committed = False
+        self._committed = False
         saved = self.time.save()
         try:
             for partition, millis in (stream_times or {}).items():
                 self.time.advance(partition, millis)
-            self._check_order(batch)
-            if self._skip_below:
-                self._drop_applied(batch)
-            if transactions is not None:
-                transactions.begin()
-            self._on_step("before_process")
-            sender, letters = _timed(durations, "process", self._process, batch)
-            produced = len(sender)
-            self._on_step("after_process")
-            next_offsets = batch.next_offsets()
-            if self._outputs_first:
-                # Effectively-once stores skip replayed input, so its output must be
-                # acked (exactly-once: committed) before the store records the offsets.
-                _timed(durations, "produce", self._produce, sender.drain())
-                if transactions is not None:
-                    _timed(durations, "commit", self._commit, next_offsets)
-                    committed = True
-            _timed(durations, "flush", self._flush, next_offsets)
-            self._on_step("after_flush")
-            _timed(durations, "produce", self._hand_over, sender.drain())
-            if meanwhile is not None:
-                _timed(durations, "read_ahead", meanwhile)
-            _timed(durations, "produce", self._port.wait_for_acks, self._waiting)
-            self._on_step("after_produce")
-            if not committed:
-                _timed(durations, "commit", self._commit, next_offsets)
-            self._on_step("after_commit")
+            produced, letters, next_offsets = self._steps(batch, meanwhile, durations)
         except BaseException as exc:
             self._discard_pending()
             self.time.restore(saved)
-            # a killed process aborts nothing: its successor does
-            if (transactions is not None and not isinstance(exc, SimulatedCrash)
-                    and transactions.abort()):
-                self.aborted += 1
-            if isinstance(exc, KasperError) and exc.uncommitted is None and not committed:
-                exc.uncommitted = batch.describe()
-            elif isinstance(exc, KasperError) and committed:
-                exc.add_note(f"The batch ({batch.describe()}) was committed; the store is "
-                             "behind it and the next start processes it again.")
+            self._failed(exc, batch)
             raise
         self._next.update(next_offsets)
-        self._forget_applied(next_offsets)
+        self._applied.forget(next_offsets)
         self._limits.record(sum(1 for letter in letters if letter.reason == "process"),
                             _input_count(batch))
         # Committed: a local table that fails to apply now is behind its changelog, and
         # its next open reads the difference back.
         self._after_delivery()
         return TurnResult(next_offsets, produced, letters, durations)
+
+    def _steps(self, batch: Batch, meanwhile: Callable[[], object] | None,
+               durations: dict[str, float]
+               ) -> tuple[int, list[DeadLetter], dict[TopicPartitionKey, int]]:
+        """The turn's steps 1 to 7 (the module docstring), each timed in ``durations``:
+        the messages produced, the dead letters and the offsets committed."""
+        self._check_order(batch)
+        if self._applied.below:
+            self._applied.drop(batch)
+        if self._transactions is not None:
+            self._transactions.begin()
+        self._on_step("before_process")
+        sender, letters = _timed(durations, "process", self._process, batch)
+        produced = len(sender)
+        self._on_step("after_process")
+        next_offsets = batch.next_offsets()
+        if self._outputs_first:
+            # Effectively-once stores skip replayed input, so its output must be
+            # acked (exactly-once: committed) before the store records the offsets.
+            _timed(durations, "produce", self._produce, sender.drain())
+            if self._transactions is not None:
+                _timed(durations, "commit", self._commit, next_offsets)
+                self._committed = True
+        _timed(durations, "flush", self._flush, next_offsets)
+        self._on_step("after_flush")
+        _timed(durations, "produce", self._hand_over, sender.drain())
+        if meanwhile is not None:
+            _timed(durations, "read_ahead", meanwhile)
+        _timed(durations, "produce", self._port.wait_for_acks, self._waiting)
+        self._on_step("after_produce")
+        if not self._committed:
+            _timed(durations, "commit", self._commit, next_offsets)
+        self._on_step("after_commit")
+        return produced, letters, next_offsets
+
+    def _failed(self, exc: BaseException, batch: Batch) -> None:
+        """A failed turn (its stores' writes dropped, its time put back): the
+        transaction aborted, and ``exc`` told which batch it leaves uncommitted."""
+        # a killed process aborts nothing: its successor does
+        if (self._transactions is not None and not isinstance(exc, SimulatedCrash)
+                and self._transactions.abort()):
+            self.aborted += 1
+        if isinstance(exc, KasperError) and exc.uncommitted is None and not self._committed:
+            exc.uncommitted = batch.describe()
+        elif isinstance(exc, KasperError) and self._committed:
+            exc.add_note(f"The batch ({batch.describe()}) was committed; the store is "
+                         "behind it and the next start processes it again.")
 
     def _check_order(self, batch: Batch) -> None:
         """Each topic-partition's offsets must go on from the previous turn's."""
@@ -436,29 +454,6 @@ class TurnEngine:
         """A failed turn's buffered store writes are dropped, never flushed later."""
         for _, _, store in self.stores():
             store.discard_pending()
-
-    # -- effectively-once: input the stores already applied --------------------------
-
-    def _drop_applied(self, batch: Batch) -> None:
-        """Effectively-once stores already hold these messages' effects: skip them."""
-        for partition, messages in list(batch.by_partition.items()):
-            kept = [m for m in messages
-                    if m.offset >= self._skip_below.get((m.topic, partition), -1)]
-            skipped = len(messages) - len(kept)
-            if skipped:
-                _log.info("kasper.skipped_applied", processor=self.config.name,
-                          partition=partition, skipped=skipped)
-            if kept:
-                batch.by_partition[partition] = kept
-            else:
-                del batch.by_partition[partition]
-        batch.undecodable = [r for r in batch.undecodable
-                             if r.offset >= self._skip_below.get((r.topic, r.partition), -1)]
-
-    def _forget_applied(self, next_offsets: dict[TopicPartitionKey, int]) -> None:
-        for tp, next_offset in next_offsets.items():
-            if next_offset >= self._skip_below.get(tp, next_offset + 1):
-                del self._skip_below[tp]
 
     @staticmethod
     def _store_call(name: str, partition: int, method: Callable[..., T], *args: Any) -> T:

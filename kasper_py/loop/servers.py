@@ -17,7 +17,8 @@ from kasper_py.observability.http import HttpServer
 from kasper_py.observability.observe import LoopObserver, NoopObserver
 from kasper_py.query import Tables, View
 from kasper_py.query.server import QueryServer, query_app, tables_for
-from kasper_py.stores.base import KeyValueStore, StoreSpec
+from kasper_py.stores.base import StoreSpec
+from kasper_py.stores.query import Queryable
 from kasper_py.turn import PartitionState
 
 __all__ = ["LoopServers"]
@@ -71,9 +72,10 @@ class LoopServers:
         Raises ``ConfigError`` (the query port or its TLS files) or ``ValueError`` (a view
         path; views without a query port)."""
 
-        def open_stores() -> dict[int, dict[str, KeyValueStore]]:
+        def open_stores() -> dict[int, dict[str, Queryable]]:
             # read from query threads, so copied whole (atomic under the GIL) first
-            return {p: dict(state.stores) for p, state in dict(partitions).items()}
+            return {p: {**state.stores, **state.query_tables}
+                    for p, state in dict(partitions).items()}
 
         if self.config.query_port is None:
             if views:

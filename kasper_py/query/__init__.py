@@ -17,7 +17,7 @@ from kasper_py.query._partitioner import PARTITIONERS, Partitioner, murmur2, par
 from kasper_py.query._tables import Tables
 from kasper_py.query._web import View
 from kasper_py.query.client import QueryClient
-from kasper_py.stores.base import Scan
+from kasper_py.stores.query import Scan
 
 __all__ = ["PARTITIONERS", "Partitioner", "QueryClient", "Request", "Response", "Scan",
            "Tables", "View", "murmur2", "partition_for"]

@@ -1,6 +1,7 @@
 """``Tables``: the read-only queries of one TopicProcessor's tables, from any thread.
 
-Reads go to the stores' query path (``KeyValueStore.query_get_many``/``query_scan``):
+Reads go to the stores' query path (``Queryable.query_get_many``/``query_scan``), a
+windowed table's through its ``WindowedQueryable``:
 committed state, never the turn's pending writes, with no lock the loop waits on
 longer than one read. A key is answered where its partition is open; elsewhere the
 answer is ``NotHereError`` naming the instance that announced it holds the partition.
@@ -23,15 +24,17 @@ from kasper_py.exceptions import (
 from kasper_py.query._locate import Locator
 from kasper_py.query._partitioner import partition_for
 from kasper_py.serdes import Serde, serde_for
-from kasper_py.stores.base import KeyValueStore, Scan, StoreSpec
-from kasper_py.windows.table import WindowResult, windows_of
+from kasper_py.stores.base import StoreSpec
+from kasper_py.stores.query import Queryable, Scan
+from kasper_py.windows.table import WindowedQueryable, WindowResult
 
 __all__ = ["MAX_LIMIT", "Tables"]
 
 MAX_LIMIT = 10_000
 """The most pairs one scan page returns."""
-OpenStores = Callable[[], Mapping[int, Mapping[str, KeyValueStore]]]
-"""The stores open right now, by partition (the loop's, read from another thread)."""
+OpenStores = Callable[[], Mapping[int, Mapping[str, Queryable]]]
+"""The stores open right now, by partition (the loop's, read from another thread), each
+as queries read it: a windowed table's as its ``WindowedQueryable``."""
 
 
 class Tables:
@@ -55,12 +58,12 @@ class Tables:
         held = self._held()
         return [self._description(spec, held) for spec in self._specs.values()]
 
-    def _description(self, spec: StoreSpec, held: Mapping[int, Mapping[str, KeyValueStore]]
+    def _description(self, spec: StoreSpec, held: Mapping[int, Mapping[str, Queryable]]
                      ) -> dict[str, Any]:
         stores = [stores[spec.name] for stores in held.values() if spec.name in stores]
-        windowed = next((s.windowed for s in stores if s.windowed is not None), None)
-        key_serde, value_serde = windowed or (_serde(spec, "key_serde"),
-                                              _serde(spec, "value_serde"))
+        windowed = next((s for s in stores if isinstance(s, WindowedQueryable)), None)
+        key_serde, value_serde = ((windowed.key_serde, windowed.value_serde) if windowed
+                                  else (_serde(spec, "key_serde"), _serde(spec, "value_serde")))
         kind = "windowed" if windowed else "global" if _everywhere(spec) else "table"
         return {"name": spec.name, "backend": type(spec).__name__, "kind": kind,
                 "key_serde": getattr(key_serde, "name", None),
@@ -86,8 +89,8 @@ class Tables:
         spec = self._spec(table)
         for stores in self._held().values():
             store = stores.get(table)
-            if store is not None and store.windowed is not None:
-                return store.windowed[0]
+            if isinstance(store, WindowedQueryable):
+                return store.key_serde
         serde = _serde(spec, "key_serde")
         if serde is None:
             raise BadQueryError(f"table {table!r} ({type(spec).__name__}) declares no key serde")
@@ -107,12 +110,12 @@ class Tables:
         """The committed windows of ``key`` overlapping ``[time_from, time_to]`` (ms),
         earliest first; ``BadQueryError`` when ``table`` keeps no ``WindowedTable``."""
         store, _ = self._store_for(table, key, None)
-        if store.windowed is None:
+        if not isinstance(store, WindowedQueryable):
             raise BadQueryError(f"table {table!r} holds no WindowedTable: query its keys "
                                 "without from= and to=")
         if time_from > time_to:
             raise BadQueryError(f"from={time_from} is after to={time_to}")
-        return windows_of(store, key, time_from, time_to)
+        return store.query_windows(key, time_from, time_to)
 
     def scan(self, table: str, scan: Scan, *, partition: int | None = None
              ) -> dict[str, Any]:
@@ -124,7 +127,7 @@ class Tables:
         if not 1 <= scan.limit <= MAX_LIMIT:
             raise BadQueryError(f"limit must be 1..{MAX_LIMIT}, got {scan.limit}")
         held = {p: s[table] for p, s in sorted(self._held().items()) if table in s}
-        if any(store.windowed is not None for store in held.values()):
+        if any(isinstance(store, WindowedQueryable) for store in held.values()):
             raise BadQueryError(f"table {table!r} is windowed: read a key's windows at "
                                 f"/tables/{table}/<key>?from=<ms>&to=<ms>")
         if _everywhere(spec):
@@ -138,7 +141,7 @@ class Tables:
     # -- where ------------------------------------------------------------------------
 
     def _store_for(self, table: str, key: Any, partition: int | None
-                   ) -> tuple[KeyValueStore, int]:
+                   ) -> tuple[Queryable, int]:
         spec = self._spec(table)
         held = {p: s[table] for p, s in self._held().items() if table in s}
         if _everywhere(spec) and held:
@@ -183,11 +186,11 @@ class Tables:
                                     f"its tables: {sorted(self._specs)}")
         return spec
 
-    def _held(self) -> Mapping[int, Mapping[str, KeyValueStore]]:
+    def _held(self) -> Mapping[int, Mapping[str, Queryable]]:
         return self._open_stores()
 
 
-def _scan_partitions(held: Mapping[int, KeyValueStore], scan: Scan) -> dict[str, Any]:
+def _scan_partitions(held: Mapping[int, Queryable], scan: Scan) -> dict[str, Any]:
     """Pages of each partition in turn; the cursor is ``<partition>:<store cursor>``."""
     first, inner = _split_cursor(scan.cursor)
     items: list[list[Any]] = []

@@ -24,7 +24,7 @@ import structlog
 from kasper_py.exceptions import BadQueryError, KasperError, NotHereError, QueryError
 from kasper_py.observability.http import Request, Response, error_response
 from kasper_py.query._tables import Tables
-from kasper_py.stores.base import Scan
+from kasper_py.stores.query import Scan
 
 __all__ = ["RESERVED", "QueryApp", "View", "check_view_path"]
 

@@ -1,7 +1,7 @@
-"""The store protocol (``KeyValueStore``), the write buffer the backends share
-(``BufferedStore``: pending writes, read-your-writes, key encoding, reports), the
-read-only query path (``query_get_many``, ``query_scan``: committed state, from any
-thread), and ``StoreSpec``, how a TopicProcessor opens one store per partition.
+"""The store a processor uses (``KeyValueStore``), the write buffer the backends share
+(``BufferedStore``: pending writes, read-your-writes, key encoding, reports), and
+``StoreSpec``, how a runner opens one store per partition. The turn engine's calls on a
+store are in lifecycle.py (``StoreLifecycle``), queries' in query.py (``Queryable``).
 Backends live in their own modules and import their client libraries there only.
 """
 
@@ -17,6 +17,12 @@ from kasper_py.exceptions import BadQueryError, StoreError
 from kasper_py.message import TopicPartitionKey
 from kasper_py.observability.observe import NOOP_STORE_OBSERVER, StoreObserver
 from kasper_py.serdes import Serde
+from kasper_py.stores.lifecycle import (
+    StoreLifecycle,
+    already_applied,
+    check_effectively_once_alone,
+)
+from kasper_py.stores.query import Queryable, Scan, ScanPage, prefix_end
 
 if TYPE_CHECKING:
     from kasper_py.config import Config
@@ -25,15 +31,16 @@ if TYPE_CHECKING:
 __all__ = [
     "BufferedStore",
     "KeyValueStore",
-    "Scan",
+    "Scan",  # re-exported, as before the split: its home is query.py
     "ScanPage",
     "StoreRuntime",
     "StoreSpec",
     "TopicPartitionKey",
     "Writes",
-    "already_applied",
+    "already_applied",  # re-exported: its home is lifecycle.py
     "check_effectively_once_alone",
     "encode_key",
+    "prefix_end",  # re-exported: its home is query.py
 ]
 
 Writes = Mapping[bytes, bytes | None]
@@ -49,85 +56,6 @@ def encode_key(serde: Serde, key: Any) -> bytes:
     return bytes(encoded)
 
 
-def already_applied(applied: Mapping[TopicPartitionKey, int],
-                    next_offsets: Mapping[TopicPartitionKey, int]) -> bool:
-    """True when an effectively-once store already holds every offset of the batch
-    (a replayed batch, whose writes must not be applied twice)."""
-    return bool(next_offsets) and all(
-        applied.get(tp, -1) >= offset for tp, offset in next_offsets.items())
-
-
-def check_effectively_once_alone(stores: Mapping[str, KeyValueStore]) -> None:
-    """Refuse an effectively-once store beside other stores of one partition: replay
-    skips the input its offsets cover, which the other stores may not have applied."""
-    exact = [name for name, store in stores.items() if store.effectively_once]
-    if exact and len(stores) > 1:
-        raise StoreError(
-            f"store {exact[0]!r} is effectively-once, so it must be the processor's only "
-            f"store (got {sorted(stores)}): replay skips input its offsets cover, which "
-            "the other stores may not have applied")
-
-
-@dataclass(frozen=True)
-class Scan:
-    """A query's scan of one partition's store, in the key serde's bytes: keys starting
-    with ``prefix``, from ``start`` (inclusive) to ``end`` (exclusive), after ``cursor``
-    (where the last page stopped, as the backend wrote it), at most ``limit`` of them."""
-
-    prefix: bytes = b""
-    start: bytes | None = None
-    end: bytes | None = None
-    cursor: str | None = None
-    limit: int = 100
-
-    def bounds(self) -> tuple[bytes, bytes | None]:
-        """The scan as one key range ``[lower, upper)`` (``upper`` ``None``: no end)."""
-        lower = max(self.start or b"", self.prefix)
-        upper = self.end
-        after = prefix_end(self.prefix) if self.prefix else None
-        if after is not None and (upper is None or after < upper):
-            upper = after
-        return lower, upper
-
-    def ranged(self) -> bool:
-        """True when the scan asks for a key range (``start`` or ``end``), not only a prefix."""
-        return self.start is not None or self.end is not None
-
-    def refuse_range(self, backend: str, why: str) -> None:
-        """Raise ``BadQueryError`` for a range scan ``backend`` cannot do, saying ``why``."""
-        if self.ranged():
-            raise BadQueryError(f"{backend} tables cannot be scanned by key range: {why}; "
-                                "scan with prefix= only")
-
-
-@dataclass(frozen=True)
-class ScanPage:
-    """One page of a scan: (key, value) pairs decoded with the store's serdes, and the
-    cursor of the next page (``None``: the scan is done)."""
-
-    items: list[tuple[Any, Any]]
-    cursor: str | None
-    ordered: bool
-    """True when ``items`` are in key-byte order (and pages follow each other in it)."""
-
-
-def prefix_end(prefix: bytes) -> bytes | None:
-    """The smallest key above every key starting with ``prefix`` (``None``: no such key,
-    the prefix is all 0xff bytes)."""
-    stripped = prefix.rstrip(b"\xff")
-    return stripped[:-1] + bytes([stripped[-1] + 1]) if stripped else None
-
-
-def next_key(key: bytes) -> bytes:
-    """The smallest key above ``key``: where the page after ``key`` starts."""
-    return key + b"\x00"
-
-
-def in_range(key: bytes, lower: bytes, upper: bytes | None) -> bool:
-    """True when ``lower <= key < upper``."""
-    return key >= lower and (upper is None or key < upper)
-
-
 @dataclass(frozen=True)
 class StoreRuntime:
     """What a store needs from the loop that owns it."""
@@ -140,26 +68,23 @@ class StoreRuntime:
     """Where the store reports its operations and restores (the loop's metrics)."""
 
 
-class KeyValueStore(ABC):
+class KeyValueStore(StoreLifecycle, Queryable):
     """A batch-first key-value store for one partition of one processor: what a
-    processor and the loop call.
+    processor calls (``get``/``put``/``delete`` and their ``_many`` forms, ``items``).
 
     Writes are buffered until ``flush()``, which the loop calls once per turn after
     ``process()``; reads see buffered writes. A batch therefore costs O(1) round trips.
+    The class a store subclasses: it also takes the turn engine's interface
+    (``StoreLifecycle``, lifecycle.py) and the queries' (``Queryable``, query.py), so
+    one object serves its three callers, each of which sees only its own part.
     Backends build on ``BufferedStore``, which implements the buffer once.
     """
 
     key_serde: Serde
     value_serde: Serde
-    effectively_once: bool = False
-    """True when ``flush`` records the input offsets atomically with the writes; the
-    loop then acks outputs before flushing and skips input the store already applied."""
     observer: StoreObserver = NOOP_STORE_OBSERVER
     """Where the store reports its operations, restores and late records (the loop's
     metrics); set when the store is opened."""
-    windowed: tuple[Serde, Serde] | None = None
-    """Set by a ``WindowedTable`` kept in this store: its key and value serdes, with
-    which queries read the windows (``kasper_py.windows.table.windows_of``)."""
 
     @abstractmethod
     def get_many(self, keys: Iterable[Any]) -> dict[Any, Any]:
@@ -172,28 +97,6 @@ class KeyValueStore(ABC):
     @abstractmethod
     def delete_many(self, keys: Iterable[Any]) -> None:
         """Buffer deletes of ``keys``."""
-
-    @abstractmethod
-    def flush(self, next_offsets: Mapping[TopicPartitionKey, int]) -> None:
-        """Write the buffered changes out. ``next_offsets`` are the input offsets the
-        turn will commit for this partition (stores that apply effectively-once keep them)."""
-
-    @abstractmethod
-    def discard_pending(self) -> None:
-        """Drop the buffered writes, as a failed turn does."""
-
-    def savepoint(self) -> object:
-        """A mark of the buffered writes as they are now, for ``rollback``: with
-        ``Config.on_process_error="dead_letter"`` the turn undoes one partition's writes
-        since a point of the turn, keeping what timers wrote before it. A store that
-        buffers nothing returns anything and ignores ``rollback``."""
-        raise NotImplementedError(f"{type(self).__name__} cannot undo part of a turn's "
-                                  "writes (savepoint/rollback), which "
-                                  "on_process_error='dead_letter' needs")
-
-    def rollback(self, savepoint: object) -> None:
-        """Put the buffered writes back as they were at ``savepoint`` (this store's own)."""
-        raise NotImplementedError(f"{type(self).__name__} cannot undo part of a turn's writes")
 
     @property
     def round_trips(self) -> int:
@@ -213,36 +116,9 @@ class KeyValueStore(ABC):
         """Buffer a delete of ``key``."""
         self.delete_many([key])
 
-    def after_delivery(self) -> None:  # noqa: B027 - optional hook
-        """Called once the turn is committed (every output and changelog message acked,
-        the offsets or the transaction committed): local tables apply their writes here;
-        one that fails now is behind its changelog and reads the difference back at its
-        next open."""
-
-    def applied_offsets(self) -> Mapping[TopicPartitionKey, int]:
-        """Next input offsets already applied to this store; replayed messages below
-        them are skipped. Empty unless the store is effectively-once."""
-        return {}
-
     def items(self) -> Iterator[tuple[Any, Any]]:
         """Iterate over every (key, value); only local tables support this."""
         raise NotImplementedError(f"{type(self).__name__} does not support iteration")
-
-    # -- queries: committed state, from any thread ----------------------------------
-    # The loop owns the store; queries come from other threads (the HTTP server's).
-    # These never read the turn's pending writes, never report to the observer, and
-    # never wait on the loop for longer than one read.
-
-    def query_get_many(self, keys: Iterable[Any]) -> dict[Any, Any]:
-        """Committed values of the keys that exist, for a query from any thread."""
-        raise BadQueryError(f"{type(self).__name__} cannot be queried")
-
-    def query_scan(self, scan: Scan) -> ScanPage:
-        """One page of committed (key, value) pairs, for a query from any thread."""
-        raise BadQueryError(f"{type(self).__name__} cannot be scanned")
-
-    def close(self) -> None:  # noqa: B027 - optional hook
-        """Release connections or files."""
 
 
 class BufferedStore(KeyValueStore):

@@ -9,17 +9,10 @@ import threading
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
+from kasper_py.message import TopicPartitionKey
 from kasper_py.serdes import Serde, serde_for
-from kasper_py.stores.base import (
-    KeyValueStore,
-    Scan,
-    ScanPage,
-    StoreRuntime,
-    StoreSpec,
-    TopicPartitionKey,
-    in_range,
-    next_key,
-)
+from kasper_py.stores.base import KeyValueStore, StoreRuntime, StoreSpec
+from kasper_py.stores.query import Scan, ScanPage, in_range, next_key
 
 __all__ = ["MemoryStore", "MemoryTable"]
 

@@ -22,17 +22,11 @@ from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from kasper_py.exceptions import QueryUnavailableError, StoreError, StoreUnavailableError
+from kasper_py.message import TopicPartitionKey
 from kasper_py.serdes import Serde, serde_for
-from kasper_py.stores.base import (
-    BufferedStore,
-    Scan,
-    ScanPage,
-    StoreRuntime,
-    StoreSpec,
-    TopicPartitionKey,
-    Writes,
-    already_applied,
-)
+from kasper_py.stores.base import BufferedStore, StoreRuntime, StoreSpec, Writes
+from kasper_py.stores.lifecycle import already_applied
+from kasper_py.stores.query import Scan, ScanPage
 
 try:
     import redis

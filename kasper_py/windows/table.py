@@ -16,7 +16,7 @@ from typing import Any, Literal, NamedTuple
 
 from kasper_py.processor import ProcessorContext
 from kasper_py.serdes import Serde, serde_for
-from kasper_py.stores.base import KeyValueStore, Scan
+from kasper_py.stores.query import Queryable, Scan, ScanPage
 from kasper_py.windows._state import (
     TimedState,
     bad_timestamp,
@@ -27,7 +27,7 @@ from kasper_py.windows._state import (
 from kasper_py.windows.aggregation import Aggregation
 from kasper_py.windows.kinds import Hopping, Session, Sliding, Tumbling, WindowKind
 
-__all__ = ["Emit", "WindowResult", "WindowedTable", "windows_of"]
+__all__ = ["Emit", "WindowResult", "WindowedQueryable", "WindowedTable"]
 
 Emit = Literal["updates", "final"]
 Record = tuple[Any, int | None, Any]
@@ -49,30 +49,44 @@ class WindowResult(NamedTuple):
     delete it downstream)."""
 
 
-def windows_of(store: KeyValueStore, key: Any, time_from: int, time_to: int,
-               *, page: int = 1000) -> list[WindowResult]:
-    """For a query from any thread: the committed windows of ``key`` in ``store`` (kept
-    by a ``WindowedTable``, whose serdes it recorded) overlapping ``[time_from,
-    time_to]`` (ms, inclusive), earliest first. Reads ``store.query_scan`` of the
-    prefix ``w<key bytes>``, in pages of ``page``."""
-    if store.windowed is None:
-        raise ValueError("the store holds no WindowedTable")
-    key_serde, value_serde = store.windowed
-    encoded = key_serde.encode(key)
-    if encoded is None:
-        raise ValueError("a window key cannot be None")
-    prefix = _WINDOW + bytes(encoded)
-    found, cursor = [], None
-    while True:
-        scanned = store.query_scan(Scan(prefix=prefix, cursor=cursor, limit=page))
-        for entry, value in scanned.items:
-            if len(entry) == len(prefix) + 16:  # not a longer key sharing this prefix
-                _, _, start, end = unpack(entry)
-                if start <= time_to and end > time_from:
-                    found.append(WindowResult(key, start, end, value_serde.decode(value)))
-        cursor = scanned.cursor
-        if cursor is None:
-            return sorted(found, key=lambda result: (result.start, result.end))
+class WindowedQueryable(Queryable):
+    """A ``WindowedTable``'s store as queries read it: its committed windows by key
+    (``query_windows``), and its keys and aggregates through the table's serdes
+    (``key_serde``, ``value_serde``). The table registers one in
+    ``ProcessorContext.query_tables``; queries ask for it with ``isinstance``."""
+
+    def __init__(self, store: Queryable, key_serde: Serde, value_serde: Serde) -> None:
+        self.store, self.key_serde, self.value_serde = store, key_serde, value_serde
+
+    def query_get_many(self, keys: Iterable[Any]) -> dict[Any, Any]:
+        """The store's own query path."""
+        return self.store.query_get_many(keys)
+
+    def query_scan(self, scan: Scan) -> ScanPage:
+        """The store's own query path: its entries as they are kept (see _state.py)."""
+        return self.store.query_scan(scan)
+
+    def query_windows(self, key: Any, time_from: int, time_to: int,
+                      *, page: int = 1000) -> list[WindowResult]:
+        """For a query from any thread: the committed windows of ``key`` overlapping
+        ``[time_from, time_to]`` (ms, inclusive), earliest first. Reads the store's
+        ``query_scan`` of the prefix ``w<key bytes>``, in pages of ``page``."""
+        encoded = self.key_serde.encode(key)
+        if encoded is None:
+            raise ValueError("a window key cannot be None")
+        prefix = _WINDOW + bytes(encoded)
+        found, cursor = [], None
+        while True:
+            scanned = self.store.query_scan(Scan(prefix=prefix, cursor=cursor, limit=page))
+            for entry, value in scanned.items:
+                if len(entry) == len(prefix) + 16:  # not a longer key sharing this prefix
+                    _, _, start, end = unpack(entry)
+                    if start <= time_to and end > time_from:
+                        found.append(WindowResult(key, start, end,
+                                                  self.value_serde.decode(value)))
+            cursor = scanned.cursor
+            if cursor is None:
+                return sorted(found, key=lambda result: (result.start, result.end))
 
 
 class WindowedTable(TimedState):
@@ -111,7 +125,8 @@ class WindowedTable(TimedState):
         self._records: dict[bytes, list[tuple[int, int]]] = {}
         self._record_expiry: list[tuple[int, bytes, int, int]] = []
         super().__init__(context, store, key_serde)
-        self.store.windowed = (self.key_serde, self.value_serde)  # for queries
+        context.query_tables[store] = WindowedQueryable(self.store, self.key_serde,
+                                                        self.value_serde)
 
     # -- the batch --------------------------------------------------------------------
 
