@@ -157,8 +157,10 @@ class Config:
     state_dir: str = "kasper-state"
     """Folder under which local RocksDB tables keep one database per partition."""
     metrics_port: int | None = None
-    """Port serving ``/metrics`` and ``/health`` (on every interface unless the CLI's
-    ``--metrics-host`` says otherwise); ``None`` disables the exporter."""
+    """Port serving ``/metrics`` and ``/health``; ``None`` disables the exporter."""
+    metrics_host: str = "0.0.0.0"
+    """The address the metrics server binds: every interface by default, as Prometheus
+    expects (metrics carry counts and timings, never the application's state)."""
     query_port: int | None = None
     """Port serving the tables and views (``/tables``, your views) to ``QueryClient``,
     ``kasper query`` and other instances' redirects; ``None`` (the default) serves
@@ -258,6 +260,9 @@ class Config:
         if not isinstance(self.state_dir, str) or not self.state_dir:
             raise ConfigError("state_dir", "must be a non-empty path")
         _check_port("metrics_port", self.metrics_port)
+        if not isinstance(self.metrics_host, str) or not self.metrics_host.strip():
+            raise ConfigError("metrics_host",
+                              f"must be an address to bind, got {self.metrics_host!r}")
         self._check_queries()
 
     def _check_queries(self) -> None:

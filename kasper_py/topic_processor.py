@@ -42,7 +42,7 @@ from kasper_py.loop.progress import consumed_all, report, turn_stats
 from kasper_py.loop.servers import LoopServers
 from kasper_py.loop.signals import closing_on_signals
 from kasper_py.message import TopicPartitionKey
-from kasper_py.observability.observe import LoopObserver
+from kasper_py.observability.observe import LoopObserver, StoreObserver
 from kasper_py.processor import ProcessorFactory
 from kasper_py.query import View
 from kasper_py.stores.base import StoreSpec
@@ -68,6 +68,7 @@ class TopicProcessor:
         *,
         stores: Sequence[StoreSpec] = (),
         observer: LoopObserver | None = None,
+        store_observer: StoreObserver | None = None,
         clients: KafkaClients | None = None,
         force: bool = False,
         tasks: Sequence[Task] = (),
@@ -80,11 +81,11 @@ class TopicProcessor:
         on the wall clock, in turns of this loop (see ``kasper_py.time.Task``). ``views``
         maps paths to web views (``kasper_py.query.View``) served beside the tables on
         the query server (``config.query_port``). With no ``observer``, metrics are served
-        on ``config.metrics_port`` when set. Raises ``ConfigError`` when
-        ``config.timestamp_extractor`` does not import."""
+        on ``config.metrics_port`` when set; ``store_observer`` also hears the stores (a
+        restore display). Raises ``ConfigError`` when the extractor does not import."""
         check_unique_names(stores)
         self.config, self._store_specs, self._life = config, list(stores), Lifecycle()
-        self._servers = LoopServers(config, observer)
+        self._servers = LoopServers(config, observer, store_observer)
         self._observer = observer = self._servers.observer
         real_clients = clients is None
         clients = clients or KafkaClients(InputConsumer(config), OutputProducer(config))
@@ -111,9 +112,8 @@ class TopicProcessor:
         caught up (clients stay open). Caught up, with a static assignment: every
         assigned partition is consumed to its high watermark. In group mode: every
         partition of the input topics is committed to its end by the group, whoever
-        holds it; until then the member goes on processing whatever the group assigns
-        it (partitions of a killed member come to it once that member's session
-        expires).
+        holds it; until then the member processes whatever the group assigns it
+        (a killed member's partitions, once that member's session expires).
 
         Raises a ``KasperError`` subclass when a turn fails; nothing of that batch is
         committed and the processor is closed.

@@ -67,8 +67,7 @@ from kasper_py.kafka.topics import (
     owned_partitions,
     partition_count,
 )
-from kasper_py.observability.metrics import PrometheusObserver, observer_for
-from kasper_py.observability.observe import LoopObserver, NoopStoreObserver, with_store_observer
+from kasper_py.observability.observe import NoopStoreObserver
 from kasper_py.processor import ProcessorFactory
 from kasper_py.query import View
 from kasper_py.stores.base import StoreSpec
@@ -95,8 +94,6 @@ def _parser() -> argparse.ArgumentParser:
     run = commands.add_parser("run", help="run a processor until SIGTERM/SIGINT")
     add_target_arguments(run)
     add_tasks_argument(run)
-    run.add_argument("--metrics-host", default="0.0.0.0",
-                     help="address the metrics server binds (default: 0.0.0.0)")
     run.add_argument("--force", action="store_true",
                      help="start although another loop's recent commit says it is running "
                           "these partitions (two loops would both process and commit)")
@@ -210,16 +207,10 @@ def _run(config: Config, args: argparse.Namespace) -> int:
     metadata = _metadata(config, args.connect_timeout)
     input_partitions(config, metadata)  # topics exist?
     _output_topics(config, metadata, args.create_topics)
-    observer = _observer(config, args.metrics_host)
-    try:
-        processor = _build_processor(config, factory, stores, tasks,
-                                     with_store_observer(observer, _RestoreDisplay()),
-                                     force=args.force, views=views)
-        _log.info("kasper.run", processor=config.name, target=args.target, config=repr(config))
-        return _run_loop(processor, args.until_caught_up)
-    finally:
-        if isinstance(observer, PrometheusObserver):
-            observer.close()
+    processor = _build_processor(config, factory, stores, tasks, force=args.force,
+                                 views=views)
+    _log.info("kasper.run", processor=config.name, target=args.target, config=repr(config))
+    return _run_loop(processor, args.until_caught_up)
 
 
 def _supervise(config: Config, args: argparse.Namespace) -> int:
@@ -259,7 +250,7 @@ def _supervise(config: Config, args: argparse.Namespace) -> int:
     _log.info("kasper.supervising", processor=config.name, workers=len(workers),
               assignment=config.assignment,
               partitions="group" if config.group_mode else sets)
-    metrics = None if port is None else (args.metrics_host, port)
+    metrics = None if port is None else (config.metrics_host, port)
     return Supervisor(workers, env=dict(os.environ), metrics=metrics).run()
 
 
@@ -297,26 +288,20 @@ def _without_processes(argv: Sequence[str]) -> list[str]:
     return kept
 
 
-def _observer(config: Config, host: str) -> LoopObserver:
-    try:
-        observer = observer_for(config, host)
-    except ImportError as exc:
-        raise CliError(EXIT_CONFIG, f"config field 'metrics_port': {exc}") from None
-    except OSError as exc:
-        raise CliError(EXIT_CONFIG, f"config field 'metrics_port': cannot listen on "
-                       f"{host}:{config.metrics_port}: {exc.strerror or exc}") from None
-    if isinstance(observer, PrometheusObserver) and observer.server is not None:
-        _log.info("kasper.metrics_serving", processor=config.name, host=host,
-                  port=observer.server.port)
-    return observer
-
-
 def _build_processor(config: Config, factory: ProcessorFactory, stores: list[StoreSpec],
-                     tasks: list[Task], observer: LoopObserver, *, force: bool = False,
+                     tasks: list[Task], *, force: bool = False,
                      views: Mapping[str, View] | None = None) -> TopicProcessor:
+    """The loop, serving its own metrics (``Config.metrics_port``), with the stores'
+    restore progress shown on a terminal."""
     try:
-        return TopicProcessor(config, factory, stores=stores, observer=observer, force=force,
-                              tasks=tasks, views=views)
+        return TopicProcessor(config, factory, stores=stores, force=force, tasks=tasks,
+                              views=views, store_observer=_RestoreDisplay())
+    except ImportError as exc:  # metrics without prometheus-client
+        raise CliError(EXIT_CONFIG, f"config field 'metrics_port': {exc}") from None
+    except OSError as exc:  # the metrics port (the query server's is a ConfigError)
+        raise CliError(EXIT_CONFIG, f"config field 'metrics_port': cannot listen on "
+                       f"{config.metrics_host}:{config.metrics_port}: "
+                       f"{exc.strerror or exc}") from None
     except ConfigError as exc:  # the query server's port or TLS files
         raise CliError(EXIT_CONFIG, str(exc)) from None
     except ValueError as exc:  # a view path, a store name given twice

@@ -99,6 +99,7 @@ _FLAG_HELP = {
     "max_latency": "seconds of end-to-end latency to size batches for (batch-size is then "
                    "the largest batch)",
     "metrics_port": "serve /metrics and /health on this port",
+    "metrics_host": "the address the metrics server binds (default: 0.0.0.0)",
     "query_port": "serve the tables and views (/tables) on this port, apart from the "
                   "metrics (default: not served)",
     "query_host": "the address the query server binds (default: 127.0.0.1; beyond "

@@ -1,6 +1,6 @@
 """The HTTP servers a loop owns, each with its app mounted explicitly:
 
-- metrics (``/metrics``, ``/health/*``) on ``Config.metrics_port``, all interfaces, for
+- metrics (``/metrics``, ``/health/*``) on ``Config.metrics_host:metrics_port``, for
   the Prometheus observer the loop builds itself when no observer is passed (one passed
   in is served, or not, by whoever made it: ``metrics.observer_for``);
 - queries (the tables and views) on ``Config.query_port``, loopback unless chosen: apart
@@ -12,9 +12,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
+import structlog
+
 from kasper_py.config import Config
 from kasper_py.observability.http import HttpServer
-from kasper_py.observability.observe import LoopObserver, NoopObserver
+from kasper_py.observability.observe import (
+    LoopObserver,
+    NoopObserver,
+    StoreObserver,
+    with_store_observer,
+)
 from kasper_py.query import Tables, View
 from kasper_py.query.server import QueryServer, query_app, tables_for
 from kasper_py.stores.base import StoreSpec
@@ -24,16 +31,17 @@ from kasper_py.turn import PartitionState
 __all__ = ["LoopServers"]
 
 Step = Callable[[], object]
-_METRICS_HOST = "0.0.0.0"
+_log = structlog.get_logger("kasper_py")
 
 
 class LoopServers:
     """The loop's observer (``observer``, else one built from ``config``) and the servers
     the loop started; closed by the loop, in the order its shutdown needs."""
 
-    def __init__(self, config: Config, observer: LoopObserver | None) -> None:
+    def __init__(self, config: Config, observer: LoopObserver | None,
+                 store_observer: StoreObserver | None = None) -> None:
         """Raises ``OSError`` when the metrics port cannot be bound, ``ImportError``
-        without prometheus-client."""
+        without prometheus-client. ``store_observer`` also hears the stores' reports."""
         self.config = config
         self.queries: QueryServer | None = None
         """Serves the tables and views, once ``serve_tables`` started it."""
@@ -42,6 +50,8 @@ class LoopServers:
         self._closes: list[Step] = []
         """Closes what the loop built: its metrics server, its observer."""
         self.observer = observer or self._own_observer()
+        if store_observer is not None:
+            self.observer = with_store_observer(self.observer, store_observer)
 
     def _own_observer(self) -> LoopObserver:
         """Prometheus metrics served on ``config.metrics_port`` when it is set, else none."""
@@ -55,11 +65,14 @@ class LoopServers:
 
         observer = PrometheusObserver(self.config)
         try:
-            server = HttpServer(_METRICS_HOST, self.config.metrics_port, name="metrics")
+            server = HttpServer(self.config.metrics_host, self.config.metrics_port,
+                                name="metrics")
         except BaseException:
             observer.close()
             raise
         server.mount(metrics_app(observer), METRICS_PATHS)
+        _log.info("kasper.metrics_serving", processor=self.config.name, host=server.host,
+                  port=server.port)
         self.metrics = server
         self._closes = [server.close, observer.close]
         return observer

@@ -92,3 +92,36 @@ def test_the_check_sees_a_circle_dodged_inside_a_function() -> None:
     assert "kasper_py.b" in names
     assert circles({"x": {"y"}, "y": {"z"}, "z": {"x"}, "w": {"x"}}) == [["x", "y", "z"]]
     assert circles({"x": {"y"}, "y": set()}) == []
+
+
+def private_crossings(graph: dict[str, set[str]]) -> list[str]:
+    """Imports of a private module (a name part starting with ``_``, dunders aside)
+    from outside the package it belongs to: ``kasper_py.a._x`` may be imported by
+    ``kasper_py.a`` and what lies inside it, by no one else."""
+    crossings = []
+    for importer, targets in graph.items():
+        for target in sorted(targets):
+            parts = target.split(".")
+            for depth, part in enumerate(parts):
+                owner = ".".join(parts[:depth])
+                private = part.startswith("_") and not part.startswith("__")
+                if private and importer != owner and not importer.startswith(owner + "."):
+                    crossings.append(f"{importer} imports {target} (private to {owner})")
+                    break
+    return crossings
+
+
+def test_no_package_imports_another_packages_private_module() -> None:
+    """A module named ``_x`` is private to its package (STYLE.md): no other package
+    imports it."""
+    assert private_crossings(import_graph()) == []
+
+
+def test_the_private_check_sees_a_crossing() -> None:
+    """``kasper_py.b`` importing ``kasper_py.a._x`` is a crossing; ``kasper_py.a.y`` and
+    ``kasper_py.a`` importing it, or anyone importing ``kasper_py._support.names``
+    (private to ``kasper_py``, which holds everything), are not."""
+    graph = {"kasper_py.b": {"kasper_py.a._x"}, "kasper_py.a.y": {"kasper_py.a._x"},
+             "kasper_py.a": {"kasper_py.a._x"}, "kasper_py.c.d": {"kasper_py._support.names"}}
+    assert private_crossings(graph) == [
+        "kasper_py.b imports kasper_py.a._x (private to kasper_py.a)"]
