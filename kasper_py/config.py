@@ -12,7 +12,7 @@ import re
 import socket
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from kasper_py._support.client_conf import (
     ClientValue,
@@ -33,9 +33,12 @@ __all__ = ["Config", "OutputTopic"]
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _MAX_BATCH = 1_000_000  # confluent-kafka's cap on one consume() call
-_DECODE_POLICIES = ("fail", "skip", "dead_letter")
-_PROCESS_POLICIES = ("fail", "dead_letter")
-_GUARANTEES = ("at_least_once", "exactly_once")
+DecodePolicy = Literal["fail", "skip", "dead_letter"]
+ProcessPolicy = Literal["fail", "dead_letter"]
+Guarantee = Literal["at_least_once", "exactly_once"]
+Partitioner = Literal["crc32", "murmur2"]
+_DECODE_POLICIES, _PROCESS_POLICIES = get_args(DecodePolicy), get_args(ProcessPolicy)
+_GUARANTEES, _PARTITIONERS = get_args(Guarantee), get_args(Partitioner)
 _ENDPOINT = re.compile(r"^https?://[^\s/]+/?$")
 _MIN_TOKEN = 16
 _FUNCTION_NAME = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")  # module:function
@@ -149,7 +152,7 @@ class Config:
     """Seconds to wait for every output message's ack before the turn fails. With
     ``exactly_once`` it is also the transaction timeout: how long a crashed loop's open
     transaction holds back ``read_committed`` readers if no process takes over."""
-    processing_guarantee: Literal["at_least_once", "exactly_once"] = "at_least_once"
+    processing_guarantee: Guarantee = "at_least_once"
     """``at_least_once``: a crash replays the uncommitted batch (duplicates bounded by
     one batch). ``exactly_once``: each turn is one Kafka transaction (outputs, table
     changelogs and input offsets), so ``read_committed`` readers see every input's
@@ -179,7 +182,7 @@ class Config:
     ``query_tls_key``."""
     query_tls_key: str | None = None
     """PEM private key file of ``query_tls_cert``."""
-    query_partitioner: Literal["crc32", "murmur2"] = "murmur2"
+    query_partitioner: Partitioner = "murmur2"
     """How the producers of the input topics partition by key, so a query finds the
     partition (and the instance) holding a key: ``murmur2`` (the default) is what
     kasper_py's own producer writes with (``partitioner=murmur2_random``), and the Java
@@ -189,11 +192,11 @@ class Config:
     """The URL other instances redirect key queries to, announced in the commit note;
     defaults to ``http(s)://<query_host>:<query port>`` (the hostname when
     ``query_host`` is a wildcard such as ``0.0.0.0``)."""
-    on_decode_error: Literal["fail", "skip", "dead_letter"] = "fail"
+    on_decode_error: DecodePolicy = "fail"
     """An input message whose key or value does not decode: ``fail`` stops the loop
     uncommitted; ``skip`` leaves it out of ``process()`` (logged, counted, committed);
     ``dead_letter`` also produces its original bytes to ``dead_letter_topic``."""
-    on_process_error: Literal["fail", "dead_letter"] = "fail"
+    on_process_error: ProcessPolicy = "fail"
     """``process()`` raising on a partition's batch: ``fail`` stops the loop uncommitted;
     ``dead_letter`` finds the messages it fails on by bisection (that partition's
     pending store writes and output are dropped, its processor is rebuilt from the
@@ -286,7 +289,7 @@ class Config:
         if (self.query_tls_cert is None) != (self.query_tls_key is None):
             missing = next(name for name, path in tls.items() if path is None)
             raise ConfigError(missing, "is needed too: TLS takes a certificate and its key")
-        if self.query_partitioner not in ("crc32", "murmur2"):
+        if self.query_partitioner not in _PARTITIONERS:
             raise ConfigError("query_partitioner", "must be 'crc32' (librdkafka's default) or "
                               f"'murmur2' (the Java client's), got {self.query_partitioner!r}")
         endpoint = self.query_endpoint

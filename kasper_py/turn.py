@@ -1,21 +1,24 @@
 """The turn, written once for every runner (the live loop, the Spark task and the
-testing driver). Given a decoded ``Batch``, in this order (the order is the guarantee):
+testing driver). Given a decoded ``Batch``, in this order (the order is the guarantee;
+the steps are numbered as in topic_processor.py and docs/architecture.md):
 
-1. skip input an effectively-once store already applied (a replayed batch)
-2. exactly-once: begin the turn's transaction
-3. run the wall-clock timers and tasks that are due; process every partition's
-   messages (its stream time moved on to the newest event time of its batch, which
-   stamps its output), each followed by its stream-time timers due when the batch
-   advanced its stream time; set undecodable input aside (dead letters); check that
-   the topics sent to for the first time in this process exist
-4. with effectively-once stores, produce the output and wait for its acks first
-   (exactly-once: and commit, so the store records offsets whose outputs are visible)
-5. flush the stores
-6. produce the (rest of the) output; while its acks are outstanding the runner may
-   work ahead (``meanwhile``: the loop reads its next batch), then wait for every ack
-7. commit through the runner's ``commit`` (the loop: the input offsets, or with
-   exactly-once the transaction with them); the Spark task and the driver have none
-8. stores see the turn done (local tables apply their writes)
+0. skip input an effectively-once store already applied (a replayed batch);
+   exactly-once: begin the turn's transaction
+1. process: the wall-clock timers and tasks due fire; every partition's messages are
+   processed (its stream time moved on to the newest event time of its batch, which
+   stamps its output), each followed by its stream-time timers the batch made due;
+   undecodable input is set aside (dead letters); the topics sent to for the first
+   time in this process must exist
+2. flush the stores
+3. produce the output; while its acks are outstanding the runner may work ahead
+   (``meanwhile``: the loop reads its next batch)
+4. wait for every ack
+5. commit through the runner's ``commit`` (the loop: the input offsets, or with
+   exactly-once the transaction with them; the Spark task and the driver have none);
+   then the stores see the turn done (local tables apply their writes)
+6. the runner reports the turn
+With effectively-once stores 3 and 4 come before 2 (exactly-once: 3, 4 and 5), so the
+store records offsets whose outputs are visible.
 
 A failure in any step raises a ``KasperError`` naming the uncommitted batch; the
 stores drop the turn's buffered writes, the transaction is aborted, and stream times

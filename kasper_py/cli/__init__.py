@@ -67,6 +67,7 @@ from kasper_py.kafka.topics import (
     owned_partitions,
     partition_count,
 )
+from kasper_py.message import TopicPartitionKey
 from kasper_py.observability.observe import NoopStoreObserver
 from kasper_py.processor import ProcessorFactory
 from kasper_py.query import View
@@ -335,7 +336,7 @@ class _RestoreDisplay(NoopStoreObserver):
     """Shows the changelog restores the processor's stores report."""
 
     def __init__(self) -> None:
-        self._bars: dict[tuple[str, int], Progress] = {}
+        self._bars: dict[TopicPartitionKey, Progress] = {}
 
     def on_restore_progress(self, store: str, partition: int, restored: int,
                             total: int) -> None:

@@ -60,7 +60,7 @@ class MemoryCluster:
         self._logs: dict[str, list[list[Message]]] = {}
         self._round_robin: dict[str, int] = {}
         self._commits: dict[str, list[Commit]] = {}
-        self._tables: dict[tuple[str, int], dict[Any, Any]] = {}
+        self._tables: dict[TopicPartitionKey, dict[Any, Any]] = {}
         self._applied: dict[TopicPartitionKey, dict[TopicPartitionKey, int]] = {}
         self._epochs: dict[str, int] = {}
         self._now = 0.0

@@ -6,14 +6,14 @@ as the producers of the input topic compute them: librdkafka's default
 from __future__ import annotations
 
 import zlib
-from typing import Literal
+from typing import get_args
 
+from kasper_py.config import Partitioner
 from kasper_py.kafka.partitioner import murmur2, murmur2_partition
 
 __all__ = ["PARTITIONERS", "Partitioner", "murmur2", "partition_for"]
 
-Partitioner = Literal["crc32", "murmur2"]
-PARTITIONERS: tuple[Partitioner, ...] = ("crc32", "murmur2")
+PARTITIONERS: tuple[Partitioner, ...] = get_args(Partitioner)
 
 def partition_for(key: bytes, partitions: int, partitioner: Partitioner) -> int:
     """The partition of ``key`` among ``partitions``.
