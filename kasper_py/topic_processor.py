@@ -43,6 +43,7 @@ from kasper_py.loop.servers import LoopServers
 from kasper_py.loop.signals import closing_on_signals
 from kasper_py.message import TopicPartitionKey
 from kasper_py.observability.observe import LoopObserver, StoreObserver
+from kasper_py.observability.tracing import tracing_for
 from kasper_py.processor import ProcessorFactory
 from kasper_py.query import View
 from kasper_py.stores.base import StoreSpec
@@ -73,6 +74,7 @@ class TopicProcessor:
         force: bool = False,
         tasks: Sequence[Task] = (),
         views: Mapping[str, View] | None = None,
+        tracer_provider: object | None = None,
     ) -> None:
         """``clients`` default to confluent-kafka clients built from ``config``; pass
         ``kasper_py.testing.InMemoryBroker(...).clients(config)`` to run with no broker.
@@ -82,7 +84,9 @@ class TopicProcessor:
         maps paths to web views (``kasper_py.query.View``) served beside the tables on
         the query server (``config.query_port``). With no ``observer``, metrics are served
         on ``config.metrics_port`` when set; ``store_observer`` also hears the stores (a
-        restore display). Raises ``ConfigError`` when the extractor does not import."""
+        restore display). An OpenTelemetry ``tracer_provider`` traces every turn
+        (docs/operations.md, the ``otel`` extra). Raises ``ConfigError`` when the
+        extractor does not import."""
         check_unique_names(stores)
         self.config, self._store_specs, self._life = config, list(stores), Lifecycle()
         self._servers = LoopServers(config, observer, store_observer)
@@ -93,10 +97,12 @@ class TopicProcessor:
         self._prefetcher = Prefetcher(config, clients)
         self._committer = committer_for(config, clients, observer,
                                         holding=self._prefetcher.holding, force=force)
+        self._tracing = tracing = tracing_for(config, tracer_provider)
         self._engine = TurnEngine(
-            config, clients.producer, commit=self._committer.commit,
+            config, tracing.port(clients.producer), commit=self._committer.commit,
             transactions=self._committer.transactions, waiting=observer.on_idle,
-            on_step=clients.on_step, wall_clock=clients.wall_clock, tasks=tasks)
+            on_step=tracing.on_step(clients.on_step), wall_clock=clients.wall_clock,
+            tasks=tasks)
         self._assignment = assignment_for(
             config, clients, engine=self._engine, committer=self._committer,
             prefetcher=self._prefetcher, observer=observer, factory=factory, stores=stores)
@@ -223,7 +229,8 @@ class TopicProcessor:
     def _turn(self, batch: Batch) -> None:
         """Process, flush, produce and wait for the acks, commit (``kasper_py.turn``;
         exactly-once: one transaction), then report the turn."""
-        result = self._committer.run(self._engine, batch, self._meanwhile)
+        with self._tracing.turn(batch):
+            result = self._committer.run(self._engine, batch, self._meanwhile)
         self._assignment.after_turn(result.durations)
         stats = turn_stats(batch, result, self._consumer, self._committer.offsets,
                            self.config.auto_offset_reset)
