@@ -115,15 +115,11 @@ class TopicProcessor:
 
     def run_loop(self, until_caught_up: bool = False) -> None:
         """Process batches until ``close()``; with ``until_caught_up``, also return once
-        caught up (clients stay open). Caught up, with a static assignment: every
-        assigned partition is consumed to its high watermark. In group mode: every
-        partition of the input topics is committed to its end by the group, whoever
-        holds it; until then the member processes whatever the group assigns it
-        (a killed member's partitions, once that member's session expires).
-
-        Raises a ``KasperError`` subclass when a turn fails; nothing of that batch is
-        committed and the processor is closed.
-        """
+        caught up (clients stay open): static, every assigned partition consumed to its
+        high watermark; in group mode, every partition of the input topics committed to
+        its end by the group, whoever holds it (until then the member processes whatever
+        the group assigns it). Raises a ``KasperError`` subclass when a turn fails;
+        nothing of that batch is committed and the processor is closed."""
         if self._life.shut:
             raise KasperError(f"processor {self.config.name!r} is closed")
         with self._life.running():
@@ -141,16 +137,11 @@ class TopicProcessor:
                 raise
 
     def run_until_stopped(self, until_caught_up: bool = False) -> str | None:
-        """``run_loop()`` with SIGTERM and SIGINT closing the processor gracefully: the
-        batch in hand is finished and committed, then the clients close. A second signal
-        stops at once (``KeyboardInterrupt``; that batch is not committed). The previous
-        handlers are restored on return.
-
-        Returns the name of the signal that stopped (and closed) the processor, or
-        ``None`` when the loop ended on its own (``until_caught_up``; the clients and
-        stores stay open, as with ``run_loop``). Call it from the main thread: Python
-        runs signal handlers only there.
-        """
+        """``run_loop()`` with SIGTERM and SIGINT closing the processor gracefully (the
+        batch in hand is committed, then the clients close; a second signal stops at once,
+        uncommitted: ``KeyboardInterrupt``). Returns the signal's name, or ``None`` when
+        the loop ended on its own (``until_caught_up``; clients and stores stay open).
+        Call it from the main thread, where Python runs signal handlers."""
         with closing_on_signals(self.close, self.config.name) as caught:
             self.run_loop(until_caught_up=until_caught_up)
         return caught[0] if caught else None
