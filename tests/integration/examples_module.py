@@ -71,10 +71,11 @@ class ReportingStore(MemoryStore):
 
 
 class ReportingTable(MemoryTable):
-    """Opens ``ReportingStore``s; nothing to restore, so each open reports its (empty)
-    restore as done."""
+    """Opens ``ReportingStore``s; nothing to restore, so each open reports, as a
+    changelog table does, a restore started with no records and done."""
 
     def open(self, runtime: StoreRuntime) -> MemoryStore:
+        runtime.observer.on_restore_started(self.name, runtime.partition, 0)
         runtime.observer.on_restore_progress(self.name, runtime.partition, 0, 0)
         return self.partitions.setdefault(runtime.partition, ReportingStore(runtime.observer))
 
