@@ -349,13 +349,14 @@ def metrics_app(observer: PrometheusObserver) -> App:
     return answer
 
 
-def observer_for(config: Config, host: str = "0.0.0.0") -> LoopObserver:
-    """A serving ``PrometheusObserver`` when ``config.metrics_port`` is set, else a no-op."""
+def observer_for(config: Config, host: str | None = None) -> LoopObserver:
+    """A serving ``PrometheusObserver`` when ``config.metrics_port`` is set (on ``host``,
+    else ``config.metrics_host``), else a no-op."""
     if config.metrics_port is None:
         return NoopObserver()
     observer = PrometheusObserver(config)
     try:
-        observer.serve(config.metrics_port, host)
+        observer.serve(config.metrics_port, host or config.metrics_host)
     except BaseException:
         observer.close()
         raise

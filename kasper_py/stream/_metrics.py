@@ -34,7 +34,7 @@ class StreamMetrics:
         self._observer = PrometheusObserver(config)
         self._observer.on_start([])  # /health/ready: the query is started
         self._metrics = _collectors(self._observer, config.name)
-        self._observer.serve(config.metrics_port)
+        self._observer.serve(config.metrics_port, config.metrics_host)
 
     @property
     def port(self) -> int | None:
