@@ -457,11 +457,6 @@ class Config:
         return self.group_id or self.name
 
     @property
-    def query_scheme(self) -> str:
-        """``https`` when the query server has a TLS certificate, else ``http``."""
-        return "https" if self.query_tls_cert else "http"
-
-    @property
     def key_decoder(self) -> Serde:
         """The key serde, resolved (``key_serde`` may be given as a name)."""
         return serde_for(self.key_serde)

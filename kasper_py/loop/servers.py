@@ -58,19 +58,16 @@ class LoopServers:
         if self.config.metrics_port is None:
             return NoopObserver()
         from kasper_py.observability.metrics import (  # noqa: PLC0415 - prometheus-client is optional
-            METRICS_PATHS,
+            MetricsServer,
             PrometheusObserver,
-            metrics_app,
         )
 
         observer = PrometheusObserver(self.config)
         try:
-            server = HttpServer(self.config.metrics_host, self.config.metrics_port,
-                                name="metrics")
+            server = MetricsServer(observer, self.config.metrics_host, self.config.metrics_port)
         except BaseException:
             observer.close()
             raise
-        server.mount(metrics_app(observer), METRICS_PATHS)
         _log.info("kasper.metrics_serving", processor=self.config.name, host=server.host,
                   port=server.port)
         self.metrics = server

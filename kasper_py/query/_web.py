@@ -62,9 +62,6 @@ class QueryApp:
         if view is None and segments[1] != "tables":
             return None
         try:
-            if request.method != "GET":
-                return error_response(405, "queries and views answer GET only",
-                                      headers={"Allow": "GET"})
             return self._view(view, request) if view else self._route(request, segments)
         except NotHereError as exc:
             return self._elsewhere(exc, request)
