@@ -125,8 +125,9 @@ class ProcessingError(KasperError):
     def raised(cls, partition: int, exc: BaseException, offsets: str) -> ProcessingError:
         """``process()`` of ``partition`` raised ``exc`` over ``offsets`` (the batch's
         ``describe()``); the loop, the Spark task and the testing driver word it alike."""
-        return cls(f"process() of partition {partition} raised {type(exc).__name__}: {exc} "
-                   f"({offsets})", partition=partition)
+        notes = "".join(f" [{note}]" for note in getattr(exc, "__notes__", ()))
+        return cls(f"process() of partition {partition} raised {type(exc).__name__}: {exc}"
+                   f"{notes} ({offsets})", partition=partition)
 
 
 class DeadLetterLimitError(ProcessingError):

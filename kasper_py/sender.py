@@ -7,23 +7,41 @@ output timestamp: the one given, else the one the turn set for what runs now.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from kasper_py.exceptions import SerdeError
 from kasper_py.message import OutgoingMessage, OutgoingRecord
 from kasper_py.serdes import BYTES, Serde
 
-__all__ = ["Sender"]
+__all__ = ["Routes", "Sender"]
 
 HeaderInput = Mapping[str, bytes | str | None] | Iterable[tuple[str, bytes | str | None]]
+
+
+class Routes(Protocol):
+    """Where an app's processors send besides topics (``kasper_py.app``): its
+    repartitions' topics and its channels."""
+
+    def repartition_topic(self, name: str) -> str:
+        """The topic of repartition ``name``; ``ValueError`` when the processor sending
+        does not declare it."""
+
+    def to_channel(self, name: str, key: Any, value: Any, timestamp: int | None,
+                   headers: tuple[tuple[str, bytes | None], ...]) -> None:
+        """Hand one message to channel ``name``'s readers, in this turn."""
 
 
 class Sender:
     """Buffers output messages, encoding keys and values with the configured serdes."""
 
-    __slots__ = ("_buffer", "_key_serde", "_timestamp", "_topic", "_topics", "_value_serde")
+    __slots__ = ("_buffer", "_key_serde", "_routes", "_timestamp", "_topic", "_topics",
+                 "_value_serde")
 
-    def __init__(self, key_serde: Serde = BYTES, value_serde: Serde = BYTES) -> None:
+    def __init__(self, key_serde: Serde = BYTES, value_serde: Serde = BYTES,
+                 routes: Routes | None = None) -> None:
+        """``routes``: the app's repartitions and channels, for a processor of an
+        ``App`` (the turn engine passes them)."""
+        self._routes = routes
         self._key_serde = key_serde
         self._value_serde = value_serde
         self._buffer: list[OutgoingRecord] = []
@@ -85,6 +103,41 @@ class Sender:
         if topic is not self._topic:  # an identity test per message, a set add per change
             self._topic = topic
             self._topics.add(topic)
+
+    def repartition(self, name: str, value: Any, key: Any, *,
+                    headers: HeaderInput | None = None, timestamp: int | None = None) -> None:
+        """Send to the app's repartition ``name`` (``kasper_py.app.Repartition``), by
+        ``key``: the processor reading it gets the message on the partition ``key``
+        hashes to, in a later turn. Raises ``ValueError`` outside an app, for a
+        repartition the processor does not declare in its outputs, or for a ``None``
+        key (nothing to partition by); otherwise as ``send``."""
+        if self._routes is None:
+            raise ValueError(f"repartition {name!r}: sender.repartition() is for the "
+                             "processors of an App (kasper_py.app); this one runs alone")
+        if key is None:
+            raise ValueError(f"repartition {name!r} needs a key: records are partitioned "
+                             "by it")
+        self.send(self._routes.repartition_topic(name), value, key, headers=headers,
+                  timestamp=timestamp)
+
+    def channel(self, name: str, value: Any, key: Any = None, *,
+                headers: HeaderInput | None = None, timestamp: int | None = None) -> None:
+        """Hand ``key``/``value`` as they are (no serde) to the readers of the app's
+        channel ``name`` (``kasper_py.app.Channel``), on this partition, in this turn:
+        they get a ``Message`` whose topic is the channel's name and whose offset counts
+        the channel's messages in the turn. Only from ``process()``; raises
+        ``ValueError`` outside an app or for a channel the processor does not declare
+        in its outputs."""
+        if self._routes is None:
+            raise ValueError(f"channel {name!r}: sender.channel() is for the processors of "
+                             "an App (kasper_py.app); this one runs alone")
+        if timestamp is None:
+            timestamp = self._timestamp or None
+        elif type(timestamp) is not int or timestamp < 0:
+            raise ValueError(f"channel() timestamp must be a non-negative int of "
+                             f"milliseconds, got {timestamp!r}")
+        pairs = tuple(_headers(headers)) if headers is not None else ()
+        self._routes.to_channel(name, key, value, timestamp, pairs)
 
     @staticmethod
     def _encode(serde: Serde, topic: str, value: Any) -> bytes | None:

@@ -28,6 +28,7 @@ import structlog
 
 from kasper_py._support.closing import close_all
 from kasper_py._support.gc import paced_for
+from kasper_py.app import App, plan_for
 from kasper_py.config import Config
 from kasper_py.exceptions import KasperError, SimulatedCrash
 from kasper_py.kafka.batching import Batch
@@ -48,7 +49,6 @@ from kasper_py.processor import ProcessorFactory
 from kasper_py.query import View
 from kasper_py.stores.base import StoreSpec
 from kasper_py.stores.query import Scan
-from kasper_py.stores.specs import check_unique_names
 from kasper_py.time import Task
 from kasper_py.turn import TurnEngine
 
@@ -65,7 +65,7 @@ class TopicProcessor:
     def __init__(
         self,
         config: Config,
-        factory: ProcessorFactory,
+        factory: ProcessorFactory | App,
         *,
         stores: Sequence[StoreSpec] = (),
         observer: LoopObserver | None = None,
@@ -76,8 +76,9 @@ class TopicProcessor:
         views: Mapping[str, View] | None = None,
         tracer_provider: object | None = None,
     ) -> None:
-        """``clients`` default to confluent-kafka clients built from ``config``; pass
-        ``kasper_py.testing.InMemoryBroker(...).clients(config)`` to run with no broker.
+        """``factory`` builds each partition's processor; an ``App`` runs several
+        (``kasper_py.app``). ``clients`` default to confluent-kafka clients built from
+        ``config``; ``kasper_py.testing.InMemoryBroker(...).clients(config)`` has none.
         ``force`` starts even when another loop's recent commit note says it is running
         these partitions (by default that raises ``AlreadyRunningError``). ``tasks`` run
         on the wall clock, in turns of this loop (see ``kasper_py.time.Task``). ``views``
@@ -87,13 +88,15 @@ class TopicProcessor:
         restore display). An OpenTelemetry ``tracer_provider`` traces every turn
         (docs/operations.md, the ``otel`` extra). Raises ``ConfigError`` when the
         extractor does not import."""
-        check_unique_names(stores)
-        self.config, self._store_specs, self._life = config, list(stores), Lifecycle()
+        self._plan = plan = plan_for(factory, config, stores=stores, tasks=tasks)
+        self.config, self._store_specs, self._life = plan.config, plan.stores, Lifecycle()
+        config = plan.config
         self._servers = LoopServers(config, observer, store_observer)
         self._observer = observer = self._servers.observer
         real_clients = clients is None
         clients = clients or KafkaClients(InputConsumer(config), OutputProducer(config))
         self._consumer, self._producer = clients.consumer, clients.producer
+        self._consumer.use(config, [topic.name for topic in plan.internal])
         self._prefetcher = Prefetcher(config, clients)
         self._committer = committer_for(config, clients, observer,
                                         holding=self._prefetcher.holding, force=force)
@@ -102,10 +105,12 @@ class TopicProcessor:
             config, tracing.port(clients.producer), commit=self._committer.commit,
             transactions=self._committer.transactions, waiting=observer.on_idle,
             on_step=tracing.on_step(clients.on_step), wall_clock=clients.wall_clock,
-            tasks=tasks)
+            tasks=plan.tasks, routes=plan.routes)
         self._assignment = assignment_for(
             config, clients, engine=self._engine, committer=self._committer,
-            prefetcher=self._prefetcher, observer=observer, factory=factory, stores=stores)
+            prefetcher=self._prefetcher, observer=observer, factory=plan.factory,
+            stores=plan.stores)
+        self._ensure_topics = clients.ensure_topics
         # while a turn's acks are outstanding; a group member reads nothing ahead
         self._meanwhile = self._prefetcher.read_ahead if self._assignment.reads_ahead else None
         self.tables = self._servers.serve_tables(self._store_specs, self._engine.partitions,
@@ -199,6 +204,8 @@ class TopicProcessor:
 
     def _start(self) -> None:
         if not self._life.started:
+            if self._plan.internal:  # an app's repartition topics
+                self._ensure_topics(self.config, self._plan.sources, self._plan.internal)
             self.tables.partition_count = count = self._consumer.partition_count()
             self._assignment.start(count)
             self._life.started = True

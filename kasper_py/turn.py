@@ -52,7 +52,7 @@ from kasper_py.kafka.batching import Batch
 from kasper_py.kafka.ports import OutputPort, Transactions
 from kasper_py.message import Message, OutgoingRecord, TopicPartitionKey
 from kasper_py.processor import MessageProcessor, ProcessorContext, ProcessorFactory
-from kasper_py.sender import Sender
+from kasper_py.sender import Routes, Sender
 from kasper_py.stores.base import KeyValueStore, StoreRuntime, StoreSpec
 from kasper_py.stores.lifecycle import (
     AppliedInput,
@@ -112,12 +112,14 @@ class TurnEngine:
                  waiting: Callable[[], None] | None = None,
                  on_step: Callable[[str], None] | None = None,
                  wall_clock: Callable[[], float] | None = time.time,
-                 tasks: Sequence[Task] = ()) -> None:
+                 tasks: Sequence[Task] = (), routes: Routes | None = None) -> None:
         """``transactions`` (exactly-once) wraps every turn in a transaction of ``port``,
         which ``commit`` must commit. ``wall_clock`` (seconds since the epoch) drives
         wall-clock timers and ``tasks``; ``None`` runs neither (the Spark task). Raises
-        ``ConfigError`` when ``Config.timestamp_extractor`` does not import."""
+        ``ConfigError`` when the timestamp extractor does not import. ``routes``: an
+        app's repartitions and channels, for its senders (``kasper_py.app``)."""
         self.config = config
+        self._routes = routes
         self.time = TimeKeeper(config, wall_clock, tasks)
         """Stream time per partition, timers and tasks."""
         self.partitions: dict[int, PartitionState] = {}
@@ -130,8 +132,7 @@ class TurnEngine:
         """Transactions this engine aborted (a turn that failed inside one)."""
         self._applied = AppliedInput(config.name)
         self._committed = False
-        """Whether the running turn committed (with effectively-once stores, before the
-        flush)."""
+        """Whether the running turn committed (effectively-once stores: before flushing)."""
         self._next: dict[TopicPartitionKey, int] = {}
         self._outputs_first = False
         self._dead_letter_failures = config.on_process_error == "dead_letter"
@@ -322,7 +323,7 @@ class TurnEngine:
                                   "was processed")
 
     def _process(self, batch: Batch) -> tuple[Sender, list[DeadLetter]]:
-        sender = Sender(self.config.key_decoder, self.config.value_decoder)
+        sender = Sender(self.config.key_decoder, self.config.value_decoder, self._routes)
         self.time.fire_wall_clock(sender)
         letters = [record.dead_letter() for record in batch.undecodable]
         failed = 0

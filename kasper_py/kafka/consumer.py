@@ -7,7 +7,7 @@ exceptions become kasper_py's here and nowhere else.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 import structlog
@@ -52,6 +52,12 @@ class InputConsumer:
         self._consumer = Consumer(with_client_log(config.to_consumer_conf(), config.name,
                                                   "consumer"))
         self.assigned: list[TopicPartitionKey] = []
+        self.from_start: frozenset[str] = frozenset()
+
+    def use(self, config: Config, from_start: Collection[str] = ()) -> None:
+        """Read ``config``'s input topics (an app's plan adds its repartitions), those of
+        ``from_start`` from their beginning when nothing is committed."""
+        self._config, self.from_start = config, frozenset(from_start)
 
     def partition_count(self) -> int:
         """Check every input topic exists and all have one partition count; return it."""
@@ -75,8 +81,10 @@ class InputConsumer:
         """
         keys = [(t, p) for t in self._config.input_topics for p in partitions]
         committed = lowered(self.committed(keys), below or {})
-        reset = OFFSET_BEGINNING if self._config.auto_offset_reset == "earliest" else OFFSET_END
-        starts = {tp: reset if offset is None else offset for tp, offset in committed.items()}
+        earliest = self._config.auto_offset_reset == "earliest"
+        starts = {tp: offset if offset is not None else OFFSET_BEGINNING
+                  if earliest or tp[0] in self.from_start else OFFSET_END
+                  for tp, offset in committed.items()}
         self._consumer.assign([TopicPartition(t, p, starts[t, p]) for t, p in keys])
         self.assigned = keys
         return committed
@@ -92,7 +100,7 @@ class InputConsumer:
         def assign(consumer: Consumer, partitions: list[TopicPartition]) -> None:
             keys = [(tp.topic, tp.partition) for tp in partitions]
             self.assigned = sorted({*self.assigned, *keys})
-            starts = on_assign(keys) or {}
+            starts = {**self._from_start(keys), **(on_assign(keys) or {})}
             if starts:  # else the client starts at the committed offsets by itself
                 chosen = [TopicPartition(t, p, starts.get((t, p), OFFSET_INVALID))
                           for t, p in keys]
@@ -109,6 +117,14 @@ class InputConsumer:
 
         self._consumer.subscribe(list(self._config.input_topics), on_assign=assign,
                                  on_revoke=revoke, on_lost=revoke)
+
+    def _from_start(self, keys: list[TopicPartitionKey]) -> dict[TopicPartitionKey, int]:
+        """Of ``keys``, those of ``from_start`` topics with no committed offset: at their
+        beginning, whatever ``auto_offset_reset`` says."""
+        mine = [tp for tp in keys if tp[0] in self.from_start]
+        if not mine:
+            return {}
+        return {tp: OFFSET_BEGINNING for tp, o in self.committed(mine).items() if o is None}
 
     def consume(self, max_count: int, timeout: float) -> list[Any]:
         """Up to ``max_count`` raw records within ``timeout`` seconds."""

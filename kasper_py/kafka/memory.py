@@ -18,16 +18,17 @@ records and transaction markers take no offsets, unlike Kafka's logs.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from kasper_py.config import Config
+from kasper_py.config import Config, OutputTopic
 from kasper_py.exceptions import StoreError, TopicError
 from kasper_py.kafka.faults import CRASH_STEPS, INJECTED, Faults, positive
 from kasper_py.kafka.memory_clients import MemoryProcess
 from kasper_py.kafka.memory_cluster import Commit, MemoryCluster
 from kasper_py.kafka.partitioner import murmur2
 from kasper_py.kafka.ports import KafkaClients
+from kasper_py.kafka.topics import internal_to_create
 from kasper_py.message import Message, OutgoingMessage, TopicPartitionKey
 from kasper_py.stores.base import StoreRuntime, StoreSpec, already_applied
 from kasper_py.stores.memory import MemoryStore
@@ -83,7 +84,24 @@ class InMemoryBroker(MemoryCluster):
         broker, with the faults' crash hook; pass them as ``TopicProcessor(clients=...)``."""
         process = MemoryProcess(self, config)
         return KafkaClients(process.consumer, process.producer, process.on_step, self.clock,
-                            self.wall_clock)
+                            self.wall_clock, self.ensure_topics)
+
+    def ensure_topics(self, config: Config, sources: Sequence[str],
+                      topics: Sequence[OutputTopic]) -> list[str]:
+        """``KafkaClients.ensure_topics``: create an app's absent internal ``topics``
+        with the partition count of ``sources``, as the cluster's admin does."""
+        counts = {}
+        for topic in sources:
+            count = self._partition_count(topic)
+            if count is None:
+                raise TopicError(f"input topic {topic!r}: does not exist on the in-memory "
+                                 "broker")
+            counts[topic] = count
+        existing = {t.name: n for t in topics if (n := self._partition_count(t.name))}
+        missing = internal_to_create(config, counts, existing, topics)
+        for made, count in missing:
+            self.create_topic(made.name, count)
+        return [made.name for made, _ in missing]
 
     def store(self, name: str, *, effectively_once: bool = False) -> StoreSpec:
         """A key-value table ``name`` whose flushed data lives in the broker (like a Redis

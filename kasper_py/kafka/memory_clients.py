@@ -102,6 +102,12 @@ class _Consumer:
         self.assigned: list[TopicPartitionKey] = []
         self._positions: dict[TopicPartitionKey, int] = {}
         self._rotation = 0
+        self.from_start: frozenset[str] = frozenset()
+
+    def use(self, config: Config, from_start: Collection[str] = ()) -> None:
+        """As ``InputConsumer.use``: read ``config``'s input topics, ``from_start``'s
+        from their beginning when nothing is committed."""
+        self._config, self.from_start = config, frozenset(from_start)
 
     def partition_count(self) -> int:
         """Every input topic exists and all have one partition count: return it."""
@@ -121,8 +127,8 @@ class _Consumer:
         keys = [(t, p) for t in self._config.input_topics for p in partitions]
         committed = lowered(self.committed(keys), below or {})
         for tp, offset in committed.items():
-            self._positions[tp] = start_offset(offset, *self._broker.watermarks(*tp),
-                                               self._config.auto_offset_reset)
+            reset = "earliest" if tp[0] in self.from_start else self._config.auto_offset_reset
+            self._positions[tp] = start_offset(offset, *self._broker.watermarks(*tp), reset)
         self.assigned = keys
         return committed
 

@@ -11,9 +11,11 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from kasper_py.kafka.topics import ensure_internal_topics
 from kasper_py.message import TopicPartitionKey
 
 if TYPE_CHECKING:
+    from kasper_py.config import Config, OutputTopic
     from kasper_py.message import OutgoingRecord
 
 __all__ = ["InputPort", "KafkaClients", "OutputPort", "ProducerPort", "Transactions"]
@@ -22,6 +24,9 @@ __all__ = ["InputPort", "KafkaClients", "OutputPort", "ProducerPort", "Transacti
 
 Rebalance = Callable[[list[TopicPartitionKey]], "dict[TopicPartitionKey, int] | None"]
 """A rebalance callback of group mode: the topic-partitions assigned or revoked."""
+EnsureTopics = Callable[["Config", Sequence[str], Sequence["OutputTopic"]], list[str]]
+"""Create an app's internal topics that are absent, with the partition count of the
+named input topics (``kafka.topics.ensure_internal_topics``); returns those created."""
 
 
 class OutputPort(Protocol):
@@ -80,6 +85,12 @@ class InputPort(Protocol):
     mode; it never commits on its own."""
 
     assigned: list[TopicPartitionKey]
+    from_start: frozenset[str]
+    """Topics read from their beginning when nothing is committed (an app's
+    repartitions), whatever ``auto_offset_reset`` says."""
+
+    def use(self, config: Config, from_start: Collection[str] = ()) -> None:
+        """Read ``config``'s input topics; ``from_start``'s from their beginning."""
 
     def partition_count(self) -> int:
         """Check the input topics exist with one partition count; return it."""
@@ -147,3 +158,5 @@ class KafkaClients:
     """Seconds since the epoch, on which wall-clock timers and tasks run. The in-memory
     broker's is its ``clock`` from the wall time it was made at, so an idle loop on it
     reaches its timers without sleeping."""
+    ensure_topics: EnsureTopics = ensure_internal_topics
+    """Creates an app's internal topics at start (the cluster's, or the broker's)."""

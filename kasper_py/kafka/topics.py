@@ -23,7 +23,8 @@ from kasper_py.message import TopicPartitionKey
 from kasper_py.observability.client_log import with_client_log
 
 __all__ = ["cluster_topics", "common_partition_count", "create_topics",
-           "ensure_output_topics", "input_partitions", "missing_output_topics",
+           "ensure_internal_topics", "ensure_output_topics", "input_partitions",
+           "internal_to_create", "missing_output_topics",
            "owned_partitions", "partition_count", "topic_problem"]
 
 _log = structlog.get_logger("kasper_py")
@@ -176,3 +177,58 @@ def cluster_topics(admin: Any, config: Config) -> Any:
         admin.poll(0)  # serves the client's log lines (delivered only on poll), which say why
         raise TopicError(f"cannot read topics from {config.bootstrap_servers}: "
                          f"{exc.args[0]}") from exc
+
+
+# -- internal topics (an app's repartitions) ----------------------------------------------
+
+def internal_to_create(config: Config, source_counts: Mapping[str, int],
+                       existing: Mapping[str, int], topics: Sequence[OutputTopic]
+                       ) -> list[tuple[OutputTopic, int]]:
+    """The internal ``topics`` to create, each with the partition count of the sources
+    (``source_counts``: topic -> count, one count shared, else ``TopicError``); an
+    existing one (``existing``: topic -> count) or a declaration with another count is a
+    ``TopicError`` naming both: the loop runs partition numbers across every topic."""
+    count = common_partition_count(source_counts)
+    create = []
+    for topic in topics:
+        if topic.partitions is not None and topic.partitions != count:
+            raise TopicError(f"internal topic {topic.name!r} is declared with "
+                             f"{topic.partitions} partitions, but the input topics "
+                             f"{list(source_counts)} have {count}: every topic an app reads "
+                             "shares one partition count")
+        found = existing.get(topic.name)
+        if found is None:
+            create.append((topic, count))
+        elif found != count:
+            raise TopicError(f"internal topic {topic.name!r} has {found} partitions on "
+                             f"{config.bootstrap_servers}, but the input topics have "
+                             f"{count}: reset the app (`kasper app reset`), or give its "
+                             "inputs that count")
+    return create
+
+
+def ensure_internal_topics(config: Config, sources: Sequence[str],
+                           topics: Sequence[OutputTopic]) -> list[str]:
+    """Create the app's internal ``topics`` that are absent, with the partition count of
+    the input topics ``sources`` (``internal_to_create``); returns the names created."""
+    if not topics:
+        return []
+    admin = AdminClient(with_client_log(config.to_admin_conf(), config.name, "admin"))
+    metadata = cluster_topics(admin, config)
+    counts: dict[str, int] = {}
+    for topic in sources:
+        meta = metadata.topics.get(topic)
+        if topic_problem(meta) is not None:
+            raise TopicError(f"input topic {topic!r}: {topic_problem(meta)} on "
+                             f"{config.bootstrap_servers}")
+        counts[topic] = len(meta.partitions)
+    existing = {t.name: len(metadata.topics[t.name].partitions) for t in topics
+                if topic_problem(metadata.topics.get(t.name)) is None}
+    missing = internal_to_create(config, counts, existing, topics)
+    create_topics(admin, [NewTopic(t.name, num_partitions=n,
+                                   replication_factor=t.replication_factor or -1,
+                                   config=dict(t.config)) for t, n in missing])
+    for made, count in missing:
+        _log.info("kasper.topic_created", processor=config.name, topic=made.name,
+                  partitions=count, internal=True)
+    return [made.name for made, _ in missing]

@@ -94,7 +94,8 @@ class Assignment(ABC):
             offset = committed.get(tp)
             if offset is None:
                 offset = start_offset(None, *self._consumer.watermarks(tp),
-                                      self.config.auto_offset_reset)
+                                      "earliest" if tp[0] in self._consumer.from_start
+                                      else self.config.auto_offset_reset)
             starts[tp] = offset
         self._engine.record(starts)
 
@@ -249,8 +250,9 @@ class GroupAssignment(Assignment):
         committed = self._consumer.committed(keys)
         lags = {}
         for tp in keys:
-            behind = partition_lag(committed.get(tp), *self._consumer.watermarks(tp),
-                                   self.config.auto_offset_reset)
+            reset = ("earliest" if tp[0] in self._consumer.from_start
+                     else self.config.auto_offset_reset)
+            behind = partition_lag(committed.get(tp), *self._consumer.watermarks(tp), reset)
             if behind:
                 lags[tp] = behind
         return lags

@@ -42,16 +42,19 @@ def progress(consumer: InputPort, offsets: OffsetTracker, auto_offset_reset: str
 
 def consumed_all(consumer: InputPort, auto_offset_reset: str) -> bool:
     """True when every assigned partition's next offset reached its high watermark: the
-    cached one, with a round trip only for a partition with none cached yet."""
+    cached one, with a round trip only for a partition with none cached yet, or of a
+    topic the consumer reads from its start (an app's repartitions, which its own turns
+    write to)."""
     positions = consumer.positions()
     unknown = [tp for tp, pos in positions.items() if pos is None]
     committed = consumer.committed(unknown) if unknown else {}
     for tp, consumed_to in positions.items():
-        low, high = consumer.watermarks(tp, cached=True)
+        internal = tp[0] in consumer.from_start
+        low, high = consumer.watermarks(tp, cached=not internal)
         if high < 0:  # no fetch response yet
             low, high = consumer.watermarks(tp)
         position = consumed_to if consumed_to is not None else committed.get(tp)
-        if partition_lag(position, low, high, auto_offset_reset):
+        if partition_lag(position, low, high, "earliest" if internal else auto_offset_reset):
             return False
     return True
 

@@ -34,13 +34,15 @@ class Task:
     raises, the turn fails uncommitted like a failing ``process()``. An ``every`` task
     first runs one interval after the loop starts; a ``cron`` task at the first match
     after the start. Runs missed while a turn was busy are skipped, not caught up.
-    Every process running the processor runs its tasks (one per partition set).
+    Every process running the processor runs its tasks (one per partition set); with
+    ``on_leader``, only the process that leads the app's processes runs it (one at a
+    time; the lead moves when that process stops or dies, see docs/applications.md).
     Invalid arguments, a bad cron expression included, raise ``ConfigError``.
     """
 
     def __init__(self, fn: TaskFunction, *, every: float | None = None,
                  cron: str | None = None, name: str | None = None,
-                 timezone: tzinfo = UTC) -> None:
+                 timezone: tzinfo = UTC, on_leader: bool = False) -> None:
         self.name = name or getattr(fn, "__qualname__", None) or repr(fn)
         """Names the task in logs and errors; the function's name by default."""
         if not callable(fn):
@@ -53,6 +55,8 @@ class Task:
         self.every = every
         self.cron = cron
         self.timezone = timezone
+        self.on_leader = bool(on_leader)
+        """Run only in the process that leads (``TimeKeeper``'s ``leader``)."""
         self._every_ms = 0
         if every is not None:
             try:
@@ -79,4 +83,5 @@ class Task:
 
     def __repr__(self) -> str:
         schedule = f"every={self.every!r}" if self.cron is None else f"cron={self.cron!r}"
-        return f"Task({self.name!r}, {schedule})"
+        leader = ", on_leader=True" if self.on_leader else ""
+        return f"Task({self.name!r}, {schedule}{leader})"

@@ -59,6 +59,10 @@ class TimeKeeper:
         self._advanced: set[int] = set()
         now = self.now()
         self._tasks = [] if now is None else [_Scheduled(t, t.first_due(now)) for t in tasks]
+        self.leader: Callable[[], bool] = _always
+        """Whether this process leads its app's processes now: a task ``on_leader`` runs
+        only while it does (a run due elsewhere is skipped here, not caught up). Alone,
+        a process always leads; the loop sets its leader election's."""
 
     def now(self) -> int | None:
         """The wall clock in milliseconds since the epoch; ``None`` without one."""
@@ -148,8 +152,10 @@ class TimeKeeper:
         for partition in sorted(self._clocks):
             self._fire_timers(self._clocks[partition], "wall_clock", now, sender)
         for scheduled in self._tasks:
-            if scheduled.due <= now:
+            if scheduled.due <= now and (not scheduled.task.on_leader or self.leader()):
                 _call(f"task {scheduled.task.name!r}", None, scheduled.task.fn, now, sender)
+                scheduled.due = scheduled.task.next_due(scheduled.due, now)
+            elif scheduled.due <= now:  # another process leads: its run, not ours
                 scheduled.due = scheduled.task.next_due(scheduled.due, now)
 
     def fire_stream_time(self, sender: Sender, partition: int | None = None) -> None:
@@ -211,3 +217,7 @@ def _call(what: str, partition: int | None, callback: Callable[[int, Sender], No
     except Exception as exc:
         raise ProcessingError(f"{what} raised {type(exc).__name__}: {exc}",
                               partition=partition) from exc
+
+
+def _always() -> bool:
+    return True

@@ -1,0 +1,95 @@
+"""``Plan``: what a loop, the testing driver or the CLI runs for a target, a lone
+processor factory or an ``App``, chosen once: the config (an app's repartition topics
+added to its inputs), one factory, the stores, the tasks, the internal topics to create
+at start and the routes its senders use. A lone processor's plan is itself, unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from kasper_py.app.runtime import AppFactory, AppRoutes, NodeStats
+from kasper_py.app.topology import App, Channel, Repartition
+from kasper_py.config import Config, OutputTopic
+from kasper_py.exceptions import ConfigError
+from kasper_py.processor import ProcessorFactory
+from kasper_py.stores.base import StoreSpec
+from kasper_py.stores.specs import check_unique_names
+from kasper_py.time import Task
+
+__all__ = ["Plan", "describe", "plan_for"]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What runs: ``config``, ``factory``, ``stores`` and ``tasks``; for an app, also
+    the topics it owns (``internal``, created at start with the ``sources``' partition
+    count), its ``routes`` and per-processor ``stats``."""
+
+    config: Config
+    factory: ProcessorFactory
+    stores: list[StoreSpec]
+    tasks: list[Task]
+    sources: tuple[str, ...]
+    """The input topics the target does not own."""
+    internal: tuple[OutputTopic, ...] = ()
+    routes: AppRoutes | None = None
+    stats: NodeStats | None = None
+    app: App | None = None
+
+
+def plan_for(target: ProcessorFactory | App, config: Config, *,
+             stores: Sequence[StoreSpec] = (), tasks: Sequence[Task] = ()) -> Plan:
+    """The plan of ``target`` under ``config``. An app declares its own inputs and
+    stores: ``config.input_topics`` must list exactly the topics its processors read
+    (``App.sources``), and ``stores`` must be empty; ``ConfigError`` otherwise, or for
+    a declaration error (``App.ordered``)."""
+    if not isinstance(target, App):
+        check_unique_names(stores)
+        return Plan(config, target, list(stores), list(tasks), tuple(config.input_topics))
+    app = target
+    app.ordered()  # checked before anything else
+    if stores:
+        raise ConfigError("stores", f"app {app.name!r} declares its stores per processor "
+                          "(App.processor(..., stores=)); pass none beside it")
+    sources = app.sources
+    if set(config.input_topics) != set(sources):
+        raise ConfigError("input_topics", f"app {app.name!r} reads {list(sources)}, but "
+                          f"input_topics lists {list(config.input_topics)}: give the app's "
+                          "own (App.sources; `kasper run` does when input_topics is unset)")
+    internal = tuple(OutputTopic(r.topic(config.name), r.partitions, None,
+                                 {"cleanup.policy": "delete", **r.config})
+                     for r in app.repartitions.values())
+    run_config = replace(config, input_topics=(*sources, *(t.name for t in internal)))
+    routes, stats = AppRoutes(app, config.name), NodeStats()
+    factory = AppFactory(app, routes, stats)
+    return Plan(run_config, factory, app.stores, [*app.tasks, *tasks], sources, internal,
+                routes, stats, app)
+
+
+def describe(app: App, config: Config | None = None) -> dict[str, Any]:
+    """The app's topology as plain data (``kasper app describe``): its processors in
+    turn order, each with inputs, outputs and stores; its internal topics (named after
+    ``config.name``, else the app's name) and channels; its tasks."""
+    name = config.name if config is not None else app.name
+    nodes = app.ordered()
+
+    def link(item: object) -> str:
+        if isinstance(item, Repartition):
+            return f"repartition:{item.name} ({item.topic(name)})"
+        if isinstance(item, Channel):
+            return f"channel:{item.name}"
+        return f"topic:{item}"
+
+    return {
+        "app": app.name, "name": name, "sources": list(app.sources),
+        "processors": [{"name": n.name, "inputs": [link(i) for i in n.inputs],
+                        "outputs": [link(o) for o in n.outputs],
+                        "stores": [{"name": s.name, "kind": type(s).__name__}
+                                   for s in n.stores]} for n in nodes],
+        "internal_topics": [r.topic(name) for r in app.repartitions.values()],
+        "channels": list(app.channels),
+        "tasks": [{"name": t.name, "on_leader": t.on_leader} for t in app.tasks],
+    }

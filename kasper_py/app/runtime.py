@@ -1,0 +1,189 @@
+"""An app's processors inside a turn. ``AppProcessor`` is the ``MessageProcessor`` of
+one partition of an app: it hands each of its processors the messages of that
+processor's inputs, in channel order, so the turn engine runs an app exactly as it
+runs a lone processor (stores, timers, dead letters, exactly-once, every runner).
+``AppRoutes`` resolves what a processor sends to a repartition or a channel.
+
+A channel's messages are processed in the same turn as what sent them, before the
+turn's flush, produce and commit: nothing that went through a channel is committed
+upstream before its downstream effects are, and a failure anywhere in the turn
+commits none of it (the replayed input sends it again).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from kasper_py.app.topology import App, Channel, Node, Repartition
+from kasper_py.exceptions import KasperError
+from kasper_py.message import TIMESTAMP_CREATE_TIME, TIMESTAMP_NONE, Message
+from kasper_py.processor import MessageProcessor, ProcessorContext
+from kasper_py.sender import Sender
+
+__all__ = ["AppFactory", "AppProcessor", "AppRoutes", "NodeStats"]
+
+
+@dataclass
+class NodeStats:
+    """Messages handed to each processor of an app and the seconds it spent in
+    ``process()``, for the metrics (``kasper_app_processor_*``), across partitions."""
+
+    messages: dict[str, int] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def record(self, node: str, count: int, seconds: float) -> None:
+        with self.lock:
+            self.messages[node] = self.messages.get(node, 0) + count
+            self.seconds[node] = self.seconds.get(node, 0.0) + seconds
+
+    def snapshot(self) -> dict[str, tuple[int, float]]:
+        """Per processor: (messages, seconds) so far."""
+        with self.lock:
+            return {n: (c, self.seconds.get(n, 0.0)) for n, c in self.messages.items()}
+
+
+@dataclass
+class _Hop:
+    """The processor running now, and the channel messages of this partition's turn."""
+
+    node: Node
+    partition: int
+    pending: dict[str, list[Message]]
+
+
+class AppRoutes:
+    """One process's routes of an app: repartition names to topics, and the channel
+    messages of the processor running now (``AppProcessor`` sets ``hop``)."""
+
+    def __init__(self, app: App, app_name: str) -> None:
+        self._app = app
+        self._topics = {name: r.topic(app_name) for name, r in app.repartitions.items()}
+        self.hop: _Hop | None = None
+
+    def kafka_inputs(self, node: Node) -> frozenset[str]:
+        """The topics ``node`` reads from Kafka: its topics and its repartitions'."""
+        return frozenset((*node.topics, *(self._topics[n] for n in node.reads(Repartition))))
+
+    def repartition_topic(self, name: str) -> str:
+        """The topic of repartition ``name``; from ``process()`` it must be one of the
+        running processor's declared outputs."""
+        topic = self._topics.get(name)
+        if topic is None:
+            raise ValueError(f"no repartition {name!r} in app {self._app.name!r}; "
+                             f"declared: {sorted(self._topics)}")
+        hop = self.hop
+        if hop is not None and name not in hop.node.sends(Repartition):
+            raise ValueError(f"processor {hop.node.name!r} sends to repartition {name!r}, "
+                             "which it does not declare: add it to its outputs")
+        return topic
+
+    def to_channel(self, name: str, key: Any, value: Any, timestamp: int | None,
+                   headers: tuple[tuple[str, bytes | None], ...]) -> None:
+        """Queue one message for channel ``name``'s readers in this partition's turn."""
+        hop = self.hop
+        if hop is None:
+            raise KasperError(f"channel {name!r}: a channel carries messages between the "
+                              "processors of a turn, so only process() sends to one; a "
+                              "timer or task sends to a topic or a repartition")
+        if name not in hop.node.sends(Channel):
+            raise ValueError(f"processor {hop.node.name!r} sends to channel {name!r}, which "
+                             "it does not declare: add it to its outputs")
+        queued = hop.pending.setdefault(name, [])
+        kind = TIMESTAMP_NONE if timestamp is None else TIMESTAMP_CREATE_TIME
+        queued.append(Message(name, hop.partition, len(queued), key, value, timestamp,
+                              headers, kind))
+
+
+class AppProcessor(MessageProcessor):
+    """The processor of one partition of an app: each of the app's processors, built
+    on its own stores, in channel order (``App.ordered``)."""
+
+    def __init__(self, context: ProcessorContext, app: App, nodes: Sequence[Node],
+                 routes: AppRoutes, stats: NodeStats) -> None:
+        super().__init__(context)
+        self._app, self._routes, self._stats = app, routes, stats
+        self.processors: dict[str, MessageProcessor] = {}
+        """Each processor of the app for this partition, by name."""
+        self._steps: list[tuple[Node, MessageProcessor, frozenset[str]]] = []
+        for node in nodes:
+            own = ProcessorContext(context.partition, context.config,
+                                   {s.name: context.stores[s.name] for s in node.stores},
+                                   context.clock, context.query_tables)
+            processor = self.processors[node.name] = node.factory(own)
+            self._steps.append((node, processor, routes.kafka_inputs(node)))
+
+    def process(self, messages: list[Message], sender: Sender) -> None:
+        """Each processor gets its inputs' messages: its topics' in the order they came,
+        then its channels' (sent by the processors before it in this call)."""
+        runs = _by_topic(messages)
+        hop = _Hop(self._steps[0][0], self.context.partition, {})
+        self._routes.hop = hop
+        try:
+            for node, processor, topics in self._steps:
+                mine = _select(runs, topics)
+                for name in node.reads(Channel):
+                    mine = [*mine, *hop.pending.pop(name, [])]
+                if mine:
+                    hop.node = node
+                    self._run(node, processor, mine, sender)
+        finally:
+            self._routes.hop = None
+
+    def _run(self, node: Node, processor: MessageProcessor, messages: list[Message],
+             sender: Sender) -> None:
+        started = time.perf_counter()
+        try:
+            processor.process(messages, sender)
+        except Exception as exc:
+            exc.add_note(f"in processor {node.name!r} of app {self._app.name!r}")
+            raise
+        self._stats.record(node.name, len(messages), time.perf_counter() - started)
+
+    def close(self) -> None:
+        """Close every processor of the partition; the first error is raised after."""
+        first: Exception | None = None
+        for _, processor, _ in self._steps:
+            try:
+                processor.close()
+            except Exception as exc:
+                first = first or exc
+        if first is not None:
+            raise first
+
+
+class AppFactory:
+    """Builds an app's ``AppProcessor`` per partition (a ``ProcessorFactory``)."""
+
+    def __init__(self, app: App, routes: AppRoutes, stats: NodeStats) -> None:
+        self.app, self.routes, self.stats = app, routes, stats
+        self._nodes = app.ordered()
+
+    def __call__(self, context: ProcessorContext) -> AppProcessor:
+        return AppProcessor(context, self.app, self._nodes, self.routes, self.stats)
+
+
+def _by_topic(messages: list[Message]) -> list[tuple[str, list[Message]]]:
+    """``messages`` as runs of one topic each, in order (a partition's batch comes topic
+    by topic, so usually one run)."""
+    if not messages:
+        return []
+    first = messages[0].topic
+    if messages[-1].topic == first and all(m.topic == first for m in messages):
+        return [(first, messages)]
+    runs: dict[str, list[Message]] = {}
+    for message in messages:
+        runs.setdefault(message.topic, []).append(message)
+    return list(runs.items())
+
+
+def _select(runs: list[tuple[str, list[Message]]], topics: frozenset[str]) -> list[Message]:
+    """The messages of ``runs`` whose topic is one of ``topics``, in order (the run
+    itself, not a copy, when it is the only one)."""
+    if len(runs) == 1:
+        return runs[0][1] if runs[0][0] in topics else []
+    return [m for topic, run in runs if topic in topics for m in run]
