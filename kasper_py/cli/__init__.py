@@ -26,6 +26,8 @@ import structlog
 from confluent_kafka import KafkaException
 
 import kasper_py
+from kasper_py.app import App
+from kasper_py.cli.app import add_app_parsers, app_command
 from kasper_py.cli.base import (
     EXIT_BROKER,
     EXIT_CONFIG,
@@ -41,7 +43,7 @@ from kasper_py.cli.base import (
     config_from_args,
     exit_code,
     load_config,
-    load_target,
+    load_runnable,
     load_tasks,
     load_views,
     print_error,
@@ -92,8 +94,9 @@ def _parser() -> argparse.ArgumentParser:
                "4 Kafka unreachable, 5 refused.")
     parser.add_argument("--version", action="version", version=f"kasper {_version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    run = commands.add_parser("run", help="run a processor until SIGTERM/SIGINT")
+    run = commands.add_parser("run", help="run a processor or an app until SIGTERM/SIGINT")
     add_target_arguments(run)
+    run.set_defaults(accepts_app=True)
     add_tasks_argument(run)
     run.add_argument("--force", action="store_true",
                      help="start although another loop's recent commit says it is running "
@@ -125,6 +128,7 @@ def _parser() -> argparse.ArgumentParser:
                         help="read a running processor's tables (see `kasper query -h`)")
     add_offsets_parsers(commands, _add_config_flags)
     add_dlq_parser(commands, _add_config_flags)
+    add_app_parsers(commands, _add_config_flags)
     return parser
 
 
@@ -171,6 +175,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         return lag(config, args.connect_timeout)
     if args.command == "dlq":
         return replay(config, args)
+    if args.command == "app":
+        return app_command(config, args)
     if args.action == "show":
         return offsets_show(config, args.connect_timeout)
     return offsets_reset(config, args.to, args.dry_run, args.connect_timeout, args.force)
@@ -203,7 +209,7 @@ _OWN_PARSERS: dict[str, Callable[[list[str]], int]] = {
 def _run(config: Config, args: argparse.Namespace) -> int:
     if args.processes is not None:
         return _supervise(config, args)
-    factory, stores = load_target(args, config)
+    factory, stores = load_runnable(args, config)
     tasks, views = load_tasks(args, config), load_views(args, config)
     metadata = _metadata(config, args.connect_timeout)
     input_partitions(config, metadata)  # topics exist?
@@ -219,7 +225,7 @@ def _supervise(config: Config, args: argparse.Namespace) -> int:
     ``--processes``, given its partitions (static) and its metrics port."""
     if args.processes < 1:
         raise CliError(EXIT_USAGE, f"--processes must be at least 1, got {args.processes}")
-    load_target(args, config)  # a bad target fails here, not N times in the workers
+    load_runnable(args, config)  # a bad target fails here, not N times in the workers
     load_tasks(args, config)
     load_views(args, config)
     metadata = _metadata(config, args.connect_timeout)
@@ -289,7 +295,7 @@ def _without_processes(argv: Sequence[str]) -> list[str]:
     return kept
 
 
-def _build_processor(config: Config, factory: ProcessorFactory, stores: list[StoreSpec],
+def _build_processor(config: Config, factory: ProcessorFactory | App, stores: list[StoreSpec],
                      tasks: list[Task], *, force: bool = False,
                      views: Mapping[str, View] | None = None) -> TopicProcessor:
     """The loop, serving its own metrics (``Config.metrics_port``), with the stores'

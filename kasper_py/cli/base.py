@@ -15,6 +15,7 @@ from typing import Any
 
 from kasper_py._support.names import NameResolutionError, resolve_name
 from kasper_py._support.secrets import scrub
+from kasper_py.app import App
 from kasper_py.cli.fields import FIELDS, parse_flag, parse_variable
 from kasper_py.config import Config
 from kasper_py.exceptions import ConfigError, KasperError, TopicError
@@ -27,7 +28,8 @@ __all__ = ["CONFIG_FLAGS", "ENV_PREFIX", "EXIT_BROKER", "EXIT_CONFIG", "EXIT_FAI
            "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_REFUSED", "EXIT_USAGE", "CliError",
            "ExitCodes", "add_config_flags", "add_target_arguments", "add_tasks_argument",
            "config_from_args", "exit_code", "flag_name", "load_attr", "load_config",
-           "load_target", "load_tasks", "load_views", "print_error", "run_command", "setup_logging"]
+           "load_runnable", "load_target", "load_tasks", "load_views", "print_error",
+           "run_command", "setup_logging"]
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -144,20 +146,40 @@ def setup_logging(args: argparse.Namespace) -> None:
 
 
 def config_from_args(args: argparse.Namespace, env: Mapping[str, str] = os.environ) -> Config:
-    """The ``Config`` from ``--config``, ``env`` and whichever config flags were added."""
+    """The ``Config`` from ``--config``, ``env`` and whichever config flags were added;
+    when the command's target is an ``App``, its name and input topics come first (a
+    layer under the file: ``name`` and ``input_topics`` need not be given)."""
     flags = {name: getattr(args, name, None) for name in CONFIG_FLAGS}
-    return load_config(args.config, env, flags)
+    return load_config(args.config, env, flags, defaults=_app_defaults(args))
+
+
+def _app_defaults(args: argparse.Namespace) -> dict[str, Any]:
+    """``name`` and ``input_topics`` of the command's target when it is an ``App``."""
+    target = getattr(args, "target", None)
+    if not isinstance(target, str) or not getattr(args, "accepts_app", False):
+        return {}
+    found = load_attr(target, args.app_dir, "target")
+    if not isinstance(found, App):
+        return {}
+    try:
+        found.ordered()
+    except ConfigError as exc:
+        raise CliError(EXIT_CONFIG, f"target {target!r}: {exc}") from None
+    return {"name": found.name, "input_topics": list(found.sources)}
 
 
 # -- configuration: TOML, then KASPER_* environment variables, then flags ---------------
 
 def load_config(path: str | None, env: Mapping[str, str],
-                flags: Mapping[str, Any] | None = None) -> Config:
-    """Build the ``Config`` from a TOML file, ``env`` and ``flags``, later ones winning.
+                flags: Mapping[str, Any] | None = None, *,
+                defaults: Mapping[str, Any] | None = None) -> Config:
+    """Build the ``Config`` from ``defaults`` (an app's), a TOML file, ``env`` and
+    ``flags``, later ones winning.
 
     Raises ``CliError(EXIT_CONFIG)`` naming the field, and where its value came from.
     """
-    layers = [(path or "", _read_toml(path) if path else {}), ("environment", _from_env(env)),
+    layers = [("the app", dict(defaults or {})),
+              (path or "", _read_toml(path) if path else {}), ("environment", _from_env(env)),
               ("flags", {k: v for k, v in (flags or {}).items() if v is not None})]
     values: dict[str, Any] = {}
     sources: dict[str, str] = {}
@@ -236,7 +258,8 @@ def _mapping(name: str, value: Any, source: str) -> dict[str, Any]:
 def add_target_arguments(parser: argparse.ArgumentParser) -> None:
     """The processor to run (``target``), its ``--stores`` and the ``--app-dir`` they are
     imported from."""
-    parser.add_argument("target", help="module:factory, a ProcessorFactory (or processor class)")
+    parser.add_argument("target", help="module:factory, a ProcessorFactory (or processor "
+                        "class); `kasper run` also takes an App (kasper_py.app)")
     parser.add_argument("--stores", metavar="MODULE:ATTR",
                         help="StoreSpecs to open: a sequence, or a callable taking the Config")
     parser.add_argument("--app-dir", default=".", help="prepended to sys.path (default: .)")
@@ -244,11 +267,27 @@ def add_target_arguments(parser: argparse.ArgumentParser) -> None:
 
 def load_target(args: argparse.Namespace, config: Config
                 ) -> tuple[ProcessorFactory, list[StoreSpec]]:
-    """The factory and store specs ``add_target_arguments`` named, imported and checked
-    before anything connects, so a typo is a config error rather than a crash later;
-    a ``timestamp_extractor`` given by name is imported too, from the same ``--app-dir``."""
+    """The factory and store specs ``add_target_arguments`` named (``load_runnable``,
+    for a command that runs only a lone processor)."""
+    factory, stores = load_runnable(args, config)
+    if isinstance(factory, App):
+        raise CliError(EXIT_CONFIG, f"target {args.target!r} is an App: this command runs a "
+                       "lone processor (`kasper run` runs apps)")
+    return factory, stores
+
+
+def load_runnable(args: argparse.Namespace, config: Config
+                  ) -> tuple[ProcessorFactory | App, list[StoreSpec]]:
+    """The factory or ``App``, and the store specs, ``add_target_arguments`` named,
+    imported and checked before anything connects, so a typo is a config error rather
+    than a crash later; a ``timestamp_extractor`` given by name is imported too, from
+    the same ``--app-dir``."""
     factory = load_attr(args.target, args.app_dir, "target")
-    if not callable(factory):
+    if isinstance(factory, App):
+        if args.stores:
+            raise CliError(EXIT_CONFIG, f"target {args.target!r} is an App, which declares "
+                           "its stores per processor: drop --stores")
+    elif not callable(factory):
         raise CliError(EXIT_CONFIG, f"target {args.target!r} is not callable: it must build "
                        "a MessageProcessor from a ProcessorContext")
     stores = _load_specs(args.stores, args.app_dir, config, StoreSpec, "--stores") \
