@@ -25,10 +25,12 @@ import time
 from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any
 
+from kasper_py.app import App, plan_for
 from kasper_py.config import Config
 from kasper_py.exceptions import SimulatedCrash
 from kasper_py.kafka.batching import Batch, decode_batch
 from kasper_py.kafka.memory import Commit, Faults, InMemoryBroker
+from kasper_py.kafka.partitioner import murmur2_partition
 from kasper_py.message import (
     TIMESTAMP_CREATE_TIME,
     TIMESTAMP_NONE,
@@ -47,6 +49,7 @@ from kasper_py.turn import TurnEngine
 __all__ = ["Commit", "Faults", "InMemoryBroker", "ProcessorDriver", "SimulatedCrash",
            "make_message"]
 
+_MAX_HOPS = 100
 _AS_GIVEN = serde_for("bytes")  # messages handed in already decoded are not decoded again
 
 
@@ -80,11 +83,16 @@ class ProcessorDriver:
     until ``advance_wall_clock``; a partition's stream time moves with the event times
     of the messages processed, or with ``advance_stream_time``. ``tasks`` run on the
     driver's wall clock, as ``TopicProcessor(tasks=...)`` runs them on the real one.
+
+    An ``App`` runs as the loop runs it: what its processors send to a repartition is
+    read back in the next turn (on the partition its key hashes to among
+    ``partitions``), until no turn sends to one; ``outputs()`` shows the repartition
+    topics too. With no ``config``, the app's name and sources make one.
     """
 
     def __init__(
         self,
-        factory: ProcessorFactory,
+        factory: ProcessorFactory | App,
         *,
         config: Config | None = None,
         stores: Sequence[StoreSpec] = (),
@@ -92,20 +100,25 @@ class ProcessorDriver:
         value_serde: str | Serde = "bytes",
         tasks: Sequence[Task] = (),
         wall_clock_start: float | None = None,
+        partitions: int = 1,
     ) -> None:
-        self.config = config or Config(
-            name="testing", bootstrap_servers="in-memory:0", input_topics=("input",),
-            key_serde=key_serde, value_serde=value_serde,
-        )
-        self._factory = factory
-        self._store_specs = list(stores)
+        app = factory if isinstance(factory, App) else None
+        config = config or Config(
+            name=app.name if app else "testing", bootstrap_servers="in-memory:0",
+            input_topics=app.sources if app else ("input",), key_serde=key_serde,
+            value_serde=value_serde)
+        plan = plan_for(factory, config, stores=stores, tasks=tasks)
+        self.config, self._factory, self._store_specs = plan.config, plan.factory, plan.stores
+        self._internal = {topic.name for topic in plan.internal}
+        self._partitions = partitions
         self._port = _AckedList()
         self._wall_time = time.time() if wall_clock_start is None else float(wall_clock_start)
         exactly_once = self.config.exactly_once
         self._engine = TurnEngine(self.config, self._port,
                                   commit=self._port.commit if exactly_once else None,
                                   transactions=self._port if exactly_once else None,
-                                  wall_clock=lambda: self._wall_time, tasks=tasks)
+                                  wall_clock=lambda: self._wall_time, tasks=plan.tasks,
+                                  routes=plan.routes)
         self._next_offset: dict[TopicPartitionKey, int] = {}
         self.committed: dict[TopicPartitionKey, int] = {}
         """Next offset per (topic, partition), as the loop would commit it."""
@@ -175,10 +188,32 @@ class ProcessorDriver:
 
     def _run(self, batch: Batch, stream_times: dict[int, int] | None = None
              ) -> list[OutgoingMessage]:
-        before = len(self.sent)
+        """One turn, then (an app) a turn per round of what it sent to repartitions;
+        returns everything sent."""
+        start = scan = len(self.sent)
         result = self._engine.run(batch, stream_times=stream_times)
         self.committed.update(result.next_offsets)
-        return self.sent[before:]
+        for _ in range(_MAX_HOPS):
+            hops = [self._numbered(self._read_back(m)) for m in self.sent[scan:]
+                    if m.topic in self._internal]
+            if not hops:
+                return self.sent[start:]
+            scan = len(self.sent)
+            for message in hops:
+                self.processor(message.partition)
+            result = self._engine.run(decode_batch(hops, self.config.key_decoder,
+                                                   self.config.value_decoder))
+            self.committed.update(result.next_offsets)
+        raise RuntimeError(f"the app sent to its repartitions in {_MAX_HOPS} turns in a row: "
+                           "a cycle through a repartition?")
+
+    def _read_back(self, sent: OutgoingMessage) -> Message:
+        """A message sent to a repartition, as the turn reading it gets it (bytes)."""
+        partition = sent.partition if sent.partition is not None else (
+            murmur2_partition(sent.key, self._partitions) if sent.key is not None else 0)
+        return Message(sent.topic, partition, -1, sent.key, sent.value, sent.timestamp,
+                       sent.headers or (), TIMESTAMP_CREATE_TIME if sent.timestamp
+                       else TIMESTAMP_NONE)
 
     def processor(self, partition: int = 0) -> MessageProcessor:
         """The processor instance of ``partition``, built on first use."""

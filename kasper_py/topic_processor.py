@@ -93,6 +93,8 @@ class TopicProcessor:
         config = plan.config
         self._servers = LoopServers(config, observer, store_observer)
         self._observer = observer = self._servers.observer
+        if plan.stats is not None:
+            observer.watch_processors(plan.stats.snapshot)
         real_clients = clients is None
         clients = clients or KafkaClients(InputConsumer(config), OutputProducer(config))
         self._consumer, self._producer = clients.consumer, clients.producer

@@ -1,6 +1,7 @@
 """What the dashboard tests share: the PromQL expressions of grafana/dashboards/kasper.json,
 the metric names they read, and every metric the library exports, read from the code
-that registers them (the loop's observer, the stream runner's, the supervisor's)."""
+that registers them (the loop's observer, running an app, the stream runner's, the
+supervisor's)."""
 
 from __future__ import annotations
 
@@ -59,6 +60,7 @@ def exported_metrics() -> dict[str, str]:
     series of a counter or histogram ``x`` are its bookkeeping, not a metric."""
     config = Config(name="dashboard", bootstrap_servers="127.0.0.1:1", input_topics=["in"])
     observer = PrometheusObserver(config, registry=CollectorRegistry())
+    observer.watch_processors(lambda: {"split": (1, 0.5)})  # what an app adds
     try:
         texts = [generate_latest(observer.registry).decode()]
     finally:

@@ -15,7 +15,7 @@ import json
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -136,6 +136,34 @@ class _ProgressCollector:
                 families["oldest"].add_metric(labels, behind if lag > 0 else 0.0)
 
 
+class _AppCollector:
+    """An app's per-processor counters, read from the app when scraped."""
+
+    def __init__(self, processor: str,
+                 read: Callable[[], Mapping[str, tuple[int, float]]]) -> None:
+        self._processor, self._read = processor, read
+
+    def describe(self) -> list[Metric]:
+        """Nothing: collected on scrape only."""
+        return []
+
+    def collect(self) -> Iterable[Metric]:
+        """Messages and seconds per processor of the app (label ``app_processor``)."""
+        from prometheus_client.core import CounterMetricFamily  # noqa: PLC0415 - optional
+
+        labels = ["processor", "app_processor"]
+        messages = CounterMetricFamily(
+            "kasper_app_processor_messages", "Messages handed to a processor of the app.",
+            labels=labels)
+        seconds = CounterMetricFamily(
+            "kasper_app_processor_seconds", "Seconds a processor of the app spent in "
+            "process().", labels=labels)
+        for name, (count, spent) in sorted(self._read().items()):
+            messages.add_metric([self._processor, name], count)
+            seconds.add_metric([self._processor, name], spent)
+        return [messages, seconds]
+
+
 # -- health ---------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -242,6 +270,10 @@ class PrometheusObserver(LoopObserver, StoreObserver):
         """The loop stopped: neither live nor ready from now on."""
         with self._lock:
             self._stopped = True
+
+    def watch_processors(self, read: Callable[[], Mapping[str, tuple[int, float]]]) -> None:
+        """Export the app's per-processor counters (``kasper_app_processor_*``)."""
+        self.registry.register(_AppCollector(self.processor, read))
 
     def on_query_rejected(self, reason: str) -> None:
         """Count a query request refused with 401 (``missing`` or ``wrong`` token)."""

@@ -6,6 +6,7 @@ changelog restores, late records dropped by windows). Prometheus lives in
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
@@ -147,6 +148,10 @@ class LoopObserver(Protocol):
         """Where the loop's stores report; handed to each store when it is opened."""
         return NOOP_STORE_OBSERVER
 
+    def watch_processors(self, read: Callable[[], Mapping[str, tuple[int, float]]]) -> None:
+        """The loop runs an app: ``read()`` gives, per processor of the app, the messages
+        handed to it and the seconds it spent in ``process()`` so far."""
+
 
 class NoopObserver:
     """Observes nothing: the default when metrics are disabled."""
@@ -174,6 +179,9 @@ class NoopObserver:
 
     def store_observer(self) -> StoreObserver:
         return NOOP_STORE_OBSERVER
+
+    def watch_processors(self, read: Callable[[], Mapping[str, tuple[int, float]]]) -> None:
+        pass
 
 
 class _WithStoreObserver:
@@ -206,6 +214,9 @@ class _WithStoreObserver:
 
     def store_observer(self) -> StoreObserver:
         return self._stores
+
+    def watch_processors(self, read: Callable[[], Mapping[str, tuple[int, float]]]) -> None:
+        self._loop.watch_processors(read)
 
 
 def with_store_observer(loop: LoopObserver, extra: StoreObserver) -> LoopObserver:
