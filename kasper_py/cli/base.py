@@ -158,7 +158,10 @@ def _app_defaults(args: argparse.Namespace) -> dict[str, Any]:
     target = getattr(args, "target", None)
     if not isinstance(target, str) or not getattr(args, "accepts_app", False):
         return {}
-    found = load_attr(target, args.app_dir, "target")
+    try:
+        found = load_attr(target, args.app_dir, "target")
+    except CliError:
+        return {}  # a bad target is reported once the config is known (load_runnable)
     if not isinstance(found, App):
         return {}
     try:
