@@ -1,0 +1,10 @@
+"""Streams and tables: a high-level API on the batch engine (``Builder``). Operators
+(``filter``, ``map``, ``group_by``, ``count``, joins, windows...) compile into an
+``App`` whose processors run each operator once per batch. See docs/streams-dsl.md.
+"""
+
+from kasper_py.dsl._ops import Windowed
+from kasper_py.dsl.builder import Builder, GlobalTable, Grouped, Stream, Table, WindowedGrouped
+
+__all__ = ["Builder", "GlobalTable", "Grouped", "Stream", "Table", "Windowed",
+           "WindowedGrouped"]

@@ -1,0 +1,146 @@
+"""The declared graph of a DSL pipeline: operator specs grouped into stages. A stage is
+the part of the graph one processor of the app runs (Kafka Streams' sub-topology):
+what reads its topics and repartitions, down to the next repartition. Joining two
+things of different stages that are partitioned alike merges the stages; a re-keyed
+stream reaches another stage through a repartition.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from kasper_py.dsl._ops import Op, Rec, TableJoin, TableOp, Turn
+from kasper_py.message import Message
+from kasper_py.processor import MessageProcessor, ProcessorContext
+from kasper_py.sender import Sender
+from kasper_py.stores.base import StoreSpec
+
+MakeOp = Callable[["Build"], Op]
+
+
+@dataclass(eq=False)
+class Spec:
+    """One operator as declared: how to build it, and where its records go (a child's
+    ``port`` names the side of a two-input operator)."""
+
+    make: MakeOp
+    stage: Stage
+    children: list[tuple[Spec, int | None]] = field(default_factory=list)
+
+    def add(self, child: Spec, port: int | None = None) -> Spec:
+        self.children.append((child, port))
+        return child
+
+
+@dataclass(eq=False)
+class Stage:
+    """A part of the graph one processor runs; merged stages point to one ``into``."""
+
+    number: int
+    sources: dict[str, list[Spec]] = field(default_factory=dict)
+    """Topic name, or ``"repartition:<name>"``, to the specs reading it."""
+    stores: list[StoreSpec] = field(default_factory=list)
+    topics_out: list[str] = field(default_factory=list)
+    repartitions_out: list[str] = field(default_factory=list)
+    into: Stage | None = None
+
+    def root(self) -> Stage:
+        stage = self
+        while stage.into is not None:
+            stage = stage.into
+        return stage
+
+    def absorb(self, other: Stage) -> Stage:
+        """Merge ``other`` into this stage (both roots); returns the root."""
+        mine, theirs = self.root(), other.root()
+        if mine is theirs:
+            return mine
+        for source, specs in theirs.sources.items():
+            mine.sources.setdefault(source, []).extend(specs)
+        mine.stores += theirs.stores
+        mine.topics_out += theirs.topics_out
+        mine.repartitions_out += theirs.repartitions_out
+        theirs.into = mine
+        return mine
+
+
+class Build:
+    """Builds a stage's operators for one partition, each spec once."""
+
+    def __init__(self, context: ProcessorContext, turn: Turn) -> None:
+        self.context, self.turn = context, turn
+        self._ops: dict[int, Op] = {}
+
+    def op(self, spec: Spec) -> Op:
+        """The operator of ``spec``, built (with its children) on first use."""
+        found = self._ops.get(id(spec))
+        if found is not None:
+            return found
+        op = self._ops[id(spec)] = spec.make(self)
+        for child, port in spec.children:
+            built = self.op(child)
+            op.children.append(built if port is None else _side(built, port))
+        return op
+
+    def table(self, spec: Spec) -> TableOp:
+        """The table operator of ``spec``."""
+        op = self.op(spec)
+        assert isinstance(op, TableOp)
+        return op
+
+
+def _side(op: Op, port: int) -> Op:
+    assert isinstance(op, TableJoin)
+    return op.side(port)
+
+
+class StageProcessor(MessageProcessor):
+    """The processor of one stage for one partition: each batch's messages become
+    records pushed through the stage's operators, topic by topic in timestamp order
+    (runs of one topic at a time), so a join sees the table as of each record."""
+
+    def __init__(self, context: ProcessorContext, sources: dict[str, list[Spec]],
+                 topic_of: Callable[[str], str]) -> None:
+        super().__init__(context)
+        self._turn = Turn()
+        build = Build(context, self._turn)
+        self._sources = {topic_of(source): [build.op(spec) for spec in specs]
+                         for source, specs in sources.items()}
+        extractor = context.config.timestamp_extractor
+        self._time = context.event_time if extractor is not None else _kafka_time
+
+    def process(self, messages: list[Message], sender: Sender) -> None:
+        self._turn.sender = sender
+        when = self._time
+        runs: dict[str, list[Rec]] = {}
+        for m in messages:
+            runs.setdefault(m.topic, []).append((m.key, m.value, when(m), m.headers))
+        if len(runs) == 1:
+            for topic, records in runs.items():
+                self._push(topic, records)
+            return
+        merged = heapq.merge(*([(topic, r) for r in records] for topic, records in runs.items()),
+                             key=lambda item: item[1][2] or 0)
+        for topic, chunk in itertools.groupby(merged, key=lambda item: item[0]):
+            self._push(topic, [item[1] for item in chunk])
+
+    def _push(self, topic: str, records: list[Rec]) -> None:
+        for op in self._sources.get(topic, ()):
+            op.push(records)
+
+
+def _kafka_time(message: Message) -> int | None:
+    return message.timestamp
+
+
+def stage_factory(sources: dict[str, list[Spec]], topic_of: Callable[[str], str]
+                  ) -> Callable[[ProcessorContext], StageProcessor]:
+    """A ``ProcessorFactory`` of the stage reading ``sources``."""
+
+    def factory(context: ProcessorContext) -> StageProcessor:
+        return StageProcessor(context, sources, topic_of)
+
+    return factory

@@ -1,0 +1,407 @@
+"""``Builder``: declare streams and tables, chain operators on them, and ``build()`` an
+``App`` the loop runs like any other (every mode, exactly-once, the testing driver).
+
+    words = Builder("wordcount", stores="memory")
+    (words.stream("lines")
+        .flat_map_values(str.split)
+        .group_by(lambda _doc, word: word)
+        .count("counts")
+        .to_stream()
+        .to("word-counts"))
+    app = words.build()
+
+Each operator runs once per batch over the batch's records (a list in, a list out);
+a grouped aggregation reads and writes its store once per batch. ``group_by`` (and a
+join of a re-keyed stream) sends the records through a repartition of the app, which
+starts the next stage: one processor of the app per stage. See docs/streams-dsl.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any, Literal
+
+from kasper_py.app import App, Repartition
+from kasper_py.dsl import _ops as ops
+from kasper_py.dsl._graph import Build, Spec, Stage, stage_factory
+from kasper_py.exceptions import ConfigError
+from kasper_py.stores.base import StoreSpec
+from kasper_py.stores.memory import MemoryTable
+from kasper_py.windows import Aggregation, WindowKind
+from kasper_py.windows import count as count_aggregation
+
+__all__ = ["Builder", "GlobalTable", "Grouped", "Stream", "Table", "WindowedGrouped"]
+
+StoreKind = Literal["rocksdb", "memory"] | Callable[[str, bool], StoreSpec]
+"""Where tables and aggregations keep their state: ``"rocksdb"`` (a changelog-backed
+``RocksDBTable``, the default), ``"memory"`` (``MemoryTable``: tests), or a function of
+(store name, windowed) returning a ``StoreSpec``."""
+_REPARTITION = "repartition:"
+
+
+def _rocksdb(name: str, windowed: bool) -> StoreSpec:
+    from kasper_py.stores.rocksdb import RocksDBTable  # noqa: PLC0415 - the rocksdb extra
+
+    if windowed:
+        return RocksDBTable(name, key_serde="bytes", value_serde="bytes")
+    return RocksDBTable(name, key_serde="json", value_serde="json")
+
+
+def _memory(name: str, _windowed: bool) -> StoreSpec:
+    return MemoryTable(name)
+
+
+class Builder:
+    """Declares a pipeline of streams and tables; ``build()`` makes the ``App``."""
+
+    def __init__(self, name: str, *, stores: StoreKind = "rocksdb") -> None:
+        self.name = name
+        self._stores: Callable[[str, bool], StoreSpec] = (
+            _rocksdb if stores == "rocksdb" else _memory if stores == "memory"
+            else stores)
+        self._stages: list[Stage] = []
+        self._repartitions: dict[str, int | None] = {}
+        self._names: set[str] = set()
+        self._built: App | None = None
+
+    # -- sources -----------------------------------------------------------------------
+
+    def stream(self, *topics: str) -> Stream:
+        """The records of ``topics`` (merged), keys and values decoded by the config's
+        serdes; a stage of its own until joined."""
+        if not topics:
+            raise ConfigError("dsl", "stream() needs at least one topic")
+        stage = self._stage()
+        head = Spec(lambda _b: ops.Op(), stage)
+        for topic in topics:
+            stage.sources.setdefault(topic, []).append(head)
+        return Stream(self, head, rekeyed=False)
+
+    def table(self, topic: str, *, store: str | None = None) -> Table:
+        """``topic`` (compacted, keyed) materialised into a store named ``store``
+        (``topic`` by default), queryable like any table: each record upserts its key,
+        a ``None`` value deletes it; every record is emitted as an update."""
+        name = self._store_name(store or topic)
+        stage = self._stage()
+        spec_store = self._stores(name, False)
+        stage.stores.append(spec_store)
+        head = Spec(lambda b: ops.SourceTable(b.context.store(name)), stage)
+        stage.sources.setdefault(topic, []).append(head)
+        return Table(self, head)
+
+    def global_table(self, topic: str, *, store: str | None = None,
+                     key_serde: str = "json", value_serde: str = "json") -> GlobalTable:
+        """Every partition of ``topic`` in each process (``RocksDBTable`` with
+        ``global_table``), for joins by any key (``Stream.join_global``)."""
+        from kasper_py.stores.rocksdb import RocksDBTable  # noqa: PLC0415 - the rocksdb extra
+
+        name = self._store_name(store or topic)
+        return GlobalTable(RocksDBTable(name, global_table=True, changelog_topic=topic,
+                                        key_serde=key_serde, value_serde=value_serde))
+
+    # -- the app -----------------------------------------------------------------------
+
+    def build(self) -> App:
+        """The ``App``: a processor per stage, a repartition per re-keying. Building
+        twice returns the same app; declaring more after that is an error."""
+        if self._built is not None:
+            return self._built
+        app = App(self.name)
+        declared = {name: app.repartition(name, partitions=count)
+                    for name, count in self._repartitions.items()}
+        stages = [s for s in self._stages if s.into is None]
+        for stage in stages:
+            inputs = [declared[s[len(_REPARTITION):]] if s.startswith(_REPARTITION) else s
+                      for s in stage.sources]
+            outputs: list[str | Repartition] = [*dict.fromkeys(stage.topics_out),
+                       *(declared[n] for n in dict.fromkeys(stage.repartitions_out))]
+            app.processor(f"stage-{stage.number}", stage_factory(
+                stage.sources, _topic_of(self.name, app)), inputs=inputs, outputs=outputs,
+                stores=stage.stores)
+        self._built = app
+        return app
+
+    # -- for the operators -------------------------------------------------------------
+
+    def _stage(self) -> Stage:
+        if self._built is not None:
+            raise ConfigError("dsl", f"builder {self.name!r} was built already")
+        stage = Stage(len(self._stages))
+        self._stages.append(stage)
+        return stage
+
+    def _store_name(self, name: str) -> str:
+        if name in self._names:
+            raise ConfigError("dsl", f"the name {name!r} is taken in builder {self.name!r}: "
+                              "give the store another name")
+        self._names.add(name)
+        return name
+
+    def _repartition(self, spec: Spec, name: str, partitions: int | None = None) -> Spec:
+        """Send ``spec``'s records through the repartition ``name``; returns the head
+        of the new stage reading it."""
+        name = self._store_name(name)
+        self._repartitions[name] = partitions
+        stage = spec.stage.root()
+        stage.repartitions_out.append(name)
+        spec.add(Spec(lambda b: ops.ToRepartition(b.turn, name), stage))
+        head = Spec(lambda _b: ops.Op(), self._stage())
+        head.stage.sources[_REPARTITION + name] = [head]
+        return head
+
+    def _auto_name(self, what: str) -> str:
+        number = 0
+        while f"{what}-{number}" in self._names:
+            number += 1
+        return f"{what}-{number}"
+
+
+def _topic_of(app_name: str, app: App) -> Callable[[str], str]:
+    """Source names to the topics a stage's processor sees (``Config.name`` decides a
+    repartition's topic: the app's name when it is not set otherwise)."""
+    def topic_of(source: str) -> str:
+        return source if not source.startswith(_REPARTITION) else (
+            app.repartitions[source[len(_REPARTITION):]].topic(app_name))
+    return topic_of
+
+
+class Stream:
+    """Records flowing through operators (Kafka Streams' KStream). Every method returns
+    a new ``Stream`` (or what its name says) and runs once per batch."""
+
+    def __init__(self, builder: Builder, spec: Spec, *, rekeyed: bool) -> None:
+        self._builder, self._spec, self._rekeyed = builder, spec, rekeyed
+
+    def _then(self, make: Callable[[Build], ops.Op], *, rekeyed: bool | None = None) -> Stream:
+        child = self._spec.add(Spec(make, self._spec.stage.root()))
+        return Stream(self._builder, child,
+                      rekeyed=self._rekeyed if rekeyed is None else rekeyed)
+
+    def filter(self, predicate: Callable[[Any, Any], bool]) -> Stream:
+        """The records for which ``predicate(key, value)`` is true."""
+        return self._then(lambda _b: ops.Filter(predicate))
+
+    def filter_not(self, predicate: Callable[[Any, Any], bool]) -> Stream:
+        """The records for which ``predicate(key, value)`` is false."""
+        return self._then(lambda _b: ops.Filter(predicate, keep=False))
+
+    def map(self, function: Callable[[Any, Any], tuple[Any, Any]]) -> Stream:
+        """Each record as ``function(key, value)``'s (key, value); re-keys the stream."""
+        return self._then(lambda _b: ops.Map(function), rekeyed=True)
+
+    def map_values(self, function: Callable[[Any], Any]) -> Stream:
+        """Each record's value as ``function(value)``; keys stay."""
+        return self._then(lambda _b: ops.MapValues(function))
+
+    def flat_map(self, function: Callable[[Any, Any], Iterable[tuple[Any, Any]]]) -> Stream:
+        """Each record as the (key, value) pairs ``function(key, value)`` yields."""
+        return self._then(lambda _b: ops.FlatMap(function), rekeyed=True)
+
+    def flat_map_values(self, function: Callable[[Any], Iterable[Any]]) -> Stream:
+        """Each record as one record per value ``function(value)`` yields, same key."""
+        return self._then(lambda _b: ops.FlatMapValues(function))
+
+    def select_key(self, function: Callable[[Any, Any], Any]) -> Stream:
+        """Each record keyed by ``function(key, value)``."""
+        return self._then(lambda _b: ops.SelectKey(function), rekeyed=True)
+
+    def peek(self, function: Callable[[Any, Any], object]) -> Stream:
+        """Call ``function(key, value)`` on each record, which passes on unchanged."""
+        return self._then(lambda _b: ops.Peek(function))
+
+    def branch(self, *predicates: Callable[[Any, Any], bool]) -> list[Stream]:
+        """One stream per predicate: each record goes to the first whose predicate
+        holds (none: dropped). Add ``lambda k, v: True`` last for "the rest"."""
+        branch = self._spec.add(Spec(lambda _b: ops.Branch(predicates),
+                                     self._spec.stage.root()))
+        return [Stream(self._builder, branch.add(Spec(lambda _b: ops.Op(), branch.stage)),
+                       rekeyed=self._rekeyed) for _ in predicates]
+
+    def merge(self, *others: Stream) -> Stream:
+        """This stream's and ``others``' records as one stream (of one stage: merging
+        streams of different sources joins their stages, so they must be co-partitioned
+        like every input of an app)."""
+        head = Spec(lambda _b: ops.Op(), self._spec.stage.root())
+        for stream in (self, *others):
+            head.stage = head.stage.absorb(stream._spec.stage)
+            stream._spec.add(head)
+        return Stream(self._builder, head,
+                      rekeyed=any(s._rekeyed for s in (self, *others)))
+
+    def to(self, topic: str) -> None:
+        """Produce each record to ``topic`` (the config's serdes; its timestamp)."""
+        stage = self._spec.stage.root()
+        stage.topics_out.append(topic)
+        self._spec.add(Spec(lambda b: ops.ToTopic(b.turn, topic), stage))
+
+    def through(self, name: str, *, partitions: int | None = None) -> Stream:
+        """Send the records through the app's repartition ``name`` (by their keys);
+        returns the stream read from it, in a new stage."""
+        head = self._builder._repartition(self._spec, name, partitions)
+        return Stream(self._builder, head, rekeyed=False)
+
+    def group_by(self, key: Callable[[Any, Any], Any], *, name: str | None = None
+                 ) -> Grouped:
+        """Group by ``key(key, value)``: the records go through a repartition (named
+        ``name``, else after the aggregation's store) so each key's records meet."""
+        return self.select_key(key).group_by_key(name=name)
+
+    def group_by_key(self, *, name: str | None = None) -> Grouped:
+        """Group by the records' keys; repartitions first when the stream was re-keyed."""
+        return Grouped(self._builder, self._spec, self._rekeyed, name)
+
+    def join(self, table: Table, joiner: Callable[[Any, Any], Any]) -> Stream:
+        """Each record with a value for its key in ``table`` as ``joiner(value,
+        table_value)``; the others are dropped. A re-keyed stream is repartitioned
+        into the table's stage first."""
+        return self._join(table, joiner, left=False)
+
+    def left_join(self, table: Table, joiner: Callable[[Any, Any], Any]) -> Stream:
+        """Each record as ``joiner(value, table_value or None)``."""
+        return self._join(table, joiner, left=True)
+
+    def _join(self, table: Table, joiner: Callable[[Any, Any], Any], left: bool) -> Stream:
+        spec = self._spec
+        if self._rekeyed:
+            spec = self._builder._repartition(spec, self._builder._auto_name("join"))
+        stage = table._spec.stage.absorb(spec.stage)
+        child = spec.add(Spec(lambda b: ops.StreamTableJoin(b.table(table._spec), joiner,
+                                                            left), stage))
+        return Stream(self._builder, child, rekeyed=False)
+
+    def join_global(self, table: GlobalTable, key: Callable[[Any, Any], Any],
+                    joiner: Callable[[Any, Any], Any], *, left: bool = False) -> Stream:
+        """Each record joined with ``table``'s value of ``key(key, value)``: no
+        repartition (every process holds all of the global table)."""
+        stage = self._spec.stage.root()
+        if table.spec not in stage.stores:
+            stage.stores.append(table.spec)
+        name = table.spec.name
+        return self._then(lambda b: ops.KeyedLookupJoin(b.context.store(name), key, joiner,
+                                                        left))
+
+
+class Grouped:
+    """A stream grouped by key, ready to aggregate (Kafka Streams' KGroupedStream)."""
+
+    def __init__(self, builder: Builder, spec: Spec, rekeyed: bool, name: str | None) -> None:
+        self._builder, self._spec, self._rekeyed, self._name = builder, spec, rekeyed, name
+
+    def _input(self, store: str) -> Spec:
+        if not self._rekeyed:
+            return self._spec
+        return self._builder._repartition(self._spec, self._name or f"{store}-by-key")
+
+    def aggregate(self, initializer: Callable[[], Any], adder: Callable[[Any, Any, Any], Any],
+                  store: str) -> Table:
+        """Per key, ``adder(key, value, aggregate)`` from ``initializer()``, kept in the
+        store ``store``; emits each record's new aggregate."""
+        name = self._builder._store_name(store)
+        head = self._input(name)
+        stage = head.stage.root()
+        stage.stores.append(self._builder._stores(name, False))
+        child = head.add(Spec(lambda b: ops.Aggregate(b.context.store(name), initializer,
+                                                      adder), stage))
+        return Table(self._builder, child)
+
+    def count(self, store: str) -> Table:
+        """Records per key."""
+        return self.aggregate(int, lambda _k, _v, n: n + 1, store)
+
+    def reduce(self, reducer: Callable[[Any, Any], Any], store: str) -> Table:
+        """Per key, the first value, then ``reducer(aggregate, value)``."""
+        name = self._builder._store_name(store)
+        head = self._input(name)
+        stage = head.stage.root()
+        stage.stores.append(self._builder._stores(name, False))
+        child = head.add(Spec(lambda b: ops.Reduce(b.context.store(name), reducer), stage))
+        return Table(self._builder, child)
+
+    def windowed_by(self, windows: WindowKind) -> WindowedGrouped:
+        """Aggregate per key and window (``Tumbling``, ``Hopping``, ``Sliding``,
+        ``Session``; grace is the window's)."""
+        return WindowedGrouped(self, windows)
+
+
+class WindowedGrouped:
+    """A grouped stream aggregated per window (``kasper_py.windows.WindowedTable``)."""
+
+    def __init__(self, grouped: Grouped, windows: WindowKind) -> None:
+        self._grouped, self._windows = grouped, windows
+
+    def aggregate(self, aggregation: Aggregation, store: str, *,
+                  emit: Literal["updates", "final"] = "updates") -> Table:
+        """``aggregation`` per key and window; ``emit="final"``: each window once, when
+        it closes (stream time past its end plus grace). Keys become
+        ``Windowed(key, start, end)``."""
+        builder = self._grouped._builder
+        name = builder._store_name(store)
+        head = self._grouped._input(name)
+        stage = head.stage.root()
+        stage.stores.append(builder._stores(name, True))
+        windows = self._windows
+        child = head.add(Spec(lambda b: ops.WindowedAggregate(ops.windowed_table(
+            b.context, name, windows, aggregation, emit)), stage))
+        return Table(builder, child)
+
+    def count(self, store: str, *, emit: Literal["updates", "final"] = "updates") -> Table:
+        """Records per key and window."""
+        return self.aggregate(count_aggregation(), store, emit=emit)
+
+    def reduce(self, reducer: Callable[[Any, Any], Any], store: str, *,
+               emit: Literal["updates", "final"] = "updates") -> Table:
+        """Per key and window, values folded by ``reducer``."""
+        from kasper_py.windows import reduce as reduce_aggregation  # noqa: PLC0415
+
+        return self.aggregate(reduce_aggregation(reducer), store, emit=emit)
+
+
+class Table:
+    """A changelog of values per key (Kafka Streams' KTable): its records are updates,
+    a ``None`` value a delete."""
+
+    def __init__(self, builder: Builder, spec: Spec) -> None:
+        self._builder, self._spec = builder, spec
+
+    def to_stream(self) -> Stream:
+        """The table's updates as a stream (deletes as ``None`` values)."""
+        head = self._spec.add(Spec(lambda _b: ops.Op(), self._spec.stage.root()))
+        return Stream(self._builder, head, rekeyed=False)
+
+    def filter(self, predicate: Callable[[Any, Any], bool]) -> Table:
+        """The entries for which ``predicate(key, value)`` holds; an update that fails
+        it is emitted as a delete."""
+        parent = self._spec
+        return Table(self._builder, parent.add(Spec(lambda b: ops.TableView(
+            b.table(parent), predicate=predicate), parent.stage.root())))
+
+    def map_values(self, function: Callable[[Any], Any]) -> Table:
+        """Each value as ``function(value)``."""
+        parent = self._spec
+        return Table(self._builder, parent.add(Spec(lambda b: ops.TableView(
+            b.table(parent), function=function), parent.stage.root())))
+
+    def join(self, other: Table, joiner: Callable[[Any, Any], Any]) -> Table:
+        """Keys in both tables, valued ``joiner(value, other_value)``; an update of
+        either side emits the key's new joined value (or a delete)."""
+        return self._join(other, joiner, left=False)
+
+    def left_join(self, other: Table, joiner: Callable[[Any, Any], Any]) -> Table:
+        """Every key of this table, valued ``joiner(value, other_value or None)``."""
+        return self._join(other, joiner, left=True)
+
+    def _join(self, other: Table, joiner: Callable[[Any, Any], Any], left: bool) -> Table:
+        stage = self._spec.stage.absorb(other._spec.stage)
+        mine, theirs = self._spec, other._spec
+        spec = Spec(lambda b: ops.TableJoin((b.table(mine), b.table(theirs)), joiner, left),
+                    stage)
+        mine.add(spec, 0)
+        theirs.add(spec, 1)
+        return Table(self._builder, spec)
+
+
+class GlobalTable:
+    """A table every process holds in full (Kafka Streams' GlobalKTable)."""
+
+    def __init__(self, spec: StoreSpec) -> None:
+        self.spec = spec
