@@ -168,6 +168,19 @@ class App:
         self.tasks.append(task)
         return task
 
+    def as_processor(self) -> tuple[ProcessorFactory, list[StoreSpec]]:
+        """A one-processor app without repartitions or channels as a lone processor:
+        its factory and stores, for the runners that take only those (``kasper
+        reprocess``, ``kasper stream``). ``ConfigError`` for any other app."""
+        nodes = self.ordered()
+        if len(nodes) != 1 or self.repartitions or self.channels or self.tasks:
+            raise ConfigError("app", f"app {self.name!r} has {len(nodes)} processors, "
+                              f"{len(self.repartitions)} repartitions, {len(self.channels)} "
+                              f"channels and {len(self.tasks)} tasks: only one processor "
+                              "with none of the rest runs where a lone processor does "
+                              "(Spark); run the app with `kasper run`")
+        return nodes[0].factory, list(nodes[0].stores)
+
     # -- what the app reads, in order ----------------------------------------------------
 
     @property

@@ -96,7 +96,6 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     run = commands.add_parser("run", help="run a processor or an app until SIGTERM/SIGINT")
     add_target_arguments(run)
-    run.set_defaults(accepts_app=True)
     add_tasks_argument(run)
     run.add_argument("--force", action="store_true",
                      help="start although another loop's recent commit says it is running "

@@ -30,7 +30,6 @@ def add_app_parsers(commands: Any, add_config_flags: Callable[[argparse.Argument
                               "internal topics, channels, stores and tasks")
     add_target_arguments(show)
     show.add_argument("--json", action="store_true", help="print it as JSON")
-    show.set_defaults(accepts_app=True)
     add_config_flags(show)
 
 

@@ -156,7 +156,7 @@ def config_from_args(args: argparse.Namespace, env: Mapping[str, str] = os.envir
 def _app_defaults(args: argparse.Namespace) -> dict[str, Any]:
     """``name`` and ``input_topics`` of the command's target when it is an ``App``."""
     target = getattr(args, "target", None)
-    if not isinstance(target, str) or not getattr(args, "accepts_app", False):
+    if not isinstance(target, str) or not hasattr(args, "app_dir"):
         return {}
     try:
         found = load_attr(target, args.app_dir, "target")
@@ -271,11 +271,14 @@ def add_target_arguments(parser: argparse.ArgumentParser) -> None:
 def load_target(args: argparse.Namespace, config: Config
                 ) -> tuple[ProcessorFactory, list[StoreSpec]]:
     """The factory and store specs ``add_target_arguments`` named (``load_runnable``,
-    for a command that runs only a lone processor)."""
+    for a command that runs only a lone processor: an ``App`` of one processor without
+    repartitions, channels or tasks is taken as that processor)."""
     factory, stores = load_runnable(args, config)
     if isinstance(factory, App):
-        raise CliError(EXIT_CONFIG, f"target {args.target!r} is an App: this command runs a "
-                       "lone processor (`kasper run` runs apps)")
+        try:
+            return factory.as_processor()
+        except ConfigError as exc:
+            raise CliError(EXIT_CONFIG, f"target {args.target!r}: {exc}") from None
     return factory, stores
 
 

@@ -411,3 +411,16 @@ def test_each_processor_of_an_app_has_its_own_metrics() -> None:
     assert samples[("kasper_app_processor_messages_total", "split")] == 20
     assert samples[("kasper_app_processor_messages_total", "count")] == words
     assert samples[("kasper_app_processor_seconds_total", "count")] > 0
+
+
+def test_a_one_processor_app_runs_where_a_lone_processor_does() -> None:
+    """An app of one processor without repartitions, channels or tasks gives its factory
+    and stores to the runners that take a lone processor (Spark); any other app is a
+    ConfigError saying why."""
+    lone = App("lone")
+    lone.processor("count", CountWords, inputs=["words"], stores=[MemoryTable("counts")])
+    factory, stores = lone.as_processor()
+    assert factory is CountWords
+    assert [s.name for s in stores] == ["counts"]
+    with pytest.raises(ConfigError, match="app 'words' has 2 processors, 1 repartitions"):
+        word_count_app().as_processor()
