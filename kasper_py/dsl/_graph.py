@@ -12,7 +12,7 @@ import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from kasper_py.dsl._ops import Op, Rec, TableJoin, TableOp, Turn
+from kasper_py.dsl._ops import Op, Rec, TableOp, Turn
 from kasper_py.message import Message
 from kasper_py.processor import MessageProcessor, ProcessorContext
 from kasper_py.sender import Sender
@@ -82,7 +82,7 @@ class Build:
         op = self._ops[id(spec)] = spec.make(self)
         for child, port in spec.children:
             built = self.op(child)
-            op.children.append(built if port is None else _side(built, port))
+            op.children.append(built if port is None else built.side(port))
         return op
 
     def table(self, spec: Spec) -> TableOp:
@@ -90,11 +90,6 @@ class Build:
         op = self.op(spec)
         assert isinstance(op, TableOp)
         return op
-
-
-def _side(op: Op, port: int) -> Op:
-    assert isinstance(op, TableJoin)
-    return op.side(port)
 
 
 class StageProcessor(MessageProcessor):

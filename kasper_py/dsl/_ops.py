@@ -49,6 +49,10 @@ class Op:
         """Take one batch's records (never empty)."""
         self.emit(records)
 
+    def side(self, index: int) -> Op:
+        """Where input ``index`` of a two-input operator is pushed."""
+        raise TypeError(f"{type(self).__name__} has one input")
+
     def emit(self, records: Records) -> None:
         if records:
             for child in self.children:

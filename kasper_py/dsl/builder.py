@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, Literal
 
 from kasper_py.app import App, Repartition
+from kasper_py.dsl import _fk as fk
 from kasper_py.dsl import _ops as ops
 from kasper_py.dsl._graph import Build, Spec, Stage, stage_factory
 from kasper_py.exceptions import ConfigError
@@ -389,6 +390,41 @@ class Table:
     def left_join(self, other: Table, joiner: Callable[[Any, Any], Any]) -> Table:
         """Every key of this table, valued ``joiner(value, other_value or None)``."""
         return self._join(other, joiner, left=True)
+
+    def join_foreign(self, other: Table, foreign_key: Callable[[Any], Any],
+                     joiner: Callable[[Any, Any], Any], *, left: bool = False,
+                     name: str | None = None) -> Table:
+        """Each key of this table joined with ``other``'s row of ``foreign_key(value)``
+        (Kafka Streams' foreign-key join, KIP-213): valued ``joiner(value,
+        other_value)``; with ``left``, rows without a match are kept (``other_value``
+        ``None``). Runs through two repartitions of the app (``<name>-subscription``,
+        ``<name>-response``); the result is stored as ``name``."""
+        builder = self._builder
+        name = builder._store_name(name or builder._auto_name("fk-join"))
+        mine, theirs = self._spec, other._spec
+        subscription, response, state, subscribers = (builder._store_name(f"{name}-{part}")
+                                                      for part in ("subscription", "response",
+                                                                   "state", "subscribers"))
+        builder._repartitions.update({subscription: None, response: None})
+        left_stage, right_stage = mine.stage.root(), theirs.stage.root()
+        left_stage.stores += [builder._stores(state, False), builder._stores(name, False)]
+        right_stage.stores.append(builder._stores(subscribers, False))
+        left_stage.repartitions_out.append(subscription)
+        right_stage.repartitions_out.append(response)
+        result = Spec(lambda b: fk.Result(b.context.store(name), b.table(mine), joiner, left),
+                      left_stage)
+        mine.add(Spec(lambda b: fk.Subscribe(b.turn, b.context.store(state), subscription,
+                                             foreign_key, joiner, left=left), left_stage)
+                 ).add(result, 1)
+        answer = Spec(lambda b: fk.Answer(b.turn, b.context.store(subscribers),
+                                          b.table(theirs), response), right_stage)
+        theirs.add(answer, 1)
+        for stage, repartition, target in ((right_stage, subscription, answer),
+                                           (left_stage, response, result)):
+            head = Spec(lambda _b: ops.Op(), stage)
+            stage.sources.setdefault(_REPARTITION + repartition, []).append(head)
+            head.add(target, 0)
+        return Table(builder, result)
 
     def _join(self, other: Table, joiner: Callable[[Any, Any], Any], left: bool) -> Table:
         stage = self._spec.stage.absorb(other._spec.stage)
