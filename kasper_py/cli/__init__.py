@@ -1,16 +1,18 @@
-"""The ``kasper`` command line: run a processor (here), manage its group's offsets and
-show its lag (``offsets``), replay its dead letters (``dlq``), read its tables
-(``query``), and dispatch ``kasper reprocess``/``stream``/``stack`` to their own
-parsers. Configuration comes from a TOML file, then ``KASPER_*`` environment
-variables, then flags (each overrides the one before); that loading, targets and exit
-codes live in ``base`` (the field types in ``fields``), shared by every command.
+"""The ``kasper`` command line: run a processor or an app (here), manage its group's
+offsets and show its lag (``offsets``), replay its dead letters (``dlq``), describe or
+reset an app (``app``), read its tables (``query``), and dispatch ``kasper
+reprocess``/``stream``/``stack`` to their own parsers. Configuration comes from a TOML
+file, then ``KASPER_*`` environment variables, then flags (each overrides the one
+before); that loading, targets and exit codes live in ``base`` (the field types in
+``fields``), shared by every command.
 
 Errors are one line on stderr, no traceback, with an exit code per cause:
 
     0  success              3  bad configuration (the message names the field)
     1  the processor failed 4  Kafka unreachable
-    2  bad command line     5  refused (offsets reset while the group is active, or
-                               kasper run while another loop runs these partitions)
+    2  bad command line     5  refused (offsets reset or app reset while the group is
+                               active or a loop runs it, or kasper run while another
+                               loop runs these partitions)
                             130 interrupted twice (forced stop)
 """
 
