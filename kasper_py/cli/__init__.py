@@ -1,16 +1,18 @@
-"""The ``kasper`` command line: run a processor (here), manage its group's offsets and
-show its lag (``offsets``), replay its dead letters (``dlq``), read its tables
-(``query``), and dispatch ``kasper reprocess``/``stream``/``stack`` to their own
-parsers. Configuration comes from a TOML file, then ``KASPER_*`` environment
-variables, then flags (each overrides the one before); that loading, targets and exit
-codes live in ``base`` (the field types in ``fields``), shared by every command.
+"""The ``kasper`` command line: run a processor or an app (here), manage its group's
+offsets and show its lag (``offsets``), replay its dead letters (``dlq``), describe or
+reset an app (``app``), read its tables (``query``), and dispatch ``kasper
+reprocess``/``stream``/``stack`` to their own parsers. Configuration comes from a TOML
+file, then ``KASPER_*`` environment variables, then flags (each overrides the one
+before); that loading, targets and exit codes live in ``base`` (the field types in
+``fields``), shared by every command.
 
 Errors are one line on stderr, no traceback, with an exit code per cause:
 
     0  success              3  bad configuration (the message names the field)
     1  the processor failed 4  Kafka unreachable
-    2  bad command line     5  refused (offsets reset while the group is active, or
-                               kasper run while another loop runs these partitions)
+    2  bad command line     5  refused (offsets reset or app reset while the group is
+                               active or a loop runs it, or kasper run while another
+                               loop runs these partitions)
                             130 interrupted twice (forced stop)
 """
 
@@ -26,7 +28,7 @@ import structlog
 from confluent_kafka import KafkaException
 
 import kasper_py
-from kasper_py.app import App
+from kasper_py.app import App, plan_for
 from kasper_py.cli.app import add_app_parsers, app_command
 from kasper_py.cli.base import (
     EXIT_BROKER,
@@ -64,6 +66,7 @@ from kasper_py.config import Config
 from kasper_py.exceptions import AlreadyRunningError, ConfigError, KasperError, TopicError
 from kasper_py.kafka.admin import reason
 from kasper_py.kafka.topics import (
+    check_internal_topics,
     ensure_output_topics,
     input_partitions,
     owned_partitions,
@@ -213,6 +216,7 @@ def _run(config: Config, args: argparse.Namespace) -> int:
     metadata = _metadata(config, args.connect_timeout)
     input_partitions(config, metadata)  # topics exist?
     _output_topics(config, metadata, args.create_topics)
+    _internal_topics(config, factory, metadata)
     processor = _build_processor(config, factory, stores, tasks, force=args.force,
                                  views=views)
     _log.info("kasper.run", processor=config.name, target=args.target, config=repr(config))
@@ -224,12 +228,13 @@ def _supervise(config: Config, args: argparse.Namespace) -> int:
     ``--processes``, given its partitions (static) and its metrics port."""
     if args.processes < 1:
         raise CliError(EXIT_USAGE, f"--processes must be at least 1, got {args.processes}")
-    load_runnable(args, config)  # a bad target fails here, not N times in the workers
+    factory, _ = load_runnable(args, config)  # a bad target fails here, not N times
     load_tasks(args, config)
     load_views(args, config)
     metadata = _metadata(config, args.connect_timeout)
     owned = owned_partitions(config, partition_count(config, metadata))
     _output_topics(config, metadata, args.create_topics)  # once, before the workers
+    _internal_topics(config, factory, metadata)
     base = [*_kasper_command(), *_without_processes(args.argv)]
     if config.group_mode:
         sets: list[list[int] | None] = [None] * args.processes
@@ -265,6 +270,15 @@ def _output_topics(config: Config, metadata: Any, create: bool) -> None:
     each logged) before the processor starts; ``TopicError`` (exit 3) otherwise."""
     if config.output_topics:
         ensure_output_topics(config, create=create, metadata=metadata)
+
+
+def _internal_topics(config: Config, target: ProcessorFactory | App, metadata: Any) -> None:
+    """An app's repartition topics checked before it starts (the loop creates the absent
+    ones): a declared or existing partition count unlike the sources' is a
+    ``TopicError`` (exit 3) naming both, not a failed run."""
+    if isinstance(target, App):
+        plan = plan_for(target, config)
+        check_internal_topics(config, plan.sources, plan.internal, metadata)
 
 
 def _metadata(config: Config, timeout: float) -> Any:

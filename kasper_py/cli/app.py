@@ -1,40 +1,84 @@
 """``kasper app``: an application's topology (``describe``): its processors in turn
-order, what each reads, sends to and stores, the topics it owns and its channels."""
+order, what each reads, sends to and stores, the topics it owns and its channels; and
+``reset``, which deletes what the app owns so its next start reprocesses its sources.
+Group and offset work goes through ``kasper offsets``' functions and ``KafkaAdmin``."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
 from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from kasper_py.app import App, describe
+from kasper_py.app.reset import ResetScope, leader_group, reset_scope
 from kasper_py.cli.base import (
     EXIT_CONFIG,
+    EXIT_FAILED,
     EXIT_OK,
+    EXIT_REFUSED,
     CliError,
     add_target_arguments,
     load_attr,
 )
+from kasper_py.cli.offsets import (
+    ResetTarget,
+    admin_for,
+    alter_offsets,
+    describe_target,
+    probe,
+    read_progress,
+    refuse_if_active,
+    refuse_if_running,
+    reset_table,
+    reset_target,
+    reset_targets,
+)
 from kasper_py.config import Config
+from kasper_py.exceptions import AdminError
+from kasper_py.kafka.admin import KafkaAdmin
+from kasper_py.kafka.offsets import GROUP_ACTIVE_ERRORS, PartitionProgress
+from kasper_py.kafka.topics import input_partitions, topic_problem
+from kasper_py.message import TopicPartitionKey
 
-__all__ = ["add_app_parsers", "app_command", "load_app"]
+__all__ = ["add_app_parsers", "app_command", "app_reset", "load_app", "render"]
 
 
 def add_app_parsers(commands: Any, add_config_flags: Callable[[argparse.ArgumentParser], None]
                     ) -> None:
-    """``kasper app describe``."""
-    app = commands.add_parser("app", help="describe an application (see `kasper app -h`)")
+    """``kasper app describe|reset``."""
+    app = commands.add_parser("app", help="describe or reset an application "
+                              "(see `kasper app -h`)")
     actions = app.add_subparsers(dest="action", required=True, metavar="ACTION")
     show = actions.add_parser("describe", help="print an app's processors, inputs, outputs, "
                               "internal topics, channels, stores and tasks")
     add_target_arguments(show)
     show.add_argument("--json", action="store_true", help="print it as JSON")
     add_config_flags(show)
+    reset = actions.add_parser(
+        "reset", help="delete an app's internal topics, group offsets and local state, so "
+        "its next start reprocesses its sources (a dry run unless --execute)")
+    add_target_arguments(reset)
+    reset.set_defaults(accepts_app=True)
+    reset.add_argument("--execute", action="store_true",
+                       help="do it (without: print what it would delete, change nothing)")
+    reset.add_argument("--to", type=reset_target, metavar="WHERE",
+                       help="also commit the source topics' offsets at earliest, latest, an "
+                            "ISO-8601 time (UTC if no zone) or epoch ms (without: none "
+                            "committed, the next start reads from auto_offset_reset)")
+    reset.add_argument("--force", action="store_true",
+                       help="reset although a kasper loop committed recently without saying "
+                            "it stopped (one killed with -9, say): make sure it is gone")
+    add_config_flags(reset)
 
 
 def app_command(config: Config, args: argparse.Namespace) -> int:
     """Run ``kasper app ACTION``."""
+    if args.action == "reset":
+        return app_reset(config, args)
     app = load_app(args)
     topology = describe(app, config)
     if args.json:
@@ -72,3 +116,131 @@ def render(topology: dict[str, Any]) -> str:
     for task in topology["tasks"]:
         lines.append(f"  task {task['name']}{' (on leader)' if task['on_leader'] else ''}")
     return "\n".join(lines)
+
+
+# -- kasper app reset ---------------------------------------------------------------
+
+@dataclass(frozen=True)
+class _Found:
+    """What of an app's ``ResetScope`` exists now: its topics (with their partition
+    counts), its groups (with their committed partitions), its local folders; and the
+    sources' progress, which ``--to`` moves."""
+
+    topics: dict[str, int]
+    groups: dict[str, list[PartitionProgress]]
+    paths: list[Path]
+    sources: list[PartitionProgress]
+
+
+def app_reset(config: Config, args: argparse.Namespace) -> int:
+    """``kasper app reset``: print what resetting the app deletes (its internal topics,
+    its groups' offsets, its local state); with ``--execute``, delete it. Refused
+    (exit 5) while a loop runs the app, as ``kasper offsets reset`` is."""
+    app = load_app(args)
+    scope = reset_scope(app, config)
+    # Every partition of the sources, whatever this process's input_partitions say.
+    config = replace(config, input_topics=scope.sources, input_partitions=None)
+    timeout = args.connect_timeout
+    with admin_for(config, timeout) as admin, \
+            admin_for(config, timeout, group=leader_group(config)) as leader:
+        metadata = probe(config, admin, timeout)
+        found = _find(config, scope, metadata, (admin, leader), args.force)
+        targets = {} if args.to is None else reset_targets(config, found.sources, args.to,
+                                                           admin)
+        print(_plan_text(app, config, scope, found, to=args.to, targets=targets))
+        if not args.execute:
+            print("dry run: nothing changed; run again with --execute to reset")
+            return EXIT_OK
+        _execute(config, found, (admin, leader), targets)
+    print(f"app {app.name} reset: {_summary(found, targets)}")
+    return EXIT_OK
+
+
+def _find(config: Config, scope: ResetScope, metadata: Any,
+          admins: tuple[KafkaAdmin, KafkaAdmin], force: bool) -> _Found:
+    """What exists of ``scope``, after refusing (exit 5) while a loop runs the app: a
+    member in either group, or (unless ``force``) a recent commit note of a loop."""
+    topics = {name: len(metadata.topics[name].partitions) for name in scope.topics
+              if topic_problem(metadata.topics.get(name)) is None}
+    sources = input_partitions(config, metadata)
+    keys = [*sources, *((t, p) for t, n in topics.items() for p in range(n))]
+    groups: dict[str, list[PartitionProgress]] = {}
+    rows: dict[str, list[PartitionProgress]] = {}
+    for admin in admins:
+        state = refuse_if_active(config, admin)
+        rows[admin.group_id] = read_progress(config, admin, keys)
+        if state.state != "DEAD":
+            groups[admin.group_id] = [r for r in rows[admin.group_id] if r.committed is not None]
+    if not force:
+        refuse_if_running(config, [r for group in rows.values() for r in group])
+    return _Found(topics, groups, [p for p in scope.paths if p.exists()],
+                  rows[config.group][:len(sources)])
+
+
+def _plan_text(app: App, config: Config, scope: ResetScope, found: _Found, *,
+               to: ResetTarget | None, targets: dict[TopicPartitionKey, int]) -> str:
+    """What the reset deletes and moves, one line each, then the warnings."""
+    lines = [f"reset of app {app.name} (Config.name {config.name}, group {config.group}):"]
+    lines += [f"  delete topic {name} ({count} partitions)"
+              for name, count in found.topics.items()]
+    for group, rows in found.groups.items():
+        lines.append(f"  delete group {group} (committed offsets of {len(rows)} "
+                     f"partitions{_topics_of(rows)})")
+    lines += [f"  delete local state {path}" for path in found.paths]
+    if not (found.topics or found.groups or found.paths):
+        lines.append("  nothing to delete: no internal topic, group or local state exists")
+    sources = ", ".join(scope.sources)
+    if to is None:
+        lines.append(f"  sources {sources}: nothing committed, the next start reads them "
+                     f"from auto_offset_reset ({config.auto_offset_reset})")
+    else:
+        lines.append(f"  sources {sources}: committed at {describe_target(to)}")
+        lines += ["    " + line for line in reset_table(found.sources, targets).splitlines()]
+    lines += [f"warning: {external}: kept, kasper cannot reset an external store; clear it "
+              "yourself, or the reprocessed input is applied on top of what it holds"
+              for external in scope.external]
+    return "\n".join(lines)
+
+
+def _topics_of(rows: list[PartitionProgress]) -> str:
+    topics = list(dict.fromkeys(r.topic for r in rows))
+    return f": {', '.join(topics)}" if topics else ""
+
+
+def _execute(config: Config, found: _Found, admins: tuple[KafkaAdmin, KafkaAdmin],
+             targets: dict[TopicPartitionKey, int]) -> None:
+    """Delete the groups first (the broker refuses while one has members: nothing else
+    is touched then), the topics, commit ``targets``, then delete the local folders."""
+    for admin in admins:
+        if admin.group_id in found.groups:
+            _delete_group(admin)
+    try:
+        admins[0].delete_topics(found.topics)
+    except AdminError as exc:
+        raise CliError(EXIT_FAILED, f"deleting the app's topics failed: {exc}") from None
+    if targets:
+        alter_offsets(config, admins[0], targets)
+    for path in found.paths:
+        shutil.rmtree(path)
+
+
+def _delete_group(admin: KafkaAdmin) -> None:
+    try:
+        admin.delete_group()
+    except AdminError as exc:
+        if exc.code in GROUP_ACTIVE_ERRORS:
+            raise CliError(EXIT_REFUSED, f"group {admin.group_id!r} became active: "
+                           f"{exc}") from None
+        raise CliError(EXIT_FAILED, f"deleting group {admin.group_id!r} failed: "
+                       f"{exc}") from None
+
+
+def _summary(found: _Found, targets: dict[TopicPartitionKey, int]) -> str:
+    done = [_count(len(found.topics), "topic"), _count(len(found.groups), "group"),
+            _count(len(found.paths), "local state folder")]
+    committed = f"; {_count(len(targets), 'source partition')} committed" if targets else ""
+    return f"deleted {', '.join(done)}{committed}"
+
+
+def _count(number: int, thing: str) -> str:
+    return f"{number} {thing}{'' if number == 1 else 's'}"

@@ -25,7 +25,7 @@ from kasper_py.cli.base import (
 )
 from kasper_py.config import Config
 from kasper_py.exceptions import AdminError, ConfigError, KasperError
-from kasper_py.kafka.admin import KafkaAdmin
+from kasper_py.kafka.admin import GroupState, KafkaAdmin
 from kasper_py.kafka.offsets import (
     GROUP_ACTIVE_ERRORS,
     IDLE_GROUP_STATES,
@@ -43,8 +43,10 @@ from kasper_py.kafka.positions import (
 from kasper_py.kafka.topics import input_partitions
 from kasper_py.message import TopicPartitionKey
 
-__all__ = ["Progress", "add_offsets_parsers", "admin_for", "lag", "offsets_reset",
-           "offsets_show", "probe"]
+__all__ = ["Progress", "ResetTarget", "add_offsets_parsers", "admin_for", "alter_offsets",
+           "describe_target", "lag", "offsets_reset", "offsets_show", "probe",
+           "read_progress", "refuse_if_active", "refuse_if_running", "reset_table",
+           "reset_target", "reset_targets"]
 
 _log = structlog.get_logger("kasper_py.cli")
 
@@ -61,7 +63,7 @@ def add_offsets_parsers(commands: Any, add_config_flags: Callable[[Any], None]) 
     add_config_flags(actions.add_parser("show", help="committed offsets and watermarks"))
     reset = actions.add_parser("reset", help="move the committed offsets (group must be idle)")
     where = reset.add_mutually_exclusive_group(required=True)
-    where.add_argument("--to", type=_reset_target, metavar="WHERE",
+    where.add_argument("--to", type=reset_target, metavar="WHERE",
                        help="every input partition to earliest, latest, an ISO-8601 time "
                             "(UTC if no zone) or epoch ms")
     # Same dest as --to: the reset receives one target, a list when given as offsets.
@@ -77,8 +79,8 @@ def add_offsets_parsers(commands: Any, add_config_flags: Callable[[Any], None]) 
     add_config_flags(commands.add_parser("lag", help="the group's lag per partition"))
 
 
-def _reset_target(text: str) -> str | int:
-    """``earliest``/``latest``, or a timestamp in epoch milliseconds."""
+def reset_target(text: str) -> str | int:
+    """``--to``'s type: ``earliest``/``latest``, or a timestamp in epoch milliseconds."""
     try:
         position = parse_position(text, offsets=False)
     except ValueError as exc:
@@ -125,12 +127,18 @@ def _cause(exc: KasperError) -> str:
 
 
 def _read_offsets(config: Config, admin: KafkaAdmin, metadata: Any) -> list[PartitionProgress]:
-    keys = input_partitions(config, metadata)
+    return read_progress(config, admin, input_partitions(config, metadata))
+
+
+def read_progress(config: Config, admin: KafkaAdmin, keys: list[TopicPartitionKey]
+                  ) -> list[PartitionProgress]:
+    """Committed offset, commit note and watermarks of each of ``keys`` in the admin's
+    group; ``CliError(EXIT_BROKER)`` when Kafka fails to answer."""
     progress = Progress("reading offsets", len(keys))
     try:
         return admin.progress(keys)
     except AdminError as exc:
-        raise CliError(EXIT_BROKER, f"reading offsets of group {config.group!r} failed: "
+        raise CliError(EXIT_BROKER, f"reading offsets of group {admin.group_id!r} failed: "
                        f"{_cause(exc)}") from None
     finally:
         progress.update(len(keys))
@@ -141,7 +149,7 @@ def _group(config: Config, admin: KafkaAdmin) -> Any:
     try:
         return admin.group()
     except AdminError as exc:
-        raise CliError(EXIT_BROKER, f"describing group {config.group!r} failed: "
+        raise CliError(EXIT_BROKER, f"describing group {admin.group_id!r} failed: "
                        f"{_cause(exc)}") from None
 
 
@@ -193,24 +201,31 @@ def offsets_reset(config: Config, to: ResetTarget, dry_run: bool, timeout: float
     """Move the group's committed offsets to ``to`` (refused while it is active)."""
     with admin_for(config, timeout) as admin:
         metadata = probe(config, admin, timeout)
-        _refuse_if_active(config, admin)
+        refuse_if_active(config, admin)
         current = _read_offsets(config, admin, metadata)
         if not force:
-            _refuse_if_running(config, current)
-        targets = _targets(config, current, to, admin)
-        table = [["TOPIC", "PARTITION", "COMMITTED", "NEW"]]
-        table += [[r.topic, str(r.partition), "-" if r.committed is None else str(r.committed),
-                   str(targets[r.key])] for r in current if r.key in targets]
-        print(_format_table(table))
+            refuse_if_running(config, current)
+        targets = reset_targets(config, current, to, admin)
+        print(reset_table(current, targets))
         if dry_run:
             print(f"dry run: group {config.group} unchanged")
             return EXIT_OK
-        _alter_offsets(config, admin, targets)
-    print(f"group {config.group}: {len(targets)} partitions reset to {_describe_target(to)}")
+        alter_offsets(config, admin, targets)
+    print(f"group {config.group}: {len(targets)} partitions reset to {describe_target(to)}")
     return EXIT_OK
 
 
-def _describe_target(to: ResetTarget) -> str:
+def reset_table(current: list[PartitionProgress], targets: dict[TopicPartitionKey, int]
+                ) -> str:
+    """The partitions a reset moves: committed offset and new offset of each."""
+    table = [["TOPIC", "PARTITION", "COMMITTED", "NEW"]]
+    table += [[r.topic, str(r.partition), "-" if r.committed is None else str(r.committed),
+               str(targets[r.key])] for r in current if r.key in targets]
+    return _format_table(table)
+
+
+def describe_target(to: ResetTarget) -> str:
+    """``--to``/``--to-offset`` in words: ``earliest``, a time with its ms, or offsets."""
     if isinstance(to, list):
         return ", ".join(f"{topic}:{partition}={offset}" for topic, partition, offset in to)
     if isinstance(to, str):
@@ -219,18 +234,22 @@ def _describe_target(to: ResetTarget) -> str:
     return f"{moment.isoformat(timespec='milliseconds')} ({to} ms)"
 
 
-def _refuse_if_active(config: Config, admin: KafkaAdmin) -> None:
-    group = _group(config, admin)
+def refuse_if_active(config: Config, admin: KafkaAdmin) -> GroupState:
+    """The admin's group's state (``DEAD``: no such group) when it has no members;
+    ``CliError(EXIT_REFUSED)`` naming them while it has."""
+    group: GroupState = _group(config, admin)
     if group.members or group.state not in IDLE_GROUP_STATES:
         listed = ", ".join(m.describe() for m in group.members) or "none"
-        raise CliError(EXIT_REFUSED, f"group {config.group!r} is active "
+        raise CliError(EXIT_REFUSED, f"group {admin.group_id!r} is active "
                        f"({group.state.lower()}, members: {listed}): stop its processors "
                        "first")
+    return group
 
 
-def _refuse_if_running(config: Config, current: list[PartitionProgress]) -> None:
-    """A loop with a static assignment is no group member, but its commit notes show it:
-    a reset under a running loop would be overwritten by its next commit."""
+def refuse_if_running(config: Config, current: list[PartitionProgress]) -> None:
+    """``CliError(EXIT_REFUSED)`` while a loop runs: one with a static assignment is no
+    group member, but its commit notes show it, and its next commit would overwrite a
+    reset."""
     note = running_loop(config, [r.note for r in current])
     if note is not None:
         raise CliError(EXIT_REFUSED, f"group {config.group!r} is being processed: a kasper "
@@ -240,8 +259,8 @@ def _refuse_if_running(config: Config, current: list[PartitionProgress]) -> None
                        f"{running_window(config):.0f} s after its last commit)")
 
 
-def _targets(config: Config, current: list[PartitionProgress], to: ResetTarget,
-             admin: KafkaAdmin) -> dict[TopicPartitionKey, int]:
+def reset_targets(config: Config, current: list[PartitionProgress], to: ResetTarget,
+                  admin: KafkaAdmin) -> dict[TopicPartitionKey, int]:
     """Where each partition moves: ``resolve_position`` over the current watermarks."""
     if isinstance(to, list):
         return _explicit_targets(config, current, to)
@@ -286,8 +305,9 @@ def _explicit_targets(config: Config, current: list[PartitionProgress],
     return targets
 
 
-def _alter_offsets(config: Config, admin: KafkaAdmin,
-                   targets: dict[TopicPartitionKey, int]) -> None:
+def alter_offsets(config: Config, admin: KafkaAdmin,
+                  targets: dict[TopicPartitionKey, int]) -> None:
+    """Commit ``targets`` for the group; ``CliError(EXIT_REFUSED)`` if it became active."""
     try:
         admin.commit(targets)
     except AdminError as exc:

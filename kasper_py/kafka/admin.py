@@ -1,14 +1,17 @@
 """``KafkaAdmin``: the one place kasper_py asks Kafka about a group and its input
 outside the loop: cluster metadata, watermarks, the group's committed offsets and
 commit notes, offsets for a time, the group's state and members, and altering the
-group's offsets. Used by ``kasper offsets/lag/dlq``, the reprocessing handoff, the Spark
+group's offsets; and what ``kasper app reset`` deletes: a group, an app's internal
+topics. Used by ``kasper offsets/lag/dlq/app``, the reprocessing handoff, the Spark
 stream runner and query routing. Kafka's exceptions become kasper_py's here, once:
 ``BrokerUnreachableError`` when no broker answers, else ``AdminError`` (or the classes
-a front end passes), with Kafka's error code kept. Topic creation stays in ``topics``.
+a front end passes), with Kafka's error code kept. Topic creation stays in ``topics``
+(deletion, which only the reset does, is here).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -98,6 +101,11 @@ class KafkaAdmin:
             return kind(with_client_log(conf, self._config.name, name))
         except KafkaException as exc:
             raise ConfigError(field, f"librdkafka refused {fields}: {reason(exc)}") from None
+
+    @property
+    def group_id(self) -> str:
+        """The group this admin reads and changes."""
+        return self._group
 
     # -- the input -------------------------------------------------------------------
 
@@ -211,6 +219,57 @@ class KafkaAdmin:
             causes = "; ".join(f"{tp.topic}[{tp.partition}]: {tp.error.str()}" for tp in refused)
             raise self._failure(f"committing the offsets of group {group!r} failed for "
                                 f"{causes}", code=code)
+
+    def delete_group(self) -> bool:
+        """Delete the group and its committed offsets (``kasper app reset``); ``False``
+        when there was no such group. The broker refuses while the group has members:
+        the error's ``code`` is then ``NON_EMPTY_GROUP``."""
+        group = self._group
+        futures = self._admin.delete_consumer_groups([group], request_timeout=self._timeout)
+        try:
+            self._call(f"deleting group {group!r}", futures[group].result,
+                       timeout=self._timeout + 5)
+        except KasperError as exc:
+            if exc.code == KafkaError.GROUP_ID_NOT_FOUND:
+                return False
+            raise
+        return True
+
+    # -- topics ----------------------------------------------------------------------
+
+    def delete_topics(self, topics: Iterable[str]) -> list[str]:
+        """Delete ``topics`` (``kasper app reset``: an app's internal topics) and wait
+        for each; returns those deleted, leaving out one that did not exist."""
+        names = list(topics)
+        if not names:
+            return []
+        futures = self._admin.delete_topics(names, request_timeout=self._timeout)
+        deleted = []
+        for name in names:
+            try:
+                self._call(f"deleting topic {name!r}", futures[name].result,
+                           timeout=self._timeout + 5)
+            except KasperError as exc:
+                if exc.code != KafkaError.UNKNOWN_TOPIC_OR_PART:
+                    raise
+                continue
+            deleted.append(name)
+        self._wait_gone(deleted)
+        return deleted
+
+    def _wait_gone(self, topics: list[str]) -> None:
+        """Wait until the metadata lists none of ``topics``: a deletion is acknowledged
+        before every broker has forgotten the topic, and creating it again meanwhile
+        fails (or finds the old one)."""
+        deadline = time.monotonic() + self._timeout
+        while topics:
+            listed = self.metadata().topics
+            if not any(name in listed for name in topics):
+                return
+            if time.monotonic() > deadline:
+                raise self._failure(f"topics {topics} still listed {self._timeout:g}s "
+                                    "after their deletion")
+            time.sleep(0.2)
 
     def close(self) -> None:
         """Close the consumer (it never joined the group, so nothing rebalances)."""

@@ -22,7 +22,7 @@ from kasper_py.exceptions import TopicError
 from kasper_py.message import TopicPartitionKey
 from kasper_py.observability.client_log import with_client_log
 
-__all__ = ["cluster_topics", "common_partition_count", "create_topics",
+__all__ = ["check_internal_topics", "cluster_topics", "common_partition_count", "create_topics",
            "ensure_internal_topics", "ensure_output_topics", "input_partitions",
            "internal_to_create", "missing_output_topics",
            "owned_partitions", "partition_count", "topic_problem"]
@@ -207,14 +207,13 @@ def internal_to_create(config: Config, source_counts: Mapping[str, int],
     return create
 
 
-def ensure_internal_topics(config: Config, sources: Sequence[str],
-                           topics: Sequence[OutputTopic]) -> list[str]:
-    """Create the app's internal ``topics`` that are absent, with the partition count of
-    the input topics ``sources`` (``internal_to_create``); returns the names created."""
-    if not topics:
-        return []
-    admin = AdminClient(with_client_log(config.to_admin_conf(), config.name, "admin"))
-    metadata = cluster_topics(admin, config)
+def check_internal_topics(config: Config, sources: Sequence[str],
+                          topics: Sequence[OutputTopic], metadata: Any
+                          ) -> list[tuple[OutputTopic, int]]:
+    """The app's internal ``topics`` absent from ``metadata``, each with the partition
+    count of the input topics ``sources``; ``TopicError`` as ``internal_to_create`` says
+    (a count unlike the sources'), or naming a missing source. ``kasper run`` checks
+    with it before starting, so a mismatch is a configuration error (exit 3)."""
     counts: dict[str, int] = {}
     for topic in sources:
         meta = metadata.topics.get(topic)
@@ -224,7 +223,17 @@ def ensure_internal_topics(config: Config, sources: Sequence[str],
         counts[topic] = len(meta.partitions)
     existing = {t.name: len(metadata.topics[t.name].partitions) for t in topics
                 if topic_problem(metadata.topics.get(t.name)) is None}
-    missing = internal_to_create(config, counts, existing, topics)
+    return internal_to_create(config, counts, existing, topics)
+
+
+def ensure_internal_topics(config: Config, sources: Sequence[str],
+                           topics: Sequence[OutputTopic]) -> list[str]:
+    """Create the app's internal ``topics`` that are absent, with the partition count of
+    the input topics ``sources`` (``check_internal_topics``); returns the names created."""
+    if not topics:
+        return []
+    admin = AdminClient(with_client_log(config.to_admin_conf(), config.name, "admin"))
+    missing = check_internal_topics(config, sources, topics, cluster_topics(admin, config))
     create_topics(admin, [NewTopic(t.name, num_partitions=n,
                                    replication_factor=t.replication_factor or -1,
                                    config=dict(t.config)) for t, n in missing])

@@ -11,6 +11,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from kasper_py.exceptions import BadQueryError, StoreError
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
 __all__ = [
     "BufferedStore",
     "KeyValueStore",
+    "OwnedState",
     "Scan",  # re-exported, as before the split: its home is query.py
     "ScanPage",
     "StoreRuntime",
@@ -243,10 +245,27 @@ class BufferedStore(KeyValueStore):
                                       self.round_trips - before)
 
 
+@dataclass(frozen=True)
+class OwnedState:
+    """What a store keeps for its processor outside the loop's memory, for ``kasper app
+    reset``: the Kafka ``topics`` it owns (a changelog), its folders on this host
+    (``paths``), and ``external``, a description of state held elsewhere (a Redis or
+    Cassandra table) that the reset cannot remove."""
+
+    topics: tuple[str, ...] = ()
+    paths: tuple[Path, ...] = ()
+    external: str | None = None
+
+
 class StoreSpec(ABC):
     """Declares a named store; the loop opens it once per assigned partition."""
 
     name: str
+
+    def owned_state(self, config: Config) -> OwnedState:
+        """What the store keeps for processor ``config.name`` beyond a run (see
+        ``OwnedState``); by default nothing: its state lives in the process."""
+        return OwnedState()
 
     @abstractmethod
     def open(self, runtime: StoreRuntime) -> KeyValueStore:

@@ -28,10 +28,11 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
+from kasper_py.config import Config
 from kasper_py.exceptions import QueryUnavailableError, StoreError, StoreUnavailableError
 from kasper_py.message import TopicPartitionKey
 from kasper_py.serdes import Serde, serde_for
-from kasper_py.stores.base import BufferedStore, StoreRuntime, StoreSpec, Writes
+from kasper_py.stores.base import BufferedStore, OwnedState, StoreRuntime, StoreSpec, Writes
 from kasper_py.stores.lifecycle import already_applied
 from kasper_py.stores.query import Scan, ScanPage
 
@@ -117,6 +118,12 @@ class CassandraTable(StoreSpec):
         self._cluster: Any = None
         self._session: Any = None
         self._statements: _Statements | None = None
+
+    def owned_state(self, config: Config) -> OwnedState:
+        """Held in Cassandra: the rows of prefix ``<prefix>`` in ``<keyspace>.<table>``."""
+        prefix = self.prefix or config.name
+        return OwnedState(external=f"Cassandra table {self.name!r}: rows of prefix "
+                          f"{prefix!r} in {self.keyspace}.{self.table} at {self.address}")
 
     @property
     def address(self) -> str:

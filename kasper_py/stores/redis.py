@@ -21,10 +21,11 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
+from kasper_py.config import Config
 from kasper_py.exceptions import QueryUnavailableError, StoreError, StoreUnavailableError
 from kasper_py.message import TopicPartitionKey
 from kasper_py.serdes import Serde, serde_for
-from kasper_py.stores.base import BufferedStore, StoreRuntime, StoreSpec, Writes
+from kasper_py.stores.base import BufferedStore, OwnedState, StoreRuntime, StoreSpec, Writes
 from kasper_py.stores.lifecycle import already_applied
 from kasper_py.stores.query import Scan, ScanPage
 
@@ -116,6 +117,12 @@ class RedisTable(StoreSpec):
         if self._client is not None:
             self._client.close()
             self._client = None
+
+    def owned_state(self, config: Config) -> OwnedState:
+        """Held in Redis: the keys ``<prefix>/<table>/*`` at ``address``."""
+        prefix = self.prefix or config.name
+        return OwnedState(external=f"Redis table {self.name!r}: keys {prefix}/{self.name}/* "
+                          f"at {self.address}")
 
     @property
     def address(self) -> str:

@@ -36,6 +36,7 @@ from kasper_py.serdes import Serde, serde_for
 from kasper_py.stores.base import (
     BufferedStore,
     KeyValueStore,
+    OwnedState,
     StoreRuntime,
     StoreSpec,
     Writes,
@@ -280,6 +281,12 @@ class RocksDBTable(StoreSpec):
     def topic(self, config: Config) -> str:
         """The changelog topic of this table for processor ``config.name``."""
         return self._topic or changelog_topic(config.name, self.name)
+
+    def owned_state(self, config: Config) -> OwnedState:
+        """The changelog (unless the table is global: its writer owns that one, or kept
+        without one) and the folder ``<state_dir>/<processor>/<table>``."""
+        topics = (self.topic(config),) if self.changelog and not self.global_table else ()
+        return OwnedState(topics, (Path(config.state_dir) / config.name / self.name,))
 
     def path(self, config: Config, partition: int | str) -> Path:
         """``<state_dir>/<processor>/<table>/<partition>``."""

@@ -154,13 +154,13 @@ def test_overrides_must_be_a_table(tmp_path: Path) -> None:
 ])
 def test_reset_targets(text: str, expected: str | int) -> None:
     """--to takes earliest, latest, epoch milliseconds or an ISO-8601 time."""
-    assert offsets_cli._reset_target(text) == expected
+    assert offsets_cli.reset_target(text) == expected
 
 
 def test_reset_target_rejects_anything_else() -> None:
     """Anything else is a usage error naming the accepted forms."""
     with pytest.raises(argparse.ArgumentTypeError, match="ISO-8601"):
-        offsets_cli._reset_target("yesterday")
+        offsets_cli.reset_target("yesterday")
 
 
 def test_lag_without_a_commit_follows_the_reset_policy() -> None:
@@ -378,7 +378,7 @@ def test_reset_refuses_an_active_group(monkeypatch: pytest.MonkeyPatch, state: s
                         lambda _conf: FakeAdmin(state, members, None))
     config = config_for_reset()
     with pytest.raises(CliError, match=f"is active \\({state.lower()}") as caught:
-        offsets_cli._refuse_if_active(config, offsets_cli.admin_for(config, 1.0))
+        offsets_cli.refuse_if_active(config, offsets_cli.admin_for(config, 1.0))
     assert caught.value.code == cli.EXIT_REFUSED
 
 
@@ -390,7 +390,7 @@ def test_reset_refused_by_kafka_when_a_member_joins_in_between(
     monkeypatch.setattr(kasper_py.kafka.admin, "AdminClient", lambda _conf: fake)
     config = config_for_reset()
     with pytest.raises(CliError, match="became active") as caught:
-        offsets_cli._alter_offsets(config, offsets_cli.admin_for(config, 1.0), {("t", 0): 5})
+        offsets_cli.alter_offsets(config, offsets_cli.admin_for(config, 1.0), {("t", 0): 5})
     assert caught.value.code == cli.EXIT_REFUSED
 
 
@@ -462,8 +462,8 @@ ROWS = [PartitionOffsets("t", 0, 40, low=10, high=50), PartitionOffsets("t", 1, 
 def test_explicit_targets_move_only_the_named_partitions() -> None:
     """Only the partitions named move; the low and the high watermark are both valid."""
     config = config_for_reset()
-    assert offsets_cli._targets(config, ROWS, [("t", 1, 9)], 1.0) == {("t", 1): 9}
-    assert offsets_cli._targets(config, ROWS, [("t", 0, 10), ("t", 1, 0)], 1.0) == {
+    assert offsets_cli.reset_targets(config, ROWS, [("t", 1, 9)], 1.0) == {("t", 1): 9}
+    assert offsets_cli.reset_targets(config, ROWS, [("t", 0, 10), ("t", 1, 0)], 1.0) == {
         ("t", 0): 10, ("t", 1): 0}
 
 
@@ -481,10 +481,10 @@ def test_explicit_targets_refuse_what_kafka_does_not_hold(
     """An offset outside [low, high] of its partition, a partition the processor does
     not read, or one named twice: exit 2 naming topic, partition and the valid range."""
     with pytest.raises(CliError, match=re.escape(message)) as caught:
-        offsets_cli._targets(config_for_reset(), ROWS, wanted, 1.0)
+        offsets_cli.reset_targets(config_for_reset(), ROWS, wanted, 1.0)
     assert caught.value.code == cli.EXIT_USAGE
 
 
 def test_describe_explicit_targets() -> None:
     """The closing line names every partition moved and its offset."""
-    assert offsets_cli._describe_target([("t", 0, 5), ("t", 1, 7)]) == "t:0=5, t:1=7"
+    assert offsets_cli.describe_target([("t", 0, 5), ("t", 1, 7)]) == "t:0=5, t:1=7"
