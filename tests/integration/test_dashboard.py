@@ -31,10 +31,12 @@ pytestmark = [pytest.mark.integration, pytest.mark.prometheus]
 ROOT = Path(__file__).parents[2]
 HERE = Path(__file__).parent
 N = 25
-PARSED_ONLY = re.compile(r"kasper_(stream|supervisor)_.*|kasper_messages_skipped_total")
+PARSED_ONLY = re.compile(
+    r"kasper_(stream|supervisor)_.*|kasper_messages_skipped_total|kasper_leader")
 """Series the test's `kasper run` does not produce: the Spark stream runner's (a
 streaming query takes a Spark session, too slow for this suite), the supervisor's
-(`--processes N`) and skipped messages (an undecodable input). Their panels must parse."""
+(`--processes N`), skipped messages (an undecodable input) and the lead (a leader-only
+task). Their panels must parse."""
 
 
 def query(base: str, expr: str) -> list[dict[str, Any]]:
