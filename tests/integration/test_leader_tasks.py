@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -18,7 +19,10 @@ from typing import Any
 
 import pytest
 
+from kasper_py import Config, Sender, Task, TopicProcessor
+
 sys.path.insert(0, str(Path(__file__).parent))
+from leader_module import Ignore  # isort: skip
 from test_cli import cli_env, json_lines, kasper_command, wait_for  # isort: skip
 
 pytestmark = pytest.mark.integration
@@ -27,6 +31,9 @@ HERE = Path(__file__).parent
 HANDOVER_LIMIT = 20.0
 """Seconds from the kill to the next run elsewhere: the 6 s session timeout, the
 rebalance, a task interval, and a generous margin for a shared machine."""
+CLOSE_LIMIT = 5.0
+"""Seconds from a leader's close to the next run elsewhere: less than the session
+timeout alone, so the lead did not wait for it (a close leaves the group)."""
 
 
 def runs(kafka: Any, topic: str) -> list[dict[str, int]]:
@@ -94,3 +101,39 @@ def test_one_process_runs_the_task_and_the_lead_moves_when_it_is_killed(
     assert min(gaps) > 0.25, every
     elected = [e["pid"] for e in events(log, "kasper.leader_elected")]
     assert elected == [leader, successor["pid"]], elected
+
+
+def test_a_closed_leader_hands_the_lead_over_without_waiting_for_its_session(
+        bootstrap: str, new_topic: Callable[..., str], kafka: Any,
+        unique_name: Callable[[str], str]) -> None:
+    """Two loops of one processor name on partitions 0 and 1 (two `kasper run
+    --input-partitions`), in threads, with a leader-only task every 0.5 s: one runs it;
+    closing that loop (SIGTERM's path) moves the runs to the other within CLOSE_LIMIT,
+    under the 6 s session timeout; the runs never interleave."""
+    source, sink = new_topic("leader-in", partitions=2), new_topic("leader-out")
+    name = unique_name("leader-close")
+
+    def loop(who: str, partition: int) -> TopicProcessor:
+        def tick(now: int, sender: Sender) -> None:
+            sender.send(sink, json.dumps({"pid": who, "at": now}).encode(), b"leader")
+        config = Config(name=name, bootstrap_servers=bootstrap, input_topics=[source],
+                        input_partitions=[partition], batch_wait=0.1)
+        return TopicProcessor(config, Ignore, tasks=[Task(tick, every=0.5, on_leader=True)])
+
+    loops = {"a": loop("a", 0), "b": loop("b", 1)}
+    for processor in loops.values():
+        threading.Thread(target=processor.run_loop, daemon=True).start()
+    try:
+        wait_for(lambda: len(runs(kafka, sink)) >= 4, "four runs of the leader task", 30)
+        first = runs(kafka, sink)[0]["pid"]
+        other = "b" if first == "a" else "a"
+        closed_at = time.time() * 1000
+        loops[first].close(timeout=30)
+        wait_for(lambda: any(r["pid"] == other for r in runs(kafka, sink)),
+                 "a run from the other loop", 20)
+        successor = next(r for r in runs(kafka, sink) if r["pid"] == other)
+        assert (successor["at"] - closed_at) / 1000 < CLOSE_LIMIT, successor
+    finally:
+        for processor in loops.values():
+            processor.close(timeout=30)
+    assert segments([r["pid"] for r in runs(kafka, sink)]) == [first, other]
