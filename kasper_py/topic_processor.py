@@ -37,6 +37,7 @@ from kasper_py.kafka.ports import KafkaClients
 from kasper_py.kafka.producer import OutputProducer
 from kasper_py.loop.assignment import assignment_for
 from kasper_py.loop.committer import committer_for
+from kasper_py.loop.leader import election_for
 from kasper_py.loop.lifecycle import Lifecycle, kafka_usable_after
 from kasper_py.loop.prefetch import Prefetcher
 from kasper_py.loop.progress import consumed_all, report, turn_stats
@@ -60,7 +61,8 @@ _log = structlog.get_logger("kasper_py")
 class TopicProcessor:
     """Runs one processor name over its input partitions. Composes parts chosen once at
     start (``kasper_py.loop``): a committer (offsets or the transaction; commit notes,
-    fencing), an assignment (static or group), a prefetcher and the HTTP servers."""
+    fencing), an assignment (static or group), a prefetcher, the HTTP servers and,
+    for leader-only tasks, a leader election."""
 
     def __init__(
         self,
@@ -108,6 +110,9 @@ class TopicProcessor:
             transactions=self._committer.transactions, waiting=observer.on_idle,
             on_step=tracing.on_step(clients.on_step), wall_clock=clients.wall_clock,
             tasks=plan.tasks, routes=plan.routes)
+        # leader-only tasks run while this process leads (kasper_py.loop.leader)
+        self._election = election_for(config, plan.tasks, observer, kafka=real_clients)
+        self._engine.time.leader = self._election.leading
         self._assignment = assignment_for(
             config, clients, engine=self._engine, committer=self._committer,
             prefetcher=self._prefetcher, observer=observer, factory=plan.factory,
@@ -208,6 +213,7 @@ class TopicProcessor:
         if not self._life.started:
             if self._plan.internal:  # an app's repartition topics
                 self._ensure_topics(self.config, self._plan.sources, self._plan.internal)
+            self._election.start()
             self.tables.partition_count = count = self._consumer.partition_count()
             self._assignment.start(count)
             self._life.started = True
@@ -249,7 +255,8 @@ class TopicProcessor:
             return
         if kafka_ok and self._life.started:
             self._committer.note_stopped()
-        close_all([*self._servers.closing_queries(),  # before the stores close
+        close_all([self._election.close,  # first: the lead moves on at once
+                   *self._servers.closing_queries(),  # before the stores close
                    *self._engine.close_steps(), *[spec.close for spec in self._store_specs],
                    lambda: self._producer.close(discard=not kafka_ok), self._consumer.close,
                    self._observer.on_stop, *self._servers.closing_metrics()],

@@ -3,8 +3,9 @@ the reprocess driver. Input topics: every one exists, all have one partition cou
 partition-wise processing is possible), and the configured partitions exist. Output
 topics: what a producer can tell of one from its metadata, and the declared ones
 (``Config.output_topics``) checked and created at start. Topics are created here and
-only here (output topics, changelogs). Reading the metadata stays with each caller,
-whose client and unreachable-broker error differ.
+only here (output topics, changelogs, an app's internal topics and its leader topic).
+Reading the metadata stays with each caller, whose client and unreachable-broker error
+differ.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ from kasper_py.message import TopicPartitionKey
 from kasper_py.observability.client_log import with_client_log
 
 __all__ = ["check_internal_topics", "cluster_topics", "common_partition_count", "create_topics",
-           "ensure_internal_topics", "ensure_output_topics", "input_partitions",
+           "ensure_internal_topics", "ensure_leader_topic", "ensure_output_topics",
+           "input_partitions",
            "internal_to_create", "missing_output_topics",
            "owned_partitions", "partition_count", "topic_problem"]
 
@@ -241,3 +243,17 @@ def ensure_internal_topics(config: Config, sources: Sequence[str],
         _log.info("kasper.topic_created", processor=config.name, topic=made.name,
                   partitions=count, internal=True)
     return [made.name for made, _ in missing]
+
+
+def ensure_leader_topic(config: Config, topic: str) -> bool:
+    """Create ``topic``, the one-partition topic whose consumer group elects the leader
+    of ``config.name``'s processes (``kasper_py.loop.leader``), when absent; True when
+    created. An existing one is used as it is (only its partition 0 is ever assigned as
+    the lead). Raises ``TopicError`` when the cluster refuses or does not answer."""
+    admin = AdminClient(with_client_log(config.to_admin_conf(), config.name, "admin"))
+    if topic_problem(cluster_topics(admin, config).topics.get(topic)) != "does not exist":
+        return False
+    create_topics(admin, [NewTopic(topic, num_partitions=1, replication_factor=-1)])
+    _log.info("kasper.topic_created", processor=config.name, topic=topic, partitions=1,
+              internal=True)
+    return True

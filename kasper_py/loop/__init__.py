@@ -9,6 +9,8 @@ not flags):
 - ``prefetch``: gathers and sizes each batch, and reads the next one while a turn's
   acks are outstanding;
 - ``progress``: committed offsets, high watermarks and what is left to consume;
+- ``leader``: which of an app's processes runs its leader-only tasks (an election
+  through a consumer group of its own), or no election at all;
 - ``servers``: the HTTP servers the loop owns, the metrics and query apps mounted on them;
 - ``signals``: SIGTERM and SIGINT closing a running loop.
 

@@ -84,6 +84,10 @@ class Collectors:
         self.last_turn = prom.Gauge(
             "last_turn_timestamp_seconds", "Unix time of the last committed turn.",
             ["processor"], **common)
+        self.leader = prom.Gauge(
+            "leader", "1 while this process leads its app's processes and runs its "
+            "leader-only tasks (only processes that run such tasks export it).",
+            ["processor"], **common)
 
     def _add_guarantee_collectors(self, prom: Any, common: dict[str, Any],
                                   guarantee: str) -> None:

@@ -279,6 +279,10 @@ class PrometheusObserver(LoopObserver, StoreObserver):
         """Count a query request refused with 401 (``missing`` or ``wrong`` token)."""
         self.collectors.query_rejected.labels(self.processor, reason).inc()
 
+    def on_leader(self, leading: bool) -> None:
+        """Set ``kasper_leader``: 1 while this process leads its app's processes."""
+        self.collectors.leader.labels(self.processor).set(1 if leading else 0)
+
     def store_observer(self) -> StoreObserver:
         """This observer: the loop's stores report to its collectors."""
         return self

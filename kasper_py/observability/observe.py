@@ -1,5 +1,5 @@
 """The ports the loop and its stores report through, and their no-op defaults:
-``LoopObserver`` (turns, idling, errors) and ``StoreObserver`` (store operations,
+``LoopObserver`` (turns, idling, errors, the lead) and ``StoreObserver`` (store operations,
 changelog restores, late records dropped by windows). Prometheus lives in
 ``metrics.py`` and is imported only there.
 """
@@ -144,6 +144,11 @@ class LoopObserver(Protocol):
         """The query server refused a request with 401: ``missing`` (no bearer token) or
         ``wrong`` (another token)."""
 
+    def on_leader(self, leading: bool) -> None:
+        """This process began (``True``) or ceased (``False``) to lead its app's
+        processes (``kasper_py.loop.leader``); called from the elector's thread, and
+        only when it runs leader-only tasks on Kafka."""
+
     def store_observer(self) -> StoreObserver:
         """Where the loop's stores report; handed to each store when it is opened."""
         return NOOP_STORE_OBSERVER
@@ -175,6 +180,9 @@ class NoopObserver:
         pass
 
     def on_query_rejected(self, reason: str) -> None:
+        pass
+
+    def on_leader(self, leading: bool) -> None:
         pass
 
     def store_observer(self) -> StoreObserver:
@@ -211,6 +219,9 @@ class _WithStoreObserver:
 
     def on_query_rejected(self, reason: str) -> None:
         self._loop.on_query_rejected(reason)
+
+    def on_leader(self, leading: bool) -> None:
+        self._loop.on_leader(leading)
 
     def store_observer(self) -> StoreObserver:
         return self._stores

@@ -35,8 +35,12 @@ class Task:
     first runs one interval after the loop starts; a ``cron`` task at the first match
     after the start. Runs missed while a turn was busy are skipped, not caught up.
     Every process running the processor runs its tasks (one per partition set); with
-    ``on_leader``, only the process that leads the app's processes runs it (one at a
-    time; the lead moves when that process stops or dies, see docs/applications.md).
+    ``on_leader``, only the process that leads the app's processes runs it, one at a
+    time (static or group mode, any number of processes): the processes elect it
+    through a Kafka consumer group (``kasper_py.loop.leader``); the lead moves at once
+    when that process closes, within the 6 s session timeout and a rebalance when it
+    dies; a run due where the process does not lead is skipped there. See
+    docs/time-and-windows.md, "Leader-only tasks" (and docs/applications.md).
     Invalid arguments, a bad cron expression included, raise ``ConfigError``.
     """
 
