@@ -14,6 +14,7 @@ from kasper_py.app.runtime import AppFactory, AppRoutes, NodeStats
 from kasper_py.app.topology import App, Channel, Repartition
 from kasper_py.config import Config, OutputTopic
 from kasper_py.exceptions import ConfigError
+from kasper_py.kafka.topics import leader_topic
 from kasper_py.processor import ProcessorFactory
 from kasper_py.stores.base import StoreSpec
 from kasper_py.stores.specs import check_unique_names
@@ -89,7 +90,9 @@ def describe(app: App, config: Config | None = None) -> dict[str, Any]:
                         "outputs": [link(o) for o in n.outputs],
                         "stores": [{"name": s.name, "kind": type(s).__name__}
                                    for s in n.stores]} for n in nodes],
-        "internal_topics": [r.topic(name) for r in app.repartitions.values()],
+        "internal_topics": [*(r.topic(name) for r in app.repartitions.values()),
+                            *([leader_topic(name)] if any(t.on_leader for t in app.tasks)
+                              else [])],
         "channels": list(app.channels),
         "tasks": [{"name": t.name, "on_leader": t.on_leader} for t in app.tasks],
     }

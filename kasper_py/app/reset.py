@@ -10,19 +10,9 @@ from pathlib import Path
 
 from kasper_py.app.topology import App
 from kasper_py.config import Config
+from kasper_py.kafka.topics import leader_group, leader_topic
 
-__all__ = ["ResetScope", "leader_group", "leader_topic", "reset_scope"]
-
-
-def leader_topic(config: Config) -> str:
-    """The app's leader-election topic, ``<Config.name>-leader`` (present once leader
-    tasks are elected; a reset deletes it when it exists)."""
-    return f"{config.name}-leader"
-
-
-def leader_group(config: Config) -> str:
-    """The group leader election uses beside the app's own, ``<Config.group>.leader``."""
-    return f"{config.group}.leader"
+__all__ = ["ResetScope", "reset_scope"]
 
 
 @dataclass(frozen=True)
@@ -53,7 +43,7 @@ def reset_scope(app: App, config: Config) -> ResetScope:
         sources=app.sources,
         repartitions=tuple(r.topic(config.name) for r in app.repartitions.values()),
         changelogs=tuple(topic for state in owned for topic in state.topics),
-        leader=leader_topic(config),
+        leader=leader_topic(config.name),
         groups=(config.group, leader_group(config)),
         paths=tuple(path for state in owned for path in state.paths),
         external=tuple(state.external for state in owned if state.external is not None))

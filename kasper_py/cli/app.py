@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from kasper_py.app import App, describe
-from kasper_py.app.reset import ResetScope, leader_group, reset_scope
+from kasper_py.app.reset import ResetScope, reset_scope
 from kasper_py.cli.base import (
     EXIT_CONFIG,
     EXIT_FAILED,
@@ -41,7 +41,7 @@ from kasper_py.config import Config
 from kasper_py.exceptions import AdminError
 from kasper_py.kafka.admin import KafkaAdmin
 from kasper_py.kafka.offsets import GROUP_ACTIVE_ERRORS, PartitionProgress
-from kasper_py.kafka.topics import input_partitions, topic_problem
+from kasper_py.kafka.topics import input_partitions, leader_group, topic_problem
 from kasper_py.message import TopicPartitionKey
 
 __all__ = ["add_app_parsers", "app_command", "app_reset", "load_app", "render"]

@@ -26,7 +26,7 @@ from kasper_py.observability.client_log import with_client_log
 __all__ = ["check_internal_topics", "cluster_topics", "common_partition_count", "create_topics",
            "ensure_internal_topics", "ensure_leader_topic", "ensure_output_topics",
            "input_partitions",
-           "internal_to_create", "missing_output_topics",
+           "internal_to_create", "leader_group", "leader_topic", "missing_output_topics",
            "owned_partitions", "partition_count", "topic_problem"]
 
 _log = structlog.get_logger("kasper_py")
@@ -243,6 +243,18 @@ def ensure_internal_topics(config: Config, sources: Sequence[str],
         _log.info("kasper.topic_created", processor=config.name, topic=made.name,
                   partitions=count, internal=True)
     return [made.name for made, _ in missing]
+
+
+def leader_topic(name: str) -> str:
+    """The one-partition topic whose group elects the leader of the processes of
+    ``Config.name`` ``name`` (``kasper_py.loop.leader``), ``<name>-leader``; ``kasper
+    app reset`` deletes it."""
+    return f"{name}-leader"
+
+
+def leader_group(config: Config) -> str:
+    """The consumer group of that election, ``<Config.group>.leader``."""
+    return f"{config.group}.leader"
 
 
 def ensure_leader_topic(config: Config, topic: str) -> bool:

@@ -29,7 +29,7 @@ import structlog
 from confluent_kafka import Consumer, TopicPartition
 
 from kasper_py.config import Config
-from kasper_py.kafka.topics import ensure_leader_topic
+from kasper_py.kafka.topics import ensure_leader_topic, leader_group, leader_topic
 from kasper_py.observability.client_log import with_client_log
 from kasper_py.observability.observe import LoopObserver
 from kasper_py.time import Task
@@ -72,16 +72,6 @@ class AlwaysLeader:
         pass
 
 
-def leader_topic(config: Config) -> str:
-    """The one-partition topic of ``config.name``'s election."""
-    return f"{config.name}-leader"
-
-
-def leader_group(config: Config) -> str:
-    """The consumer group of ``config.name``'s election."""
-    return f"{config.group}.leader"
-
-
 def election_for(config: Config, tasks: Sequence[Task], observer: LoopObserver, *,
                  kafka: bool) -> Election:
     """A ``LeaderElector`` when some task runs ``on_leader`` and the loop runs on
@@ -96,7 +86,7 @@ class LeaderElector:
 
     def __init__(self, config: Config, observer: LoopObserver) -> None:
         self.config = config
-        self.topic = leader_topic(config)
+        self.topic = leader_topic(config.name)
         self.group = leader_group(config)
         self._observer = observer
         self._leading = False
