@@ -4,16 +4,18 @@ the library, and no example of its own."""
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from confluent_kafka.admin import AdminClient, NewTopic
 
 
-def create_topics(bootstrap: str, topics: Sequence[str], partitions: int) -> None:
-    """Create ``topics`` with ``partitions`` each; an existing topic is fine for a sample
-    (noted on stderr)."""
+def create_topics(bootstrap: str, topics: Sequence[str], partitions: int,
+                  config: Mapping[str, str] | None = None) -> None:
+    """Create ``topics`` with ``partitions`` each (and the topic settings ``config``); an
+    existing topic is fine for a sample (noted on stderr)."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    for future in admin.create_topics([NewTopic(t, partitions, 1) for t in topics]).values():
+    new = [NewTopic(t, partitions, 1, config=dict(config or {})) for t in topics]
+    for future in admin.create_topics(new).values():
         try:
             future.result(30)
         except Exception as exc:  # an existing topic is fine for a sample

@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import groupby
+from operator import attrgetter
 from typing import Any
 
 from kasper_py.app.topology import App, Channel, Node, Repartition
@@ -25,6 +27,8 @@ from kasper_py.processor import MessageProcessor, ProcessorContext
 from kasper_py.sender import Sender
 
 __all__ = ["AppFactory", "AppProcessor", "AppRoutes", "NodeStats"]
+
+_topic_of = attrgetter("topic")
 
 
 @dataclass
@@ -47,11 +51,24 @@ class NodeStats:
             return {n: (c, self.seconds.get(n, 0.0)) for n, c in self.messages.items()}
 
 
+@dataclass(frozen=True)
+class _Links:
+    """What one processor reads and sends to besides topics, resolved once: the
+    repartitions it may send to (name -> topic), the channels it may send to, the
+    channels it reads, and the topics it reads from Kafka (its repartitions' included)."""
+
+    repartitions: Mapping[str, str]
+    channels: frozenset[str]
+    reads: tuple[str, ...]
+    topics: frozenset[str]
+
+
 @dataclass
 class _Hop:
     """The processor running now, and the channel messages of this partition's turn."""
 
     node: Node
+    links: _Links
     partition: int
     pending: dict[str, list[Message]]
 
@@ -65,6 +82,12 @@ class AppRoutes:
         self._topics = {name: r.topic(app_name) for name, r in app.repartitions.items()}
         self.hop: _Hop | None = None
 
+    def links(self, node: Node) -> _Links:
+        """What ``node`` reads and sends to, resolved (see ``_Links``)."""
+        return _Links({name: self._topics[name] for name in node.sends(Repartition)},
+                      frozenset(node.sends(Channel)), node.reads(Channel),
+                      self.kafka_inputs(node))
+
     def kafka_inputs(self, node: Node) -> frozenset[str]:
         """The topics ``node`` reads from Kafka: its topics and its repartitions'."""
         return frozenset((*node.topics, *(self._topics[n] for n in node.reads(Repartition))))
@@ -72,12 +95,16 @@ class AppRoutes:
     def repartition_topic(self, name: str) -> str:
         """The topic of repartition ``name``; from ``process()`` it must be one of the
         running processor's declared outputs."""
+        hop = self.hop
+        if hop is not None:  # a dict lookup per message on the hot path
+            topic = hop.links.repartitions.get(name)
+            if topic is not None:
+                return topic
         topic = self._topics.get(name)
         if topic is None:
             raise ValueError(f"no repartition {name!r} in app {self._app.name!r}; "
                              f"declared: {sorted(self._topics)}")
-        hop = self.hop
-        if hop is not None and name not in hop.node.sends(Repartition):
+        if hop is not None:
             raise ValueError(f"processor {hop.node.name!r} sends to repartition {name!r}, "
                              "which it does not declare: add it to its outputs")
         return topic
@@ -90,7 +117,7 @@ class AppRoutes:
             raise KasperError(f"channel {name!r}: a channel carries messages between the "
                               "processors of a turn, so only process() sends to one; a "
                               "timer or task sends to a topic or a repartition")
-        if name not in hop.node.sends(Channel):
+        if name not in hop.links.channels:
             raise ValueError(f"processor {hop.node.name!r} sends to channel {name!r}, which "
                              "it does not declare: add it to its outputs")
         queued = hop.pending.setdefault(name, [])
@@ -109,27 +136,28 @@ class AppProcessor(MessageProcessor):
         self._app, self._routes, self._stats = app, routes, stats
         self.processors: dict[str, MessageProcessor] = {}
         """Each processor of the app for this partition, by name."""
-        self._steps: list[tuple[Node, MessageProcessor, frozenset[str]]] = []
+        self._steps: list[tuple[Node, MessageProcessor, _Links]] = []
         for node in nodes:
             own = ProcessorContext(context.partition, context.config,
                                    {s.name: context.stores[s.name] for s in node.stores},
                                    context.clock, context.query_tables)
             processor = self.processors[node.name] = node.factory(own)
-            self._steps.append((node, processor, routes.kafka_inputs(node)))
+            self._steps.append((node, processor, routes.links(node)))
 
     def process(self, messages: list[Message], sender: Sender) -> None:
         """Each processor gets its inputs' messages: its topics' in the order they came,
         then its channels' (sent by the processors before it in this call)."""
         runs = _by_topic(messages)
-        hop = _Hop(self._steps[0][0], self.context.partition, {})
+        first, _, links = self._steps[0]
+        hop = _Hop(first, links, self.context.partition, {})
         self._routes.hop = hop
         try:
-            for node, processor, topics in self._steps:
-                mine = _select(runs, topics)
-                for name in node.reads(Channel):
+            for node, processor, links in self._steps:
+                mine = _select(runs, links.topics)
+                for name in links.reads:
                     mine = [*mine, *hop.pending.pop(name, [])]
                 if mine:
-                    hop.node = node
+                    hop.node, hop.links = node, links
                     self._run(node, processor, mine, sender)
         finally:
             self._routes.hop = None
@@ -168,16 +196,21 @@ class AppFactory:
 
 
 def _by_topic(messages: list[Message]) -> list[tuple[str, list[Message]]]:
-    """``messages`` as runs of one topic each, in order (a partition's batch comes topic
-    by topic, so usually one run)."""
+    """``messages`` as one run per topic, in the order the topics first come (a
+    partition's batch comes topic by topic, so usually one run; runs are found with
+    ``groupby``, not a dict look-up per message)."""
     if not messages:
         return []
     first = messages[0].topic
     if messages[-1].topic == first and all(m.topic == first for m in messages):
         return [(first, messages)]
     runs: dict[str, list[Message]] = {}
-    for message in messages:
-        runs.setdefault(message.topic, []).append(message)
+    for topic, run in groupby(messages, _topic_of):
+        found = runs.get(topic)
+        if found is None:
+            runs[topic] = list(run)
+        else:
+            found.extend(run)
     return list(runs.items())
 
 

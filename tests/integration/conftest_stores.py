@@ -219,12 +219,12 @@ def cassandra_proxy(cassandra_contact: tuple[str, int]) -> Iterator[TcpProxy]:
 
 @pytest.fixture
 def delete_changelogs(bootstrap: str, unique_name: Callable[[str], str]) -> Iterator[None]:
-    """Deletes the changelog topics that the test's processors created."""
+    """Deletes the changelog and repartition topics that the test's processors created."""
     yield
     run = unique_name("")  # "-<run id>", the suffix of every name made in this test
     admin = AdminClient({"bootstrap.servers": bootstrap})
     topics = [t for t in admin.list_topics(timeout=30).topics
-              if run in t and t.endswith("-changelog")]
+              if run in t and t.endswith(("-changelog", "-repartition"))]
     for future in (admin.delete_topics(topics).values() if topics else ()):
         with contextlib.suppress(Exception):  # cleanup is best-effort
             future.result(30)

@@ -166,6 +166,33 @@ def test_pageviews_windowed_sends_each_minutes_final_count_once(  # noqa: PLR091
         (user, at, n) for (user, at), n in expected.items())
 
 
+def test_pageviews_app_sends_each_users_minutes_with_their_profile(  # noqa: PLR0917 - fixtures
+        bootstrap: str, unique_name: Callable[[str], str], kafka: Any, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str], delete_changelogs: None) -> None:
+    """The three-step app: views keyed by session are re-keyed by user through the app's
+    repartition topic, counted per minute, and each closed minute is sent once with the
+    profile of its user (none for the user without one); broken events are dropped, and
+    every input offset, the repartition topic's too, is committed."""
+    module = example("pageviews_app")
+    prefix, name = unique_name("pva") + "-", unique_name("pva")
+
+    assert module.main(["--bootstrap", bootstrap, "--name", name, "--prefix", prefix,
+                        "--state-dir", str(tmp_path), "--sample", "600",
+                        "--until-caught-up"]) == 0
+
+    out = capsys.readouterr().out
+    start = int(re.search(r"sample start: (\d+)", out).group(1))  # type: ignore[union-attr]
+    expected = module.expected_counts(module.sample_views(600, start))
+    assert len(expected) == 16 and sum(e["views"] for e in expected) == 600
+    sent = [json.loads(m.value()) for m in kafka.read_all(prefix + "views-per-minute")]
+    assert sorted(sent, key=lambda s: (s["user"], s["start"])) == expected
+    assert {(s["name"], s["plan"]) for s in sent if s["user"] == "jo"} == {(None, None)}
+    assert f"events without a user dropped: {module.BROKEN}" in out
+    repartition = f"{name}-by-user-repartition"
+    for topic in (prefix + "page-views", prefix + "user-profiles", repartition):
+        assert kafka.committed(name, topic, 2) == {p: _high(kafka, topic, p) for p in (0, 1)}
+
+
 def test_stream_table_join_sends_each_order_with_the_profile_of_its_time(
         bootstrap: str, unique_name: Callable[[str], str], kafka: Any, tmp_path: Path,
         delete_changelogs: None) -> None:

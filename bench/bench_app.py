@@ -1,0 +1,286 @@
+"""Re-keyed word count: a two-stage application against the one-stage count of the same
+input, and the consume-only ceiling, in the same run on the same broker.
+
+The input is --messages lines of about --words words each (a 1000-word vocabulary),
+keyed by document (``doc-<n>``), JSON strings. Rows, each in its own child process
+(its CPU and peak RSS are its own), reading all of the input from the beginning in a
+fresh group, at-least-once, batch_size --batch-size (10,000), batch_wait 0.1 s (with a
+backlog batches fill at once; the wait only delays the last, partial batch of the
+repartition topic, which would otherwise add up to a second to a two-stage row):
+
+``ceiling``    consume(batch, 1.0) until every line is read, touching none (the deep
+               prefetch ceiling of bench_passthrough.py).
+``one-stage``  one MessageProcessor splits each line and adds its words to a count per
+               word in a MemoryTable (one get_many and one put_many per partition and
+               batch): no re-key, so a word's count is split over the partitions.
+``two-stage``  an App: ``split`` sends every word to the repartition ``by-word``
+               (``sender.repartition("by-word", 1, key=word)``), ``count`` reads it and
+               keeps the same counts per word, each now on the partition its word
+               hashes to. Every word crosses Kafka a second time (produced, acked,
+               consumed, committed), hence the target: at least 0.5 of the one-stage
+               rate in lines/s.
+``combined``   the two-stage app with ``split`` counting each batch's words first and
+               sending a word's count once a batch (``repartition("by-word", n,
+               key=word)``): what a user does when the re-keyed records, not the
+               lines, are the cost (at most one record per word of the vocabulary per
+               partition and batch).
+
+Each row reports lines/s and words/s (wall time from the loop's start to the commit
+of the last record), CPU seconds per million lines (the process, every thread, from
+getrusage; and the loop thread alone), and peak RSS; the words it counted are checked
+against the input's. Rounds run the rows in the same order; the table keeps each
+row's best round. A benchmark, not a test: the target is printed, never asserted.
+``--profile FILE`` writes a cProfile of the two-stage loop thread (one extra run).
+
+    python bench/bench_app.py --messages 200000 --rounds 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import json
+import logging
+import random
+import subprocess
+import sys
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import structlog
+from bench_passthrough import Row, ceiling_loop, cpu_seconds, peak_rss_mib
+from benchkit import arguments, create_topics, delete_topics, fill
+
+from kasper_py import Config, Message, MessageProcessor, ProcessorContext, Sender, TopicProcessor
+from kasper_py.app import App
+from kasper_py.observability.observe import NoopObserver, TurnStats
+from kasper_py.stores.memory import MemoryTable
+
+ROWS = ("ceiling", "one-stage", "two-stage", "combined")
+VOCABULARY = [f"w{n}" for n in range(1000)]
+
+
+def lines(count: int, words: int) -> tuple[list[dict[str, Any]], int]:
+    """``count`` produce_batch records of ``words`` words give or take one, keyed by
+    document (100 documents); and the number of words in all."""
+    rng = random.Random(27)
+    records, total = [], 0
+    for n in range(count):
+        line = rng.choices(VOCABULARY, k=words + n % 3 - 1)
+        total += len(line)
+        records.append({"key": b"doc-%d" % (n % 100), "value": json.dumps(" ".join(line))})
+    return records, total
+
+
+def add_counts(counts: Any, words: Counter[str]) -> None:
+    """Add ``words`` to the store ``counts``: one get_many, one put_many."""
+    totals = counts.get_many(words)
+    counts.put_many({word: totals.get(word, 0) + n for word, n in words.items()})
+
+
+class CountWords(MessageProcessor):
+    """The one-stage count: each line's words into this partition's counts."""
+
+    def __init__(self, context: ProcessorContext) -> None:
+        self.counts = context.store("counts")
+        self.counted = 0
+
+    def process(self, messages: list[Message], sender: Sender) -> None:
+        words = Counter(word for m in messages for word in m.value.split())
+        add_counts(self.counts, words)
+        self.counted += words.total()
+
+
+class Split(MessageProcessor):
+    """The two-stage app's first step: every word of a line to ``by-word``, keyed by it."""
+
+    def process(self, messages: list[Message], sender: Sender) -> None:
+        repartition = sender.repartition
+        for m in messages:
+            for word in m.value.split():
+                repartition("by-word", 1, key=word)
+
+
+class SplitCombined(MessageProcessor):
+    """The combined row's first step: a batch's count of each word to ``by-word``."""
+
+    def process(self, messages: list[Message], sender: Sender) -> None:
+        words = Counter(word for m in messages for word in m.value.split())
+        for word, n in words.items():
+            sender.repartition("by-word", n, key=word)
+
+
+class CountRepartitioned(MessageProcessor):
+    """The two-stage app's second step: the words of its partition into its counts
+    (each record a word, or with ``combined`` a word's count in a batch)."""
+
+    def __init__(self, context: ProcessorContext) -> None:
+        self.counts = context.store("counts")
+        self.counted = 0
+
+    def process(self, messages: list[Message], sender: Sender) -> None:
+        words: Counter[str] = Counter()
+        for m in messages:
+            words[m.key] += m.value
+        add_counts(self.counts, words)
+        self.counted += words.total()
+
+
+def word_count_app(source: str, count: Any, *, combined: bool = False) -> App:
+    """Split the lines of ``source`` (``combined``: counted per batch first), repartition
+    by word, ``count`` (a factory)."""
+    app = App("bench-app")
+    by_word = app.repartition("by-word")
+    app.processor("split", SplitCombined if combined else Split, inputs=[source],
+                  outputs=[by_word])
+    app.processor("count", count, inputs=[by_word], stores=[MemoryTable("counts")])
+    return app
+
+
+class StopWhenCounted(NoopObserver):
+    """Stops the loop after the turn that counts the last word of the input (in the
+    two-stage rows the loop reads the lines, then the words again from the repartition
+    topic)."""
+
+    def __init__(self, counters: list[Any], total: int) -> None:
+        self.counters, self.total = counters, total
+        self.processor: TopicProcessor | None = None
+
+    def on_turn(self, stats: TurnStats) -> None:
+        if self.processor is not None and sum(c.counted for c in self.counters) >= self.total:
+            self.processor.close()
+
+
+def kasper_loop(args: argparse.Namespace) -> dict[str, Any]:
+    """Run the one-stage or two-stage row until every record it reads is committed; its
+    config's name (its repartition topic's prefix) and the words it counted."""
+    config = Config(name=f"bench-app-{uuid.uuid4().hex[:8]}", bootstrap_servers=args.bootstrap,
+                    input_topics=[args.source], batch_size=args.batch_size, batch_wait=0.1,
+                    key_serde="str", value_serde="json")
+    counters: list[CountWords | CountRepartitioned] = []
+
+    def kept(kind: type[CountWords] | type[CountRepartitioned]) -> Any:
+        def build(context: ProcessorContext) -> CountWords | CountRepartitioned:
+            counters.append(kind(context))
+            return counters[-1]
+        return build
+
+    observer = StopWhenCounted(counters, args.total_words)
+    if args.child == "one-stage":
+        processor = TopicProcessor(config, kept(CountWords), stores=[MemoryTable("counts")],
+                                   observer=observer)
+    else:
+        app = word_count_app(args.source, kept(CountRepartitioned),
+                             combined=args.child == "combined")
+        processor = TopicProcessor(config, app, observer=observer)
+    observer.processor = processor
+    processor.run_loop()
+    return {"name": config.name, "counted": sum(c.counted for c in counters)}
+
+
+def child(args: argparse.Namespace) -> None:
+    """Run one row and print its figures as one JSON line."""
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+    profile = cProfile.Profile() if args.profile else None
+    cpu_before, started, loop_before = cpu_seconds(), time.perf_counter(), time.thread_time()
+    if args.child == "ceiling":
+        ceiling_loop(Row("ceiling", "deep", args.batch_size), args)
+        found: dict[str, Any] = {"name": None, "counted": None}
+    elif profile is not None:
+        found = profile.runcall(kasper_loop, args)
+    else:
+        found = kasper_loop(args)
+    elapsed, cpu = time.perf_counter() - started, cpu_seconds() - cpu_before
+    loop_cpu = time.thread_time() - loop_before
+    if profile is not None:
+        profile.dump_stats(args.profile)
+    lines_per_s = args.messages / elapsed
+    print(json.dumps({**found, "row": args.child, "seconds": elapsed, "lines_per_s": lines_per_s,
+                      "words_per_s": lines_per_s * args.total_words / args.messages,
+                      "cpu_s_per_million": cpu * 1e6 / args.messages,
+                      "loop_cpu_s_per_million": loop_cpu * 1e6 / args.messages,
+                      "peak_rss_mib": peak_rss_mib()}))
+
+
+def run_child(row: str, args: argparse.Namespace, source: str, total_words: int,
+              profile: str | None = None) -> dict[str, Any]:
+    """One row in a fresh process; its repartition topic deleted after."""
+    cmd = [sys.executable, __file__, "--child", row, "--bootstrap", args.bootstrap,
+           "--source", source, "--messages", str(args.messages), "--total-words",
+           str(total_words), "--batch-size", str(args.batch_size)]
+    result = subprocess.run([*cmd, *(["--profile", profile] if profile else [])],
+                            check=False, capture_output=True, text=True)
+    if result.returncode:
+        sys.exit(f"{row} failed:\n{result.stderr[-3000:]}")
+    found = dict(json.loads(result.stdout.strip().splitlines()[-1]))
+    if found["name"] is not None and row != "one-stage":
+        delete_topics(args.bootstrap, [f"{found['name']}-by-word-repartition"])
+    return found
+
+
+def row_line(r: dict[str, Any], total_words: int) -> str:
+    counted = "" if r["counted"] is None else (
+        f"  words counted {r['counted']:,}{'' if r['counted'] == total_words else ' (WRONG)'}")
+    return (f"  {r['row']:10} {r['lines_per_s']:>10,.0f} lines/s {r['words_per_s']:>11,.0f} "
+            f"words/s  {r['seconds']:6.2f} s  CPU {r['cpu_s_per_million']:6.2f} s/1M lines "
+            f"(loop thread {r['loop_cpu_s_per_million']:6.2f})  peak RSS "
+            f"{r['peak_rss_mib']:4.0f} MiB{counted}")
+
+
+def summary(best: dict[str, dict[str, Any]], total_words: int) -> Iterator[str]:
+    yield "best of the rounds:"
+    for row in ROWS:
+        yield row_line(best[row], total_words)
+    two, one = best["two-stage"], best["one-stage"]
+    yield (f"two-stage / one-stage, lines/s: {two['lines_per_s'] / one['lines_per_s']:.2f} "
+           "(target >= 0.5)")
+    yield (f"two-stage / one-stage, CPU per line: "
+           f"{two['cpu_s_per_million'] / one['cpu_s_per_million']:.2f} (loop thread "
+           f"{two['loop_cpu_s_per_million'] / one['loop_cpu_s_per_million']:.2f})")
+    combined = best["combined"]
+    yield (f"combined / one-stage, lines/s: "
+           f"{combined['lines_per_s'] / one['lines_per_s']:.2f}")
+    ceiling = best["ceiling"]["lines_per_s"]
+    yield (f"against the consume-only ceiling, lines/s: one-stage "
+           f"{one['lines_per_s'] / ceiling:.2f}, two-stage {two['lines_per_s'] / ceiling:.2f}")
+
+
+def main() -> None:
+    parser = arguments(__doc__.splitlines()[0], messages=200_000, partitions=2)
+    parser.add_argument("--words", type=int, default=5, help="words per line, give or take one")
+    parser.add_argument("--profile", help="write a cProfile of the two-stage loop here")
+    parser.add_argument("--child", choices=ROWS, help=argparse.SUPPRESS)
+    parser.add_argument("--total-words", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(args)
+        return
+    source = f"bench-lines-{uuid.uuid4().hex[:8]}"
+    records, total_words = lines(args.messages, args.words)
+    create_topics(args.bootstrap, [source], args.partitions)
+    fill(args.bootstrap, source, args.partitions, records)
+    del records
+    print(f"input: {args.messages:,} lines, {total_words:,} words ({args.words} a line, give "
+          f"or take one) on {args.partitions} partitions, batch_size {args.batch_size}, "
+          f"{args.rounds} round(s)", flush=True)
+    results: dict[str, list[dict[str, Any]]] = {row: [] for row in ROWS}
+    try:
+        for _ in range(args.rounds):
+            for row in ROWS:
+                results[row].append(run_child(row, args, source, total_words))
+                print(row_line(results[row][-1], total_words), flush=True)
+        if args.profile:
+            run_child("two-stage", args, source, total_words, args.profile)
+            print(f"profile of a two-stage run: {args.profile}")
+    finally:
+        delete_topics(args.bootstrap, [source])
+    best = {row: max(runs, key=lambda r: r["lines_per_s"]) for row, runs in results.items()}
+    for line in summary(best, total_words):
+        print(line)
+
+
+if __name__ == "__main__":
+    main()
