@@ -23,14 +23,25 @@ from test_group_mode import holds  # isort: skip  # noqa: E402
 def test_members_come_and_go_nothing_lost(bootstrap, new_topic, kafka, unique_name,
                                           tmp_path) -> None:
     """Member A starts alone; B and C join; B is SIGKILLed, C stops on SIGTERM; A
-    finishes, with page views produced between every step. Nothing is lost: every
-    user's count is at least its true count and the output holds every (user, n) for n
-    up to it. Duplicates are bounded: a graceful leave or a rebalance replays nothing
-    (partitions move between turns, each committed), and a kill replays at most the
-    turn it interrupted, whose records (``batch_size`` at most, whatever partitions
-    the member held) each count once more, as a re-keyed record sent again or a count
-    restored from the changelog and redone. So the counts exceed the true ones by at
-    most kills * batch_size in all, and so do the output's extra updates."""
+    finishes, with page views produced between every step, and the group commits both
+    topics to their ends.
+
+    Nothing is lost: every user's count is at least its true count, each user has at
+    least as many distinct updates (user, n) as views, the last is its count, and the
+    output holds every (user, n) for n up to the true count but those of an
+    interrupted turn (below).
+
+    Duplicates are bounded: a graceful leave or a rebalance replays nothing (partitions
+    move between turns, each committed), and a kill replays at most the turn it
+    interrupted, whose records (``batch_size`` at most, across whatever partitions the
+    member held) each count once more: a re-keyed record sent again, or a count
+    restored from the changelog (at-least-once, the changelog holds the uncommitted
+    turn's writes) and counted again. So the counts exceed the true ones by at most
+    kills * batch_size, and so do the updates in the output. The same turn's updates
+    may be lost where its changelog write was delivered and they were not (one
+    producer, several partitions, killed between acks): the replay counts on from the
+    restored count, so at most kills * batch_size numbers up to the true count are
+    skipped (none in practice; the other updates are there)."""
     partitions, batch_size, chunk, kills = 4, 100, 5_000, 1
     source = new_topic("views", partitions=partitions)
     output = new_topic("user-counts", partitions=2)
@@ -80,7 +91,9 @@ def test_members_come_and_go_nothing_lost(bootstrap, new_topic, kafka, unique_na
         excess = sum(counts.values()) - sum(expected.values())
         assert 0 <= excess <= kills * batch_size, excess
         seen = updates(kafka, output)
+        assert seen.total() - sum(expected.values()) <= kills * batch_size
+        numbers = {u: {n for v, n in seen if v == u} for u in expected}
+        assert all(len(numbers[u]) >= n for u, n in expected.items())
+        assert {u: max(numbers[u]) for u in expected} == dict(counts)
         wanted = {(u, n) for u, count in expected.items() for n in range(1, count + 1)}
-        assert not wanted - set(seen), sorted(wanted - set(seen))[:20]
-        assert {u: max(n for v, n in seen if v == u) for u in expected} == dict(counts)
-        assert seen.total() - len(wanted) <= kills * batch_size, seen.total() - len(wanted)
+        assert len(wanted - set(seen)) <= kills * batch_size, sorted(wanted - set(seen))
