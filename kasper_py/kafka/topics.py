@@ -10,6 +10,7 @@ differ.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -242,6 +243,7 @@ def ensure_internal_topics(config: Config, sources: Sequence[str],
     for made, count in missing:
         _log.info("kasper.topic_created", processor=config.name, topic=made.name,
                   partitions=count, internal=True)
+    _wait_visible(admin, config, {made.name: count for made, count in missing})
     return [made.name for made, _ in missing]
 
 
@@ -269,3 +271,22 @@ def ensure_leader_topic(config: Config, topic: str) -> bool:
     _log.info("kasper.topic_created", processor=config.name, topic=topic, partitions=1,
               internal=True)
     return True
+
+
+def _wait_visible(admin: Any, config: Config, created: Mapping[str, int]) -> None:
+    """Wait until the broker's metadata shows each of the ``created`` topics with all its
+    partitions. A group member subscribes right after: a topic the broker does not know
+    yet is left out of its first assignment, which then holds the sources' partitions
+    without their co-partitioned peers (a refused assignment). ``TopicError`` after 30 s."""
+    deadline = time.monotonic() + _TIMEOUT
+    while created:
+        metadata = cluster_topics(admin, config)
+        shown = {name for name, count in created.items()
+                 if topic_problem(metadata.topics.get(name)) is None
+                 and len(metadata.topics[name].partitions) == count}
+        if shown == set(created):
+            return
+        if time.monotonic() > deadline:
+            raise TopicError(f"created topics {sorted(set(created) - shown)} are not in the "
+                             f"metadata of {config.bootstrap_servers} after {_TIMEOUT:.0f} s")
+        time.sleep(0.1)

@@ -139,8 +139,13 @@ class StaticAssignment(Assignment):
         return True
 
     def caught_up(self, consumed_all: Callable[[], bool]) -> bool:
-        """Every assigned partition is consumed to its end."""
-        return consumed_all()
+        """Every assigned partition is consumed to its end; the offsets are then
+        committed past the transaction markers read since the last commit, so a
+        transactional input (an app's repartition under exactly-once) shows no lag."""
+        if not consumed_all():
+            return False
+        self._committer.commit_past_markers()
+        return True
 
     def after_turn(self, durations: dict[str, float]) -> None:
         """Nothing to check: a static member has no poll budget."""
