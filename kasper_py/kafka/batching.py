@@ -73,6 +73,12 @@ class Batch:
         return {tp: r.last + 1 for tp, r in self.ranges.items()}
 
 
+_TICK = 0.001
+"""The client's timeout granularity: a consume given less than a millisecond returns
+at once, so a batch with less than this left to wait is released (measured: the last
+millisecond of every linger and ``batch_wait`` cost hundreds of empty consumes)."""
+
+
 class Collector:
     """Gathers the raw records of the next batch, over one call or several: a batch is
     released at ``size`` records or ``batch_wait`` seconds after its first consume,
@@ -113,7 +119,7 @@ class Collector:
             if until is not None and until():
                 return False
             remaining = self._deadline - clock()
-            if remaining <= 0:
+            if remaining < _TICK:  # a shorter consume would not wait: it would spin
                 if self.linger is not None and records:  # what is fetched comes along
                     records.extend(self._consume(self.size - len(records), 0))
                 return True
