@@ -232,7 +232,8 @@ class SourceTable(TableOp):
 class Aggregate(TableOp):
     """Grouped records folded per key into ``store``: read once and written once per
     batch; each record emits its key's new aggregate. ``None`` keys and values are
-    skipped (Kafka Streams' rule)."""
+    skipped (Kafka Streams' rule); an aggregate of ``None`` deletes the key (emitted as
+    a delete), and its next record starts again from ``initializer()``."""
 
     __slots__ = ("adder", "initializer", "store")
 
@@ -249,10 +250,13 @@ class Aggregate(TableOp):
         initializer, adder = self.initializer, self.adder
         out: Records = []
         for key, value, timestamp, headers in kept:
-            aggregate = current[key] if key in current else initializer()
-            current[key] = aggregate = adder(key, value, aggregate)
+            aggregate = adder(key, value, current[key] if key in current else initializer())
+            if aggregate is None:
+                current.pop(key, None)
+            else:
+                current[key] = aggregate
             out.append((key, aggregate, timestamp, headers))
-        self.store.put_many({r[0]: current[r[0]] for r in out})
+        self.store.put_many({r[0]: current.get(r[0]) for r in out})
         self.emit(out)
 
     def lookup_many(self, keys: Iterable[Any]) -> dict[Any, Any]:
@@ -367,7 +371,8 @@ class KeyedLookupJoin(Op):
 class TableJoin(TableOp):
     """Two co-partitioned tables joined by key: an update of either side emits the
     key's joined value (``None``, a delete, when the inner join has no pair, or the
-    left side has none). ``side(0)`` and ``side(1)`` are where each parent pushes."""
+    left side has none), unless the other side has no value for the key (see
+    ``changed``). ``side(0)`` and ``side(1)`` are where each parent pushes."""
 
     __slots__ = ("joiner", "left", "tables")
 
@@ -386,12 +391,19 @@ class TableJoin(TableOp):
         return _JoinSide(self, index)
 
     def changed(self, index: int, records: Records) -> None:
-        """Table ``index`` changed: join each update with the other side's value."""
+        """Table ``index`` changed: join each update with the other side's value. An
+        update finding no value on the other side changes nothing (the join had none
+        before and has none after) and is not emitted, except a left join's left side,
+        which is the whole left join (Kafka Streams' rule)."""
         other = self.tables[1 - index].lookup_many({r[0] for r in records})
-        if index == 0:
+        if index == 0 and self.left:
             self.emit([(k, self._join(v, other.get(k)), t, h) for k, v, t, h in records])
+        elif index == 0:
+            self.emit([(k, self._join(v, other[k]), t, h) for k, v, t, h in records
+                       if k in other])
         else:
-            self.emit([(k, self._join(other.get(k), v), t, h) for k, v, t, h in records])
+            self.emit([(k, self._join(other[k], v), t, h) for k, v, t, h in records
+                       if k in other])
 
     def lookup_many(self, keys: Iterable[Any]) -> dict[Any, Any]:
         wanted = set(keys)
