@@ -55,6 +55,22 @@ class Op:
                 child.push(records)
 
 
+class OneByOne(Op):
+    """Pushes a batch's records to ``op`` one at a time: before a fork whose paths meet
+    again (``_graph.reconverges``), where batches would come out of order."""
+
+    __slots__ = ("op",)
+
+    def __init__(self, op: Op) -> None:
+        super().__init__()
+        self.op = op
+
+    def push(self, records: Records) -> None:
+        push = self.op.push
+        for record in records:
+            push([record])
+
+
 class TableOp(Op):
     """An operator whose output is a table: its records are updates (``None`` value: a
     delete), and ``lookup_many`` reads its current values."""
@@ -392,18 +408,18 @@ class TableJoin(TableOp):
 
     def changed(self, index: int, records: Records) -> None:
         """Table ``index`` changed: join each update with the other side's value. An
-        update finding no value on the other side changes nothing (the join had none
-        before and has none after) and is not emitted, except a left join's left side,
-        which is the whole left join (Kafka Streams' rule)."""
+        upsert finding no value on the other side changes nothing (the join has none
+        before and after) and is not emitted, except on a left join's left side, the
+        whole left join (Kafka Streams' rule); a delete always is."""
         other = self.tables[1 - index].lookup_many({r[0] for r in records})
         if index == 0 and self.left:
             self.emit([(k, self._join(v, other.get(k)), t, h) for k, v, t, h in records])
         elif index == 0:
-            self.emit([(k, self._join(v, other[k]), t, h) for k, v, t, h in records
-                       if k in other])
+            self.emit([(k, self._join(v, other.get(k)), t, h) for k, v, t, h in records
+                       if v is None or k in other])
         else:
-            self.emit([(k, self._join(other[k], v), t, h) for k, v, t, h in records
-                       if k in other])
+            self.emit([(k, self._join(other.get(k), v), t, h) for k, v, t, h in records
+                       if v is None or k in other])
 
     def lookup_many(self, keys: Iterable[Any]) -> dict[Any, Any]:
         wanted = set(keys)
