@@ -52,7 +52,7 @@ Event = tuple[str, Any, Any, int]
 Out = tuple[Any, Any, int | None]
 """(key, value, timestamp) of an output record, decoded."""
 
-FAST = settings(max_examples=40, deadline=None)
+FAST = settings(max_examples=80, deadline=None)
 
 keys = st.sampled_from(["a", "b", "c", None])
 values = st.one_of(st.integers(0, 9), st.none())
@@ -236,7 +236,8 @@ def aggregations_model(sequence: list[Event], rekey: bool) -> dict[str, list[Out
 
 
 @FAST
-@given(events(["in", "other"]), cuts, st.booleans(), st.integers(1, 3))
+@given(events(["in", "other"], value=st.one_of(st.integers(0, 4), st.none())), cuts,
+       st.booleans(), st.integers(1, 3))
 def test_aggregations_emit_the_model_updates(sequence: list[Event], at: list[int],
                                              rekey: bool, partitions: int) -> None:
     """count, reduce and aggregate of two merged topics, after group_by (a
@@ -294,12 +295,20 @@ windowed_events = st.lists(st.tuples(st.sampled_from(["a", "b", None]), st.integ
 """Out of order by up to 300 ms (one topic: no tie across topics)."""
 
 
-def windowed_model(kind: WindowKind, sequence: list[Event]) -> WindowsModel:
-    model = WindowsModel(kind)
-    for _topic, k, v, ts in sequence:
-        if k is not None and v is not None:
-            model.add(k, ts, v)
-    return model
+class PartitionedWindows:
+    """The windows model of each partition (stream time is a partition's), keys
+    spread as the driver spreads them."""
+
+    def __init__(self, kind: WindowKind, sequence: list[Event], partitions: int) -> None:
+        self.models = [WindowsModel(kind) for _ in range(partitions)]
+        for _topic, k, v, ts in sequence:
+            if k is not None and v is not None:
+                self.models[partition_of(k, partitions)].add(k, ts, v)
+
+    def windows(self, closed: bool | None = None) -> dict[tuple[Any, int, int], Any]:
+        """Every window with its sum; only the closed (or open) ones if ``closed``."""
+        return {w: v for model in self.models for w, v in model.windows().items()
+                if closed is None or model.closed(w) is closed}
 
 
 def windowed_app(kind: WindowKind, emit: Any, rekey: bool) -> App:
@@ -311,31 +320,34 @@ def windowed_app(kind: WindowKind, emit: Any, rekey: bool) -> App:
     return b.build()
 
 
-@settings(max_examples=60, deadline=None)
-@given(window_kinds(), windowed_events, cuts, st.booleans())
+@settings(max_examples=100, deadline=None)
+@given(window_kinds(), windowed_events, cuts, st.booleans(), st.integers(1, 2))
 def test_windowed_final_emits_each_closed_window_once(
-        kind: WindowKind, sequence: list[Event], at: list[int], rekey: bool) -> None:
+        kind: WindowKind, sequence: list[Event], at: list[int], rekey: bool,
+        partitions: int) -> None:
     """emit="final": each window the model has closed is emitted once, with the
     model's sum, keyed ``Windowed(key, start, end)`` and stamped ``end - 1``; late
-    records are dropped as the model drops them; ``None`` keys and values skipped."""
-    driver = run(windowed_app(kind, "final", rekey), sequence, at)
-    model = windowed_model(kind, sequence)
+    records are dropped as the model drops them; ``None`` keys and values skipped.
+    Over partitions (records spread by key, grouped by the same key: each key's
+    records in order), each partition has its own stream time."""
+    driver = run(windowed_app(kind, "final", rekey), sequence, at, partitions=partitions)
+    model = PartitionedWindows(kind, sequence, partitions)
     emitted = [((k[0], k[1], k[2]), v, ts) for k, v, ts in outputs(driver, "out")]
     assert len({w for w, _, _ in emitted}) == len(emitted), "a window emitted twice"
     assert all(ts == w[2] - 1 for w, _, ts in emitted)
-    assert {w: v for w, v, _ in emitted} == {
-        w: v for w, v in model.windows().items() if model.closed(w)}
+    assert {w: v for w, v, _ in emitted} == model.windows(closed=True)
 
 
-@settings(max_examples=60, deadline=None)
-@given(window_kinds(), windowed_events, cuts, st.booleans())
+@settings(max_examples=100, deadline=None)
+@given(window_kinds(), windowed_events, cuts, st.booleans(), st.integers(1, 2))
 def test_windowed_updates_end_at_the_model(
-        kind: WindowKind, sequence: list[Event], at: list[int], rekey: bool) -> None:
+        kind: WindowKind, sequence: list[Event], at: list[int], rekey: bool,
+        partitions: int) -> None:
     """emit="updates": the last update of each window is the model's sum (a session
     merged into a larger one ends deleted: ``None``), stamped ``end - 1``. Updates
     are per window a batch changed, so only the last one is batch-split invariant."""
-    driver = run(windowed_app(kind, "updates", rekey), sequence, at)
-    model = windowed_model(kind, sequence)
+    driver = run(windowed_app(kind, "updates", rekey), sequence, at, partitions=partitions)
+    model = PartitionedWindows(kind, sequence, partitions)
     last: dict[tuple[Any, int, int], Any] = {}
     for k, v, ts in outputs(driver, "out"):
         assert ts == k[2] - 1
@@ -380,16 +392,25 @@ def pair(value: Any, other: Any) -> list[Any]:
     return [value, other]
 
 
+def view_of(value: Any) -> Any:
+    """The table view the joins may read: values divisible by 3 filtered out, the rest
+    plus 100."""
+    return None if value is None or value % 3 == 0 else value + 100
+
+
 @FAST
-@given(events(["s", "t"]), cuts, st.booleans(), st.integers(1, 3))
+@given(events(["s", "t"]), cuts, st.booleans(), st.booleans(), st.integers(1, 3))
 def test_stream_table_join_equals_the_model(sequence: list[Event], at: list[int],
-                                            left: bool, partitions: int) -> None:
-    """Stream-table join and left_join, co-partitioned: each stream record meets the
-    table as the events before it in the sequence left it, whatever the batches;
-    stream records with a ``None`` key or value are dropped; the inner join drops
-    those without a table value, the left join joins them with ``None``."""
+                                            left: bool, view: bool, partitions: int) -> None:
+    """Stream-table join and left_join, co-partitioned, with the table or a view of it
+    (filter, map_values): each stream record meets the table as the events before it
+    in the sequence left it, whatever the batches; stream records with a ``None`` key
+    or value are dropped; the inner join drops those without a table value, the left
+    join joins them with ``None``; the output keeps the stream record's timestamp."""
     b = builder()
     stream, table = b.stream("s"), b.table("t")
+    if view:
+        table = table.filter(lambda k, v: v % 3 != 0).map_values(lambda v: v + 100)
     (stream.left_join(table, pair) if left else stream.join(table, pair)).to("out")
     driver = run(b.build(), sequence, at, partitions=partitions)
     model: dict[Any, Any] = {}
@@ -398,48 +419,84 @@ def test_stream_table_join_equals_the_model(sequence: list[Event], at: list[int]
         if k is None:
             continue
         if topic == "t":
-            model.pop(k, None) if v is None else model.__setitem__(k, v)
+            value = view_of(v) if view else v
+            model.pop(k, None) if value is None else model.__setitem__(k, value)
         elif v is not None and (left or k in model):
             expected.append((k, [v, model.get(k)], ts))
     assert per_key(outputs(driver, "out")) == per_key(expected)
 
 
-def table_join_model(sequence: list[Event], left: bool) -> list[Out]:
-    """A table-table join record by record: an update emits the key's joined value,
-    or ``None`` when the join has none now; except an upsert finding the other side
-    absent (the join has no value before or after; a left join's left side always
-    emits). Deletes always go on: the key may have been joined before."""
-    sides: dict[str, dict[Any, Any]] = {"l": {}, "r": {}}
-    out: list[Out] = []
+@FAST
+@given(events(["s", "in"]), cuts, st.integers(1, 3))
+def test_stream_joined_with_an_aggregation(sequence: list[Event], at: list[int],
+                                           partitions: int) -> None:
+    """A stream joined with a count of another (co-partitioned, one stage): each
+    record meets the count as the records before it made it."""
+    b = builder()
+    counts = b.stream("in").group_by_key().count("counts")
+    b.stream("s").join(counts, pair).to("out")
+    driver = run(b.build(), sequence, at, partitions=partitions)
+    model: dict[Any, int] = defaultdict(int)
+    expected = []
     for topic, k, v, ts in sequence:
+        if k is None or v is None:
+            continue
+        if topic == "in":
+            model[k] += 1
+        elif k in model:
+            expected.append((k, [v, model[k]], ts))
+    assert per_key(outputs(driver, "out")) == per_key(expected)
+
+
+def table_join_model(sequence: list[Event], left: bool, view: bool) -> dict[str, list[Out]]:
+    """A table-table join record by record ("out"): an update emits the key's joined
+    value, or ``None`` when the join has none now; except an upsert finding the
+    other side absent (the join has no value before or after; a left join's left
+    side always emits). Deletes always go on: the key may have been joined before.
+    The right table is read through ``view_of`` when ``view``, and a stream "s"
+    probes the joined table ("probe")."""
+    sides: dict[str, dict[Any, Any]] = {"l": {}, "r": {}}
+    out: dict[str, list[Out]] = defaultdict(list)
+    for topic, k, raw, ts in sequence:
         if k is None:
             continue
+        lv, rv = sides["l"].get(k), sides["r"].get(k)
+        joined = None if lv is None or (rv is None and not left) else [lv, rv]
+        if topic == "s":
+            if raw is not None and joined is not None:
+                out["probe"].append((k, [raw, joined], ts))
+            continue
+        v = view_of(raw) if view and topic == "r" else raw
         mine, other = sides[topic], sides["r" if topic == "l" else "l"]
         mine.pop(k, None) if v is None else mine.__setitem__(k, v)
         lv, rv = sides["l"].get(k), sides["r"].get(k)
         if v is None or (topic == "l" and left) or other.get(k) is not None:
-            out.append((k, None if lv is None or (rv is None and not left)
-                        else [lv, rv], ts))
+            out["out"].append((k, None if lv is None or (rv is None and not left)
+                               else [lv, rv], ts))
     return out
 
 
 @FAST
-@given(events(["l", "r"]), cuts, st.booleans(), st.integers(1, 3))
+@given(events(["l", "r", "s"]), cuts, st.booleans(), st.booleans(), st.integers(1, 3))
 def test_table_table_join_equals_the_model(sequence: list[Event], at: list[int],
-                                           left: bool, partitions: int) -> None:
-    """Table-table join and left_join: each update emits the model's joined value at
-    that point (see ``table_join_model``), with its timestamp; the joined table ends
-    as the join of the model's final tables."""
+                                           left: bool, view: bool, partitions: int) -> None:
+    """Table-table join and left_join (the right side a view, or not): each update
+    emits the model's joined value at that point (see ``table_join_model``), with
+    its timestamp; the joined table ends as the join of the model's final tables;
+    a stream joined with the joined table meets its value as of each record."""
     b = builder()
     mine, theirs = b.table("l"), b.table("r")
+    if view:
+        theirs = theirs.filter(lambda k, v: v % 3 != 0).map_values(lambda v: v + 100)
     joined = mine.left_join(theirs, pair) if left else mine.join(theirs, pair)
     joined.to_stream().to("out")
+    b.stream("s").join(joined, pair).to("probe")
     driver = run(b.build(), sequence, at, partitions=partitions)
-    expected = table_join_model(sequence, left)
+    expected = table_join_model(sequence, left, view)
     got = outputs(driver, "out")
-    assert per_key(got) == per_key(expected)
-    final = {k: v for k, v, _ in expected}
-    assert {k: v for k, v, _ in got} == final
+    assert per_key(got) == per_key(expected["out"])
+    assert {k: v for k, v, _ in got} == {k: v for k, v, _ in expected["out"]}
+    assert per_key(outputs(driver, "probe")) == per_key(expected["probe"])
 
 
 # -- diamonds: a fork whose paths meet again -----------------------------------------
