@@ -12,7 +12,7 @@ import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from kasper_py.dsl._ops import Op, Rec, TableOp, Turn
+from kasper_py.dsl._ops import OneByOne, Op, Rec, TableOp, Turn
 from kasper_py.message import Message
 from kasper_py.processor import MessageProcessor, ProcessorContext
 from kasper_py.sender import Sender
@@ -81,15 +81,45 @@ class Build:
             return found
         op = self._ops[id(spec)] = spec.make(self)
         for child, port in spec.children:
-            built = self.op(child)
-            op.children.append(built if port is None else built.side(port))
+            op.children.append(self.entry(child, port))
         return op
+
+    def entry(self, spec: Spec, port: int | None = None) -> Op:
+        """What a parent pushes ``spec``'s records to: its operator (the side ``port``
+        of a join), record by record when its children's paths meet again."""
+        op = self.op(spec)
+        side = op if port is None else op.side(port)
+        return OneByOne(side) if reconverges([c for c, _ in spec.children]) else side
 
     def table(self, spec: Spec) -> TableOp:
         """The table operator of ``spec``."""
         op = self.op(spec)
         assert isinstance(op, TableOp)
         return op
+
+
+def reconverges(specs: list[Spec]) -> bool:
+    """Whether two of ``specs`` reach a common operator (a diamond: a branch merged
+    again, a table joined with a view of itself). Records must then go through such
+    a fork one at a time, so that they meet again in their order and each sees the
+    state as of itself, as a record-at-a-time run would have it."""
+    seen: set[int] = set()
+    for spec in specs:
+        reached = _reach(spec)
+        if seen & reached:
+            return True
+        seen |= reached
+    return False
+
+
+def _reach(spec: Spec) -> set[int]:
+    reached, todo = set(), [spec]
+    while todo:
+        node = todo.pop()
+        if id(node) not in reached:
+            reached.add(id(node))
+            todo += [child for child, _ in node.children]
+    return reached
 
 
 class StageProcessor(MessageProcessor):
@@ -102,7 +132,7 @@ class StageProcessor(MessageProcessor):
         super().__init__(context)
         self._turn = Turn()
         build = Build(context, self._turn)
-        self._sources = {topic_of(source): [build.op(spec) for spec in specs]
+        self._sources = {topic_of(source): _fork(build, specs)
                          for source, specs in sources.items()}
         extractor = context.config.timestamp_extractor
         self._time = context.event_time if extractor is not None else _kafka_time
@@ -125,6 +155,17 @@ class StageProcessor(MessageProcessor):
     def _push(self, topic: str, records: list[Rec]) -> None:
         for op in self._sources.get(topic, ()):
             op.push(records)
+
+
+def _fork(build: Build, specs: list[Spec]) -> list[Op]:
+    """The operators reading one source, as a single one taking the records one by
+    one when their paths meet again."""
+    ops = [build.entry(spec) for spec in specs]
+    if len(ops) > 1 and reconverges(specs):
+        fork = Op()
+        fork.children = ops
+        return [OneByOne(fork)]
+    return ops
 
 
 def _kafka_time(message: Message) -> int | None:

@@ -59,6 +59,22 @@ class Op:
                 child.push(records)
 
 
+class OneByOne(Op):
+    """Pushes a batch's records to ``op`` one at a time: before a fork whose paths meet
+    again (``_graph.reconverges``), where batches would come out of order."""
+
+    __slots__ = ("op",)
+
+    def __init__(self, op: Op) -> None:
+        super().__init__()
+        self.op = op
+
+    def push(self, records: Records) -> None:
+        push = self.op.push
+        for record in records:
+            push([record])
+
+
 class TableOp(Op):
     """An operator whose output is a table: its records are updates (``None`` value: a
     delete), and ``lookup_many`` reads its current values."""
@@ -236,7 +252,8 @@ class SourceTable(TableOp):
 class Aggregate(TableOp):
     """Grouped records folded per key into ``store``: read once and written once per
     batch; each record emits its key's new aggregate. ``None`` keys and values are
-    skipped (Kafka Streams' rule)."""
+    skipped (Kafka Streams' rule); an aggregate of ``None`` deletes the key (emitted as
+    a delete), and its next record starts again from ``initializer()``."""
 
     __slots__ = ("adder", "initializer", "store")
 
@@ -253,10 +270,13 @@ class Aggregate(TableOp):
         initializer, adder = self.initializer, self.adder
         out: Records = []
         for key, value, timestamp, headers in kept:
-            aggregate = current[key] if key in current else initializer()
-            current[key] = aggregate = adder(key, value, aggregate)
+            aggregate = adder(key, value, current[key] if key in current else initializer())
+            if aggregate is None:
+                current.pop(key, None)
+            else:
+                current[key] = aggregate
             out.append((key, aggregate, timestamp, headers))
-        self.store.put_many({r[0]: current[r[0]] for r in out})
+        self.store.put_many({r[0]: current.get(r[0]) for r in out})
         self.emit(out)
 
     def lookup_many(self, keys: Iterable[Any]) -> dict[Any, Any]:
@@ -371,7 +391,8 @@ class KeyedLookupJoin(Op):
 class TableJoin(TableOp):
     """Two co-partitioned tables joined by key: an update of either side emits the
     key's joined value (``None``, a delete, when the inner join has no pair, or the
-    left side has none). ``side(0)`` and ``side(1)`` are where each parent pushes."""
+    left side has none), unless the other side has no value for the key (see
+    ``changed``). ``side(0)`` and ``side(1)`` are where each parent pushes."""
 
     __slots__ = ("joiner", "left", "tables")
 
@@ -390,12 +411,19 @@ class TableJoin(TableOp):
         return _JoinSide(self, index)
 
     def changed(self, index: int, records: Records) -> None:
-        """Table ``index`` changed: join each update with the other side's value."""
+        """Table ``index`` changed: join each update with the other side's value. An
+        upsert finding no value on the other side changes nothing (the join has none
+        before and after) and is not emitted, except on a left join's left side, the
+        whole left join (Kafka Streams' rule); a delete always is."""
         other = self.tables[1 - index].lookup_many({r[0] for r in records})
-        if index == 0:
+        if index == 0 and self.left:
             self.emit([(k, self._join(v, other.get(k)), t, h) for k, v, t, h in records])
+        elif index == 0:
+            self.emit([(k, self._join(v, other.get(k)), t, h) for k, v, t, h in records
+                       if v is None or k in other])
         else:
-            self.emit([(k, self._join(other.get(k), v), t, h) for k, v, t, h in records])
+            self.emit([(k, self._join(other.get(k), v), t, h) for k, v, t, h in records
+                       if v is None or k in other])
 
     def lookup_many(self, keys: Iterable[Any]) -> dict[Any, Any]:
         wanted = set(keys)

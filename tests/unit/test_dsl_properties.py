@@ -1,0 +1,357 @@
+"""The streams and tables DSL (``kasper_py.dsl``) against a brute-force model, with
+hypothesis: each operator, the aggregations, windows, tables and joins.
+
+The input of a test is ONE interleaved sequence of events over the app's topics,
+with non-decreasing timestamps, split into batches at random points (each batch a
+contiguous slice); the driver gets a batch's messages, which the stage regroups topic
+by topic and re-merges by timestamp. The model is a plain-Python, record-at-a-time
+interpretation of the same pipeline over the whole sequence in order, so every
+property here says: the result does not depend on where batches end. Tables, joins
+and diamonds (forks whose paths meet again) are in test_dsl_join_properties, on the
+helpers of this module.
+
+Semantics the properties pin down (Kafka Streams' where they overlap):
+
+- a record's output keeps its input timestamp; a windowed result is stamped with its
+  window's end - 1 (the last instant it covers);
+- aggregations, joins and repartitions drop records with a ``None`` key;
+  aggregations skip ``None`` values, stream-table joins drop them;
+- a table's ``None`` value (a tombstone) deletes its key;
+- a table emits one update per input record that changes it, never coalesced per
+  batch, so its update sequence is the same however the input is batched (windowed
+  aggregations with ``emit="updates"`` are the exception: one update per window a
+  batch changed, so only their last value per window is compared);
+- two events of different topics never share a timestamp in these inputs: a stage
+  orders a batch's topics by timestamp, and at a tie across topics the order depends
+  on which topic came first in the batch (``test_dsl_unit`` shows it), so no
+  order would be invariant to batch ends there.
+
+Timestamps start at 1: a produced record with timestamp 0 means "now" to the Kafka
+producer (``OutgoingMessage`` turns 0 into ``None``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections import defaultdict
+from collections.abc import Callable
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_windows_properties import Model as WindowsModel
+from test_windows_properties import kinds as window_kinds
+
+from kasper_py.app import App
+from kasper_py.dsl import Builder
+from kasper_py.kafka.partitioner import murmur2_partition
+from kasper_py.testing import ProcessorDriver, make_message
+from kasper_py.windows import WindowKind, sum_of
+
+Event = tuple[str, Any, Any, int]
+"""(topic, key, value, timestamp ms)."""
+Out = tuple[Any, Any, int | None]
+"""(key, value, timestamp) of an output record, decoded."""
+
+FAST = settings(max_examples=80, deadline=None)
+
+keys = st.sampled_from(["a", "b", "c", None])
+values = st.one_of(st.integers(0, 9), st.none())
+cuts = st.lists(st.integers(0, 200), max_size=5)
+
+
+def events(topics: list[str], key: st.SearchStrategy[Any] = keys,
+           value: st.SearchStrategy[Any] = values, max_size: int = 40
+           ) -> st.SearchStrategy[list[Event]]:
+    """One interleaved sequence over ``topics``, timestamps non-decreasing from 1,
+    strictly increasing where the topic changes."""
+    steps = st.lists(st.tuples(st.sampled_from(topics), key, value, st.integers(0, 3)),
+                     max_size=max_size)
+
+    def stamp(raw: list[tuple[str, Any, Any, int]]) -> list[Event]:
+        out: list[Event] = []
+        now, last_topic = 1, None
+        for topic, k, v, step in raw:
+            now += max(step, 1) if last_topic not in (None, topic) else step
+            out.append((topic, k, v, now))
+            last_topic = topic
+        return out
+
+    return steps.map(stamp)
+
+
+def partition_of(key: Any, partitions: int) -> int:
+    """The partition a producer puts ``key`` in (JSON-encoded); ``None``: 0."""
+    if key is None or partitions == 1:
+        return 0
+    return murmur2_partition(json.dumps(key).encode(), partitions)
+
+
+def run(app: App, sequence: list[Event], at: list[int], *, partitions: int = 1,
+        spread: Callable[[Event], int] | None = None) -> ProcessorDriver:
+    """Drive ``app`` over ``sequence`` in batches split at ``at`` (positions modulo
+    the length); each event in ``spread(event)``'s partition, else its key's."""
+    driver = ProcessorDriver(app, key_serde="json", value_serde="json",
+                             partitions=partitions)
+    bounds = sorted({0, len(sequence), *(c % (len(sequence) + 1) for c in at)})
+    for low, high in itertools.pairwise(bounds):
+        driver.process([make_message(
+            topic, value, key, timestamp=ts,
+            partition=spread((topic, key, value, ts)) if spread else partition_of(
+                key, partitions)) for topic, key, value, ts in sequence[low:high]])
+    return driver
+
+
+def outputs(driver: ProcessorDriver, topic: str) -> list[Out]:
+    """What the app sent to ``topic``, decoded, in order."""
+    def decode(raw: bytes | None) -> Any:
+        return None if raw is None else json.loads(raw)
+
+    return [(decode(m.key), decode(m.value), m.timestamp) for m in driver.sent
+            if m.topic == topic]
+
+
+def per_key(records: list[Out]) -> dict[Any, list[Out]]:
+    """Records grouped by key, each key's in order."""
+    grouped: dict[Any, list[Out]] = defaultdict(list)
+    for record in records:
+        grouped[json.dumps(record[0])].append(record)
+    return dict(grouped)
+
+
+def builder() -> Builder:
+    return Builder("props", stores="memory")
+
+
+# -- stateless operators -------------------------------------------------------------
+
+def keep(key: Any, value: Any) -> bool:
+    return value is not None and value % 3 != 0
+
+
+def stateless(b: Builder) -> None:
+    """Every stateless operator in one pipeline, a topic per branch."""
+    seen = b.stream("in").peek(lambda k, v: None)
+    merged = seen.merge(b.stream("other"))
+    odd, rest = merged.filter(lambda k, v: v is not None).branch(
+        lambda k, v: v % 2 == 1, lambda k, v: True)
+    odd.filter_not(lambda k, v: v == 5).map(lambda k, v: (v, [k, v])).to("odd")
+    (rest.flat_map_values(lambda v: range(v % 3)).map_values(lambda v: v * 10)
+        .select_key(lambda k, v: f"{k}/{v}").to("rest"))
+    merged.flat_map(lambda k, v: [(k, v), (None, k)] if v == 4 else []).to("fours")
+    merged.filter(keep).to("kept")
+
+
+def stateless_model(sequence: list[Event]) -> dict[str, list[Out]]:
+    out: dict[str, list[Out]] = defaultdict(list)
+    for _topic, k, v, ts in sequence:
+        if v is not None and v % 2 == 1:
+            if v != 5:
+                out["odd"].append((v, [k, v], ts))
+        elif v is not None:
+            out["rest"] += [(f"{k}/{x * 10}", x * 10, ts) for x in range(v % 3)]
+        if v == 4:
+            out["fours"] += [(k, v, ts), (None, k, ts)]
+        if keep(k, v):
+            out["kept"].append((k, v, ts))
+    return out
+
+
+@FAST
+@given(events(["in", "other"]), cuts)
+def test_stateless_operators_equal_the_model(sequence: list[Event], at: list[int]) -> None:
+    """filter/filter_not, map/map_values, flat_map/flat_map_values, select_key, peek,
+    branch (first match wins), merge (the topics in timestamp order) and to: each
+    output topic gets the model's records in the model's order, each stamped with its
+    input's timestamp; ``None`` keys pass through stateless operators and ``to``."""
+    b = builder()
+    stateless(b)
+    driver = run(b.build(), sequence, at)
+    model = stateless_model(sequence)
+    for topic in ("odd", "rest", "fours", "kept"):
+        assert outputs(driver, topic) == model[topic], topic
+
+
+@FAST
+@given(events(["in"]), cuts, st.integers(1, 3))
+def test_through_keeps_per_key_order_and_drops_null_keys(
+        sequence: list[Event], at: list[int], partitions: int) -> None:
+    """through a repartition: every keyed record arrives once with its timestamp, and
+    the records of one key from one source partition in their order (the value is
+    the original key, which decided the source partition); ``None`` keys are dropped
+    (no partition to go to)."""
+    b = builder()
+    b.stream("in").map(lambda k, v: (v, k)).through("swap").to("out")
+    driver = run(b.build(), sequence, at, partitions=partitions)
+
+    def by_origin(records: list[Out]) -> dict[Any, list[Out]]:
+        grouped: dict[Any, list[Out]] = defaultdict(list)
+        for record in records:
+            grouped[record[0], partition_of(record[1], partitions)].append(record)
+        return dict(grouped)
+
+    expected = [(v, k, ts) for _t, k, v, ts in sequence if v is not None]
+    assert by_origin(outputs(driver, "out")) == by_origin(expected)
+
+
+# -- grouped aggregations --------------------------------------------------------------
+
+def add_or_reset(_key: Any, value: int, aggregate: list[int]) -> list[int] | None:
+    """Appends ``value``; a 0 resets the aggregate (``None``: deleted)."""
+    return None if value == 0 else [*aggregate, value]
+
+
+def max_or_reset(aggregate: int, value: int) -> int | None:
+    """The larger; a 0 resets the aggregate (``None``: deleted)."""
+    return None if value == 0 else max(aggregate, value)
+
+
+def aggregations(b: Builder, rekey: bool) -> None:
+    stream = b.stream("in", "other")
+    grouped = (stream.group_by(lambda k, v: k.upper() if k else None) if rekey
+               else stream.group_by_key())
+    grouped.count("counts").to_stream().to("counts")
+    grouped.reduce(max_or_reset, "maxima").to_stream().to("maxima")
+    grouped.aggregate(list, add_or_reset, "lists").to_stream().to("lists")
+
+
+def aggregations_model(sequence: list[Event], rekey: bool) -> dict[str, list[Out]]:
+    """A dict per aggregation folded record by record; a ``None`` aggregate deletes
+    the key, and the next record starts afresh (from the initializer, or as a
+    reduce's first value)."""
+    tables: dict[str, dict[Any, Any]] = {"counts": {}, "maxima": {}, "lists": {}}
+    out: dict[str, list[Out]] = defaultdict(list)
+    for _topic, k, v, ts in sequence:
+        key = (k.upper() if k else None) if rekey else k
+        if key is None or v is None:
+            continue
+        counts, maxima, lists = tables["counts"], tables["maxima"], tables["lists"]
+        counts[key] = counts.get(key, 0) + 1
+        maxima[key] = v if key not in maxima else max_or_reset(maxima[key], v)
+        lists[key] = add_or_reset(key, v, lists.get(key, []))
+        for name, table in tables.items():
+            out[name].append((key, table[key], ts))
+            if table[key] is None:
+                del table[key]
+    return out
+
+
+@FAST
+@given(events(["in", "other"], value=st.one_of(st.integers(0, 4), st.none())), cuts,
+       st.booleans(), st.integers(1, 3))
+def test_aggregations_emit_the_model_updates(sequence: list[Event], at: list[int],
+                                             rekey: bool, partitions: int) -> None:
+    """count, reduce and aggregate of two merged topics, after group_by (a
+    repartition) or group_by_key: one update per record with a key and a value, each
+    key's updates in the model's order with the record's timestamp; an aggregate that
+    becomes ``None`` is a delete, and the key's next record starts afresh; the store
+    ends as the model's final table. Keys are spread over ``partitions`` by their
+    original key, which decides the grouped key, so each grouped key's records stay
+    in order."""
+    b = builder()
+    aggregations(b, rekey)
+    driver = run(b.build(), sequence, at, partitions=partitions)
+    model = aggregations_model(sequence, rekey)
+    for name in ("counts", "maxima", "lists"):
+        assert per_key(outputs(driver, name)) == per_key(model[name]), name
+        last = {k: v for k, v, _ in model[name]}
+        final = {k: v for k, v in last.items() if v is not None}
+        stored = {}
+        for p in range(partitions):
+            stored.update(driver.store(name, p).get_many(["a", "b", "c", "A", "B", "C"]))
+        assert stored == final
+
+
+@FAST
+@given(st.lists(st.tuples(st.text("xyz", max_size=6), st.integers(0, 3)), max_size=25),
+       cuts, st.integers(1, 3))
+def test_word_count_over_partitions(lines: list[tuple[str, int]], at: list[int],
+                                    partitions: int) -> None:
+    """Words of lines in any source partition, counted after a repartition: each
+    word's counts go 1, 2, ... n in order (per-key order through the repartition) and
+    end at the model's count."""
+    b = builder()
+    (b.stream("lines").flat_map_values(list).group_by(lambda _k, w: w).count("counts")
+        .to_stream().to("counts"))
+    sequence = [("lines", i, line, i + 1) for i, (line, _) in enumerate(lines)]
+    spread = {i + 1: p % partitions for i, (_, p) in enumerate(lines)}
+    driver = run(b.build(), sequence, at, partitions=partitions,
+                 spread=lambda e: spread[e[3]])
+    counted: dict[str, list[int]] = defaultdict(list)
+    for word, n, _ in outputs(driver, "counts"):
+        counted[word].append(n)
+    words: dict[str, int] = defaultdict(int)
+    for line, _ in lines:
+        for word in line:
+            words[word] += 1
+    assert counted == {w: list(range(1, n + 1)) for w, n in words.items()}
+
+
+# -- windows ---------------------------------------------------------------------------
+
+windowed_events = st.lists(st.tuples(st.sampled_from(["a", "b", None]), st.integers(1, 300),
+                                     st.one_of(st.integers(1, 5), st.none())),
+                           max_size=40).map(
+    lambda raw: [("in", k, v, ts) for k, ts, v in raw])
+"""Out of order by up to 300 ms (one topic: no tie across topics)."""
+
+
+class PartitionedWindows:
+    """The windows model of each partition (stream time is a partition's), keys
+    spread as the driver spreads them."""
+
+    def __init__(self, kind: WindowKind, sequence: list[Event], partitions: int) -> None:
+        self.models = [WindowsModel(kind) for _ in range(partitions)]
+        for _topic, k, v, ts in sequence:
+            if k is not None and v is not None:
+                self.models[partition_of(k, partitions)].add(k, ts, v)
+
+    def windows(self, closed: bool | None = None) -> dict[tuple[Any, int, int], Any]:
+        """Every window with its sum; only the closed (or open) ones if ``closed``."""
+        return {w: v for model in self.models for w, v in model.windows().items()
+                if closed is None or model.closed(w) is closed}
+
+
+def windowed_app(kind: WindowKind, emit: Any, rekey: bool) -> App:
+    b = builder()
+    stream = b.stream("in")
+    grouped = stream.group_by(lambda k, v: k) if rekey else stream.group_by_key()
+    (grouped.windowed_by(kind).aggregate(sum_of(), "sums", emit=emit).to_stream()
+        .to("out"))
+    return b.build()
+
+
+@settings(max_examples=100, deadline=None)
+@given(window_kinds(), windowed_events, cuts, st.booleans(), st.integers(1, 2))
+def test_windowed_final_emits_each_closed_window_once(
+        kind: WindowKind, sequence: list[Event], at: list[int], rekey: bool,
+        partitions: int) -> None:
+    """emit="final": each window the model has closed is emitted once, with the
+    model's sum, keyed ``Windowed(key, start, end)`` and stamped ``end - 1``; late
+    records are dropped as the model drops them; ``None`` keys and values skipped.
+    Over partitions (records spread by key, grouped by the same key: each key's
+    records in order), each partition has its own stream time."""
+    driver = run(windowed_app(kind, "final", rekey), sequence, at, partitions=partitions)
+    model = PartitionedWindows(kind, sequence, partitions)
+    emitted = [((k[0], k[1], k[2]), v, ts) for k, v, ts in outputs(driver, "out")]
+    assert len({w for w, _, _ in emitted}) == len(emitted), "a window emitted twice"
+    assert all(ts == w[2] - 1 for w, _, ts in emitted)
+    assert {w: v for w, v, _ in emitted} == model.windows(closed=True)
+
+
+@settings(max_examples=100, deadline=None)
+@given(window_kinds(), windowed_events, cuts, st.booleans(), st.integers(1, 2))
+def test_windowed_updates_end_at_the_model(
+        kind: WindowKind, sequence: list[Event], at: list[int], rekey: bool,
+        partitions: int) -> None:
+    """emit="updates": the last update of each window is the model's sum (a session
+    merged into a larger one ends deleted: ``None``), stamped ``end - 1``. Updates
+    are per window a batch changed, so only the last one is batch-split invariant."""
+    driver = run(windowed_app(kind, "updates", rekey), sequence, at, partitions=partitions)
+    model = PartitionedWindows(kind, sequence, partitions)
+    last: dict[tuple[Any, int, int], Any] = {}
+    for k, v, ts in outputs(driver, "out"):
+        assert ts == k[2] - 1
+        last[k[0], k[1], k[2]] = v
+    assert {w: v for w, v in last.items() if v is not None} == model.windows()
