@@ -1,5 +1,7 @@
-"""End-to-end latency of a paced input through TopicProcessor, with its default batching
-and with ``max_latency``, and what ``max_latency`` costs at saturation.
+"""End-to-end latency of a paced input through TopicProcessor: with Kasper's classic
+fixed batches (``max_latency=None``, row ``classic``), with the defaults (a 50 ms latency
+target, row ``default``) and with ``--max-latency`` at ``--batch-size`` (row
+``max_latency``); and what the latency target costs at saturation.
 
 Latency rows: a producer in its own process writes ``--rates`` messages per second
 (100-byte values, dealt round-robin over the partitions) for ``--seconds``; a
@@ -48,7 +50,7 @@ LOOP_READY = "loop-ready"
 
 def settings(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     """Config keyword arguments of each latency setting, by its row name."""
-    return {"default": {},
+    return {"classic": {"max_latency": None}, "default": {},
             "max_latency": {"max_latency": args.max_latency, "batch_size": args.batch_size}}
 
 
@@ -273,7 +275,7 @@ def parse_args() -> argparse.Namespace:
                         help="comma list of messages per second")
     parser.add_argument("--max-latency", type=float, default=0.05,
                         help="Config.max_latency of the max_latency rows, seconds")
-    parser.add_argument("--settings", default="default,max_latency",
+    parser.add_argument("--settings", default="classic,default,max_latency",
                         type=lambda text: text.split(","),
                         help="latency rows to run: default, max_latency")
     parser.add_argument("--size", type=int, default=100, help="bytes per message value")

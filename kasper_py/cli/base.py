@@ -187,11 +187,15 @@ def load_config(path: str | None, env: Mapping[str, str],
     values: dict[str, Any] = {}
     sources: dict[str, str] = {}
     for source, layer in layers:
-        for name, value in layer.items():
+        for name, given in layer.items():
             if name not in FIELDS:
                 raise CliError(EXIT_CONFIG, f"{source}: unknown config field {name!r}; known "
                                f"fields: {', '.join(FIELDS)}")
-            if FIELDS[name].table:
+            kind = FIELDS[name]
+            # TOML has no null, and a flag's None means "not given": "none" clears a number
+            value = None if (kind.nullable and kind.item is not str and isinstance(given, str)
+                             and given.strip().lower() in ("", "none")) else given
+            if kind.table:
                 values[name] = {**values.get(name, {}), **_mapping(name, value, source)}
             else:
                 values[name] = value

@@ -77,7 +77,16 @@ def parse_flag(name: str) -> Callable[[str], Any]:
     parser of a comma-separated list."""
     kind = FIELDS[name]
     if not kind.is_list:
-        return kind.item
+        if not kind.nullable or kind.item is str:
+            return kind.item
+
+        def or_none(text: str) -> Any:
+            """A number, or ``"none"`` kept as text (a flag's ``None`` means not given;
+            ``load_config`` clears the field for it)."""
+            return "none" if text.strip().lower() in ("", "none") else kind.item(text)
+
+        or_none.__name__ = kind.item.__name__
+        return or_none
 
     def comma_list(text: str) -> list[Any]:
         return _split(text, kind.item)

@@ -65,15 +65,15 @@ def test_a_slow_turn_halves_the_batch_when_nothing_waits() -> None:
 
 
 def test_linger_is_what_the_target_leaves_after_two_turns() -> None:
-    """Fast turns leave a tenth of the target to wait for more records; turns that
+    """Fast turns leave a quarter of the target to wait for more records; turns that
     take a quarter of the target or more leave none (take what has arrived)."""
     controller = BatchController(TARGET, largest=1000)
-    assert controller.linger == pytest.approx(TARGET / 10)  # no turn seen yet
+    assert controller.linger == pytest.approx(TARGET / 4)  # no turn seen yet
     controller.observe(10, 0, FAST)
-    assert controller.linger == pytest.approx(TARGET / 10)
+    assert controller.linger == pytest.approx(TARGET / 4)
     for _ in range(30):
-        controller.observe(10, 0, TARGET / 4)
-    assert 0 <= controller.linger < TARGET / 10
+        controller.observe(10, 0, TARGET / 5)
+    assert 0 <= controller.linger < TARGET / 4
     for _ in range(30):
         controller.observe(10, 0, TARGET)
     assert controller.linger == 0
@@ -81,7 +81,7 @@ def test_linger_is_what_the_target_leaves_after_two_turns() -> None:
 
 def test_size_stays_within_its_bounds_whatever_it_sees() -> None:
     """Random observations never take the target outside smallest..largest, and the
-    linger never outside 0..a tenth of the target."""
+    linger never outside 0..a quarter of the target."""
     rng = random.Random(15)
     controller = BatchController(TARGET, largest=5_000, smallest=50)
     for _ in range(2_000):
@@ -89,7 +89,7 @@ def test_size_stays_within_its_bounds_whatever_it_sees() -> None:
         waiting = rng.choice([None, 0, rng.randrange(1_000_000)])
         controller.observe(taken, waiting, rng.choice([0.0, FAST, rng.random() * 2]))
         assert 50 <= controller.size <= 5_000
-        assert 0 <= controller.linger <= TARGET / 10
+        assert 0 <= controller.linger <= TARGET / 4
 
 
 def test_a_largest_batch_under_the_smallest_bounds_both() -> None:
@@ -210,10 +210,11 @@ def test_config_refuses_a_bad_max_latency(value: Any) -> None:
 
 
 def test_config_max_latency_lowers_the_producer_linger_only_when_set() -> None:
-    """Without max_latency the producer lingers 5 ms; with 50 ms, 1 ms; an override
-    still wins."""
+    """Without max_latency the producer lingers 5 ms; with 50 ms (the default), 1 ms; an
+    override still wins."""
     base = {"name": "p", "bootstrap_servers": "b:1", "input_topics": ["t"]}
-    assert Config(**base).to_producer_conf()["linger.ms"] == 5
+    assert Config(**base).to_producer_conf()["linger.ms"] == 1
+    assert Config(**base, max_latency=None).to_producer_conf()["linger.ms"] == 5
     assert Config(**base, max_latency=0.05).to_producer_conf()["linger.ms"] == 1
     assert Config(**base, max_latency=2.0).to_producer_conf()["linger.ms"] == 5
     overridden = Config(**base, max_latency=0.05, producer_overrides={"linger.ms": 3})
@@ -221,7 +222,8 @@ def test_config_max_latency_lowers_the_producer_linger_only_when_set() -> None:
 
 
 def test_max_latency_from_the_environment_and_the_command_line() -> None:
-    """KASPER_MAX_LATENCY is read as seconds ('none' clears it), --max-latency too."""
+    """KASPER_MAX_LATENCY is read as seconds ('none' clears it), --max-latency too
+    ('none' too)."""
     env = {"KASPER_NAME": "n", "KASPER_BOOTSTRAP_SERVERS": "b:1", "KASPER_INPUT_TOPICS": "t",
            "KASPER_MAX_LATENCY": "0.05"}
     assert load_config(None, env).max_latency == 0.05
@@ -230,6 +232,10 @@ def test_max_latency_from_the_environment_and_the_command_line() -> None:
     add_config_flags(parser)
     args = parser.parse_args(["--max-latency", "0.02"])
     assert config_from_args(args, env).max_latency == 0.02
+    args = parser.parse_args(["--max-latency", "none"])
+    assert config_from_args(args, env).max_latency is None
+    assert load_config(None, {k: v for k, v in env.items() if k != "KASPER_MAX_LATENCY"}
+                       ).max_latency == 0.05  # the default: a latency target
     with pytest.raises(CliError, match=r"config field 'max_latency'"):
         load_config(None, {**env, "KASPER_MAX_LATENCY": "-1"})
 
@@ -289,7 +295,7 @@ def test_loop_with_max_latency_grows_its_batches_through_a_backlog() -> None:
 
 def test_loop_without_max_latency_reports_batch_size_as_its_target() -> None:
     """Without max_latency batches are batch_size, as always, and so is the target."""
-    broker, config = loop_over(2_500, batch_size=1_000)
+    broker, config = loop_over(2_500, batch_size=1_000, max_latency=None)
     observer = Targets()
     processor = TopicProcessor(config, lambda _c: Copy(), clients=broker.clients(config),
                                observer=observer)

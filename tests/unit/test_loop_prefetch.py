@@ -18,7 +18,7 @@ from kasper_py.observability.observe import TurnStats
 from kasper_py.testing import InMemoryBroker
 
 CONFIG = Config(name="prefetch", bootstrap_servers="in-memory", input_topics=["in"],
-                value_serde="str", batch_size=4)
+                value_serde="str", batch_size=4, max_latency=None)  # classic batches
 
 
 class Timers:

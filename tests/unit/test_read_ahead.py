@@ -25,7 +25,7 @@ from kasper_py.testing import InMemoryBroker
 
 GROUP = "ahead"
 CONFIG = Config(name=GROUP, bootstrap_servers="in-memory", input_topics=["in"],
-                batch_size=4)
+                batch_size=4, max_latency=None)  # classic batches: full ones are read ahead
 
 
 class Seen(MessageProcessor):
@@ -133,7 +133,7 @@ def test_an_undecodable_record_read_ahead_fails_its_own_turn_not_the_one_in_hand
     completes and commits; the next turn fails with the SerdeError naming that record,
     and its batch stays uncommitted."""
     config = Config(name=GROUP, bootstrap_servers="in-memory", input_topics=["in"],
-                    batch_size=4, value_serde="json")
+                    batch_size=4, value_serde="json", max_latency=None)
     broker = broker_with([b'{"n": %d}' % i for i in range(6)] + [b"{oops", b"{}"])
     calls: list[dict[str, Any]] = []
     with pytest.raises(SerdeError, match=r"in\[0\] offset 6"):

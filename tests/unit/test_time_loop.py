@@ -27,7 +27,7 @@ from kasper_py import (
 from kasper_py.testing import InMemoryBroker
 
 ALO = Config(name="timed", bootstrap_servers="in-memory", input_topics=["in"],
-             batch_size=100, batch_wait=1.0)
+             batch_size=100, batch_wait=1.0, max_latency=None)  # timers fall due in a batch_wait
 EOS = dataclasses.replace(ALO, processing_guarantee="exactly_once")
 GUARANTEES = pytest.mark.parametrize("config", [ALO, EOS], ids=["at-least-once", "exactly-once"])
 
