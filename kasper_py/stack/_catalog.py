@@ -18,7 +18,8 @@ from kasper_py.stack._settings import Settings
 
 COMPONENTS: dict[str, type[Component]] = {
     component.name: component for component in (
-        Kafka, SchemaRegistry, Redis, Cassandra, Prometheus, SparkMaster, SparkWorker1, SparkWorker2)
+        Kafka, SchemaRegistry, Redis, Cassandra, Prometheus, SparkMaster, SparkWorker1,
+        SparkWorker2)
 }
 
 GROUPS: dict[str, tuple[str, ...]] = {
