@@ -132,7 +132,7 @@ def test_json_schema_both_ways(bootstrap, kafka, new_topic, unique_name,
     assert confluent_values(kafka, output, deserializer) == orders
 
 
-def test_avro_evolution_across_restart(bootstrap, kafka, new_topic, unique_name,
+def test_avro_evolution_across_restart(bootstrap, kafka, new_topic, unique_name, *,
                                        registry_url, tmp_path) -> None:
     """A field added with a default: after a restart with the new schema (from a file),
     old records read with the default and new ones with their value."""
@@ -195,7 +195,7 @@ def test_undecodable_fail_names_record_and_schema(bootstrap, kafka, new_topic, u
 
 
 @pytest.mark.parametrize("policy", ["skip", "dead_letter"])
-def test_undecodable_set_aside(bootstrap, kafka, new_topic, unique_name, registry_url,
+def test_undecodable_set_aside(bootstrap, kafka, new_topic, unique_name, *, registry_url,
                                policy) -> None:
     """skip / dead_letter: the bad magic byte and the unknown schema id are set aside
     (the dead letters name subject and schema id), the good records go through."""
@@ -215,3 +215,31 @@ def test_undecodable_set_aside(bootstrap, kafka, new_topic, unique_name, registr
         assert offsets == [b"1", b"2"]
         assert "magic byte 07" in errors[0]
         assert f"subject '{source}-value', schema id 987654321" in errors[1]
+
+
+def test_store_values_in_avro(bootstrap, kafka, new_topic, unique_name, registry_url) -> None:
+    """A store's values through a registry serde bound to a subject of its own: Redis
+    holds them in the wire format, readable by confluent's deserializer."""
+    import redis
+    from stores_worker import WordCount  # a sibling script, not a package
+
+    from kasper_py.stack import redis_url
+    from kasper_py.stores.redis import RedisTable
+
+    source, name = new_topic("store-in"), unique_name("avro-store")
+    kafka.produce(source, [b"a b a", b"c a"], partition=0)
+    registry = RegistryConfig(registry_url)
+    counts = RedisTable("counts", url=redis_url(), prefix=name,
+                        value_serde=AvroSerde(registry, '"long"').for_topic(name))
+    config = Config(name=name, bootstrap_servers=bootstrap, input_topics=[source],
+                    value_serde="str", batch_size=10, batch_wait=0.2)
+    with TopicProcessor(config, WordCount, stores=[counts]) as processor:
+        processor.run_loop(until_caught_up=True)
+    client = redis.Redis.from_url(redis_url())
+    keys = sorted(client.scan_iter(f"{name}/*"))
+    deserialize = AvroDeserializer(SchemaRegistryClient({"url": registry_url}))
+    context = SerializationContext(name, MessageField.VALUE)
+    stored = {key.decode().rsplit("/", 1)[-1]: deserialize(client.get(key), context)
+              for key in keys}
+    assert stored == {"a": 3, "b": 1, "c": 1}
+    client.delete(*keys)
