@@ -11,7 +11,7 @@ import pytest
 from kasper_py import BYTES, JSON, Config, SerdeError
 from kasper_py._support.secrets import scrub
 from kasper_py.cli.base import load_config
-from kasper_py.exceptions import ConfigError
+from kasper_py.exceptions import ConfigError, RegistryUnavailableError
 from kasper_py.registry import AvroSerde, JsonSchemaSerde, RegistryConfig, shared_client
 from kasper_py.serdes import bound_to
 
@@ -105,3 +105,12 @@ def test_one_client_per_registry() -> None:
     other = RegistryConfig(URL, basic_auth="u:p")
     assert shared_client(one) is shared_client(same)
     assert shared_client(one) is not shared_client(other)
+
+
+def test_a_registry_that_does_not_answer_is_not_the_records_fault() -> None:
+    """No registry on the port: RegistryUnavailableError (the turn fails), not a
+    SerdeError (which on_decode_error would set the record aside for)."""
+    serde = AvroSerde(RegistryConfig(URL), '"long"').for_topic("t")
+    with pytest.raises(RegistryUnavailableError, match="schema id 5: the schema registry at "
+                                                       f"{URL} did not answer"):
+        serde.decode(b"\x00\x00\x00\x00\x05\x02")
