@@ -6,7 +6,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
-STACK_COMPONENTS := $(if $(KASPER_BOOTSTRAP_SERVERS),redis cassandra prometheus,kafka redis cassandra prometheus)
+STACK_COMPONENTS := $(if $(KASPER_BOOTSTRAP_SERVERS),schema-registry redis cassandra prometheus,kafka schema-registry redis cassandra prometheus)
 PYTEST_ARGS ?=
 
 .PHONY: setup stack demo test unit lint docs bench down clean

@@ -97,6 +97,7 @@ def config_page() -> str:
     """The configuration reference: every ``Config`` and ``OutputTopic`` field."""
     from kasper_py.cli.base import CONFIG_FLAGS, ENV_PREFIX, flag_name
     from kasper_py.config import Config, OutputTopic
+    from kasper_py.registry import RegistryConfig
 
     sources = {
         f.name: (f"`{ENV_PREFIX}{f.name.upper()}`" if not f.name.endswith("_overrides")
@@ -123,6 +124,11 @@ def config_page() -> str:
         "`NAME[:PARTITIONS]` separated by commas.",
         "",
         *header, *_field_rows(OutputTopic, {}),
+        "",
+        f"## RegistryConfig\n\n{_markdown(inspect.getdoc(RegistryConfig) or '')} In TOML, "
+        "the `[registry]` table; in the environment and flags, the registry's URL alone.",
+        "",
+        *header, *_field_rows(RegistryConfig, {}),
         "",
     ])
 

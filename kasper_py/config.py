@@ -24,6 +24,9 @@ from kasper_py._support.client_conf import (
 )
 from kasper_py._support.secrets import MASK, masked_settings, remember_secrets
 from kasper_py.exceptions import ConfigError
+from kasper_py.kafka.output_topics import OutputTopic
+from kasper_py.registry.config import RegistryConfig
+from kasper_py.registry.serdes import FORMATS, Field, registry_serde
 from kasper_py.serdes import Serde, serde_for
 
 if TYPE_CHECKING:
@@ -41,72 +44,14 @@ _DECODE_POLICIES, _PROCESS_POLICIES = get_args(DecodePolicy), get_args(ProcessPo
 _GUARANTEES, _PARTITIONERS = get_args(Guarantee), get_args(Partitioner)
 _ENDPOINT = re.compile(r"^https?://[^\s/]+/?$")
 _MIN_TOKEN = 16
+_SERDE_FIELDS: tuple[tuple[str, Field], ...] = (("key_serde", "key"), ("value_serde", "value"))
 _FUNCTION_NAME = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")  # module:function
-_TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")  # what Kafka accepts as a topic name
 
 
 def _check_port(name: str, port: Any) -> None:
     if port is not None and (isinstance(port, bool) or not isinstance(port, int)
                              or not 0 <= port <= 65535):
         raise ConfigError(name, f"must be a port 0..65535 or None, got {port!r}")
-
-
-@dataclass(frozen=True)
-class OutputTopic:
-    """An output topic a processor declares (``Config.output_topics``). ``kasper run
-    --create-topics`` creates it when it is absent; every ``kasper run`` refuses to start
-    when it is absent otherwise, or exists with another partition count than declared."""
-
-    name: str
-    """The topic's name."""
-    partitions: int | None = None
-    """Its partition count, checked when it exists; ``None``: created with the input
-    topics' count (co-partitioned with them), and any count is taken when it exists."""
-    replication_factor: int | None = None
-    """Replicas it is created with; ``None``: the broker's ``default.replication.factor``."""
-    config: Mapping[str, str] = field(default_factory=dict)
-    """Topic settings it is created with (``retention.ms``, ``cleanup.policy``...); an
-    existing topic's settings are neither checked nor changed."""
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not _TOPIC.match(self.name):
-            raise ConfigError("output_topics", f"{self.name!r} is not a topic name (letters, "
-                              "digits, '.', '_' and '-', at most 249)")
-        for name in ("partitions", "replication_factor"):
-            value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int)
-                                      or value < 1):
-                raise ConfigError("output_topics", f"{self.name!r}: {name} must be an int "
-                                  f">= 1 or None, got {value!r}")
-        if not isinstance(self.config, Mapping) or not all(
-                isinstance(k, str) and isinstance(v, str | int | float | bool)
-                for k, v in self.config.items()):
-            raise ConfigError("output_topics", f"{self.name!r}: config must map setting "
-                              f"names to values, got {self.config!r}")
-        # Kafka takes every topic setting as a string; TOML gives numbers and booleans
-        object.__setattr__(self, "config", {k: str(v).lower() if isinstance(v, bool) else str(v)
-                                            for k, v in self.config.items()})
-
-    @classmethod
-    def of(cls, value: OutputTopic | Mapping[str, Any] | str) -> OutputTopic:
-        """``value`` as an ``OutputTopic``: one already, a mapping of its fields (a TOML
-        table), or ``"name"`` / ``"name:partitions"`` (the environment and flags)."""
-        if isinstance(value, OutputTopic):
-            return value
-        if isinstance(value, Mapping):
-            unknown = set(value) - {f.name for f in fields(cls)}
-            if unknown or "name" not in value:
-                raise ConfigError("output_topics", f"a declared topic takes name, partitions, "
-                                  f"replication_factor and config, got {dict(value)!r}")
-            return cls(**value)
-        if isinstance(value, str):
-            name, sep, count = value.partition(":")
-            if sep and not count.isdigit():
-                raise ConfigError("output_topics", f"{value!r} is not NAME or "
-                                  "NAME:PARTITIONS")
-            return cls(name, int(count) if sep else None)
-        raise ConfigError("output_topics", f"a declared topic is an OutputTopic, a table or "
-                          f"'NAME[:PARTITIONS]', got {value!r}")
 
 
 @dataclass(frozen=True, repr=False)
@@ -144,9 +89,15 @@ class Config:
     auto_offset_reset: Literal["earliest", "latest"] = "earliest"
     """Where to start on a partition that has no committed offset."""
     key_serde: str | Serde = "bytes"
-    """Decodes input keys and encodes output keys: ``bytes``, ``str``, ``json`` or a Serde."""
+    """Decodes input keys and encodes output keys, as ``value_serde``."""
     value_serde: str | Serde = "bytes"
-    """Decodes input values and encodes output values: ``bytes``, ``str``, ``json`` or a Serde."""
+    """Decodes input values and encodes output values: ``bytes``, ``str``, ``json``, a
+    registry format (``avro``, ``protobuf``, ``json_schema``: needs ``registry``) or a Serde."""
+    registry: RegistryConfig | Mapping[str, Any] | str | None = None
+    """The schema registry of the ``avro``/``protobuf``/``json_schema`` serdes: a
+    ``RegistryConfig``, a ``[registry]`` table of its fields (``url``, ``basic_auth``,
+    ``subject_strategy``, ``auto_register``, ``use_latest_version``, ``key_schema``,
+    ``value_schema``), or its URL alone; ``None``: no registry."""
     group_id: str | None = None
     """Consumer group for the committed offsets; defaults to ``name``."""
     delivery_timeout: float = 120.0
@@ -348,11 +299,18 @@ class Config:
                               f"must be 'earliest' or 'latest', got {self.auto_offset_reset!r}")
 
     def _check_serdes(self) -> None:
-        for name in ("key_serde", "value_serde"):
+        if self.registry is not None:
+            self._set("registry", RegistryConfig.of(self.registry))
+        for name, part in _SERDE_FIELDS:
+            spec = getattr(self, name)
+            if isinstance(spec, str) and spec in FORMATS:
+                registry = self.registry if isinstance(self.registry, RegistryConfig) else None
+                self._set(name, registry_serde(spec, registry, part))
+                continue
             try:
-                self._set(name, serde_for(getattr(self, name)))
+                self._set(name, serde_for(spec))
             except ValueError as exc:
-                raise ConfigError(name, str(exc)) from None
+                raise ConfigError(name, f"{exc} (or avro, protobuf, json_schema)") from None
 
     def _check_dead_letters(self) -> None:
         decode, process, topic = self.on_decode_error, self.on_process_error, self.dead_letter_topic

@@ -4,6 +4,7 @@
     ├── ConfigError          a Config field (or a TOML/env value) is invalid
     ├── TopicError           a topic or input partition is missing, or partition counts differ
     ├── SerdeError           a key or value could not be decoded or encoded
+    ├── RegistryUnavailableError  the schema registry did not answer (or failed: 5xx)
     ├── ProcessingError      process(), a timer, a task or the timestamp extractor raised
     │   └── DeadLetterLimitError    on_process_error="dead_letter": too many dead letters
     ├── ConsumeError         the consumer returned an error for a partition
@@ -56,6 +57,7 @@ __all__ = [
     "ProduceError",
     "QueryError",
     "QueryUnavailableError",
+    "RegistryUnavailableError",
     "ReprocessError",
     "RestoreError",
     "SerdeError",
@@ -110,6 +112,12 @@ class TopicError(KasperError):
 
 class SerdeError(KasperError):
     """A key or value could not be decoded (input) or encoded (output)."""
+
+
+class RegistryUnavailableError(KasperError):
+    """The schema registry did not answer, or failed (HTTP 5xx), while a registry serde
+    encoded or decoded: not the record's fault, so not handled by ``on_decode_error``;
+    the turn fails uncommitted."""
 
 
 class ProcessingError(KasperError):

@@ -6,12 +6,12 @@ output timestamp: the one given, else the one the turn set for what runs now.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
 from kasper_py.exceptions import SerdeError
 from kasper_py.message import OutgoingMessage, OutgoingRecord
-from kasper_py.serdes import BYTES, Serde
+from kasper_py.serdes import BYTES, Serde, bound_to
 
 __all__ = ["Routes", "Sender"]
 
@@ -34,16 +34,16 @@ class Routes(Protocol):
 class Sender:
     """Buffers output messages, encoding keys and values with the configured serdes."""
 
-    __slots__ = ("_buffer", "_key_serde", "_routes", "_timestamp", "_topic", "_topics",
-                 "_value_serde")
+    __slots__ = ("_buffer", "_encode_key", "_encode_value", "_routes", "_timestamp",
+                 "_topic", "_topics")
 
     def __init__(self, key_serde: Serde = BYTES, value_serde: Serde = BYTES,
                  routes: Routes | None = None) -> None:
         """``routes``: the app's repartitions and channels, for a processor of an
         ``App`` (the turn engine passes them)."""
         self._routes = routes
-        self._key_serde = key_serde
-        self._value_serde = value_serde
+        self._encode_key = _encoder(key_serde)
+        self._encode_value = _encoder(value_serde)
         self._buffer: list[OutgoingRecord] = []
         self._timestamp = 0  # as an OutgoingRecord holds it: 0 is "when produced"
         self._topics: set[str] = set()
@@ -81,9 +81,9 @@ class Sender:
         cannot be encoded, ``ValueError`` for a bad topic, partition or timestamp.
         """
         if type(value) is not bytes and value is not None:
-            value = self._encode(self._value_serde, topic, value)
+            value = self._encode_value(topic, value)
         if type(key) is not bytes and key is not None:
-            key = self._encode(self._key_serde, topic, key)
+            key = self._encode_key(topic, key)
         if type(topic) is not str or not topic:
             raise ValueError(f"send() needs a topic name, got {topic!r}")
         if partition is None:
@@ -139,13 +139,6 @@ class Sender:
         pairs = tuple(_headers(headers)) if headers is not None else ()
         self._routes.to_channel(name, key, value, timestamp, pairs)
 
-    @staticmethod
-    def _encode(serde: Serde, topic: str, value: Any) -> bytes | None:
-        try:
-            return serde.encode(value)
-        except SerdeError as exc:
-            raise SerdeError(f"cannot encode message for topic {topic!r}: {exc}") from exc
-
     @property
     def messages(self) -> list[OutgoingMessage]:
         """The buffered messages, in the order they were sent."""
@@ -173,6 +166,31 @@ class Sender:
         buffered, self._buffer = self._buffer, []
         self._topics, self._topic = set(), None
         return buffered
+
+
+def _encoder(serde: Serde) -> Callable[[str, Any], bytes | None]:
+    """``encode(topic, value)`` with ``serde``, errors naming the topic. A topic serde
+    (``for_topic``) is bound once per topic and the bound serde kept."""
+    if not hasattr(serde, "for_topic"):
+        encode = serde.encode
+
+        def plain(topic: str, value: Any) -> bytes | None:
+            try:
+                return encode(value)
+            except SerdeError as exc:
+                raise SerdeError(f"cannot encode message for topic {topic!r}: {exc}") from exc
+        return plain
+    bound: dict[str, Callable[[Any], bytes | None]] = {}
+
+    def per_topic(topic: str, value: Any) -> bytes | None:
+        encode = bound.get(topic)
+        if encode is None:
+            encode = bound[topic] = bound_to(serde, topic).encode
+        try:
+            return encode(value)
+        except SerdeError as exc:
+            raise SerdeError(f"cannot encode message for topic {topic!r}: {exc}") from exc
+    return per_topic
 
 
 def _headers(headers: HeaderInput) -> list[tuple[str, bytes | None]]:

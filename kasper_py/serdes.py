@@ -2,7 +2,9 @@
 
 ``BYTES`` (the default) passes bytes through untouched; ``STRING`` is UTF-8;
 ``JSON`` is UTF-8 JSON. Any object with ``encode``/``decode`` (the ``Serde``
-protocol) plugs in. Errors are ``SerdeError`` naming what failed.
+protocol) plugs in; one that also has ``for_topic`` (``bound_to``) is asked for a serde
+per topic (the registry serdes of ``kasper_py.registry``, whose subjects are per topic).
+Errors are ``SerdeError`` naming what failed.
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ from typing import Any, Protocol, runtime_checkable
 from kasper_py.exceptions import SerdeError
 
 __all__ = [
-    "BYTES", "JSON", "STRING", "BytesSerde", "JsonSerde", "Serde", "StringSerde", "serde_for",
+    "BYTES", "JSON", "STRING", "BytesSerde", "JsonSerde", "Serde", "StringSerde", "bound_to",
+    "serde_for",
 ]
 
 
@@ -116,3 +119,12 @@ def serde_for(spec: str | Serde) -> Serde:
     if isinstance(spec, Serde):
         return spec
     raise ValueError(f"{type(spec).__name__} is not a serde: it needs encode() and decode()")
+
+
+def bound_to(serde: Serde, topic: str) -> Serde:
+    """The serde to use for ``topic``: ``serde.for_topic(topic)`` when it has that
+    method (a topic serde: it caches what it returns), else ``serde`` itself. Callers
+    ask once per topic (the decoder once per topic-partition of a batch, the ``Sender``
+    once per new topic), never per record."""
+    for_topic = getattr(serde, "for_topic", None)
+    return serde if for_topic is None else serde_for(for_topic(topic))

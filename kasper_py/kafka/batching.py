@@ -16,7 +16,7 @@ from typing import Any
 from kasper_py.dead_letters import Undecodable, undecodable_error
 from kasper_py.exceptions import ConsumeError, OffsetError, SerdeError
 from kasper_py.message import Message, TopicPartitionKey
-from kasper_py.serdes import Serde
+from kasper_py.serdes import Serde, bound_to
 
 __all__ = ["Batch", "BatchController", "Collector", "OffsetRange", "build_batch", "decode_batch"]
 
@@ -277,9 +277,13 @@ def _decoded(by_tp: dict[TopicPartitionKey, list[Message]], key_serde: Serde,
     if key_serde.name == "bytes" and value_serde.name == "bytes":
         return _group(by_tp, [])  # as read is as decoded
     new, decode_key, decode_value = tuple.__new__, key_serde.decode, value_serde.decode
+    per_topic = hasattr(key_serde, "for_topic") or hasattr(value_serde, "for_topic")
     decoded: dict[TopicPartitionKey, list[Message]] = {}
     aside: list[Undecodable] = []
     for (topic, partition), run in by_tp.items():
+        if per_topic:  # a registry serde: its subject is the topic's
+            decode_key = bound_to(key_serde, topic).decode
+            decode_value = bound_to(value_serde, topic).decode
         messages = []
         for read in run:
             try:

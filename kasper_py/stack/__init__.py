@@ -1,9 +1,10 @@
-"""A real local stack for kasper_py: Kafka, Redis, Cassandra, Prometheus and a Spark
-standalone cluster on 127.0.0.1.
+"""A real local stack for kasper_py: Kafka, a schema registry, Redis, Cassandra,
+Prometheus and a Spark standalone cluster on 127.0.0.1.
 
 ``kasper stack up|down|status [components...]`` (or ``python -m kasper_py.stack``)
 starts pinned servers as plain local processes, no Docker: Kafka and Cassandra from
-Maven Central jars, Redis and Prometheus from Debian packages, Spark's master and two
+Maven Central jars, the schema registry (Apicurio, Confluent-compatible) from a jar
+built once from Maven Central, Redis and Prometheus from Debian packages, Spark's master and two
 workers (``spark``: ``spark-master``, ``spark-worker-1``, ``spark-worker-2``) from the
 pyspark wheel. Everything lives under ``$KASPER_STACK_DIR`` (default
 ``./.kasper-stack``); ports come from ``KASPER_*_PORT``, Redis's persistence from
@@ -23,6 +24,7 @@ from kasper_py.stack._cli import main
 from kasper_py.stack._components import Prometheus, SparkMaster
 from kasper_py.stack._errors import StackError
 from kasper_py.stack._lifecycle import ComponentStatus
+from kasper_py.stack._registry import SchemaRegistry
 from kasper_py.stack._settings import LOOPBACK, Settings
 from kasper_py.stack._spark import spark_jars
 
@@ -35,6 +37,7 @@ __all__ = [
     "main",
     "prometheus_url",
     "redis_url",
+    "schema_registry_url",
     "set_prometheus_targets",
     "spark_jars",
     "spark_master_url",
@@ -74,6 +77,12 @@ def kafka_bootstrap() -> str:
 def redis_url() -> str:
     """``redis://127.0.0.1:<port>/0`` of the local Redis."""
     return f"redis://{LOOPBACK}:{Settings.load().redis_port}/0"
+
+
+def schema_registry_url() -> str:
+    """``$KASPER_SCHEMA_REGISTRY_URL`` if set (an existing registry), else the local
+    registry's Confluent-compatible API, ``http://127.0.0.1:<port>/apis/ccompat/v7``."""
+    return os.environ.get("KASPER_SCHEMA_REGISTRY_URL") or SchemaRegistry(Settings.load()).url
 
 
 def cassandra_contact() -> tuple[str, int]:

@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from kasper_py.stack import _lifecycle
-from kasper_py.stack._components import COMPONENTS, GROUPS
+from kasper_py.stack._catalog import COMPONENTS, GROUPS
 from kasper_py.stack._errors import StackError
 from kasper_py.stack._settings import Settings
 from kasper_py.stack._spark import spark_jars

@@ -28,7 +28,7 @@ from kasper_py.stack._process import port_open
 from kasper_py.stack._settings import LOOPBACK, Settings
 from kasper_py.stack._spark import spark_home
 
-_JAVA_HINT = "install Java 17 (e.g. apt-get install openjdk-17-jre-headless)"
+JAVA_HINT = "install Java 17 (e.g. apt-get install openjdk-17-jre-headless)"
 
 
 class Component(ABC):
@@ -108,7 +108,7 @@ class Kafka(Component):
         return self.settings.kafka_port
 
     def prepare(self) -> str:
-        java = require_binary("java", _JAVA_HINT)
+        java = require_binary("java", JAVA_HINT)
         resolve_jars(template("kafka-pom.xml"), self.lib_dir)
         self.directory.mkdir(parents=True, exist_ok=True)
         self.render(
@@ -215,7 +215,7 @@ class Cassandra(Component):
         return self.settings.cassandra_port
 
     def prepare(self) -> str:
-        java = require_binary("java", _JAVA_HINT)
+        java = require_binary("java", JAVA_HINT)
         resolve_jars(template("cassandra-pom.xml"), self.lib_dir)
         self.directory.mkdir(parents=True, exist_ok=True)
         self.render(
@@ -443,7 +443,7 @@ def spark_master_state(settings: Settings) -> dict[str, Any] | None:
 
 def _prepare_spark(component: Component) -> str:
     """The wheel's ``bin/spark-class``, which finds Java and adds Spark's JDK 17 options."""
-    require_binary("java", _JAVA_HINT)
+    require_binary("java", JAVA_HINT)
     component.directory.mkdir(parents=True, exist_ok=True)
     return str(spark_home()[0] / "bin" / "spark-class")
 
@@ -459,19 +459,3 @@ def _spark_environment(component: Component) -> dict[str, str]:
         "SPARK_LOCAL_IP": LOOPBACK,
         "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON") or sys.executable,
     }
-
-
-COMPONENTS: dict[str, type[Component]] = {
-    component.name: component for component in (
-        Kafka, Redis, Cassandra, Prometheus, SparkMaster, SparkWorker1, SparkWorker2)
-}
-
-GROUPS: dict[str, tuple[str, ...]] = {
-    "spark": (SparkMaster.name, SparkWorker1.name, SparkWorker2.name),
-}
-"""Names that stand for several components, started in this order."""
-
-
-def build(name: str, settings: Settings) -> Component:
-    """The component called ``name`` (a key of ``COMPONENTS``) for ``settings``."""
-    return COMPONENTS[name](settings)

@@ -45,7 +45,7 @@ def resolve_jars(pom_text: str, lib_dir: Path, extra_args: Sequence[str] = ()) -
     """Copy the runtime dependencies of ``pom_text`` into ``lib_dir`` (once) and list them."""
     if not is_resolved(pom_text, lib_dir, extra_args):
         _copy_dependencies(pom_text, lib_dir, extra_args)
-        (lib_dir / _STAMP).write_text(_fingerprint(pom_text, extra_args) + "\n")
+        mark_resolved(pom_text, lib_dir, extra_args)
     return sorted(lib_dir.glob("*.jar"))
 
 
@@ -53,6 +53,11 @@ def is_resolved(pom_text: str, lib_dir: Path, extra_args: Sequence[str] = ()) ->
     """True when ``lib_dir`` holds a complete copy made from this very pom and options."""
     stamp = lib_dir / _STAMP
     return stamp.is_file() and stamp.read_text().strip() == _fingerprint(pom_text, extra_args)
+
+
+def mark_resolved(pom_text: str, lib_dir: Path, extra_args: Sequence[str] = ()) -> None:
+    """Record that ``lib_dir`` now holds a complete copy made from this pom and options."""
+    (lib_dir / _STAMP).write_text(_fingerprint(pom_text, extra_args) + "\n")
 
 
 def _fingerprint(pom_text: str, extra_args: Sequence[str]) -> str:

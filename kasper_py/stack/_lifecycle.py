@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kasper_py.stack import _process
-from kasper_py.stack._components import COMPONENTS, GROUPS, Component, build
+from kasper_py.stack._catalog import COMPONENTS, GROUPS, build
+from kasper_py.stack._components import Component
 from kasper_py.stack._errors import StackError
 from kasper_py.stack._settings import LOOPBACK, Settings
 

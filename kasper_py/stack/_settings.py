@@ -85,6 +85,8 @@ class Settings:
     cassandra_port: int
     cassandra_storage_port: int
     prometheus_port: int
+    schema_registry_port: int
+    """The schema registry's HTTP port (its Confluent API under ``/apis/ccompat/v7``)."""
     redis_persistence: str
     """One of ``REDIS_PERSISTENCE``."""
     spark_master_port: int
@@ -111,6 +113,7 @@ class Settings:
             cassandra_port=_port("KASPER_CASSANDRA_PORT", 19042),
             cassandra_storage_port=_port("KASPER_CASSANDRA_STORAGE_PORT", 17000),
             prometheus_port=_port("KASPER_PROMETHEUS_PORT", 19090),
+            schema_registry_port=_port("KASPER_SCHEMA_REGISTRY_PORT", 18085),
             redis_persistence=_choice("KASPER_REDIS_PERSISTENCE", "aof", REDIS_PERSISTENCE),
             spark_master_port=_port("KASPER_SPARK_MASTER_PORT", 17077),
             spark_master_ui_port=_port("KASPER_SPARK_MASTER_UI_PORT", 18080),

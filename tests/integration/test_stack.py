@@ -73,8 +73,8 @@ def test_status_command_prints_every_component(
 
     lines = capsys.readouterr().out.splitlines()
     assert [line.split()[0] for line in lines] == [
-        "kafka", "redis", "cassandra", "prometheus", "spark-master", "spark-worker-1",
-        "spark-worker-2"]
+        "kafka", "schema-registry", "redis", "cassandra", "prometheus", "spark-master",
+        "spark-worker-1", "spark-worker-2"]
     assert "running" in lines[0]
 
 
@@ -119,6 +119,18 @@ def test_failed_start_names_the_log_file(
 
 
 @pytest.mark.cassandra
+def test_schema_registry_answers_the_confluent_api() -> None:
+    """`up schema-registry` (reused when running) serves the Confluent API at
+    schema_registry_url(): confluent-kafka's client lists its subjects."""
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+
+    (status,) = stack.up(["schema-registry"])
+    assert status.running and status.log_file.is_file()
+    assert stack.schema_registry_url().endswith(f"{status.address}/apis/ccompat/v7")
+    assert isinstance(SchemaRegistryClient({"url": stack.schema_registry_url()})
+                      .get_subjects(), list)
+
+
 def test_cassandra_answers_cql() -> None:
     """Cassandra from the stack answers a CQL query on cassandra_contact()."""
     cluster_module = pytest.importorskip("cassandra.cluster")
