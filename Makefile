@@ -49,6 +49,7 @@ bench: stack
 	$(BIN)/python bench/bench_scaling.py
 	$(BIN)/python bench/bench_windows.py
 	$(BIN)/python bench/bench_latency.py
+	$(BIN)/python bench/bench_dsl.py
 
 down:
 	$(BIN)/python -m kasper_py.stack down all
