@@ -50,6 +50,7 @@ bench: stack
 	$(BIN)/python bench/bench_windows.py
 	$(BIN)/python bench/bench_latency.py
 	$(BIN)/python bench/bench_app.py
+	$(BIN)/python bench/bench_dsl.py
 
 down:
 	$(BIN)/python -m kasper_py.stack down all

@@ -20,20 +20,21 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import json
-import logging
 import random
-import shutil
-import subprocess
-import sys
-import tempfile
 import time
 import uuid
 from collections import Counter
 from typing import Any
 
-import structlog
-from benchkit import StopWhenDone, arguments, create_topics, delete_topics, fill
+from benchkit import (
+    StopWhenDone,
+    arguments,
+    child_answered,
+    create_topics,
+    delete_topics,
+    fill,
+    run_in_child,
+)
 
 from kasper_py import Config, Message, MessageProcessor, ProcessorContext, Sender, TopicProcessor
 from kasper_py.stores.rocksdb import RocksDBTable
@@ -105,17 +106,7 @@ def loop_child(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run_child(kind: str, args: argparse.Namespace, source: str, output: str) -> dict[str, Any]:
-    state_dir = tempfile.mkdtemp(prefix="kasper-bench-")
-    cmd = [sys.executable, __file__, "--child", kind, "--bootstrap", args.bootstrap,
-           "--source", source, "--output", output, "--messages", str(args.messages),
-           "--batch-size", str(args.batch_size), "--state-dir", state_dir]
-    try:
-        result = subprocess.run(cmd, check=False, capture_output=True, text=True)
-        if result.returncode:
-            raise RuntimeError(f"{kind} loop failed:\n{result.stderr[-3000:]}")
-    finally:
-        shutil.rmtree(state_dir, ignore_errors=True)
-    found = dict(json.loads(result.stdout.strip().splitlines()[-1]))
+    found = run_in_child(__file__, kind, args, source, output)
     delete_topics(args.bootstrap, [f"{found['name']}-counts-changelog"])
     return found
 
@@ -135,9 +126,7 @@ def main() -> None:
     parser.add_argument("--child", choices=KINDS)
     parser.add_argument("--state-dir", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.child:
-        structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
-        print(json.dumps(loop_child(args)))
+    if child_answered(args, loop_child):
         return
     source = f"bench-words-{uuid.uuid4().hex[:8]}"
     output = f"bench-out-{uuid.uuid4().hex[:8]}"

@@ -5,11 +5,18 @@ the library."""
 from __future__ import annotations
 
 import argparse
+import json
+import logging
 import os
+import shutil
 import statistics
-from collections.abc import Sequence
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
 from typing import Any
 
+import structlog
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -123,3 +130,31 @@ def arguments(description: str, *, messages: int, partitions: int, rounds: int =
     for internal in ("--source", "--output"):  # set by the script for its child processes
         parser.add_argument(internal, help=argparse.SUPPRESS)
     return parser
+
+
+def run_in_child(script: str, kind: str, args: argparse.Namespace, source: str,
+                 output: str) -> dict[str, Any]:
+    """Run ``script --child kind`` on ``source`` with a state folder of its own (removed
+    after); the JSON object its last stdout line prints."""
+    state_dir = tempfile.mkdtemp(prefix="kasper-bench-")
+    cmd = [sys.executable, script, "--child", kind, "--bootstrap", args.bootstrap,
+           "--source", source, "--output", output, "--messages", str(args.messages),
+           "--batch-size", str(args.batch_size), "--state-dir", state_dir]
+    try:
+        result = subprocess.run(cmd, check=False, capture_output=True, text=True)
+        if result.returncode:
+            raise RuntimeError(f"{kind} loop failed:\n{result.stderr[-3000:]}")
+    finally:
+        shutil.rmtree(state_dir, ignore_errors=True)
+    return dict(json.loads(result.stdout.strip().splitlines()[-1]))
+
+
+def child_answered(args: argparse.Namespace,
+                   loop_child: Callable[[argparse.Namespace], dict[str, Any]]) -> bool:
+    """In a child (``--child`` set): quiet logs, run ``loop_child`` and print its JSON
+    result for ``run_in_child``; True then, False in the parent."""
+    if not args.child:
+        return False
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+    print(json.dumps(loop_child(args)))
+    return True

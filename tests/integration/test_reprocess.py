@@ -21,6 +21,7 @@ import reprocess_processors as procs
 from confluent_kafka import Consumer, Producer
 
 from kasper_py import Config, ReprocessError, TopicError, TopicProcessor
+from kasper_py.cli.base import load_attr
 from kasper_py.reprocess import (
     HandoffRefusedError,
     RangeError,
@@ -269,3 +270,57 @@ def test_a_retried_task_fails_the_job_instead_of_running_a_partition_twice(
     assert marker.exists()
     assert error is not None and "Spark retried task 0 (attempt 1)" in error
     assert kafka.committed(group, source) == {0: None}
+
+
+DSL_APP = '''
+from kasper_py.dsl import Builder
+
+
+def pipeline(name, source, output):
+    """filter -> map_values -> select_key -> to: one stage, no repartition."""
+    builder = Builder(name, stores="memory")
+    (builder.stream(source)
+        .filter(lambda key, value: int(value) % 3 != 0)
+        .map_values(lambda value: value + ":" + str(len(value)))
+        .to(output))
+    return builder.build()
+
+
+live = pipeline({live_name!r}, {source!r}, {live_out!r})
+app = pipeline({spark_name!r}, {source!r}, {spark_out!r})
+'''
+
+
+def test_a_dsl_pipeline_reprocesses_like_the_live_loop(  # noqa: PLR0917 - fixtures
+        bootstrap, new_topic, kafka, unique_name, tmp_path, capsys) -> None:
+    """A one-stage streams-DSL app (filter, map_values, to) through `kasper reprocess
+    module:app` (the app's name and sources its config) gives the live loop's outputs:
+    the same keys, values, partitions and timestamps."""
+    source = new_topic("dsl-in", partitions=2)
+    live_out, spark_out = new_topic("dsl-live", partitions=2), new_topic("dsl-spark", 2)
+    for p in range(2):
+        kafka.produce(source, [(b"k%d" % (i % 31), b"%d" % i, 1_700_000_000_000 + i)
+                               for i in range(p, 3000, 2)], partition=p)
+    live_name, spark_name = unique_name("dsl-live"), unique_name("dsl-spark")
+    (tmp_path / "dsl_reprocess_app.py").write_text(DSL_APP.format(
+        live_name=live_name, spark_name=spark_name, source=source, live_out=live_out,
+        spark_out=spark_out))
+    (tmp_path / "kasper.toml").write_text('key_serde = "str"\nvalue_serde = "str"\n')
+    live_app = load_attr("dsl_reprocess_app:live", str(tmp_path), "target")
+    run_live(config(bootstrap, live_name, [source], key_serde="str", value_serde="str"),
+             live_app)
+    code = main(["dsl_reprocess_app:app", "--app-dir", str(tmp_path), "--config",
+                 str(tmp_path / "kasper.toml"), "--bootstrap-servers", bootstrap,
+                 "--master", "local[2]", "--log-format", "json"])
+    assert code == 0, capsys.readouterr().err[-3000:]
+    assert "reprocessed 3000 messages" in capsys.readouterr().out
+
+    def stamped(topic: str) -> Counter[tuple[Any, ...]]:
+        return Counter((m.partition(), m.key(), m.value(), m.timestamp()[1])
+                       for m in kafka.read_all(topic))
+
+    live = stamped(live_out)
+    assert sum(live.values()) == 2000
+    assert (0, b"k1", b"1:1", 1_700_000_000_001) in live or (
+        1, b"k1", b"1:1", 1_700_000_000_001) in live
+    assert stamped(spark_out) == live
