@@ -34,7 +34,8 @@ def main() -> int:
     config = Config(name=f"{prefix}reach", bootstrap_servers=bootstrap,
                     input_topics=(prefix + TWEETS, prefix + FOLLOWERS), batch_size=50_000,
                     batch_wait=2.0, key_serde="str", value_serde="json",
-                    metrics_port=METRICS_PORT)
+                    metrics_port=METRICS_PORT,
+                    max_latency=None)  # classic batches: followers and tweets read together
     processor = TopicProcessor(config, lambda c: ReachProcessor(c, prefix))
     started = time.perf_counter()
     processor.run_loop(until_caught_up=True)

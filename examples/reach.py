@@ -71,6 +71,7 @@ def make_config(args: argparse.Namespace) -> Config:
         input_topics=(args.prefix + TWEETS, args.prefix + FOLLOWERS),
         batch_size=args.batch_size, batch_wait=args.batch_wait,
         key_serde="str", value_serde="json", metrics_port=args.metrics_port,
+        max_latency=None,  # classic batches of --batch-size: followers read with the tweets
     )
 
 

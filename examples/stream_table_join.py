@@ -92,7 +92,8 @@ def main(argv: list[str] | None = None) -> int:
     config = Config(name=args.name, bootstrap_servers=args.bootstrap,
                     input_topics=[args.prefix + CUSTOMERS, args.prefix + ORDERS],
                     batch_size=500, state_dir=args.state_dir, key_serde="str",
-                    value_serde="json")
+                    value_serde="json",
+                    max_latency=None)  # classic batches: profiles read with their orders
     with TopicProcessor(config, lambda c: EnrichOrders(c, args.prefix),
                         stores=[RocksDBTable("customers")]) as processor:
         # SIGTERM or Ctrl-C: the batch in hand is committed, then the processor closes

@@ -1,5 +1,5 @@
 """The harness of the application guarantee tests: the page-view app of
-pageviews_app.py run as ``kasper run pageviews_app:app`` in its own OS process (so a
+rekey_app_module.py run as ``kasper run rekey_app_module:app`` in its own OS process (so a
 test can SIGKILL it), its input, and what the tests read back (outputs, ends of
 topics, the RocksDB counts)."""
 
@@ -25,7 +25,7 @@ from kasper_py.stores.rocksdb import RocksDBTable
 from conftest_stores import read_counts, wait_for  # isort: skip - a sibling module
 
 HERE = Path(__file__).parent
-APP = "pageviews_app:app"
+APP = "rekey_app_module:app"
 T = TypeVar("T")
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from kasper_py.stack import _lifecycle
-from kasper_py.stack._components import GROUPS, build
+from kasper_py.stack._catalog import GROUPS, build
 from kasper_py.stack._settings import Settings, with_free_spark_ports
 
 SPARK = GROUPS["spark"]

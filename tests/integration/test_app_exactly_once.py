@@ -1,5 +1,5 @@
 """Exactly-once through an application's repartition hop, on the real broker: the
-page-view app (pageviews_app.py: re-key by user, count per user in RocksDB) run with
+page-view app (rekey_app_module.py: re-key by user, count per user in RocksDB) run with
 ``kasper run`` and SIGKILLed at random moments, then run to the end."""
 
 from __future__ import annotations

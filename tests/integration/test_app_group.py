@@ -1,5 +1,5 @@
 """At-least-once through an application's repartition hop in group mode, on the real
-broker: members of the page-view app (pageviews_app.py, run with ``kasper run``) join
+broker: members of the page-view app (rekey_app_module.py, run with ``kasper run``) join
 and leave while page views flow in."""
 
 from __future__ import annotations

@@ -80,7 +80,7 @@ def test_reach_through_kasper_stream_on_the_cluster_matches_the_live_loop(  # no
     topics = (prefix + reach.TWEETS, prefix + reach.FOLLOWERS)
     cfgs = {kind: Config(name=unique_name(kind), bootstrap_servers=bootstrap,
                          input_topics=topics, key_serde="str", value_serde="json",
-                         batch_size=PARITY_TWEETS + 50, batch_wait=3.0)
+                         batch_size=PARITY_TWEETS + 50, batch_wait=3.0, max_latency=None)
             for kind in ("live", "stream")}
     # The loop's first batch holds each partition's followers and tweets together (a
     # tweet polled before its user's count would get reach 0: the example's caveat).

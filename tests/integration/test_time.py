@@ -110,7 +110,8 @@ def test_a_timer_fired_in_a_turn_whose_process_raises_is_not_committed(
     source, out, ticks = new_topic("in"), new_topic("out"), new_topic("ticks")
     kafka.produce(source, [b"a", b"poison"], timestamp=INPUT_TIME)
     name = unique_name("poison-timer")
-    processor, built = build(config(bootstrap, name, [source], batch_wait=2.0,
+    # classic batches: the timer falls due while the batch_wait gathers the poison
+    processor, built = build(config(bootstrap, name, [source], batch_wait=2.0, max_latency=None,
                                     processing_guarantee=guarantee), (out, ticks))
     with pytest.raises(ProcessingError, match=r"ValueError: poison"):
         processor.run_loop()

@@ -1,5 +1,5 @@
 """A two-stage application for the guarantee tests, run as users run one:
-``kasper run pageviews_app:app --app-dir tests/integration --config FILE``.
+``kasper run rekey_app_module:app --app-dir tests/integration --config FILE``.
 
 Page views keyed by session, each value ``"<user>,<page>"``, are re-keyed by user
 through the app's repartition ``by-user``; the second stage counts each user's views
