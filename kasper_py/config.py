@@ -81,7 +81,7 @@ class Config:
     max_latency: float | None = 0.05
     """Seconds of end-to-end latency to aim for (50 ms by default). The loop sizes each
     batch itself: under light input a batch is released a little after its first
-    message (at most a quarter of the target, less as turns take longer), and when
+    message (at most a fifth of the target, less as turns take longer), and when
     input backs up it grows up to ``batch_size`` for throughput (10,000 suits a busy
     topic). The producer's ``linger.ms`` is lowered to suit (see ``to_producer_conf``).
     ``None`` (``"none"`` in TOML, flags and variables): Kasper's classic batches of

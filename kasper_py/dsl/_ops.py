@@ -96,8 +96,11 @@ class Filter(Op):
         self.predicate, self.keep = predicate, keep
 
     def push(self, records: Records) -> None:
-        predicate, keep = self.predicate, self.keep
-        self.emit([r for r in records if bool(predicate(r[0], r[1])) is keep])
+        predicate = self.predicate
+        if self.keep:  # no bool() per record: a truth test costs nothing more
+            self.emit([r for r in records if predicate(r[0], r[1])])
+        else:
+            self.emit([r for r in records if not predicate(r[0], r[1])])
 
 
 class Map(Op):

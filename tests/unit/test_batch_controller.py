@@ -65,15 +65,15 @@ def test_a_slow_turn_halves_the_batch_when_nothing_waits() -> None:
 
 
 def test_linger_is_what_the_target_leaves_after_two_turns() -> None:
-    """Fast turns leave a quarter of the target to wait for more records; turns that
+    """Fast turns leave a fifth of the target to wait for more records; turns that
     take a quarter of the target or more leave none (take what has arrived)."""
     controller = BatchController(TARGET, largest=1000)
-    assert controller.linger == pytest.approx(TARGET / 4)  # no turn seen yet
+    assert controller.linger == pytest.approx(TARGET / 5)  # no turn seen yet
     controller.observe(10, 0, FAST)
-    assert controller.linger == pytest.approx(TARGET / 4)
+    assert controller.linger == pytest.approx(TARGET / 5)
     for _ in range(30):
-        controller.observe(10, 0, TARGET / 5)
-    assert 0 <= controller.linger < TARGET / 4
+        controller.observe(10, 0, TARGET / 6)
+    assert 0 <= controller.linger < TARGET / 5
     for _ in range(30):
         controller.observe(10, 0, TARGET)
     assert controller.linger == 0
@@ -81,7 +81,7 @@ def test_linger_is_what_the_target_leaves_after_two_turns() -> None:
 
 def test_size_stays_within_its_bounds_whatever_it_sees() -> None:
     """Random observations never take the target outside smallest..largest, and the
-    linger never outside 0..a quarter of the target."""
+    linger never outside 0..a fifth of the target."""
     rng = random.Random(15)
     controller = BatchController(TARGET, largest=5_000, smallest=50)
     for _ in range(2_000):
@@ -89,7 +89,7 @@ def test_size_stays_within_its_bounds_whatever_it_sees() -> None:
         waiting = rng.choice([None, 0, rng.randrange(1_000_000)])
         controller.observe(taken, waiting, rng.choice([0.0, FAST, rng.random() * 2]))
         assert 50 <= controller.size <= 5_000
-        assert 0 <= controller.linger <= TARGET / 4
+        assert 0 <= controller.linger <= TARGET / 5
 
 
 def test_a_largest_batch_under_the_smallest_bounds_both() -> None:
