@@ -188,7 +188,12 @@ class GroupAssignment(Assignment):
         partitions = sorted({p for _, p in keys})
         missing = [(t, p) for p in partitions for t in self.config.input_topics
                    if (t, p) not in keys and (t, p) not in self._consumer.assigned]
-        if missing:
+        if missing and {t for t, _ in missing} <= self._consumer.from_start:
+            # An app's internal topic the coordinator does not know yet (created a moment
+            # ago): the next assignment brings its partitions, to this member (range).
+            _log.info("kasper.waiting_for_internal_partitions", processor=self.config.name,
+                      partitions=[f"{t}[{p}]" for t, p in missing])
+        elif missing:
             raise TopicError(f"the group assigned partitions without their co-partitioned "
                              f"peers {missing}: use the range assignor (see Config.assignment)")
         started = time.perf_counter()
