@@ -293,17 +293,23 @@ class Grouped:
             return self._spec
         return self._builder._repartition(self._spec, self._name or f"{store}-by-key")
 
+    def _stateful(self, store: str, make: Callable[[Build, str], ops.Op], *,
+                  windowed: bool = False) -> Table:
+        """The table of an aggregation kept in the store ``store`` (declared on the stage
+        that reads the grouped records, after a repartition when re-keyed), whose
+        operator ``make(build, store)`` builds."""
+        name = self._builder._store_name(store)
+        head = self._input(name)
+        stage = head.stage.root()
+        stage.stores.append(self._builder._stores(name, windowed))
+        return Table(self._builder, head.add(Spec(lambda b: make(b, name), stage)))
+
     def aggregate(self, initializer: Callable[[], Any], adder: Callable[[Any, Any, Any], Any],
                   store: str) -> Table:
         """Per key, ``adder(key, value, aggregate)`` from ``initializer()``, kept in the
         store ``store``; emits each record's new aggregate."""
-        name = self._builder._store_name(store)
-        head = self._input(name)
-        stage = head.stage.root()
-        stage.stores.append(self._builder._stores(name, False))
-        child = head.add(Spec(lambda b: ops.Aggregate(b.context.store(name), initializer,
-                                                      adder), stage))
-        return Table(self._builder, child)
+        return self._stateful(store, lambda b, name: ops.Aggregate(
+            b.context.store(name), initializer, adder))
 
     def count(self, store: str) -> Table:
         """Records per key."""
@@ -311,12 +317,8 @@ class Grouped:
 
     def reduce(self, reducer: Callable[[Any, Any], Any], store: str) -> Table:
         """Per key, the first value, then ``reducer(aggregate, value)``."""
-        name = self._builder._store_name(store)
-        head = self._input(name)
-        stage = head.stage.root()
-        stage.stores.append(self._builder._stores(name, False))
-        child = head.add(Spec(lambda b: ops.Reduce(b.context.store(name), reducer), stage))
-        return Table(self._builder, child)
+        return self._stateful(store, lambda b, name: ops.Reduce(b.context.store(name),
+                                                                 reducer))
 
     def windowed_by(self, windows: WindowKind) -> WindowedGrouped:
         """Aggregate per key and window (``Tumbling``, ``Hopping``, ``Sliding``,
@@ -335,15 +337,9 @@ class WindowedGrouped:
         """``aggregation`` per key and window; ``emit="final"``: each window once, when
         it closes (stream time past its end plus grace). Keys become
         ``Windowed(key, start, end)``."""
-        builder = self._grouped._builder
-        name = builder._store_name(store)
-        head = self._grouped._input(name)
-        stage = head.stage.root()
-        stage.stores.append(builder._stores(name, True))
         windows = self._windows
-        child = head.add(Spec(lambda b: ops.WindowedAggregate(ops.windowed_table(
-            b.context, name, windows, aggregation, emit)), stage))
-        return Table(builder, child)
+        return self._grouped._stateful(store, lambda b, name: ops.WindowedAggregate(
+            ops.windowed_table(b.context, name, windows, aggregation, emit)), windowed=True)
 
     def count(self, store: str, *, emit: Literal["updates", "final"] = "updates") -> Table:
         """Records per key and window."""

@@ -24,11 +24,11 @@ from kasper_py.exceptions import TopicError
 from kasper_py.message import TopicPartitionKey
 from kasper_py.observability.client_log import with_client_log
 
-__all__ = ["check_internal_topics", "cluster_topics", "common_partition_count", "create_topics",
-           "ensure_internal_topics", "ensure_leader_topic", "ensure_output_topics",
-           "input_partitions",
-           "internal_to_create", "leader_group", "leader_topic", "missing_output_topics",
-           "owned_partitions", "partition_count", "topic_problem"]
+__all__ = ["check_internal_topics", "cluster_topics", "common_partition_count",
+           "create_declared", "create_topics", "ensure_internal_topics", "ensure_leader_topic",
+           "ensure_output_topics", "input_partitions", "internal_to_create", "leader_group",
+           "leader_topic", "missing_output_topics", "owned_partitions", "partition_count",
+           "topic_problem"]
 
 _log = structlog.get_logger("kasper_py")
 _TIMEOUT = 30.0
@@ -144,12 +144,19 @@ def ensure_output_topics(config: Config, *, create: bool = True, admin: Any = No
         raise TopicError(f"declared output topics {names} do not exist on "
                          f"{config.bootstrap_servers}: create them, or start with "
                          "--create-topics (kasper_py.kafka.topics.ensure_output_topics)")
+    return create_declared(admin, config, missing)
+
+
+def create_declared(admin: Any, config: Config, missing: Sequence[tuple[OutputTopic, int]],
+                    **logged: Any) -> list[str]:
+    """Create each declared topic of ``missing`` with its partition count, replication
+    and settings (``create_topics``), logging each with ``logged``; returns the names."""
     create_topics(admin, [NewTopic(topic.name, num_partitions=count,
                                    replication_factor=topic.replication_factor or -1,
                                    config=dict(topic.config)) for topic, count in missing])
     for topic, count in missing:
         _log.info("kasper.topic_created", processor=config.name, topic=topic.name,
-                  partitions=count)
+                  partitions=count, **logged)
     return [topic.name for topic, _ in missing]
 
 
@@ -237,14 +244,9 @@ def ensure_internal_topics(config: Config, sources: Sequence[str],
         return []
     admin = AdminClient(with_client_log(config.to_admin_conf(), config.name, "admin"))
     missing = check_internal_topics(config, sources, topics, cluster_topics(admin, config))
-    create_topics(admin, [NewTopic(t.name, num_partitions=n,
-                                   replication_factor=t.replication_factor or -1,
-                                   config=dict(t.config)) for t, n in missing])
-    for made, count in missing:
-        _log.info("kasper.topic_created", processor=config.name, topic=made.name,
-                  partitions=count, internal=True)
+    created = create_declared(admin, config, missing, internal=True)
     _wait_visible(admin, config, {made.name: count for made, count in missing})
-    return [made.name for made, _ in missing]
+    return created
 
 
 def leader_topic(name: str) -> str:
