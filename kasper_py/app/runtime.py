@@ -21,7 +21,7 @@ from operator import attrgetter
 from typing import Any
 
 from kasper_py.app.topology import App, Channel, Node, Repartition
-from kasper_py.exceptions import KasperError
+from kasper_py.exceptions import KasperError, TopicError
 from kasper_py.message import TIMESTAMP_CREATE_TIME, TIMESTAMP_NONE, Message
 from kasper_py.processor import MessageProcessor, ProcessorContext
 from kasper_py.sender import Sender
@@ -143,11 +143,20 @@ class AppProcessor(MessageProcessor):
                                    context.clock, context.query_tables)
             processor = self.processors[node.name] = node.factory(own)
             self._steps.append((node, processor, routes.links(node)))
+        self._reads = frozenset().union(*(links.topics for _, _, links in self._steps))
+        """Every topic some processor of the app reads from Kafka."""
 
     def process(self, messages: list[Message], sender: Sender) -> None:
         """Each processor gets its inputs' messages: its topics' in the order they came,
         then its channels' (sent by the processors before it in this call)."""
         runs = _by_topic(messages)
+        for topic, run in runs:
+            if topic not in self._reads:
+                raise TopicError(
+                    f"partition {self.context.partition} of app {self._app.name!r} (running "
+                    f"as {self.context.config.name!r}): {len(run)} messages of topic "
+                    f"{topic!r}, which no processor of the app reads (they read "
+                    f"{sorted(self._reads)}); the turn is not committed")
         first, _, links = self._steps[0]
         hop = _Hop(first, links, self.context.partition, {})
         self._routes.hop = hop

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, tzinfo
 
 from kasper_py.exceptions import ConfigError
+from kasper_py.kafka.topics import repartition_topic
 from kasper_py.processor import ProcessorFactory
 from kasper_py.stores.base import StoreSpec
 from kasper_py.time import Task, TaskFunction
@@ -39,7 +40,7 @@ class Repartition:
 
     def topic(self, app_name: str) -> str:
         """The topic's name for an app whose ``Config.name`` is ``app_name``."""
-        return f"{app_name}-{self.name}-repartition"
+        return repartition_topic(app_name, self.name)
 
 
 @dataclass(frozen=True)

@@ -117,7 +117,7 @@ class Builder:
             outputs: list[str | Repartition] = [*dict.fromkeys(stage.topics_out),
                        *(declared[n] for n in dict.fromkeys(stage.repartitions_out))]
             app.processor(f"stage-{stage.number}", stage_factory(
-                stage.sources, _topic_of(self.name, app)), inputs=inputs, outputs=outputs,
+                stage.sources, _topic_of(app)), inputs=inputs, outputs=outputs,
                 stores=stage.stores)
         self._built = app
         return app
@@ -157,12 +157,13 @@ class Builder:
         return f"{what}-{number}"
 
 
-def _topic_of(app_name: str, app: App) -> Callable[[str], str]:
-    """Source names to the topics a stage's processor sees (``Config.name`` decides a
-    repartition's topic: the app's name when it is not set otherwise)."""
-    def topic_of(source: str) -> str:
+def _topic_of(app: App) -> Callable[[str, str], str]:
+    """(``Config.name`` of the running app, source name) to the topic a stage's processor
+    sees. A repartition's topic is named by ``Repartition.topic`` from the name the app
+    runs under (``kasper run --name``), as the loop names it, never the Builder's."""
+    def topic_of(config_name: str, source: str) -> str:
         return source if not source.startswith(_REPARTITION) else (
-            app.repartitions[source[len(_REPARTITION):]].topic(app_name))
+            app.repartitions[source[len(_REPARTITION):]].topic(config_name))
     return topic_of
 
 

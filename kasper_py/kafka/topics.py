@@ -24,11 +24,11 @@ from kasper_py.exceptions import TopicError
 from kasper_py.message import TopicPartitionKey
 from kasper_py.observability.client_log import with_client_log
 
-__all__ = ["check_internal_topics", "cluster_topics", "common_partition_count",
+__all__ = ["changelog_topic", "check_internal_topics", "cluster_topics", "common_partition_count",
            "create_declared", "create_topics", "ensure_internal_topics", "ensure_leader_topic",
            "ensure_output_topics", "input_partitions", "internal_to_create", "leader_group",
            "leader_topic", "missing_output_topics", "owned_partitions", "partition_count",
-           "topic_problem"]
+           "repartition_topic", "topic_problem"]
 
 _log = structlog.get_logger("kasper_py")
 _TIMEOUT = 30.0
@@ -247,6 +247,21 @@ def ensure_internal_topics(config: Config, sources: Sequence[str],
     created = create_declared(admin, config, missing, internal=True)
     _wait_visible(admin, config, {made.name: count for made, count in missing})
     return created
+
+
+# -- the names of the topics kasper_py owns: made here only, so the side that writes
+# one and the side that reads it can never disagree (both pass the running Config.name)
+
+def repartition_topic(name: str, repartition: str) -> str:
+    """The topic of an app's repartition ``repartition`` when it runs as ``Config.name``
+    ``name`` (``kasper run --name``): ``<name>-<repartition>-repartition``."""
+    return f"{name}-{repartition}-repartition"
+
+
+def changelog_topic(name: str, table: str) -> str:
+    """The default changelog of table ``table`` of ``Config.name`` ``name``:
+    ``<name>-<table>-changelog``."""
+    return f"{name}-{table}-changelog"
 
 
 def leader_topic(name: str) -> str:

@@ -20,7 +20,7 @@ from kasper_py.kafka.topics import cluster_topics, create_topics
 from kasper_py.observability.client_log import with_client_log
 from kasper_py.observability.observe import StoreObserver
 
-__all__ = ["ChangelogReader", "changelog_topic", "ensure_changelog", "restore_plan"]
+__all__ = ["ChangelogReader", "ensure_changelog", "restore_plan"]
 
 _log = structlog.get_logger("kasper_py")
 _TIMEOUT = 30.0
@@ -30,11 +30,6 @@ _PROGRESS_EVERY = 2.0
 ApplyRecords = Callable[[int, list[Any]], None]
 """Called with a partition number and its next records (confluent-kafka messages, in
 offset order); it must apply them and record ``records[-1].offset() + 1``."""
-
-
-def changelog_topic(processor: str, table: str) -> str:
-    """The default changelog of a table: ``<processor name>-<table>-changelog``."""
-    return f"{processor}-{table}-changelog"
 
 
 def restore_plan(recorded: int | None, low: int, high: int) -> tuple[int, bool, str]:

@@ -31,6 +31,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
 
 from kasper_py.config import Config
 from kasper_py.exceptions import StoreError
+from kasper_py.kafka.topics import changelog_topic
 from kasper_py.message import TopicPartitionKey
 from kasper_py.serdes import Serde, serde_for
 from kasper_py.stores.base import (
@@ -44,7 +45,6 @@ from kasper_py.stores.base import (
 )
 from kasper_py.stores.changelog import (
     ChangelogReader,
-    changelog_topic,
     ensure_changelog,
     restore_plan,
 )

@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 
 from kasper_py import Config, Message, MessageProcessor, ProcessorContext, Sender, StoreError
+from kasper_py.kafka.topics import changelog_topic
 from kasper_py.message import OutgoingMessage, OutgoingRecord
 from kasper_py.stores.base import StoreRuntime
-from kasper_py.stores.changelog import changelog_topic, restore_plan
+from kasper_py.stores.changelog import restore_plan
 from kasper_py.stores.rocksdb import LocalDB, RocksDBStore, RocksDBTable
 from kasper_py.testing import ProcessorDriver, make_message
 
