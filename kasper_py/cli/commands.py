@@ -1,10 +1,10 @@
-"""The ``kasper`` command line: run a processor or an app (here), manage its group's
-offsets and show its lag (``offsets``), replay its dead letters (``dlq``), describe or
-reset an app (``app``), read its tables (``query``), and dispatch ``kasper
-reprocess``/``stream``/``stack`` to their own parsers. Configuration comes from a TOML
-file, then ``KASPER_*`` environment variables, then flags (each overrides the one
-before); that loading, targets and exit codes live in ``base`` (the field types in
-``fields``), shared by every command.
+"""The ``kasper`` command line behind ``kasper_py.cli.main``: run a processor or an app
+(here), manage its group's offsets and show its lag (``offsets``), replay its dead
+letters (``dlq``), describe or reset an app (``app``), read its tables (``query``), and
+dispatch ``kasper reprocess``/``stream``/``stack`` to their own parsers. Configuration
+comes from a TOML file, then ``KASPER_*`` environment variables, then flags (each
+overrides the one before); that loading, targets and exit codes live in ``base`` (the
+field types in ``fields``), shared by every command.
 
 Errors are one line on stderr, no traceback, with an exit code per cause:
 
@@ -28,6 +28,7 @@ import structlog
 from confluent_kafka import KafkaException
 
 import kasper_py
+from kasper_py._support.signals import held_signal
 from kasper_py.app import App, plan_for
 from kasper_py.cli.app import add_app_parsers, app_command
 from kasper_py.cli.base import (
@@ -213,6 +214,8 @@ def _run(config: Config, args: argparse.Namespace) -> int:
         return _supervise(config, args)
     factory, stores = load_runnable(args, config)
     tasks, views = load_tasks(args, config), load_views(args, config)
+    if _stopped_before_start(config):
+        return EXIT_OK
     metadata = _metadata(config, args.connect_timeout)
     input_partitions(config, metadata)  # topics exist?
     _output_topics(config, metadata, args.create_topics)
@@ -231,6 +234,8 @@ def _supervise(config: Config, args: argparse.Namespace) -> int:
     factory, _ = load_runnable(args, config)  # a bad target fails here, not N times
     load_tasks(args, config)
     load_views(args, config)
+    if _stopped_before_start(config):
+        return EXIT_OK
     metadata = _metadata(config, args.connect_timeout)
     owned = owned_partitions(config, partition_count(config, metadata))
     _output_topics(config, metadata, args.create_topics)  # once, before the workers
@@ -263,6 +268,17 @@ def _supervise(config: Config, args: argparse.Namespace) -> int:
               partitions="group" if config.group_mode else sets)
     metrics = None if port is None else (config.metrics_host, port)
     return Supervisor(workers, env=dict(os.environ), metrics=metrics).run()
+
+
+def _stopped_before_start(config: Config) -> bool:
+    """True when a signal came while ``kasper run`` was starting (held since its first
+    moment): it stops before connecting anywhere, exit 0. One that comes later is the
+    loop's or the supervisor's to honour."""
+    held = held_signal()
+    if held is not None:
+        _log.info("kasper.stopped_by_signal", processor=config.name, signal=held,
+                  before_start=True)
+    return held is not None
 
 
 def _output_topics(config: Config, metadata: Any, create: bool) -> None:
