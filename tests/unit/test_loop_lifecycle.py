@@ -16,9 +16,9 @@ import threading
 import pytest
 
 from kasper_py import CommitError, ProduceError
+from kasper_py._support.signals import held_signal, holding_stop_signals
 from kasper_py.exceptions import KasperError
 from kasper_py.loop.lifecycle import Lifecycle, kafka_usable_after
-from kasper_py._support.signals import held_signal, holding_stop_signals
 from kasper_py.loop.signals import closing_on_signals
 from kasper_py.supervisor import Supervisor, WorkerSpec
 

@@ -5,9 +5,7 @@ before any request."""
 from __future__ import annotations
 
 import json
-import socket
 import time
-from collections.abc import Iterator
 
 import pytest
 
@@ -133,20 +131,12 @@ def test_every_registry_request_has_a_share_of_the_timeout() -> None:
         RegistryConfig(URL))
 
 
-@pytest.fixture
-def hung_registry() -> Iterator[str]:
-    """The URL of a registry that accepts connections and never answers (a listening
-    socket nobody accepts from: the kernel completes the handshake, no reply follows)."""
-    with socket.socket() as listener:
-        listener.bind(("127.0.0.1", 0))
-        listener.listen(16)
-        yield f"http://127.0.0.1:{listener.getsockname()[1]}/apis/ccompat/v7"
-
-
 @pytest.mark.timeout(60)
-def test_a_registry_that_hangs_fails_within_its_timeout(hung_registry: str) -> None:
+def test_a_registry_that_hangs_fails_within_its_timeout(
+        hung_server: tuple[str, int]) -> None:
     """A registry that takes the request and never answers: RegistryUnavailableError
     naming the registry and the wait, after about ``timeout`` (not forever)."""
+    hung_registry = "http://{}:{}/apis/ccompat/v7".format(*hung_server)
     serde = AvroSerde(RegistryConfig(hung_registry, timeout=1), '"long"').for_topic("t")
     started = time.monotonic()
     with pytest.raises(RegistryUnavailableError) as info:
