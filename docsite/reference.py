@@ -16,7 +16,7 @@ from typing import Any
 # The one place to change when the CLI code moves. A command listed here is documented
 # from its own parser, and its stub in `kasper`'s parser is left out.
 PARSERS: tuple[tuple[str, str, str, tuple[Any, ...]], ...] = (
-    ("kasper", "kasper_py.cli", "_parser", ()),
+    ("kasper", "kasper_py.cli.commands", "_parser", ()),
     ("kasper reprocess", "kasper_py.reprocess._cli", "_parser", ("kasper reprocess",)),
     ("kasper stream", "kasper_py.stream._cli", "_parser", ("kasper stream",)),
     ("kasper query", "kasper_py.cli.query", "_parser", ()),

@@ -3,38 +3,46 @@
 Subclass ``MessageProcessor``, build a ``Config``, and run a ``TopicProcessor``.
 Each turn processes a batch, flushes stores, waits for every output ack, and only
 then commits the input offsets: at-least-once, with replays bounded by one batch.
+
+Importing the package imports none of its modules: each name below is imported on
+first use (``__getattr__``, as pydantic does), so ``kasper`` can install its signal
+handlers before the half second the library's imports take.
 """
 
-from kasper_py.config import Config, OutputTopic
-from kasper_py.exceptions import (
-    CommitError,
-    ConfigError,
-    ConsumeError,
-    DeadLetterLimitError,
-    KasperError,
-    OffsetError,
-    ProcessingError,
-    ProduceError,
-    ReprocessError,
-    RestoreError,
-    SerdeError,
-    StoreError,
-    StoreUnavailableError,
-    StreamError,
-    TopicError,
-)
-from kasper_py.message import (
-    TIMESTAMP_CREATE_TIME,
-    TIMESTAMP_LOG_APPEND_TIME,
-    TIMESTAMP_NONE,
-    Message,
-    OutgoingMessage,
-)
-from kasper_py.processor import MessageProcessor, ProcessorContext, ProcessorFactory
-from kasper_py.sender import Sender
-from kasper_py.serdes import BYTES, JSON, STRING, Serde
-from kasper_py.time import Task, Timer
-from kasper_py.topic_processor import TopicProcessor
+import importlib as _importlib
+import typing as _typing
+
+if _typing.TYPE_CHECKING:
+    from kasper_py.config import Config, OutputTopic
+    from kasper_py.exceptions import (
+        CommitError,
+        ConfigError,
+        ConsumeError,
+        DeadLetterLimitError,
+        KasperError,
+        OffsetError,
+        ProcessingError,
+        ProduceError,
+        ReprocessError,
+        RestoreError,
+        SerdeError,
+        StoreError,
+        StoreUnavailableError,
+        StreamError,
+        TopicError,
+    )
+    from kasper_py.message import (
+        TIMESTAMP_CREATE_TIME,
+        TIMESTAMP_LOG_APPEND_TIME,
+        TIMESTAMP_NONE,
+        Message,
+        OutgoingMessage,
+    )
+    from kasper_py.processor import MessageProcessor, ProcessorContext, ProcessorFactory
+    from kasper_py.sender import Sender
+    from kasper_py.serdes import BYTES, JSON, STRING, Serde
+    from kasper_py.time import Task, Timer
+    from kasper_py.topic_processor import TopicProcessor
 
 __all__ = [
     "BYTES",
@@ -73,3 +81,34 @@ __all__ = [
 ]
 
 __version__ = "0.1.0"
+
+_HOMES = {
+    "kasper_py.config": "Config OutputTopic",
+    "kasper_py.exceptions": "CommitError ConfigError ConsumeError DeadLetterLimitError "
+                            "KasperError OffsetError ProcessingError ProduceError "
+                            "ReprocessError RestoreError SerdeError StoreError "
+                            "StoreUnavailableError StreamError TopicError",
+    "kasper_py.message": "TIMESTAMP_CREATE_TIME TIMESTAMP_LOG_APPEND_TIME TIMESTAMP_NONE "
+                         "Message OutgoingMessage",
+    "kasper_py.processor": "MessageProcessor ProcessorContext ProcessorFactory",
+    "kasper_py.sender": "Sender",
+    "kasper_py.serdes": "BYTES JSON STRING Serde",
+    "kasper_py.time": "Task Timer",
+    "kasper_py.topic_processor": "TopicProcessor",
+}
+_MODULE_OF = {name: module for module, names in _HOMES.items() for name in names.split()}
+"""The module each name of ``__all__`` is imported from (as the imports above say)."""
+
+
+def __getattr__(name: str) -> object:
+    """A public name, imported from its module on first use (then kept here)."""
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module 'kasper_py' has no attribute {name!r}")
+    value = getattr(_importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -153,9 +153,12 @@ class TopicProcessor:
         batch in hand is committed, then the clients close; a second signal stops at once,
         uncommitted: ``KeyboardInterrupt``). Returns the signal's name, or ``None`` when
         the loop ended on its own (``until_caught_up``; clients and stores stay open).
-        Call it from the main thread, where Python runs signal handlers."""
+        A signal ``kasper run`` held since its process started closes the processor
+        before the loop runs. Call it from the main thread, where Python runs signal
+        handlers."""
         with closing_on_signals(self.close, self.config.name) as caught:
-            self.run_loop(until_caught_up=until_caught_up)
+            if not caught:
+                self.run_loop(until_caught_up=until_caught_up)
         return caught[0] if caught else None
 
     def close(self, timeout: float | None = None) -> None:

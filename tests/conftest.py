@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import socket
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -49,6 +50,17 @@ def bootstrap() -> str:
     except Exception as exc:
         pytest.fail(f"no Kafka broker at {servers}: run `make stack` first ({exc})")
     return servers
+
+
+@pytest.fixture
+def hung_server() -> Iterator[tuple[str, int]]:
+    """(host, port) of a server that takes connections and never answers: a listening
+    socket nobody accepts from (the kernel completes the handshake and buffers what is
+    sent; no reply ever comes), as a paused (SIGSTOP) or wedged server looks."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(64)
+        yield "127.0.0.1", int(listener.getsockname()[1])
 
 
 @pytest.fixture

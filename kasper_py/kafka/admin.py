@@ -176,7 +176,7 @@ class KafkaAdmin:
         futures = self._admin.list_consumer_group_offsets([request],
                                                           request_timeout=self._timeout)
         result = self._call(f"reading the offsets of group {group!r}",
-                            next(iter(futures.values())).result, self._timeout)
+                            next(iter(futures.values())).result, timeout=self._timeout + 5)
         return {tp.partition: CommitNote.decode(getattr(tp, "metadata", None))
                 for tp in result.topic_partitions}
 
@@ -287,15 +287,23 @@ class KafkaAdmin:
         self.errors.append(error.str())
 
     def _call(self, what: str, method: Any, *args: Any, **kwargs: Any) -> Any:
+        """``method(*args, **kwargs)``, Kafka's failure raised as kasper_py's; a future
+        still pending when its wait ran out (``TimeoutError``) is no broker answering."""
+        servers = self._config.bootstrap_servers
         try:
             return method(*args, **kwargs)
         except KafkaException as exc:
             self._admin.poll(0)  # serves error_cb, which holds the cause (refused, DNS, TLS)
             cause = f" ({self.errors[0]})" if self.errors else ""
             code = _code(exc.args[0] if exc.args else exc)
-            kind = self._unreachable if code in UNREACHABLE_ERRORS else self._failure
-            raise kind(f"{what} on {self._config.bootstrap_servers} failed: {reason(exc)}"
-                       f"{cause}", code=code) from exc
+            unreachable = code in UNREACHABLE_ERRORS
+            waited = f" within {self._timeout:g}s" if unreachable else ""
+            raise (self._unreachable if unreachable else self._failure)(
+                f"{what} on {servers} failed{waited}: {reason(exc)}{cause}",
+                code=code) from exc
+        except TimeoutError as exc:
+            raise self._unreachable(f"{what} on {servers}: no answer within "
+                                    f"{self._timeout:g}s", code=KafkaError._TIMED_OUT) from exc
 
 
 def reason(exc: BaseException) -> str:

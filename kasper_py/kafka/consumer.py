@@ -41,6 +41,13 @@ _TRANSIENT = _COORDINATOR_BUSY | {KafkaError._TRANSPORT, KafkaError._ALL_BROKERS
                                   KafkaError._TIMED_OUT, KafkaError.REQUEST_TIMED_OUT,
                                   KafkaError.NETWORK_EXCEPTION}
 
+# A commit that waited in vain: for a coordinator (librdkafka gives up after
+# session.timeout.ms), or for the coordinator's answer (socket.timeout.ms).
+_WAITED = frozenset({KafkaError._WAIT_COORD, KafkaError._TIMED_OUT,
+                     KafkaError.REQUEST_TIMED_OUT})
+_COMMIT_BOUND = (" (librdkafka waits up to session.timeout.ms for a coordinator, then "
+                 "socket.timeout.ms for its answer)")
+
 _log = structlog.get_logger("kasper_py")
 
 
@@ -65,8 +72,8 @@ class InputConsumer:
             metadata = self._consumer.list_topics(timeout=_METADATA_TIMEOUT)
         except KafkaException as exc:
             self._consumer.poll(0)  # delivers the client's log lines: refused, DNS, TLS...
-            raise TopicError(f"cannot read metadata from {self._config.bootstrap_servers}: "
-                             f"{exc.args[0]}") from exc
+            raise TopicError(f"cannot read metadata from {self._config.bootstrap_servers} "
+                             f"within {_METADATA_TIMEOUT:g}s: {exc.args[0]}") from exc
         return partition_count(self._config, metadata)
 
     def assign(self, partitions: Sequence[int], below: Mapping[TopicPartitionKey, int] | None = None
@@ -147,12 +154,16 @@ class InputConsumer:
     def commit(self, next_offsets: dict[TopicPartitionKey, int], note: str | None = None) -> None:
         """Commit synchronously, with ``note`` as each offset's metadata; raise
         ``CommitError`` if any partition was refused."""
-        offsets = [TopicPartition(t, p, o, note) for (t, p), o in next_offsets.items()]
+        offsets = [TopicPartition(t, p, o) if note is None else TopicPartition(t, p, o, note)
+                   for (t, p), o in next_offsets.items()]
         try:
             results = self._consumer.commit(offsets=offsets, asynchronous=False)
         except KafkaException as exc:
             error = exc.args[0]
-            raise CommitError(f"commit failed: {error.str()}", code=error.code()) from exc
+            raise CommitError(f"commit of group {self._config.group!r} on "
+                              f"{self._config.bootstrap_servers} failed: {error.str()}"
+                              f"{_COMMIT_BOUND if error.code() in _WAITED else ''}",
+                              code=error.code()) from exc
         for tp in results or ():
             if tp.error is not None:
                 raise CommitError(
@@ -196,7 +207,9 @@ class InputConsumer:
                 error, where = exc.args[0], ""
             if error.code() not in _COORDINATOR_BUSY or time.monotonic() >= deadline:
                 raise ConsumeError(f"reading committed offsets of group {self._config.group!r}"
-                                   f"{where} failed: {error.str()}", code=error.code())
+                                   f"{where} failed: {error.str()} (asked "
+                                   f"{self._config.bootstrap_servers}, waiting up to "
+                                   f"{_METADATA_TIMEOUT:g}s)", code=error.code())
             time.sleep(0.2)
         return {(tp.topic, tp.partition): (None if tp.offset < 0 else tp.offset, tp.metadata)
                 for tp in result}
@@ -214,7 +227,9 @@ class InputConsumer:
             low, high = self._consumer.get_watermark_offsets(
                 tp, timeout=_METADATA_TIMEOUT, cached=cached)
         except KafkaException as exc:
-            raise ConsumeError(f"watermarks of {key[0]}[{key[1]}]: {exc.args[0]}") from exc
+            raise ConsumeError(f"watermarks of {key[0]}[{key[1]}] on "
+                               f"{self._config.bootstrap_servers} (waited up to "
+                               f"{_METADATA_TIMEOUT:g}s): {exc.args[0]}") from exc
         return int(low), int(high)
 
     def close(self) -> None:

@@ -33,6 +33,7 @@ class OutputProducer:
 
     def __init__(self, config: Config) -> None:
         self._delivery_timeout = config.delivery_timeout
+        self._servers = config.bootstrap_servers
         self._transactional_id = config.transactional_id if config.exactly_once else None
         conf = with_client_log(config.to_producer_conf(), config.name, "producer")
         self._producer = Producer({**conf, "on_delivery": self._on_delivery})
@@ -83,7 +84,8 @@ class OutputProducer:
             try:
                 metadata = self._producer.list_topics(topic, timeout=self._delivery_timeout)
             except KafkaException as exc:
-                raise _produce_error(f"cannot read the metadata of topic {topic!r}",
+                raise _produce_error(f"cannot read the metadata of topic {topic!r} from "
+                                     f"{self._servers} within {self._delivery_timeout:g}s",
                                      exc.args[0]) from exc
             problem = topic_problem(metadata.topics.get(topic))
             if problem is not None:
@@ -113,7 +115,8 @@ class OutputProducer:
         self._raise_for_error()
         if remaining:
             raise ProduceError(
-                f"{remaining} messages were not acknowledged within {self._delivery_timeout}s",
+                f"{remaining} messages were not acknowledged by {self._servers} within "
+                f"{self._delivery_timeout:g}s",
                 code=KafkaError._MSG_TIMED_OUT,
             )
 
@@ -185,7 +188,8 @@ class OutputProducer:
         except KafkaException as exc:
             error = exc.args[0]
             raise self._fenced(error) or CommitError(
-                f"exactly-once: {doing} failed: {error.str()}", code=error.code(),
+                f"exactly-once: {doing} on {self._servers} failed (waited up to "
+                f"{self._delivery_timeout:g}s): {error.str()}", code=error.code(),
                 retriable=error.retriable() or error.txn_requires_abort()) from exc
 
     def _fenced(self, error: Any) -> FencedError | None:
@@ -209,9 +213,12 @@ class OutputProducer:
         if error is None:
             return
         if self._error is None:
+            waited = (f" (no ack from {self._servers} within {self._delivery_timeout:g}s, "
+                      "delivery_timeout)" if error.code() == KafkaError._MSG_TIMED_OUT else "")
             self._error = self._fenced(error) or ProduceError(
-                f"delivery to {message.topic()}[{message.partition()}] failed: {error.str()}",
-                code=error.code(), retriable=error.retriable() or error.txn_requires_abort(),
+                f"delivery to {message.topic()}[{message.partition()}] failed: {error.str()}"
+                f"{waited}", code=error.code(),
+                retriable=error.retriable() or error.txn_requires_abort(),
             )
 
     def _raise_for_error(self) -> None:

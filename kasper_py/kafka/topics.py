@@ -169,12 +169,15 @@ def create_topics(admin: Any, topics: Sequence[NewTopic], timeout: float = _TIME
     futures = admin.create_topics(list(topics), request_timeout=timeout)
     for name, future in futures.items():
         try:
-            future.result(timeout)
+            future.result(timeout + 5)  # the request times out first, with Kafka's error
         except KafkaException as exc:
             error = exc.args[0]
             if error.code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                raise TopicError(f"cannot create topic {name!r}: {error.str()}",
-                                 code=error.code()) from exc
+                raise TopicError(f"cannot create topic {name!r}: {error.str()} (waited up "
+                                 f"to {timeout:g}s)", code=error.code()) from exc
+        except TimeoutError as exc:
+            raise TopicError(f"cannot create topic {name!r}: no answer within "
+                             f"{timeout + 5:g}s", code=KafkaError._TIMED_OUT) from exc
 
 
 def cluster_topics(admin: Any, config: Config) -> Any:
@@ -185,8 +188,8 @@ def cluster_topics(admin: Any, config: Config) -> Any:
         return admin.list_topics(timeout=_TIMEOUT)
     except KafkaException as exc:
         admin.poll(0)  # serves the client's log lines (delivered only on poll), which say why
-        raise TopicError(f"cannot read topics from {config.bootstrap_servers}: "
-                         f"{exc.args[0]}") from exc
+        raise TopicError(f"cannot read topics from {config.bootstrap_servers} within "
+                         f"{_TIMEOUT:g}s: {exc.args[0]}") from exc
 
 
 # -- internal topics (an app's repartitions) ----------------------------------------------

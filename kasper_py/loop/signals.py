@@ -1,5 +1,6 @@
 """SIGTERM and SIGINT closing a running loop gracefully (``run_until_stopped``); a second
-signal stops it at once."""
+signal stops it at once. A signal held since the process started (``kasper run``,
+``kasper_py._support.signals``) is taken over: the loop then does not run at all."""
 
 from __future__ import annotations
 
@@ -11,19 +12,20 @@ from typing import Any
 
 import structlog
 
+from kasper_py._support.signals import STOPPING, take_held
 from kasper_py.exceptions import KasperError
 
 __all__ = ["closing_on_signals"]
 
 _log = structlog.get_logger("kasper_py")
-_STOPPING = (signal.SIGTERM, signal.SIGINT)
 
 
 @contextmanager
 def closing_on_signals(close: Callable[[], object], processor: str) -> Iterator[list[str]]:
     """While inside, SIGTERM and SIGINT call ``close``; a second one raises
-    ``KeyboardInterrupt``. Yields the names of the signals caught, in order; the
-    previous handlers are restored on the way out. Raises ``KasperError`` off the main
+    ``KeyboardInterrupt``. Yields the names of the signals caught, in order (one held
+    before, already, and ``close`` called); the previous handlers are restored on the
+    way out. Raises ``KasperError`` off the main
     thread, where Python runs no signal handlers."""
     if threading.current_thread() is not threading.main_thread():
         raise KasperError(f"processor {processor!r}: run_until_stopped() must be "
@@ -37,7 +39,11 @@ def closing_on_signals(close: Callable[[], object], processor: str) -> Iterator[
         caught.append(signal.Signals(signum).name)
         close()
 
-    previous = {sig: signal.signal(sig, handle) for sig in _STOPPING}
+    previous = {sig: signal.signal(sig, handle) for sig in STOPPING}
+    held = take_held()
+    if held is not None and not caught:  # came before these handlers: close now
+        caught.append(held)
+        close()
     try:
         yield caught
     finally:

@@ -133,6 +133,7 @@ class Tables:
         if _everywhere(spec):
             held = dict(list(held.items())[:1])  # every store reads the same data
         elif partition is not None:
+            self._check_partition(partition)
             if partition not in held:
                 raise self._not_here(table, partition, None)
             held = {partition: held[partition]}
@@ -149,6 +150,8 @@ class Tables:
             return store, partition
         if partition is None:
             partition = self.partition_of(table, key)
+        else:
+            self._check_partition(partition)
         if partition in held:
             return held[partition], partition
         raise self._not_here(table, partition, key)
@@ -165,6 +168,17 @@ class Tables:
                                  self.config.query_partitioner)
         except ValueError as exc:
             raise BadQueryError(f"key {key!r}: {exc}") from exc
+
+    def _check_partition(self, partition: int) -> None:
+        """``BadQueryError`` for a ``partition`` the input topics do not have (negative,
+        or past their count once the loop knows it): a bad parameter, not a partition
+        held elsewhere."""
+        count = self.partition_count
+        if partition < 0 or (count is not None and partition >= count):
+            valid = f"0..{count - 1}" if count is not None else "0 and up"
+            raise BadQueryError(f"parameter partition={partition} is out of range: the "
+                                f"input partitions of processor {self.config.name!r} are "
+                                f"{valid}")
 
     def _not_here(self, table: str, partition: int, key: Any) -> NotHereError:
         endpoint = None

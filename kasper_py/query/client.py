@@ -147,7 +147,8 @@ class QueryClient:
                 raise _error_of(exc) from None
             except (urllib.error.URLError, OSError) as exc:
                 failures.append(f"{url}: {exc}")
-        raise QueryUnavailableError(f"no query endpoint answered: {'; '.join(failures)}")
+        raise QueryUnavailableError(f"no query endpoint answered within {self.timeout:g}s: "
+                                    f"{'; '.join(failures)}")
 
 
 class _NoDowngrade(urllib.request.HTTPRedirectHandler):

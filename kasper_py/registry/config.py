@@ -18,6 +18,8 @@ __all__ = ["RegistryConfig", "SubjectStrategy"]
 SubjectStrategy = Literal["topic", "record", "topic_record"]
 _STRATEGIES = get_args(SubjectStrategy)
 _URL = re.compile(r"^https?://\S+$")
+_ATTEMPTS = 2  # per URL: one retry, for a kept-alive connection the registry closed
+_RETRY_WAIT_MS = 100
 
 
 @dataclass(frozen=True, repr=False)
@@ -52,6 +54,12 @@ class RegistryConfig:
     records written with an older one are resolved to it (a field added with a default
     reads as the default)."""
 
+    timeout: float = 10.0
+    """Seconds a registry call (one schema lookup or registration, its one retry and
+    every URL included) waits for the registry before it fails with
+    ``RegistryUnavailableError``, so a registry that accepts connections but never
+    answers fails the turn instead of hanging it."""
+
     def __post_init__(self) -> None:
         if not isinstance(self.url, str) or not all(
                 _URL.match(url.strip()) for url in self.url.split(",")):
@@ -69,6 +77,10 @@ class RegistryConfig:
                 raise ConfigError("registry", f"{name} must be true or false")
         if self.use_latest_version and self.auto_register:
             raise ConfigError("registry", "use_latest_version needs auto_register = false")
+        timeout = self.timeout
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
+            raise ConfigError("registry", f"timeout must be a number of seconds above 0, "
+                              f"got {timeout!r}")
         for name in ("key_schema", "value_schema"):
             schema = getattr(self, name)
             if schema is not None and not (isinstance(schema, str) and schema.strip()):
@@ -91,9 +103,17 @@ class RegistryConfig:
             return cls(**value)
         raise ConfigError("registry", f"must be a table or a URL, got {value!r}")
 
-    def client_conf(self) -> dict[str, str]:
-        """The settings of confluent-kafka's ``SchemaRegistryClient``."""
-        conf = {"url": self.url}
+    def client_conf(self) -> dict[str, Any]:
+        """The settings of confluent-kafka's ``SchemaRegistryClient``. Its client waits
+        forever by default and retries three times per URL with back-offs of up to 20 s;
+        here each URL gets two attempts (one retry, after at most 0.1 s) and each
+        attempt an equal share of ``timeout``, so a call fails within about
+        ``timeout`` whatever the registry does."""
+        attempts = _ATTEMPTS * len(self.url.split(","))
+        conf: dict[str, Any] = {"url": self.url, "timeout": self.timeout / attempts,
+                                "max.retries": _ATTEMPTS - 1,
+                                "retries.wait.ms": _RETRY_WAIT_MS,
+                                "retries.max.wait.ms": _RETRY_WAIT_MS}
         if self.basic_auth is not None:
             conf["basic.auth.user.info"] = self.basic_auth
         return conf

@@ -129,8 +129,15 @@ class RegistrySerde(ABC):
         if _unreachable(exc, status):
             return RegistryUnavailableError(f"{self.name} serde: {where}: the schema "
                                             f"registry at {self.registry.url} did not "
-                                            f"answer: {exc}")
+                                            f"answer{_waited(exc, self.registry)}: "
+                                            f"{exc or type(exc).__name__}")
         return SerdeError(f"{self.name} serde {doing} ({where}): {exc}")
+
+
+def _waited(exc: Exception, registry: RegistryConfig) -> str:
+    """How long it was waited for, when the registry's silence (not a refusal) failed it."""
+    timed_out = isinstance(exc, TimeoutError) or type(exc).__name__.endswith("Timeout")
+    return f" within {registry.timeout:g}s (registry.timeout)" if timed_out else ""
 
 
 def _unreachable(exc: Exception, status: Any) -> bool:

@@ -308,7 +308,8 @@ def retry(table: CassandraTable, what: str, request: Callable[[], T],
             if attempt == table.retries:
                 raise StoreUnavailableError(
                     f"{table.address} unreachable: {what} of table {table.keyspace}."
-                    f"{table.table} failed {attempt + 1} times: {exc}") from exc
+                    f"{table.table} failed {attempt + 1} times (each waiting up to "
+                    f"{table.timeout:g}s): {exc}") from exc
             time.sleep(min(table.max_backoff, table.backoff * 2 ** attempt))
         except StoreError:
             raise

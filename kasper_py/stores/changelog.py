@@ -110,6 +110,7 @@ class ChangelogReader:
             "fetch.wait.max.ms": 50,
         })
         self.topic = topic
+        self._servers = config.bootstrap_servers
         self.timeout = timeout
         """Seconds a restore may take before it fails with ``RestoreError``."""
         self._consumer = Consumer(with_client_log(conf, config.name, "consumer"))
@@ -121,7 +122,8 @@ class ChangelogReader:
         try:
             meta = self._consumer.list_topics(self.topic, timeout=_TIMEOUT).topics[self.topic]
         except KafkaException as exc:
-            raise RestoreError(f"cannot read changelog {self.topic!r}: {exc.args[0]}") from exc
+            raise RestoreError(f"cannot read changelog {self.topic!r} from {self._servers} "
+                               f"within {_TIMEOUT:g}s: {exc.args[0]}") from exc
         if meta.error is not None or not meta.partitions:
             reason = meta.error.str() if meta.error is not None else "no partitions"
             raise RestoreError(f"changelog {self.topic!r}: {reason}")
@@ -139,7 +141,8 @@ class ChangelogReader:
             except KafkaException as exc:
                 if time.monotonic() > deadline:
                     raise RestoreError(f"cannot read offsets of changelog {self.topic}"
-                                       f"[{partition}]: {exc.args[0]}") from exc
+                                       f"[{partition}] from {self._servers} within "
+                                       f"{_TIMEOUT:g}s: {exc.args[0]}") from exc
                 time.sleep(0.2)
 
     def assign(self, starts: Mapping[int, int]) -> None:

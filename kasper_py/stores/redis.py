@@ -202,7 +202,8 @@ class RedisStore(BufferedStore):
             return request()
         except _RETRIABLE as exc:
             raise QueryUnavailableError(f"redis {self._table.address} unreachable: {command} "
-                                        f"for table {self._table.name!r}: {exc}") from exc
+                                        f"for table {self._table.name!r} (waited up to "
+                                        f"{self._table.timeout:g}s): {exc}") from exc
         except (redis.RedisError, AttributeError) as exc:  # AttributeError: pool closed
             raise QueryUnavailableError(f"redis {self._table.address}: {command} for table "
                                         f"{self._table.name!r} failed: {exc}") from exc
@@ -263,5 +264,6 @@ class RedisStore(BufferedStore):
         if attempts > table.retries:
             raise StoreUnavailableError(
                 f"redis {table.address} unreachable: {command} for table {table.name!r} "
-                f"partition {self.partition} failed {attempts} times: {exc}") from exc
+                f"partition {self.partition} failed {attempts} times (each waiting up to "
+                f"{table.timeout:g}s): {exc}") from exc
         time.sleep(min(table.max_backoff, table.backoff * 2 ** (attempts - 1)))

@@ -15,6 +15,7 @@ from typing import Any
 
 import structlog
 
+from kasper_py._support.signals import STOPPING, take_held
 from kasper_py.observability.http import App, HttpServer, Request, Response
 
 __all__ = ["Supervisor", "WorkerSpec", "split_partitions"]
@@ -77,12 +78,15 @@ class Supervisor:
     def run(self) -> int:
         """Start every worker, supervise, and return 0 when all ended well."""
         self._state = [_Worker(spec) for spec in self.workers]
-        previous = {sig: signal.signal(sig, self._on_signal)
-                    for sig in (signal.SIGTERM, signal.SIGINT)}
+        previous = {sig: signal.signal(sig, self._on_signal) for sig in STOPPING}
+        self._stopping = take_held() or self._stopping  # one while `kasper run` started
         server = self._serve()
         try:
             for worker in self._state:
-                self._start(worker)
+                if self._stopping is None:
+                    self._start(worker)
+                else:
+                    worker.done = True
             while not all(worker.done for worker in self._state):
                 time.sleep(_TICK)
                 for worker in self._state:

@@ -152,11 +152,15 @@ def dedicated_redis(tmp_path: Path) -> Iterator[RedisServer]:
 
 class TcpProxy:
     """Forwards a local port to ``upstream``; ``stop()`` drops every connection and
-    refuses new ones (the server looks down), ``start()`` serves again."""
+    refuses new ones (the server looks down), ``start()`` serves again; ``hang()`` keeps
+    taking connections and requests but forwards nothing more either way (the server
+    looks paused, as under SIGSTOP), counting the requests held in ``held``."""
 
     def __init__(self, upstream: tuple[str, int]) -> None:
         self.upstream = upstream
         self.port = free_port()
+        self.hung = False
+        self.held = 0
         self._listener: socket.socket | None = None
         self._sockets: list[socket.socket] = []
         self._lock = threading.Lock()
@@ -176,30 +180,44 @@ class TcpProxy:
         for sock in ([listener] if listener else []) + sockets:
             _close(sock)
 
+    def hang(self) -> None:
+        """From now on nothing is forwarded and nothing answered; connections stay open."""
+        self.hung = True
+
     def _accept(self, listener: socket.socket) -> None:
         while True:
             try:
                 client, _ = listener.accept()
-                server = socket.create_connection(self.upstream)
+                server = None if self.hung else socket.create_connection(self.upstream)
             except OSError:
                 if self._listener is not listener:
                     return
                 continue
             with self._lock:
-                self._sockets += [client, server]
+                self._sockets += [client] if server is None else [client, server]
+            if server is None:  # hung: the request is read and held, never answered
+                threading.Thread(target=self._pump, args=(client, None), daemon=True).start()
+                continue
             for source, target in ((client, server), (server, client)):
-                threading.Thread(target=_pump, args=(source, target), daemon=True).start()
+                threading.Thread(target=self._pump, args=(source, target, source is client),
+                                 daemon=True).start()
 
-
-def _pump(source: socket.socket, target: socket.socket) -> None:
-    try:
-        while data := source.recv(65536):
-            target.sendall(data)
-    except OSError:
-        pass
-    finally:
-        _close(source)
-        _close(target)
+    def _pump(self, source: socket.socket, target: socket.socket | None,
+              requests: bool = True) -> None:
+        """Copy ``source`` to ``target`` until either closes; while hung, hold it (a
+        client's ``requests`` are counted in ``held``)."""
+        try:
+            while data := source.recv(65536):
+                if self.hung or target is None:
+                    self.held += requests
+                    continue
+                target.sendall(data)
+        except OSError:
+            pass
+        finally:
+            _close(source)
+            if target is not None:
+                _close(target)
 
 
 def _close(sock: socket.socket) -> None:

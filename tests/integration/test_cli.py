@@ -9,7 +9,8 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -111,6 +112,45 @@ def test_sigterm_closes_gracefully(bootstrap: str, new_topic: Callable[..., str]
             process.kill()
     events = [e["event"] for e in json_lines(log_path.read_text())]
     assert events[-2:] == ["kasper.closed", "kasper.stopped_by_signal"]
+
+
+@contextmanager
+def stop_signals_blocked() -> Iterator[None]:
+    """SIGTERM and SIGINT blocked on this thread: a process started meanwhile starts with
+    them blocked, so one sent to it at once waits, pending, until kasper's handlers are
+    in place (it unblocks them then), however slowly the interpreter starts."""
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+
+
+@pytest.mark.parametrize("delay", [None, 0.2, 0.5, 1.0, 2.0])
+def test_sigterm_right_after_start_exits_0(bootstrap: str, new_topic: Callable[..., str],  # noqa: PLR0917
+                                           kafka: Any, unique_name: Callable[[str], str],
+                                           tmp_path: Path, delay: float | None) -> None:
+    """SIGTERM while `kasper run` imports, reads its configuration, connects or runs its
+    first turns (``None``: the moment it starts) stops it cleanly: exit 0, no
+    traceback, and no input committed without its output."""
+    source, sink = new_topic("early-in"), new_topic("early-out")
+    kafka.produce(source, [f"m{i}".encode() for i in range(N)])
+    name = unique_name("cli-early")
+    command = [*kasper_command(), *run_args(write_config(tmp_path, name, source))]
+    with stop_signals_blocked() if delay is None else nullcontext():
+        process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True,
+                                   env=cli_env(bootstrap, sink))
+    time.sleep(delay or 0)
+    process.send_signal(signal.SIGTERM)
+    try:
+        _, stderr = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 0, stderr[-3000:]
+    assert "Traceback" not in stderr
+    assert "kasper.stopped_by_signal" in stderr
+    assert len(kafka.read_all(sink)) >= (kafka.committed(name, source)[0] or 0)
 
 
 def test_processor_failure_exits_1_without_committing(

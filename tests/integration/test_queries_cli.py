@@ -105,7 +105,8 @@ def test_kasper_run_serves_tables_and_views(bootstrap: str, new_topic: Callable[
                                            tmp_path: Path, delete_changelogs: None,
                                            running: Any) -> None:
     """``kasper run --query-port`` serves the table: every value over HTTP, with the
-    client and with ``kasper query`` equals the count; scans and the view answer; the
+    client and with ``kasper query`` equals the count; scans and the view answer; a
+    partition the input lacks is a bad parameter (400), not one held elsewhere (421); the
     metrics port serves no state; the query port binds loopback only."""
     topic = new_topic("q-cli-in", partitions=3)
     kafka.produce(topic, _records())
@@ -124,6 +125,12 @@ def test_kasper_run_serves_tables_and_views(bootstrap: str, new_topic: Callable[
     assert (status, body["value"]) == (200, 2)
     assert dict(client.scan("counts", prefix="user-1")) == {
         k: n for k, n in _expected().items() if k.startswith("user-1")}
+    for partition in (3, 99999, -3):
+        for path in (f"counts?partition={partition}", f"counts/user-5?partition={partition}"):
+            status, body = _get(f"{url}/tables/{path}")
+            assert (status, body["error"]) == (400, "BadQueryError"), body
+            assert f"partition={partition} is out of range" in body["message"]
+            assert body["message"].endswith(" are 0..2")
     status, body = _get(f"{url}/top?n=3")
     assert status == 200 and body["top"] == [["user-11", 4], ["user-15", 4], ["user-19", 4]]
     status, body = _get(f"http://127.0.0.1:{metrics}/tables")

@@ -1,13 +1,20 @@
 """Schema Registry serdes against the stack's real registry (Apicurio's Confluent API)
 and broker: what confluent-kafka's own serializers write, kasper_py reads, and the
 reverse, for Avro, Protobuf and JSON Schema; an Avro schema evolution across a restart;
-auto-registration off; records the registry cannot decode, through ``on_decode_error``."""
+auto-registration off; records the registry cannot decode, through ``on_decode_error``;
+`kasper run` behind a proxy that makes the registry hang (at start, and mid-run with a
+SIGTERM while the request is outstanding)."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 from confluent_kafka.schema_registry import SchemaRegistryClient
@@ -21,6 +28,11 @@ from kasper_py import Config, Message, MessageProcessor, SerdeError, TopicProces
 from kasper_py.registry import AvroSerde, RegistryConfig
 from kasper_py.sender import Sender
 from kasper_py.stack import schema_registry_url
+
+pytest.register_assert_rewrite("conftest_stores")
+from conftest_stores import TcpProxy  # isort: skip  # noqa: E402 - after register_assert_rewrite
+from test_cli import (  # isort: skip  # noqa: E402
+    HERE, cli_env, json_lines, kasper, kasper_command, wait_for, write_config)
 
 pytestmark = pytest.mark.integration
 
@@ -243,3 +255,91 @@ def test_store_values_in_avro(bootstrap, kafka, new_topic, unique_name, registry
               for key in keys}
     assert stored == {"a": 3, "b": 1, "c": 1}
     client.delete(*keys)
+
+
+@pytest.fixture
+def registry_proxy(registry_url: str) -> Iterator[tuple[TcpProxy, str]]:
+    """A proxy in front of the stack's registry (``hang()`` makes it a hung registry
+    without touching the shared one) and the registry URL through it."""
+    parts = urlsplit(registry_url)
+    proxy = TcpProxy((parts.hostname or "127.0.0.1", parts.port or 80))
+    proxy.start()
+    yield proxy, parts._replace(netloc=f"127.0.0.1:{proxy.port}").geturl()
+    proxy.stop()
+
+
+def registry_run_args(tmp_path: Path, name: str, source: str, url: str) -> list[str]:
+    """`kasper run` of registry_messages:Discard over Avro values, the registry at ``url``
+    with a 2 s timeout."""
+    config = write_config(tmp_path, name, source, value_serde="avro")
+    with open(config, "a", encoding="utf-8") as file:
+        file.write(f'[registry]\nurl = "{url}"\ntimeout = 2\n')
+    return ["run", "registry_messages:Discard", "--app-dir", str(HERE), "--config", config]
+
+
+def produce_orders(kafka: Any, registry_url: str, topic: str, schema: str, count: int) -> None:
+    client = SchemaRegistryClient({"url": registry_url})
+    produce_with(kafka, topic, AvroSerializer(client, schema),
+                 [{"id": f"o-{n}", "amount": n} for n in range(count)])
+
+
+def stopped_with(stderr: str) -> str:
+    """The error type of the run's ``kasper.stopped`` log line."""
+    [stopped] = [e for e in json_lines(stderr) if e["event"] == "kasper.stopped"]
+    return str(stopped["error_type"])
+
+
+def test_kasper_run_against_a_hung_registry_fails_uncommitted(
+        bootstrap, kafka, new_topic, unique_name, *, registry_url, registry_proxy,
+        tmp_path) -> None:
+    """A process started while the registry accepts connections and never answers fails
+    its first turn with RegistryUnavailableError after about registry.timeout (exit 1,
+    the wait named), not hanging; nothing is committed."""
+    proxy, proxied = registry_proxy
+    source, name = new_topic("hung-in"), unique_name("hung")
+    produce_orders(kafka, registry_url, source, ORDER_V1, 3)
+    proxy.hang()
+    started = time.monotonic()
+    result = kasper(*registry_run_args(tmp_path, name, source, proxied), "--until-caught-up",
+                    env=cli_env(bootstrap))
+    assert time.monotonic() - started < 60  # about 2 s of registry wait, plus the start
+    assert result.returncode == 1, result.stderr
+    assert stopped_with(result.stderr) == "RegistryUnavailableError"
+    assert f"the schema registry at {proxied} did not answer within 2s (registry.timeout)" \
+        in result.stderr
+    assert proxy.held > 0
+    assert kafka.committed(name, source) == {0: None}
+
+
+def test_sigterm_while_the_registry_hangs_mid_run(
+        bootstrap, kafka, new_topic, unique_name, *, registry_url, registry_proxy,
+        tmp_path) -> None:
+    """The registry hangs mid-run (a new schema id to look up): one SIGTERM sent while the
+    lookup is outstanding ends the process within about registry.timeout, exit 1 naming
+    RegistryUnavailableError, and the committed offset stays where the last good turn
+    left it."""
+    proxy, proxied = registry_proxy
+    source, name = new_topic("hung-mid"), unique_name("hung-mid")
+    produce_orders(kafka, registry_url, source, ORDER_V1, 5)
+    log_path = tmp_path / "stderr.log"
+    with log_path.open("w") as log:
+        process = subprocess.Popen(
+            [*kasper_command(), *registry_run_args(tmp_path, name, source, proxied)],
+            stderr=log, env=cli_env(bootstrap))
+    try:
+        wait_for(lambda: kafka.committed(name, source)[0] == 5, "the first orders committed")
+        proxy.hang()
+        produce_orders(kafka, registry_url, source, ORDER_V2, 3)  # a schema id not cached
+        wait_for(lambda: proxy.held > 0, "the loop's request to the registry")
+        process.send_signal(signal.SIGTERM)
+        signalled = time.monotonic()
+        assert process.wait(timeout=60) == 1
+        assert time.monotonic() - signalled < 30  # about 2 s; generous for a loaded machine
+    finally:
+        if process.poll() is None:
+            process.kill()
+    stderr = log_path.read_text()
+    assert stopped_with(stderr) == "RegistryUnavailableError"
+    assert "did not answer within 2s (registry.timeout)" in stderr
+    assert "Traceback" not in stderr
+    assert kafka.committed(name, source) == {0: 5}

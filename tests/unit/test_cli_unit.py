@@ -20,16 +20,17 @@ from confluent_kafka import KafkaError
 
 import kasper_py.kafka.admin
 import kasper_py.stack
-from kasper_py import Config, TopicError, cli
+from kasper_py import Config, TopicError
 from kasper_py.cli import (
     EXIT_BROKER,
     EXIT_CONFIG,
     CliError,
-    Progress,
     load_config,
 )
+from kasper_py.cli import commands as cli
 from kasper_py.cli import offsets as offsets_cli
 from kasper_py.cli.base import exit_code, print_error
+from kasper_py.cli.offsets import Progress
 from kasper_py.kafka.offsets import PartitionProgress as PartitionOffsets
 from kasper_py.observability.observe import NoopObserver, with_store_observer
 

@@ -5,6 +5,7 @@ on the in-memory broker with a MemoryTable."""
 from __future__ import annotations
 
 import json
+import re
 import urllib.error
 import urllib.request
 from typing import Any
@@ -178,6 +179,23 @@ def test_key_of_a_partition_not_held_is_421(served: TopicProcessor) -> None:
     key = next(f"k{i}" for i in range(6) if partition_for(f"k{i}".encode(), 2, "crc32") == 1)
     with pytest.raises(NotHereError, match=r"input partition 1 .crc32 partitioner"):
         served.query("counts", key)
+
+
+@pytest.mark.parametrize("partition", [2, 99999, -3])
+def test_a_partition_the_input_lacks_is_a_bad_parameter(served: TopicProcessor,
+                                                        partition: int) -> None:
+    """``partition=`` past the input's count or negative answers 400 naming the parameter
+    and the valid range, for a scan and a key alike; partition 1 (real, held elsewhere)
+    is still 421."""
+    message = (f"parameter partition={partition} is out of range: the input partitions "
+               "of processor 'q' are 0..1")
+    for path in (f"counts?partition={partition}", f"counts/k1?partition={partition}"):
+        status, body = _http(f"{served.endpoint}/tables/{path}")
+        assert (status, body["error"], body["message"]) == (400, "BadQueryError", message)
+    with pytest.raises(BadQueryError, match=re.escape(message)):
+        served.tables.scan("counts", Scan(), partition=partition)
+    status, body = _http(f"{served.endpoint}/tables/counts?partition=1")
+    assert (status, body["error"]) == (421, "NotHereError")
 
 
 def test_views(served: TopicProcessor) -> None:

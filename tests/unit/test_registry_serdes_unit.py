@@ -5,6 +5,7 @@ before any request."""
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -28,6 +29,8 @@ ORDER = json.dumps({"type": "record", "name": "Order", "namespace": "shop",
     ({"url": URL, "use_latest_version": True}, "use_latest_version needs auto_register"),
     ({"url": URL, "value_schema": "  "}, "value_schema must be a schema"),
     ({"url": URL, "schema": ORDER}, "a table of url, basic_auth"),
+    ({"url": URL, "timeout": 0}, "timeout must be a number of seconds above 0, got 0"),
+    ({"url": URL, "timeout": "5s"}, "timeout must be a number of seconds"),
 ])
 def test_invalid_settings_name_the_registry(settings, text) -> None:
     """Each bad registry setting is a ConfigError on the ``registry`` field."""
@@ -114,3 +117,30 @@ def test_a_registry_that_does_not_answer_is_not_the_records_fault() -> None:
     with pytest.raises(RegistryUnavailableError, match="schema id 5: the schema registry at "
                                                        f"{URL} did not answer"):
         serde.decode(b"\x00\x00\x00\x00\x05\x02")
+
+
+def test_every_registry_request_has_a_share_of_the_timeout() -> None:
+    """confluent-kafka's client waits forever by default: each of the two attempts per
+    URL gets an equal share of ``timeout``, and the one retry waits at most 0.1 s."""
+    conf = RegistryConfig(URL, timeout=6).client_conf()
+    assert conf["timeout"] == 3 and conf["max.retries"] == 1
+    assert conf["retries.max.wait.ms"] == 100
+    two_urls = RegistryConfig(f"{URL},http://127.0.0.1:2/apis", timeout=6).client_conf()
+    assert two_urls["timeout"] == 1.5
+    assert shared_client(RegistryConfig(URL, timeout=6)) is not shared_client(
+        RegistryConfig(URL))
+
+
+@pytest.mark.timeout(60)
+def test_a_registry_that_hangs_fails_within_its_timeout(
+        hung_server: tuple[str, int]) -> None:
+    """A registry that takes the request and never answers: RegistryUnavailableError
+    naming the registry and the wait, after about ``timeout`` (not forever)."""
+    hung_registry = "http://{}:{}/apis/ccompat/v7".format(*hung_server)
+    serde = AvroSerde(RegistryConfig(hung_registry, timeout=1), '"long"').for_topic("t")
+    started = time.monotonic()
+    with pytest.raises(RegistryUnavailableError) as info:
+        serde.decode(b"\x00\x00\x00\x00\x07\x02")
+    assert time.monotonic() - started < 30  # about 1 s; generous for a loaded machine
+    assert f"schema id 7: the schema registry at {hung_registry} did not answer within " \
+           "1s (registry.timeout)" in str(info.value)

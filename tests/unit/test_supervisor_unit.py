@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from kasper_py.cli import _without_processes
+from kasper_py.cli.commands import _without_processes
 from kasper_py.supervisor import Supervisor, WorkerSpec, split_partitions
 
 
