@@ -1,6 +1,7 @@
-"""At-least-once through an application's repartition hop in group mode, on the real
-broker: members of the page-view app (rekey_app_module.py, run with ``kasper run``) join
-and leave while page views flow in."""
+"""An application's repartition hop with several members, on the real broker: members of
+the page-view app (rekey_app_module.py, run with ``kasper run``) join and leave while
+page views flow in (group mode, at-least-once), and three members start together on
+fresh topics, trial after trial (group and static, at-least-once and exactly-once)."""
 
 from __future__ import annotations
 
