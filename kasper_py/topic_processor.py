@@ -226,6 +226,7 @@ class TopicProcessor:
         while not self._life.closing.is_set():
             size = self._prefetcher.size
             batch = self._prefetcher.next_batch(schedule)
+            self._assignment.after_consume()
             if batch.ranges or schedule.due():
                 self._turn(batch)  # with no input: for the timers and tasks due
             if not batch.ranges:

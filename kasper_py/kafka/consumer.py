@@ -60,6 +60,9 @@ class InputConsumer:
                                                   "consumer"))
         self.assigned: list[TopicPartitionKey] = []
         self.from_start: frozenset[str] = frozenset()
+        self._paused: set[TopicPartitionKey] = set()
+        self._assigning: frozenset[TopicPartitionKey] = frozenset()
+        """The keys ``on_assign`` is being told of: not assigned to the client yet."""
 
     def use(self, config: Config, from_start: Collection[str] = ()) -> None:
         """Read ``config``'s input topics (an app's plan adds its repartitions), those of
@@ -88,13 +91,17 @@ class InputConsumer:
         """
         keys = [(t, p) for t in self._config.input_topics for p in partitions]
         committed = lowered(self.committed(keys), below or {})
-        earliest = self._config.auto_offset_reset == "earliest"
-        starts = {tp: offset if offset is not None else OFFSET_BEGINNING
-                  if earliest or tp[0] in self.from_start else OFFSET_END
-                  for tp, offset in committed.items()}
-        self._consumer.assign([TopicPartition(t, p, starts[t, p]) for t, p in keys])
+        self._consumer.assign([TopicPartition(*tp, self._start(tp, o))
+                               for tp, o in committed.items()])
         self.assigned = keys
         return committed
+
+    def _start(self, key: TopicPartitionKey, offset: int | None) -> int:
+        """Where to read ``key`` from: ``offset``, or where nothing committed points."""
+        if offset is not None:
+            return offset
+        earliest = self._config.auto_offset_reset == "earliest" or key[0] in self.from_start
+        return OFFSET_BEGINNING if earliest else OFFSET_END
 
     def subscribe(self, on_assign: Rebalance, on_revoke: Rebalance) -> None:
         """Group mode: join the group (``Config.to_consumer_conf`` picks the protocol).
@@ -107,19 +114,31 @@ class InputConsumer:
         def assign(consumer: Consumer, partitions: list[TopicPartition]) -> None:
             keys = [(tp.topic, tp.partition) for tp in partitions]
             self.assigned = sorted({*self.assigned, *keys})
-            starts = {**self._from_start(keys), **(on_assign(keys) or {})}
-            if starts:  # else the client starts at the committed offsets by itself
-                chosen = [TopicPartition(t, p, starts.get((t, p), OFFSET_INVALID))
-                          for t, p in keys]
-                if incremental:
-                    consumer.incremental_assign(chosen)
-                else:
-                    consumer.assign(chosen)
+            self._assigning = frozenset(keys)
+            try:
+                starts = {**self._from_start(keys), **(on_assign(keys) or {})}
+            finally:
+                self._assigning = frozenset()
+            # OFFSET_INVALID: the committed offset. Assigned here, not left to the client
+            # after the callback, so that the keys on_assign paused are paused before any
+            # fetch.
+            chosen = [TopicPartition(t, p, starts.get((t, p), OFFSET_INVALID)) for t, p in keys]
+            if incremental:
+                consumer.incremental_assign(chosen)
+            else:
+                consumer.assign(chosen)
+            self._pause([tp for tp in keys if tp in self._paused])
 
         def revoke(_consumer: Consumer, partitions: list[TopicPartition]) -> None:
             keys = [(tp.topic, tp.partition) for tp in partitions]
             on_revoke(keys)
             gone = set(keys)
+            # librdkafka keeps an application's pause through an unassign and a later
+            # assign: a paused key given back would never be read again
+            paused = [TopicPartition(*tp) for tp in gone & self._paused]
+            if paused:
+                self._consumer.resume(paused)
+            self._paused -= gone
             self.assigned = [tp for tp in self.assigned if tp not in gone]
 
         self._consumer.subscribe(list(self._config.input_topics), on_assign=assign,
@@ -132,6 +151,50 @@ class InputConsumer:
         if not mine:
             return {}
         return {tp: OFFSET_BEGINNING for tp, o in self.committed(mine).items() if o is None}
+
+    def pause(self, keys: Collection[TopicPartitionKey]) -> None:
+        """Group mode: fetch no record of ``keys`` until ``resume``; those being assigned
+        (inside ``on_assign``) as soon as they are. librdkafka discards what it fetched
+        of them before; their position stays where the loop's reading stopped."""
+        self._paused.update(keys)
+        self._pause([tp for tp in keys if tp not in self._assigning])
+
+    def _pause(self, keys: Sequence[TopicPartitionKey]) -> None:
+        if keys:
+            try:
+                self._consumer.pause([TopicPartition(*tp) for tp in keys])
+            except KafkaException as exc:
+                raise ConsumeError(f"pausing {keys}: {exc.args[0]}") from exc
+
+    def resume(self, starts: Mapping[TopicPartitionKey, int | None]) -> None:
+        """Seek each paused key of ``starts`` to its start (``None``: where nothing
+        committed points), then fetch it again."""
+        if not starts:
+            return
+        for tp, offset in starts.items():
+            self._seek(TopicPartition(*tp, self._start(tp, offset)))
+        try:
+            self._consumer.resume([TopicPartition(*tp) for tp in starts])
+        except KafkaException as exc:
+            raise ConsumeError(f"resuming {list(starts)}: {exc.args[0]}") from exc
+        self._paused -= set(starts)
+
+    def _seek(self, position: TopicPartition) -> None:
+        """Seek one assigned partition. Until the client has looked up where an assigned
+        partition starts (its committed offset: a round trip, milliseconds) a seek is
+        refused as "erroneous state": asked again meanwhile, up to the metadata timeout."""
+        deadline = time.monotonic() + _METADATA_TIMEOUT
+        while True:
+            try:
+                self._consumer.seek(position)
+                return
+            except KafkaException as exc:
+                error = exc.args[0]
+                if error.code() != KafkaError._STATE or time.monotonic() >= deadline:
+                    raise ConsumeError(f"seeking {position.topic}[{position.partition}] to "
+                                       f"{position.offset}: {error.str()}",
+                                       code=error.code()) from exc
+            time.sleep(0.01)
 
     def consume(self, max_count: int, timeout: float) -> list[Any]:
         """Up to ``max_count`` raw records within ``timeout`` seconds."""

@@ -103,6 +103,8 @@ class _Consumer:
         self._positions: dict[TopicPartitionKey, int] = {}
         self._rotation = 0
         self.from_start: frozenset[str] = frozenset()
+        self.paused: set[TopicPartitionKey] = set()
+        """Keys not read until resumed (``pause``)."""
 
     def use(self, config: Config, from_start: Collection[str] = ()) -> None:
         """As ``InputConsumer.use``: read ``config``'s input topics, ``from_start``'s
@@ -126,26 +128,42 @@ class _Consumer:
         return those start offsets."""
         keys = [(t, p) for t in self._config.input_topics for p in partitions]
         committed = lowered(self.committed(keys), below or {})
-        for tp, offset in committed.items():
-            reset = "earliest" if tp[0] in self.from_start else self._config.auto_offset_reset
-            self._positions[tp] = start_offset(offset, *self._broker.watermarks(*tp), reset)
+        self._start_at(committed)
         self.assigned = keys
         return committed
+
+    def _start_at(self, starts: Mapping[TopicPartitionKey, int | None]) -> None:
+        """Read each key of ``starts`` from its offset (``None``: where nothing committed
+        points)."""
+        for tp, offset in starts.items():
+            reset = "earliest" if tp[0] in self.from_start else self._config.auto_offset_reset
+            self._positions[tp] = start_offset(offset, *self._broker.watermarks(*tp), reset)
 
     def subscribe(self, on_assign: Rebalance, on_revoke: Rebalance) -> None:
         """Group mode needs a real broker's group coordinator."""
         raise ConfigError("assignment", "'group' needs a Kafka broker: MemoryCluster "
                           "assigns static partition sets only")
 
+    def pause(self, keys: Collection[TopicPartitionKey]) -> None:
+        """As ``InputConsumer.pause``: no record of ``keys`` is read until ``resume``."""
+        self.paused.update(keys)
+
+    def resume(self, starts: Mapping[TopicPartitionKey, int | None]) -> None:
+        """As ``InputConsumer.resume``: the keys of ``starts`` are read again, from there."""
+        self._start_at(starts)
+        self.paused -= set(starts)
+
     def consume(self, max_count: int, timeout: float) -> list[Any]:
-        """Up to ``max_count`` records, a run per partition, starting one partition
-        further each call (fair, like fetches). Finding fewer, it does not sleep the
-        ``timeout``: it moves the broker's clock on by it."""
+        """Up to ``max_count`` records, a run per partition not paused, starting one
+        partition further each call (fair, like fetches). Finding fewer, it does not
+        sleep the ``timeout``: it moves the broker's clock on by it."""
         self._process.check_alive()
         records: list[Any] = []
         start = self._rotation % max(len(self.assigned), 1)
         self._rotation += 1
         for tp in self.assigned[start:] + self.assigned[:start]:
+            if tp in self.paused:
+                continue
             got = self._broker._fetch(tp, self._positions[tp], max_count - len(records))
             self._positions[tp] += len(got)
             records += [_Record(m) for m in got]
@@ -194,8 +212,9 @@ class _Consumer:
         return self._broker.watermarks(*key)
 
     def close(self) -> None:
-        """Nothing to release; positions are forgotten."""
+        """Nothing to release; positions and pauses are forgotten."""
         self._positions.clear()
+        self.paused.clear()
         self.assigned = []
 
 

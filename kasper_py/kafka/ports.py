@@ -107,6 +107,14 @@ class InputPort(Protocol):
         ones, where lower); ``on_revoke`` those taken away (lost ones included). Both run
         inside ``consume``."""
 
+    def pause(self, keys: Collection[TopicPartitionKey]) -> None:
+        """Group mode: read no record of ``keys`` until they are resumed (or revoked).
+        Those ``on_assign`` is being told of are paused as soon as they are assigned."""
+
+    def resume(self, starts: Mapping[TopicPartitionKey, int | None]) -> None:
+        """Read the paused keys of ``starts`` again, each from its start offset (``None``:
+        nothing committed, from where ``from_start`` or ``auto_offset_reset`` points)."""
+
     def consume(self, max_count: int, timeout: float) -> list[Any]:
         """Up to ``max_count`` raw records (confluent-kafka ``Message``-shaped)."""
 

@@ -6,6 +6,8 @@ not flags):
   (announce, heartbeat, stopped note), fencing, and the one-runner check;
 - ``assignment``: static partition sets or group membership; opens and closes
   partitions, and says when the loop is caught up;
+- ``peers``: group mode's co-partitioning: partitions waiting, paused, for their peers
+  of the other input topics, within a bound;
 - ``prefetch``: gathers and sizes each batch, and reads the next one while a turn's
   acks are outstanding;
 - ``progress``: committed offsets, high watermarks and what is left to consume;

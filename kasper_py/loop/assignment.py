@@ -17,11 +17,11 @@ import structlog
 
 from kasper_py._support.closing import close_all
 from kasper_py.config import Config
-from kasper_py.exceptions import TopicError
 from kasper_py.kafka.offsets import lowered, partition_lag, start_offset
 from kasper_py.kafka.ports import KafkaClients
 from kasper_py.kafka.topics import owned_partitions
 from kasper_py.loop.committer import OffsetCommitter
+from kasper_py.loop.peers import PeerWait
 from kasper_py.loop.prefetch import Prefetcher
 from kasper_py.message import TopicPartitionKey
 from kasper_py.observability.observe import LoopObserver
@@ -72,6 +72,10 @@ class Assignment(ABC):
     @abstractmethod
     def after_turn(self, durations: dict[str, float]) -> None:
         """A turn that took ``durations`` (seconds per step) is done."""
+
+    @abstractmethod
+    def after_consume(self) -> None:
+        """The loop read its next batch (group mode: the rebalance callbacks ran)."""
 
     def _open(self, partitions: Sequence[int]) -> None:
         """Open each of ``partitions`` not open yet: restore its stores, build its
@@ -150,6 +154,9 @@ class StaticAssignment(Assignment):
     def after_turn(self, durations: dict[str, float]) -> None:
         """Nothing to check: a static member has no poll budget."""
 
+    def after_consume(self) -> None:
+        """Nothing to check: a static set holds every topic of its partitions."""
+
 
 class GroupAssignment(Assignment):
     """Group membership: subscribe at start; partitions arrive (and leave) through the
@@ -169,6 +176,7 @@ class GroupAssignment(Assignment):
         self._next_group_check = 0.0
         """``until_caught_up``: when (on ``clock``) to look at the group's lag next."""
         self._group_lagging: list[TopicPartitionKey] = []
+        self._peers = PeerWait(config, self._clock)
 
     def start(self, partition_count: int) -> None:
         """Join the group (exactly-once: after taking over the transactional id)."""
@@ -176,49 +184,64 @@ class GroupAssignment(Assignment):
         self._committer.begin()
         self._consumer.subscribe(self._assigned, self._revoked)
         self._observer.on_start([])
-        conf = self.config.to_consumer_conf()
-        self._log_started(assignment="group", group_protocol=conf["group.protocol"],
-                          assignor=conf.get("group.remote.assignor",
-                                            conf.get("partition.assignment.strategy")))
+        assignor = self._peers.assignor
+        self._log_started(assignment="group", group_protocol=assignor.protocol,
+                          assignor=assignor.assignor)
 
     def _assigned(self, keys: list[TopicPartitionKey]) -> dict[TopicPartitionKey, int]:
-        """The group added ``keys``: open the new partitions (restoring their tables)
-        and build their processors; partitions already held are left untouched. Returns
-        where an effectively-once store is behind the committed offsets."""
-        partitions = sorted({p for _, p in keys})
-        missing = [(t, p) for p in partitions for t in self.config.input_topics
-                   if (t, p) not in keys and (t, p) not in self._consumer.assigned]
-        if missing and {t for t, _ in missing} <= self._consumer.from_start:
-            # An app's internal topic the coordinator does not know yet (created a moment
-            # ago): the next assignment brings its partitions, to this member (range).
-            _log.info("kasper.waiting_for_internal_partitions", processor=self.config.name,
-                      partitions=[f"{t}[{p}]" for t, p in missing])
-        elif missing:
-            raise TopicError(f"the group assigned partitions without their co-partitioned "
-                             f"peers {missing}: use the range assignor (see Config.assignment)")
+        """The group added ``keys``. A partition held of every input topic runs: opened
+        (tables restored, processors built) unless it is already. One whose peers the
+        group has not assigned here yet (KIP-848 hands a joining member each partition
+        as its previous owner releases it, in any order) waits, its topics paused, so
+        that no processor sees one side of a join alone; its peers' arrival opens and
+        resumes it. Returns where an effectively-once store is behind the committed
+        offsets."""
+        held = {*self._consumer.assigned, *keys}
+        ready, short = self._peers.split({p for _, p in keys}, held)
+        self._consumer.pause([tp for tp in keys if tp[1] in short])
+        self._peers.wait(short, held)
+        return self._run(ready, keys, self._peers.arrived(ready))
+
+    def _run(self, partitions: list[int], keys: list[TopicPartitionKey],
+             waited: list[int]) -> dict[TopicPartitionKey, int]:
+        """Open ``partitions``, held of every topic now (``keys`` just assigned). The
+        topics of those that ``waited`` for their peers, paused, are resumed where their
+        processing stands. Returns the starts of ``keys`` lower than their committed
+        offsets."""
         started = time.perf_counter()
         self._open(partitions)
-        committed = self._consumer.committed(keys)
+        ready = [(t, p) for p in partitions for t in self.config.input_topics]
+        committed = self._consumer.committed(ready)
         self._record_starts(committed)
         starts = lowered(committed, self._engine.resume_from())
         self._committer.offsets.mark_committed(
             {tp: o for tp, o in starts.items() if o is not None})
+        if waited:
+            self._consumer.resume({tp: o for tp, o in starts.items()
+                                   if tp[1] in waited and tp not in keys})
         self._observer.on_start(self._consumer.assigned)
         if partitions:
             _log.info("kasper.partitions_assigned", processor=self.config.name,
                       partitions=partitions, seconds=round(time.perf_counter() - started, 3))
-        return {tp: o for tp, o in starts.items() if o is not None and o != committed[tp]}
+        return {tp: o for tp, o in starts.items()
+                if tp in keys and o is not None and o != committed[tp]}
 
     def _revoked(self, keys: list[TopicPartitionKey]) -> None:
         """The group took ``keys`` away. Every processed batch is already committed (no
         consume happens inside a turn), so only records gathered for the next batch are
         dropped (the new owner reads them from the committed offsets); the partitions'
-        processors and stores close, the others stay."""
-        self._prefetcher.drop(keys)
-        self._committer.offsets.forget(keys)
+        processors and stores close, the others stay. A partition the group left here
+        of some topic only waits again for the peers taken away, paused."""
         partitions = sorted({p for _, p in keys})
+        gone = set(keys)
+        left = [tp for tp in self._consumer.assigned if tp[1] in partitions and tp not in gone]
+        self._prefetcher.drop([*keys, *left])
+        self._committer.offsets.forget([*keys, *left])
+        self._peers.forget(partitions)
         steps = [step for p in partitions for step in self._engine.close_partition(p)]
         close_all(steps, self.config.name)
+        self._consumer.pause(left)
+        self._peers.wait(sorted({p for _, p in left}), set(self._consumer.assigned) - gone)
         _log.info("kasper.partitions_revoked", processor=self.config.name,
                   partitions=partitions)
 
@@ -266,6 +289,11 @@ class GroupAssignment(Assignment):
             if behind:
                 lags[tp] = behind
         return lags
+
+    def after_consume(self) -> None:
+        """Raise ``TopicError`` once a partition has waited for its peers longer than the
+        group may take to bring them (``peers.peer_wait_seconds``)."""
+        self._peers.check(self._consumer.assigned)
 
     def after_turn(self, durations: dict[str, float]) -> None:
         """The loop consumes only between turns, so a turn must stay well inside the

@@ -24,6 +24,7 @@ from kasper_py.loop.assignment import (
     assignment_for,
 )
 from kasper_py.loop.committer import OffsetCommitter, committer_for
+from kasper_py.loop.peers import PEER_WAIT_MARGIN
 from kasper_py.loop.prefetch import Prefetcher
 from kasper_py.observability.observe import NoopObserver
 from kasper_py.processor import ProcessorContext
@@ -233,16 +234,21 @@ class Coordinator:
         self.on_assign, self.on_revoke = on_assign, on_revoke
 
     def grant(self, keys: list[tuple[str, int]]) -> None:
+        """Add ``keys`` (partitions of some topics only, maybe), started where
+        ``on_assign`` says, else at their committed offsets."""
         assert self.on_assign is not None
         held = sorted({*self.assigned, *keys})
         self._consumer.assigned = held  # as the client says before the callback
         starts = self.on_assign(keys) or {}
-        self._consumer.assign(sorted({p for _, p in held}), starts)
+        self._consumer.assign(sorted({p for _, p in keys}), starts)
+        self._consumer.assigned = held
 
     def take(self, keys: list[tuple[str, int]]) -> None:
+        """Take ``keys`` away; their pause is forgotten, as the real consumer forgets it."""
         assert self.on_revoke is not None
         self.on_revoke(keys)
-        self._consumer.assign(sorted({p for t, p in self.assigned if (t, p) not in keys}))
+        self._consumer.paused -= set(keys)
+        self._consumer.assigned = [tp for tp in self.assigned if tp not in keys]
 
 
 def member(broker: InMemoryBroker, config: Config = GROUPED) -> tuple[Parts, Coordinator]:
@@ -279,13 +285,114 @@ def test_partitions_the_group_assigns_are_opened_once() -> None:
     assert joined.observer.starts[-1] == [("in", 0), ("in", 1)]
 
 
-def test_a_partition_assigned_without_its_co_partitioned_peer_is_refused() -> None:
+TWO_TOPICS = dataclasses.replace(GROUPED, input_topics=["a", "b"])
+
+
+def read(coordinator: Coordinator) -> list[str]:
+    """The values one consume finds (at most 100)."""
+    return sorted(r.value().decode() for r in coordinator.consume(100, 0.0))
+
+
+@pytest.mark.parametrize("first, second", [("a", "b"), ("b", "a")])
+def test_a_partition_waits_paused_for_its_peers_in_either_order(first: str, second: str
+                                                                 ) -> None:
+    """KIP-848 hands a joining member each partition as its previous owner releases it:
+    partition 0 of one topic may come a rebalance before its peer of the other, either
+    one first. The partition waits unopened, its topic paused (no record of it is read),
+    then opens once, with its peer, and both are read from their committed offsets."""
     broker = broker_with(topics=("a", "b"))
-    config = dataclasses.replace(GROUPED, input_topics=["a", "b"])
-    joined, coordinator = member(broker, config)
-    with pytest.raises(TopicError, match=r"without their co-partitioned peers \[\('b', 0\)\]"):
-        coordinator.grant([("a", 0)])
-    assert joined.engine.partitions == {}
+    broker.clients(TWO_TOPICS).consumer.commit({("a", 0): 1})
+    joined, coordinator = member(broker, TWO_TOPICS)
+
+    with capture_logs() as logs:
+        coordinator.grant([(first, 0)])
+    assert joined.engine.partitions == {} and joined.built.built == []
+    assert read(coordinator) == []
+    [waiting] = [e for e in logs if e["event"] == "kasper.waiting_for_peers"]
+    assert waiting["held"] == [f"{first}[0]"] and waiting["missing"] == [f"{second}[0]"]
+
+    coordinator.grant([(second, 0)])
+    assert [p for p, _ in joined.built.built] == [0] and list(joined.engine.partitions) == [0]
+    assert read(coordinator) == ["a0-1", "a0-2", "b0-0", "b0-1", "b0-2"]
+    assert joined.committer.offsets.all() == {("a", 0): 1}
+    joined.assignment.after_consume()  # nothing waits: no error, ever
+    coordinator.consume(100, 1e6)
+    joined.assignment.after_consume()
+
+
+def test_peers_that_never_come_fail_after_the_bound_naming_what_is_missing() -> None:
+    """The bound is the longest the group lets the member holding the peers keep them
+    (max.poll.interval.ms, else the 45 s session timeout) plus a margin; past it the
+    loop stops with a TopicError saying what was assigned, what is missing and the
+    assignor in force. Range is in force: it is not advised."""
+    config = dataclasses.replace(TWO_TOPICS, consumer_overrides={"max.poll.interval.ms": 50_000})
+    joined, coordinator = member(broker_with(topics=("a", "b")), config)
+    coordinator.grant([("b", 0), ("b", 1), ("a", 1)])
+    assert list(joined.engine.partitions) == [1]
+
+    coordinator.consume(100, 50 + PEER_WAIT_MARGIN - 1)  # finding less: the clock moves on
+    joined.assignment.after_consume()
+    coordinator.consume(100, 2.0)
+    with pytest.raises(TopicError) as refused:
+        joined.assignment.after_consume()
+    text = str(refused.value)
+    assert "assigned [('b', 0)] to this member without their co-partitioned peers " \
+           "[('a', 0)], which had not come after 65 s" in text
+    assert "group.protocol=consumer, group.remote.assignor=range" in text
+    assert "The range assignor is in force" in text and "Use the range" not in text
+
+
+@pytest.mark.parametrize("overrides, advice", [
+    ({"group.remote.assignor": "uniform"}, "group.remote.assignor=range"),
+    ({"group.protocol": "classic", "partition.assignment.strategy": "roundrobin"},
+     "partition.assignment.strategy=range"),
+    ({}, None),
+    ({"group.protocol": "classic"}, None),  # eager range, group mode's classic default
+])
+def test_the_range_assignor_is_advised_only_when_another_is_in_force(
+        overrides: dict[str, str], advice: str | None) -> None:
+    config = dataclasses.replace(TWO_TOPICS, consumer_overrides=overrides)
+    joined, coordinator = member(broker_with(topics=("a", "b")), config)
+    coordinator.grant([("a", 0)])
+    coordinator.consume(100, 1e4)
+    with pytest.raises(TopicError) as refused:
+        joined.assignment.after_consume()
+    text = str(refused.value)
+    if advice is None:
+        assert "Use the range" not in text and "range assignor is in force" in text
+    else:
+        assert f"Use the range assignor ({advice}" in text
+        assert f"{advice.split('=')[0]}={dict(overrides).popitem()[1]}" in text
+
+
+def test_a_waiting_partition_revoked_is_forgotten() -> None:
+    """Revoked while it waits: it waits no more (no error later), its pause is lifted,
+    and nothing was opened or closed."""
+    joined, coordinator = member(broker_with(topics=("a", "b")), TWO_TOPICS)
+    coordinator.grant([("a", 0)])
+    coordinator.take([("a", 0)])
+    coordinator.consume(100, 1e4)
+    joined.assignment.after_consume()
+    assert coordinator.paused == set() and joined.built.built == [] == joined.built.closed
+
+
+def test_a_partition_left_without_a_peer_closes_and_waits_for_it_again() -> None:
+    """The group takes b[0] away and leaves a[0]: partition 0 closes (its processor
+    cannot run on one side), a[0] is paused; b[0] back, partition 0 opens again and
+    a[0] is read again from its committed offset, not from where reading stopped."""
+    broker = broker_with(topics=("a", "b"))
+    joined, coordinator = member(broker, TWO_TOPICS)
+    coordinator.grant([("a", 0), ("b", 0)])
+    assert len(read(coordinator)) == 6
+    broker.clients(TWO_TOPICS).consumer.commit({("a", 0): 1, ("b", 0): 3})  # a turn's
+
+    coordinator.take([("b", 0)])
+    assert joined.built.closed == [0] and joined.engine.partitions == {}
+    assert coordinator.paused == {("a", 0)} and read(coordinator) == []
+
+    coordinator.grant([("b", 0)])
+    assert [p for p, _ in joined.built.built] == [0, 0]
+    assert read(coordinator) == ["a0-1", "a0-2"]
 
 
 def test_revoked_partitions_close_and_the_others_stay() -> None:
