@@ -77,6 +77,9 @@ class Aggregate(CachedTable):
         self.store, self.folding = store, folding
 
     def push(self, records: Records) -> None:
+        if self.folding.counts and self.cache:
+            self._count(records)
+            return
         kept = [r for r in records if r[0] is not None and (
             r[1] is not None or (r[3] and r[3][-1][0] == PARTIAL))]
         if not kept:
@@ -103,6 +106,31 @@ class Aggregate(CachedTable):
                 current[key] = aggregate
         return out
 
+    def _count(self, records: Records) -> None:
+        """A count with the cache: only each key's total matters, so records are
+        counted per key (in C when none is combined or skipped), then added."""
+        if None in map(_VALUE, records):  # combined records, or values to skip
+            records = [r for r in records if r[1] is not None or (
+                r[3] and r[3][-1][0] == PARTIAL)]
+            counts: dict[Any, int] = {}
+            for key, value, _, headers in records:
+                counts[key] = counts.get(key, 0) + (
+                    1 if value is not None else int(headers[-1][1] or b"0"))
+            keys = list(map(_KEY, records))
+        else:
+            keys = list(map(_KEY, records))
+            counts = Counter(keys)
+        counts.pop(None, None)
+        if not counts:
+            return
+        totals = self.store.get_many(counts.keys())
+        for key, n in counts.items():
+            totals[key] = totals.get(key, 0) + n
+        self.store.put_many(totals)
+        latest = dict(zip(keys, records, strict=True))
+        self.update([(key, totals[key], latest[key][2], _own(latest[key][3]))
+                     for key in reversed(dict.fromkeys(reversed(keys))) if key in counts])
+
     def _merge(self, key: Any, current: dict[Any, Any], partial: Any) -> Any:
         """``partial`` merged into ``key``'s aggregate in ``current`` (or the aggregate)."""
         if key not in current:
@@ -117,6 +145,11 @@ class Aggregate(CachedTable):
 
     def lookup_many(self, keys: Iterable[Any]) -> dict[Any, Any]:
         return self.store.get_many(keys)
+
+
+def _own(headers: Headers) -> Headers:
+    """A record's headers without the combined record's header."""
+    return headers[:-1] if headers and headers[-1][0] == PARTIAL else headers
 
 
 class Combine(Op):

@@ -9,11 +9,14 @@ functions and the topic names are values of its namespace, never text.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from types import CodeType
 from typing import Any, Literal
 
 from kasper_py.dsl._ops import Op, Records, Turn
+from kasper_py.message import Message
 
 StepKind = Literal["pass", "filter", "filter_not", "map", "map_values", "select_key",
                    "flat_map", "flat_map_values", "peek"]
@@ -61,27 +64,37 @@ class Sink:
     target: str
 
 
-def compile_chain(steps: Sequence[Step], sink: Sink | None) -> Callable[[Records, Any], None]:
+def compile_chain(steps: Sequence[Step], sink: Sink | None, *, messages: bool = False
+                  ) -> Callable[[Any, Any], None]:
     """``run(records, out)``: the steps over each record in one loop, then the sink's
-    line with ``out`` (``send``, ``repartition``, or a list's ``append``)."""
-    lines, depth = ["def run(records, out):", "    for k, v, t, h in records:"], 2
+    line with ``out`` (``send``, ``repartition``, or a list's ``append``). With
+    ``messages`` it loops over ``Message``s, taking their key, value, timestamp and
+    headers as they are (no record built per message)."""
+    kinds = tuple(step.kind for step in steps)
     namespace: dict[str, Any] = {"target": sink.target if sink else None}
+    namespace.update((f"f{i}", step.function) for i, step in enumerate(steps))
+    exec(_code(kinds, sink.kind if sink else "", messages), namespace)  # see the docstring
+    run: Callable[[Any, Any], None] = namespace["run"]
+    return run
+
+
+@functools.cache
+def _code(kinds: tuple[StepKind, ...], sink: str, messages: bool) -> CodeType:
+    """The compiled loop of a chain of step ``kinds`` (compiled once per shape)."""
+    unpack = "_, _, _, k, v, t, h, _" if messages else "k, v, t, h"
+    lines, depth = ["def run(records, out):", f"    for {unpack} in records:"], 2
     names = {"k": "k", "v": "v"}
-    for i, step in enumerate(steps):
-        if step.kind == "pass":
+    for i, kind in enumerate(kinds):
+        if kind == "pass":
             continue
-        namespace[f"f{i}"] = step.function
-        code, new_key, new_value = _CODE[step.kind]
+        code, new_key, new_value = _CODE[kind]
         lines += _indented(code.format(i=i, **names), depth)
         depth += lines[-1].endswith(":")
         names = {"k": f"k{i}" if new_key else names["k"],
                  "v": f"v{i}" if new_value else names["v"]}
-    lines += _indented(_SINKS[sink.kind if sink else ""].format(**names), depth)
-    title = " -> ".join(s.kind for s in steps if s.kind != "pass") or "pass"
-    compiled = compile("\n".join(lines), f"<dsl chain: {title}>", "exec")
-    exec(compiled, namespace)  # fixed templates only (see the module docstring)
-    run: Callable[[Records, Any], None] = namespace["run"]
-    return run
+    lines += _indented(_SINKS[sink].format(**names), depth)
+    title = " -> ".join(kind for kind in kinds if kind != "pass") or "pass"
+    return compile("\n".join(lines), f"<dsl chain: {title}>", "exec")
 
 
 def _indented(code: str, depth: int) -> list[str]:
@@ -92,24 +105,32 @@ class Chain(Op):
     """A run of stateless steps as one operator: one loop per batch; ``serial``: its
     records go on one at a time (its children's paths meet again: ``_graph``)."""
 
-    __slots__ = ("run", "serial", "sink", "turn")
+    __slots__ = ("run", "run_messages", "serial", "sink", "turn")
 
     def __init__(self, turn: Turn, steps: Sequence[Step], sink: Sink | None) -> None:
         super().__init__()
         self.turn, self.sink, self.serial = turn, sink, False
         self.run = compile_chain(steps, sink)
+        self.run_messages = compile_chain(steps, sink, messages=True)
 
     def push(self, records: Records) -> None:
+        self._loop(self.run, records)
+
+    def push_messages(self, messages: list[Message]) -> None:
+        """``push`` for a source's messages, the chain's first operator reading them."""
+        self._loop(self.run_messages, messages)
+
+    def _loop(self, run: Callable[[Any, Any], None], records: Any) -> None:
         sink = self.sink
         if sink is None:
             out: Records = []
-            self.run(records, out.append)
+            run(records, out.append)
             if self.serial:
                 for record in out:
                     self.emit([record])
             else:
                 self.emit(out)
         elif sink.kind == "topic":
-            self.run(records, self.turn.sender.send)
+            run(records, self.turn.sender.send)
         else:
-            self.run(records, self.turn.sender.repartition)
+            run(records, self.turn.sender.repartition)

@@ -199,6 +199,9 @@ class StageProcessor(MessageProcessor):
         self._sources = {topic_of(context.config.name, source): _fork(build, specs)
                          for source, specs in sources.items()}
         self._turn.cached = build.cached([s for specs in sources.values() for s in specs])
+        self._chains = {topic: ops[0] for topic, ops in self._sources.items()
+                        if len(ops) == 1 and isinstance(ops[0], Chain)}
+        """The topics one chain alone reads (``Chain.push_messages``)."""
         extractor = context.config.timestamp_extractor
         self._time = context.event_time if extractor is not None else _kafka_time
 
@@ -216,8 +219,14 @@ class StageProcessor(MessageProcessor):
             # the common case, one input and Kafka's timestamps: no call per message (the
             # app hands a stage only the topics it reads, and a batch comes topic by
             # topic, so its ends name the one topic; anything else takes the checked path)
-            # (key, value, timestamp, headers) is a slice of a Message: one C call
-            self._push(messages[0].topic, list(map(_RECORD_OF, messages)))
+            # a chain reading the topic takes the messages as they are; another operator
+            # (key, value, timestamp, headers), a slice of a Message: one C call
+            topic = messages[0].topic
+            chain = self._chains.get(topic)
+            if chain is not None:
+                chain.push_messages(messages)
+            else:
+                self._push(topic, list(map(_RECORD_OF, messages)))
             return
         when = self._time
         runs: dict[str, list[Rec]] = {}
