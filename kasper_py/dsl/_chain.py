@@ -107,9 +107,10 @@ class Chain(Op):
 
     __slots__ = ("run", "run_messages", "serial", "sink", "turn")
 
-    def __init__(self, turn: Turn, steps: Sequence[Step], sink: Sink | None) -> None:
+    def __init__(self, turn: Turn, steps: Sequence[Step], sink: Sink | None, *,
+                 serial: bool = False) -> None:
         super().__init__()
-        self.turn, self.sink, self.serial = turn, sink, False
+        self.turn, self.sink, self.serial = turn, sink, serial
         self.run = compile_chain(steps, sink)
         self.run_messages = compile_chain(steps, sink, messages=True)
 

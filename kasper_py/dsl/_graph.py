@@ -90,9 +90,12 @@ class Build:
         if spec.make is None:
             run = fused(spec)
             last = run[-1]
-            chain = Chain(self.turn, [s.step for s in run if s.step is not None], last.sink)
-            chain.serial = last.sink is None and reconverges(_children(last))
-            op: Op = chain
+            steps = [s.step for s in run if s.step is not None and s.step.kind != "pass"]
+            serial = last.sink is None and reconverges(_children(last))
+            if steps or last.sink or serial:
+                op: Op = Chain(self.turn, steps, last.sink, serial=serial)
+            else:
+                op = Op()  # hands its records on as they came: no loop to run
         else:
             op = spec.make(self)
             # making a join builds its tables, whose children include the join: that

@@ -230,3 +230,15 @@ def test_a_rekeyed_stream_meets_the_table_after_its_repartition() -> None:
     driver.process([make_message("s", "a", "x", timestamp=1),
                     make_message("t", 1, "a", timestamp=2)])
     assert outputs(driver, "out") == [("a", ["a", 1], 1)]
+
+
+def test_a_key_set_inside_a_flat_map_does_not_leak_into_the_next_value() -> None:
+    """Caught by the stateless property when chains were fused into one loop: a key
+    ``select_key`` set for one value of a ``flat_map_values`` was the key the next value
+    started from. Each value now starts from its record's key."""
+    b = Builder("fused", stores="memory")
+    (b.stream("in").flat_map_values(lambda v: [v, v + 1]).select_key(lambda k, v: f"{k}/{v}")
+        .to("out"))
+    driver = driver_of(b.build())
+    driver.process([make_message("in", 1, "a", timestamp=1)])
+    assert outputs(driver, "out") == [("a/1", 1, 1), ("a/2", 2, 1)]
