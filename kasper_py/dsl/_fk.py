@@ -20,7 +20,7 @@ import json
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from kasper_py.dsl._ops import Op, Records, TableOp, Turn
+from kasper_py.dsl._ops import CachedTable, Op, Records, TableOp, Turn
 from kasper_py.stores.base import KeyValueStore
 
 
@@ -117,15 +117,15 @@ class Answer(Op):
                      timestamp=timestamp)
 
 
-class Result(TableOp):
+class Result(CachedTable):
     """The joined table, stored: ``side(0)`` takes answers, ``side(1)`` the immediate
     results of ``Subscribe``."""
 
     __slots__ = ("joiner", "left", "left_table", "store")
 
     def __init__(self, store: KeyValueStore, left_table: TableOp,
-                 joiner: Callable[[Any, Any], Any], left: bool) -> None:
-        super().__init__()
+                 joiner: Callable[[Any, Any], Any], left: bool, cache: bool) -> None:
+        super().__init__(cache)
         self.store, self.left_table, self.joiner, self.left = store, left_table, joiner, left
 
     def side(self, index: int) -> Op:
@@ -147,7 +147,7 @@ class Result(TableOp):
     def settle(self, records: Records) -> None:
         if records:
             self.store.put_many({r[0]: r[1] for r in records})
-            self.emit(records)
+            self.update(records)
 
     def lookup_many(self, keys: Iterable[Any]) -> dict[Any, Any]:
         return self.store.get_many(keys)

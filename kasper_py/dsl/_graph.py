@@ -13,7 +13,8 @@ import operator
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from kasper_py.dsl._ops import OneByOne, Op, Rec, TableOp, Turn
+from kasper_py.dsl._chain import Chain, Sink, Step
+from kasper_py.dsl._ops import CachedTable, OneByOne, Op, Rec, TableOp, Turn
 from kasper_py.exceptions import TopicError
 from kasper_py.message import Message
 from kasper_py.processor import MessageProcessor, ProcessorContext
@@ -26,11 +27,14 @@ MakeOp = Callable[["Build"], Op]
 @dataclass(eq=False)
 class Spec:
     """One operator as declared: how to build it, and where its records go (a child's
-    ``port`` names the side of a two-input operator)."""
+    ``port`` names the side of a two-input operator). A stateless ``step`` (made by
+    one parent only) or a ``sink`` has no ``make``: runs of them become one ``Chain``."""
 
-    make: MakeOp
+    make: MakeOp | None
     stage: Stage
     children: list[tuple[Spec, int | None]] = field(default_factory=list)
+    step: Step | None = None
+    sink: Sink | None = None
 
     def add(self, child: Spec, port: int | None = None) -> Spec:
         self.children.append((child, port))
@@ -77,27 +81,88 @@ class Build:
         self._ops: dict[int, Op] = {}
 
     def op(self, spec: Spec) -> Op:
-        """The operator of ``spec``, built (with its children) on first use."""
+        """The operator of ``spec``, built (with its children) on first use: a run of
+        steps from ``spec`` is one ``Chain``."""
         found = self._ops.get(id(spec))
         if found is not None:
             return found
-        op = self._ops[id(spec)] = spec.make(self)
-        for child, port in spec.children:
+        last = spec
+        if spec.make is None:
+            run = fused(spec)
+            last = run[-1]
+            steps = [s.step for s in run if s.step is not None and s.step.kind != "pass"]
+            serial = last.sink is None and reconverges(_children(last))
+            if steps or last.sink or serial:
+                op: Op = Chain(self.turn, steps, last.sink, serial=serial)
+            else:
+                op = Op()  # hands its records on as they came: no loop to run
+        else:
+            op = spec.make(self)
+            # making a join builds its tables, whose children include the join: that
+            # inner call built it already (with its children), and it is the one
+            again = self._ops.get(id(spec))
+            if again is not None:
+                return again
+            if isinstance(op, CachedTable):
+                op.serial = reconverges(_children(spec))
+        self._ops[id(spec)] = op
+        for child, port in [] if last.sink else last.children:
             op.children.append(self.entry(child, port))
         return op
 
     def entry(self, spec: Spec, port: int | None = None) -> Op:
         """What a parent pushes ``spec``'s records to: its operator (the side ``port``
-        of a join), record by record when its children's paths meet again."""
+        of a join), record by record when its children's paths meet again (a chain
+        keeps the batch and hands its records on one by one)."""
         op = self.op(spec)
         side = op if port is None else op.side(port)
-        return OneByOne(side) if reconverges([c for c, _ in spec.children]) else side
+        one_by_one = spec.make is not None and reconverges(_children(spec))
+        return OneByOne(side) if one_by_one else side
+
+    def cached(self, roots: list[Spec]) -> list[CachedTable]:
+        """The built tables below ``roots`` that hold updates, upstream first."""
+        ops = [self._ops.get(id(spec)) for spec in topological(roots)]
+        return [op for op in ops if isinstance(op, CachedTable) and op.cache]
 
     def table(self, spec: Spec) -> TableOp:
         """The table operator of ``spec``."""
         op = self.op(spec)
         assert isinstance(op, TableOp)
         return op
+
+
+def fused(spec: Spec) -> list[Spec]:
+    """The run of steps from ``spec`` that becomes one ``Chain``: on while a step has
+    one child, itself a step or a sink (a sink ends it)."""
+    run = [spec]
+    while run[-1].sink is None and len(run[-1].children) == 1:
+        child, port = run[-1].children[0]
+        if child.make is not None or port is not None:
+            break
+        run.append(child)
+    return run
+
+
+def _children(spec: Spec) -> list[Spec]:
+    return [child for child, _ in spec.children]
+
+
+def topological(roots: list[Spec]) -> list[Spec]:
+    """Every spec reachable from ``roots``, each before every spec downstream of it."""
+    order: list[Spec] = []
+    seen: set[int] = set()
+
+    def visit(spec: Spec) -> None:
+        seen.add(id(spec))
+        for child, _ in spec.children:
+            if id(child) not in seen:
+                visit(child)
+        order.append(spec)
+
+    for root in roots:
+        if id(root) not in seen:
+            visit(root)
+    return order[::-1]
 
 
 def reconverges(specs: list[Spec]) -> bool:
@@ -136,19 +201,35 @@ class StageProcessor(MessageProcessor):
         build = Build(context, self._turn)
         self._sources = {topic_of(context.config.name, source): _fork(build, specs)
                          for source, specs in sources.items()}
+        self._turn.cached = build.cached([s for specs in sources.values() for s in specs])
+        self._chains = {topic: ops[0] for topic, ops in self._sources.items()
+                        if len(ops) == 1 and isinstance(ops[0], Chain)}
+        """The topics one chain alone reads (``Chain.push_messages``)."""
         extractor = context.config.timestamp_extractor
         self._time = context.event_time if extractor is not None else _kafka_time
 
     def process(self, messages: list[Message], sender: Sender) -> None:
+        """Push the batch through the stage; then the tables emit what they held."""
         self._turn.sender = sender
+        self._turn.start()
+        self._push_batch(messages)
+        self._turn.end()
+
+    def _push_batch(self, messages: list[Message]) -> None:
         if (len(self._sources) == 1 and self._time is _kafka_time and messages
                 and messages[0].topic in self._sources
                 and messages[-1].topic == messages[0].topic):
             # the common case, one input and Kafka's timestamps: no call per message (the
             # app hands a stage only the topics it reads, and a batch comes topic by
             # topic, so its ends name the one topic; anything else takes the checked path)
-            # (key, value, timestamp, headers) is a slice of a Message: one C call
-            self._push(messages[0].topic, list(map(_RECORD_OF, messages)))
+            # a chain reading the topic takes the messages as they are; another operator
+            # (key, value, timestamp, headers), a slice of a Message: one C call
+            topic = messages[0].topic
+            chain = self._chains.get(topic)
+            if chain is not None:
+                chain.push_messages(messages)
+            else:
+                self._push(topic, list(map(_RECORD_OF, messages)))
             return
         when = self._time
         runs: dict[str, list[Rec]] = {}

@@ -18,12 +18,16 @@ starts the next stage: one processor of the app per stage. See docs/streams-dsl.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Iterable
 from typing import Any, Literal
 
 from kasper_py.app import App, Repartition
+from kasper_py.dsl import _aggregate as agg
 from kasper_py.dsl import _fk as fk
 from kasper_py.dsl import _ops as ops
+from kasper_py.dsl import _tables as tables
+from kasper_py.dsl._chain import Sink, Step, StepKind
 from kasper_py.dsl._graph import Build, Spec, Stage, stage_factory
 from kasper_py.exceptions import ConfigError
 from kasper_py.stores.base import StoreSpec
@@ -53,10 +57,19 @@ def _memory(name: str, _windowed: bool) -> StoreSpec:
 
 
 class Builder:
-    """Declares a pipeline of streams and tables; ``build()`` makes the ``App``."""
+    """Declares a pipeline of streams and tables; ``build()`` makes the ``App``.
 
-    def __init__(self, name: str, *, stores: StoreKind = "rocksdb") -> None:
+    ``cache`` (Kafka Streams' record cache): a table emits each key it changed once
+    per batch, with its latest value, and an aggregation after a re-keying combines
+    each batch's records per key before the repartition (count and sum always,
+    ``reduce``/``aggregate`` when they can merge). ``cache=False``: one update per
+    record, every record through the repartition. Operators that make a table take
+    ``cache=`` too, overriding the builder's."""
+
+    def __init__(self, name: str, *, stores: StoreKind = "rocksdb", cache: bool = True
+                 ) -> None:
         self.name = name
+        self.cache = cache
         self._stores: Callable[[str, bool], StoreSpec] = (
             _rocksdb if stores == "rocksdb" else _memory if stores == "memory"
             else stores)
@@ -73,20 +86,23 @@ class Builder:
         if not topics:
             raise ConfigError("dsl", "stream() needs at least one topic")
         stage = self._stage()
-        head = Spec(lambda _b: ops.Op(), stage)
+        head = _pass(stage)
         for topic in topics:
             stage.sources.setdefault(topic, []).append(head)
         return Stream(self, head, rekeyed=False)
 
-    def table(self, topic: str, *, store: str | None = None) -> Table:
+    def table(self, topic: str, *, store: str | None = None, cache: bool | None = None
+              ) -> Table:
         """``topic`` (compacted, keyed) materialised into a store named ``store``
         (``topic`` by default), queryable like any table: each record upserts its key,
-        a ``None`` value deletes it; every record is emitted as an update."""
+        a ``None`` value deletes it; each key updated is emitted (once per batch with
+        the cache, else every record)."""
         name = self._store_name(store or topic)
         stage = self._stage()
         spec_store = self._stores(name, False)
         stage.stores.append(spec_store)
-        head = Spec(lambda b: ops.SourceTable(b.context.store(name)), stage)
+        cached = self._cached(cache)
+        head = Spec(lambda b: tables.SourceTable(b.context.store(name), cached), stage)
         stage.sources.setdefault(topic, []).append(head)
         return Table(self, head)
 
@@ -138,23 +154,35 @@ class Builder:
         self._names.add(name)
         return name
 
-    def _repartition(self, spec: Spec, name: str, partitions: int | None = None) -> Spec:
-        """Send ``spec``'s records through the repartition ``name``; returns the head
-        of the new stage reading it."""
+    def _repartition(self, spec: Spec, name: str, partitions: int | None = None, *,
+                     combine: agg.Folding | None = None) -> Spec:
+        """Send ``spec``'s records through the repartition ``name`` (``combine``: folded
+        per key and batch first); returns the head of the new stage reading it."""
         name = self._store_name(name)
         self._repartitions[name] = partitions
         stage = spec.stage.root()
         stage.repartitions_out.append(name)
-        spec.add(Spec(lambda b: ops.ToRepartition(b.turn, name), stage))
-        head = Spec(lambda _b: ops.Op(), self._stage())
+        if combine is None:
+            spec.add(Spec(None, stage, sink=Sink("repartition", name)))
+        else:
+            spec.add(Spec(lambda b: agg.Combine(b.turn, name, combine), stage))
+        head = _pass(self._stage())
         head.stage.sources[_REPARTITION + name] = [head]
         return head
+
+    def _cached(self, cache: bool | None) -> bool:
+        return self.cache if cache is None else cache
 
     def _auto_name(self, what: str) -> str:
         number = 0
         while f"{what}-{number}" in self._names:
             number += 1
         return f"{what}-{number}"
+
+
+def _pass(stage: Stage) -> Spec:
+    """A head that hands its records on: a source's, a branch's, a table's stream."""
+    return Spec(None, stage, step=Step("pass"))
 
 
 def _topic_of(app: App) -> Callable[[str, str], str]:
@@ -175,49 +203,57 @@ class Stream:
         self._builder, self._spec, self._rekeyed = builder, spec, rekeyed
 
     def _then(self, make: Callable[[Build], ops.Op], *, rekeyed: bool | None = None) -> Stream:
-        child = self._spec.add(Spec(make, self._spec.stage.root()))
-        return Stream(self._builder, child,
+        return self._child(Spec(make, self._spec.stage.root()), rekeyed)
+
+    def _step(self, kind: StepKind, function: Callable[..., Any], *,
+              rekeyed: bool | None = None) -> Stream:
+        """A stateless operator: fused with its neighbours into one pass (``_chain``)."""
+        return self._child(Spec(None, self._spec.stage.root(), step=Step(kind, function)),
+                           rekeyed)
+
+    def _child(self, spec: Spec, rekeyed: bool | None) -> Stream:
+        return Stream(self._builder, self._spec.add(spec),
                       rekeyed=self._rekeyed if rekeyed is None else rekeyed)
 
     def filter(self, predicate: Callable[[Any, Any], bool]) -> Stream:
         """The records for which ``predicate(key, value)`` is true."""
-        return self._then(lambda _b: ops.Filter(predicate))
+        return self._step("filter", predicate)
 
     def filter_not(self, predicate: Callable[[Any, Any], bool]) -> Stream:
         """The records for which ``predicate(key, value)`` is false."""
-        return self._then(lambda _b: ops.Filter(predicate, keep=False))
+        return self._step("filter_not", predicate)
 
     def map(self, function: Callable[[Any, Any], tuple[Any, Any]]) -> Stream:
         """Each record as ``function(key, value)``'s (key, value); re-keys the stream."""
-        return self._then(lambda _b: ops.Map(function), rekeyed=True)
+        return self._step("map", function, rekeyed=True)
 
     def map_values(self, function: Callable[[Any], Any]) -> Stream:
         """Each record's value as ``function(value)``; keys stay."""
-        return self._then(lambda _b: ops.MapValues(function))
+        return self._step("map_values", function)
 
     def flat_map(self, function: Callable[[Any, Any], Iterable[tuple[Any, Any]]]) -> Stream:
         """Each record as the (key, value) pairs ``function(key, value)`` yields."""
-        return self._then(lambda _b: ops.FlatMap(function), rekeyed=True)
+        return self._step("flat_map", function, rekeyed=True)
 
     def flat_map_values(self, function: Callable[[Any], Iterable[Any]]) -> Stream:
         """Each record as one record per value ``function(value)`` yields, same key."""
-        return self._then(lambda _b: ops.FlatMapValues(function))
+        return self._step("flat_map_values", function)
 
     def select_key(self, function: Callable[[Any, Any], Any]) -> Stream:
         """Each record keyed by ``function(key, value)``."""
-        return self._then(lambda _b: ops.SelectKey(function), rekeyed=True)
+        return self._step("select_key", function, rekeyed=True)
 
     def peek(self, function: Callable[[Any, Any], object]) -> Stream:
         """Call ``function(key, value)`` on each record, which passes on unchanged."""
-        return self._then(lambda _b: ops.Peek(function))
+        return self._step("peek", function)
 
     def branch(self, *predicates: Callable[[Any, Any], bool]) -> list[Stream]:
         """One stream per predicate: each record goes to the first whose predicate
         holds (none: dropped). Add ``lambda k, v: True`` last for "the rest"."""
         branch = self._spec.add(Spec(lambda _b: ops.Branch(predicates),
                                      self._spec.stage.root()))
-        return [Stream(self._builder, branch.add(Spec(lambda _b: ops.Op(), branch.stage)),
-                       rekeyed=self._rekeyed) for _ in predicates]
+        return [Stream(self._builder, branch.add(_pass(branch.stage)), rekeyed=self._rekeyed)
+                for _ in predicates]
 
     def merge(self, *others: Stream) -> Stream:
         """This stream's and ``others``' records as one stream (of one stage: merging
@@ -234,7 +270,7 @@ class Stream:
         """Produce each record to ``topic`` (the config's serdes; its timestamp)."""
         stage = self._spec.stage.root()
         stage.topics_out.append(topic)
-        self._spec.add(Spec(lambda b: ops.ToTopic(b.turn, topic), stage))
+        self._spec.add(Spec(None, stage, sink=Sink("topic", topic)))
 
     def through(self, name: str, *, partitions: int | None = None) -> Stream:
         """Send the records through the app's repartition ``name`` (by their keys);
@@ -267,8 +303,8 @@ class Stream:
         if self._rekeyed:
             spec = self._builder._repartition(spec, self._builder._auto_name("join"))
         stage = table._spec.stage.absorb(spec.stage)
-        child = spec.add(Spec(lambda b: ops.StreamTableJoin(b.table(table._spec), joiner,
-                                                            left), stage))
+        child = spec.add(Spec(lambda b: tables.StreamTableJoin(b.table(table._spec), joiner,
+                                                               left), stage))
         return Stream(self._builder, child, rekeyed=False)
 
     def join_global(self, table: GlobalTable, key: Callable[[Any, Any], Any],
@@ -279,8 +315,8 @@ class Stream:
         if table.spec not in stage.stores:
             stage.stores.append(table.spec)
         name = table.spec.name
-        return self._then(lambda b: ops.KeyedLookupJoin(b.context.store(name), key, joiner,
-                                                        left))
+        return self._then(lambda b: tables.KeyedLookupJoin(b.context.store(name), key, joiner,
+                                                           left))
 
 
 class Grouped:
@@ -289,37 +325,54 @@ class Grouped:
     def __init__(self, builder: Builder, spec: Spec, rekeyed: bool, name: str | None) -> None:
         self._builder, self._spec, self._rekeyed, self._name = builder, spec, rekeyed, name
 
-    def _input(self, store: str) -> Spec:
+    def _input(self, store: str, combine: agg.Folding | None) -> Spec:
         if not self._rekeyed:
             return self._spec
-        return self._builder._repartition(self._spec, self._name or f"{store}-by-key")
+        return self._builder._repartition(self._spec, self._name or f"{store}-by-key",
+                                          combine=combine)
 
     def _stateful(self, store: str, make: Callable[[Build, str], ops.Op], *,
-                  windowed: bool = False) -> Table:
+                  windowed: bool = False, combine: agg.Folding | None = None) -> Table:
         """The table of an aggregation kept in the store ``store`` (declared on the stage
-        that reads the grouped records, after a repartition when re-keyed), whose
-        operator ``make(build, store)`` builds."""
+        that reads the grouped records, after a repartition when re-keyed: ``combine``d
+        before it when given), whose operator ``make(build, store)`` builds."""
         name = self._builder._store_name(store)
-        head = self._input(name)
+        head = self._input(name, combine)
         stage = head.stage.root()
         stage.stores.append(self._builder._stores(name, windowed))
         return Table(self._builder, head.add(Spec(lambda b: make(b, name), stage)))
 
+    def _folded(self, store: str, folding: agg.Folding, cache: bool | None) -> Table:
+        cached = self._builder._cached(cache)
+        combine = folding if cached and folding.merge is not None else None
+        return self._stateful(store, lambda b, name: agg.Aggregate(
+            b.context.store(name), folding, cached), combine=combine)
+
     def aggregate(self, initializer: Callable[[], Any], adder: Callable[[Any, Any, Any], Any],
-                  store: str) -> Table:
+                  store: str, *, merge: Callable[[Any, Any, Any], Any] | None = None,
+                  cache: bool | None = None) -> Table:
         """Per key, ``adder(key, value, aggregate)`` from ``initializer()``, kept in the
-        store ``store``; emits each record's new aggregate."""
-        return self._stateful(store, lambda b, name: ops.Aggregate(
-            b.context.store(name), initializer, adder))
+        store ``store``. ``merge(key, aggregate, partial)``, when given, folds into
+        ``aggregate`` a ``partial`` aggregated from ``initializer()`` over later
+        records, giving what folding those records in one by one gives: after a
+        re-keying each batch's records are then combined per key before the
+        repartition (with the cache; the partial crosses it as JSON)."""
+        return self._folded(store, agg.Folding(initializer, adder, merge), cache)
 
-    def count(self, store: str) -> Table:
-        """Records per key."""
-        return self.aggregate(int, lambda _k, _v, n: n + 1, store)
+    def count(self, store: str, *, cache: bool | None = None) -> Table:
+        """Records per key (combined before a repartition with the cache)."""
+        return self._folded(store, agg.Folding.counting(), cache)
 
-    def reduce(self, reducer: Callable[[Any, Any], Any], store: str) -> Table:
-        """Per key, the first value, then ``reducer(aggregate, value)``."""
-        return self._stateful(store, lambda b, name: ops.Reduce(b.context.store(name),
-                                                                 reducer))
+    def reduce(self, reducer: Callable[[Any, Any], Any], store: str, *,
+               associative: bool = False, cache: bool | None = None) -> Table:
+        """Per key, the first value, then ``reducer(aggregate, value)``. An
+        ``associative`` reducer (``reducer(reducer(a, b), c) == reducer(a, reducer(b,
+        c))``) is combined before a repartition, as ``aggregate`` with ``merge``."""
+        return self._folded(store, agg.Folding.reducing(reducer, associative), cache)
+
+    def sum(self, store: str, *, cache: bool | None = None) -> Table:
+        """Per key, the sum of the values (numbers; combined as ``count`` is)."""
+        return self.reduce(operator.add, store, associative=True, cache=cache)
 
     def windowed_by(self, windows: WindowKind) -> WindowedGrouped:
         """Aggregate per key and window (``Tumbling``, ``Hopping``, ``Sliding``,
@@ -339,8 +392,8 @@ class WindowedGrouped:
         it closes (stream time past its end plus grace). Keys become
         ``Windowed(key, start, end)``."""
         windows = self._windows
-        return self._grouped._stateful(store, lambda b, name: ops.WindowedAggregate(
-            ops.windowed_table(b.context, name, windows, aggregation, emit)), windowed=True)
+        return self._grouped._stateful(store, lambda b, name: agg.WindowedAggregate(
+            agg.windowed_table(b.context, name, windows, aggregation, emit)), windowed=True)
 
     def count(self, store: str, *, emit: Literal["updates", "final"] = "updates") -> Table:
         """Records per key and window."""
@@ -363,34 +416,36 @@ class Table:
 
     def to_stream(self) -> Stream:
         """The table's updates as a stream (deletes as ``None`` values)."""
-        head = self._spec.add(Spec(lambda _b: ops.Op(), self._spec.stage.root()))
+        head = self._spec.add(_pass(self._spec.stage.root()))
         return Stream(self._builder, head, rekeyed=False)
 
     def filter(self, predicate: Callable[[Any, Any], bool]) -> Table:
         """The entries for which ``predicate(key, value)`` holds; an update that fails
         it is emitted as a delete."""
         parent = self._spec
-        return Table(self._builder, parent.add(Spec(lambda b: ops.TableView(
+        return Table(self._builder, parent.add(Spec(lambda b: tables.TableView(
             b.table(parent), predicate=predicate), parent.stage.root())))
 
     def map_values(self, function: Callable[[Any], Any]) -> Table:
         """Each value as ``function(value)``."""
         parent = self._spec
-        return Table(self._builder, parent.add(Spec(lambda b: ops.TableView(
+        return Table(self._builder, parent.add(Spec(lambda b: tables.TableView(
             b.table(parent), function=function), parent.stage.root())))
 
-    def join(self, other: Table, joiner: Callable[[Any, Any], Any]) -> Table:
+    def join(self, other: Table, joiner: Callable[[Any, Any], Any], *,
+             cache: bool | None = None) -> Table:
         """Keys in both tables, valued ``joiner(value, other_value)``; an update of
-        either side emits the key's new joined value (or a delete)."""
-        return self._join(other, joiner, left=False)
+        either side updates the key's joined value (or deletes it)."""
+        return self._join(other, joiner, left=False, cache=cache)
 
-    def left_join(self, other: Table, joiner: Callable[[Any, Any], Any]) -> Table:
+    def left_join(self, other: Table, joiner: Callable[[Any, Any], Any], *,
+                  cache: bool | None = None) -> Table:
         """Every key of this table, valued ``joiner(value, other_value or None)``."""
-        return self._join(other, joiner, left=True)
+        return self._join(other, joiner, left=True, cache=cache)
 
     def join_foreign(self, other: Table, foreign_key: Callable[[Any], Any],
                      joiner: Callable[[Any, Any], Any], *, left: bool = False,
-                     name: str | None = None) -> Table:
+                     name: str | None = None, cache: bool | None = None) -> Table:
         """Each key of this table joined with ``other``'s row of ``foreign_key(value)``
         (Kafka Streams' foreign-key join, KIP-213): valued ``joiner(value,
         other_value)``; with ``left``, rows without a match are kept (``other_value``
@@ -408,8 +463,9 @@ class Table:
         right_stage.stores.append(builder._stores(subscribers, False))
         left_stage.repartitions_out.append(subscription)
         right_stage.repartitions_out.append(response)
-        result = Spec(lambda b: fk.Result(b.context.store(name), b.table(mine), joiner, left),
-                      left_stage)
+        cached = builder._cached(cache)
+        result = Spec(lambda b: fk.Result(b.context.store(name), b.table(mine), joiner, left,
+                                          cached), left_stage)
         mine.add(Spec(lambda b: fk.Subscribe(b.turn, b.context.store(state), subscription,
                                              foreign_key, joiner, left=left), left_stage)
                  ).add(result, 1)
@@ -423,11 +479,13 @@ class Table:
             head.add(target, 0)
         return Table(builder, result)
 
-    def _join(self, other: Table, joiner: Callable[[Any, Any], Any], left: bool) -> Table:
+    def _join(self, other: Table, joiner: Callable[[Any, Any], Any], left: bool,
+              cache: bool | None) -> Table:
         stage = self._spec.stage.absorb(other._spec.stage)
         mine, theirs = self._spec, other._spec
-        spec = Spec(lambda b: ops.TableJoin((b.table(mine), b.table(theirs)), joiner, left),
-                    stage)
+        cached = self._builder._cached(cache)
+        spec = Spec(lambda b: tables.TableJoin((b.table(mine), b.table(theirs)), joiner, left,
+                                               cached), stage)
         mine.add(spec, 0)
         theirs.add(spec, 1)
         return Table(self._builder, spec)

@@ -34,7 +34,8 @@ QUICKSTART = ["all streams lead to kafka", "hello kafka streams", "join kafka su
 KS_UPDATES = [("all", 1), ("streams", 1), ("lead", 1), ("to", 1), ("kafka", 1),
               ("hello", 1), ("kafka", 2), ("streams", 2),
               ("join", 1), ("kafka", 3), ("summit", 1)]
-"""The quickstart's output with record caching disabled: one update per word read."""
+"""The quickstart's output with record caching disabled (``cache=False``): one update
+per word read."""
 
 
 @pytest.fixture
@@ -76,13 +77,14 @@ def kasper_run(app_dir: str, env: dict[str, str], *flags: str) -> None:
 def test_word_count_gives_the_kafka_streams_quickstart_counts(  # noqa: PLR0917 - fixtures
         bootstrap: str, new_topic: Callable[..., str], unique_name: Callable[[str], str],
         kafka: Any, tmp_path: Path, internal_topics: None) -> None:
-    """The quickstart's lines give Kafka Streams' updates in its order (kafka 1, 2, 3);
-    the third line is counted by a run whose state folder was lost, so its counts come
-    from the changelog; the counts-store table answers every word over HTTP."""
+    """Without the cache, the quickstart's lines give Kafka Streams' updates in its
+    order (kafka 1, 2, 3); the third line is counted by a run whose state folder was
+    lost, so its counts come from the changelog; the counts-store table answers every
+    word over HTTP."""
     lines, output = new_topic("wc-lines"), unique_name("wc-out")
     name = unique_name("wc")
     app_dir = app_module(tmp_path, "streams_word_count",
-                         f"word_count({lines!r}, {output!r}, name={name!r})")
+                         f"word_count({lines!r}, {output!r}, name={name!r}, cache=False)")
     env = run_env(bootstrap, tmp_path / "state", key_serde="str", value_serde="str")
     create = ("--create-topics", "--output-topics", output)
     kafka.produce(lines, [line.encode() for line in QUICKSTART[:2]])
@@ -96,6 +98,30 @@ def test_word_count_gives_the_kafka_streams_quickstart_counts(  # noqa: PLR0917 
     assert kafka.committed(name, lines) == {0: 3}
     expected = dict(Counter(w for line in QUICKSTART for w in line.split()))
     assert served_counts(app_dir, env, list(expected)) == expected
+
+
+def test_word_count_with_the_cache_sends_each_words_latest_count(  # noqa: PLR0917
+        bootstrap: str, new_topic: Callable[..., str], unique_name: Callable[[str], str],
+        kafka: Any, tmp_path: Path, internal_topics: None) -> None:
+    """With the cache (the default), each word's count is sent at most once per batch:
+    a subsequence of Kafka Streams' record-at-a-time updates, rising, ending at the
+    true count; the repartition holds at most one record per word and batch."""
+    lines, output = new_topic("wcc-lines"), unique_name("wcc-out")
+    name = unique_name("wcc")
+    app_dir = app_module(tmp_path, "streams_word_count",
+                         f"word_count({lines!r}, {output!r}, name={name!r})")
+    env = run_env(bootstrap, tmp_path / "state", key_serde="str", value_serde="str")
+    kafka.produce(lines, [line.encode() for line in QUICKSTART])
+    kasper_run(app_dir, env, "--create-topics", "--output-topics", output)
+
+    sent: dict[str, list[int]] = {}
+    for message in kafka.read_all(output):
+        sent.setdefault(message.key().decode(), []).append(int(message.value()))
+    expected = Counter(w for line in QUICKSTART for w in line.split())
+    assert {word: counts[-1] for word, counts in sent.items()} == dict(expected)
+    assert all(counts == sorted(set(counts)) for counts in sent.values())
+    assert sum(map(len, sent.values())) <= len(KS_UPDATES)
+    assert len(kafka.read_all(f"{name}-counts-store-by-key-repartition")) <= len(KS_UPDATES)
 
 
 def served_counts(app_dir: str, env: dict[str, str], words: list[str]) -> dict[str, int]:

@@ -17,10 +17,16 @@ Semantics the properties pin down (Kafka Streams' where they overlap):
 - aggregations, joins and repartitions drop records with a ``None`` key;
   aggregations skip ``None`` values, stream-table joins drop them;
 - a table's ``None`` value (a tombstone) deletes its key;
-- a table emits one update per input record that changes it, never coalesced per
-  batch, so its update sequence is the same however the input is batched (windowed
-  aggregations with ``emit="updates"`` are the exception: one update per window a
-  batch changed, so only their last value per window is compared);
+- without the cache (``cache=False``) a table emits one update per input record that
+  changes it, so its update sequence is the same however the input is batched;
+  with the cache (the default) each key a batch changed once, with its latest value
+  and timestamp: each key's updates are then a subsequence of the record-at-a-time
+  ones, ending at the same last one (``assert_coalesced``). Windowed aggregations
+  with ``emit="updates"`` emit once per window a batch changed either way, so only
+  their last value per window is compared;
+- with the cache, a re-keyed ``count``, ``reduce(associative=True)`` and
+  ``aggregate(merge=...)`` combine each batch's records per key before the
+  repartition: the same final tables and last updates as record by record;
 - two events of different topics never share a timestamp in these inputs: a stage
   orders a batch's topics by timestamp, and at a tie across topics the order depends
   on which topic came first in the batch (``test_dsl_unit`` shows it), so no
@@ -120,8 +126,30 @@ def per_key(records: list[Out]) -> dict[Any, list[Out]]:
     return dict(grouped)
 
 
-def builder() -> Builder:
-    return Builder("props", stores="memory")
+def builder(cache: bool = True) -> Builder:
+    return Builder("props", stores="memory", cache=cache)
+
+
+def is_subsequence(part: list[Out], whole: list[Out]) -> bool:
+    rest = iter(whole)
+    return all(any(item == candidate for candidate in rest) for item in part)
+
+
+def assert_coalesced(got: list[Out], model: list[Out], *, same_keys: bool = True) -> None:
+    """``got``, a cached table's updates, against ``model``, the record-at-a-time ones:
+    each key's updates (value and timestamp) are a subsequence of the model's, and
+    the last value of each key is the model's (keys the model last deleted may have
+    no update at all unless ``same_keys``)."""
+    have, want = per_key(got), per_key(model)
+    for key, updates in have.items():
+        assert is_subsequence(updates, want.get(key, [])), (key, updates, want.get(key))
+    last = {k: v[-1][1] for k, v in have.items()}
+    wanted = {k: v[-1][1] for k, v in want.items()}
+    if same_keys:
+        assert last == wanted
+    else:
+        assert {k: v for k, v in last.items() if v is not None} == {
+            k: v for k, v in wanted.items() if v is not None}
 
 
 # -- stateless operators -------------------------------------------------------------
@@ -208,12 +236,15 @@ def max_or_reset(aggregate: int, value: int) -> int | None:
 
 
 def aggregations(b: Builder, rekey: bool) -> None:
+    """count, reduce and aggregate: combinable (associative, with a merge) when the
+    builder caches and so combines."""
     stream = b.stream("in", "other")
     grouped = (stream.group_by(lambda k, v: k.upper() if k else None) if rekey
                else stream.group_by_key())
     grouped.count("counts").to_stream().to("counts")
-    grouped.reduce(max_or_reset, "maxima").to_stream().to("maxima")
-    grouped.aggregate(list, add_or_reset, "lists").to_stream().to("lists")
+    grouped.reduce(max_or_reset, "maxima", associative=True).to_stream().to("maxima")
+    (grouped.aggregate(list, add_or_reset, "lists", merge=lambda k, agg, part: agg + part)
+        .to_stream().to("lists"))
 
 
 def aggregations_model(sequence: list[Event], rekey: bool) -> dict[str, list[Out]]:
@@ -239,22 +270,27 @@ def aggregations_model(sequence: list[Event], rekey: bool) -> dict[str, list[Out
 
 @FAST
 @given(events(["in", "other"], value=st.one_of(st.integers(0, 4), st.none())), cuts,
-       st.booleans(), st.integers(1, 3))
+       st.booleans(), st.integers(1, 3), st.booleans())
 def test_aggregations_emit_the_model_updates(sequence: list[Event], at: list[int],
-                                             rekey: bool, partitions: int) -> None:
+                                             rekey: bool, partitions: int,
+                                             cache: bool) -> None:
     """count, reduce and aggregate of two merged topics, after group_by (a
-    repartition) or group_by_key: one update per record with a key and a value, each
-    key's updates in the model's order with the record's timestamp; an aggregate that
-    becomes ``None`` is a delete, and the key's next record starts afresh; the store
-    ends as the model's final table. Keys are spread over ``partitions`` by their
-    original key, which decides the grouped key, so each grouped key's records stay
-    in order."""
-    b = builder()
+    repartition) or group_by_key: without the cache, one update per record with a
+    key and a value, each key's updates in the model's order with the record's
+    timestamp; with it (combined before the repartition), the model's updates as of
+    batch ends (``assert_coalesced``). An aggregate that becomes ``None`` is a
+    delete, and the key's next record starts afresh; the store ends as the model's
+    final table. Keys are spread over ``partitions`` by their original key, which
+    decides the grouped key, so each grouped key's records stay in order."""
+    b = builder(cache)
     aggregations(b, rekey)
     driver = run(b.build(), sequence, at, partitions=partitions)
     model = aggregations_model(sequence, rekey)
     for name in ("counts", "maxima", "lists"):
-        assert per_key(outputs(driver, name)) == per_key(model[name]), name
+        if cache:
+            assert_coalesced(outputs(driver, name), model[name])
+        else:
+            assert per_key(outputs(driver, name)) == per_key(model[name]), name
         last = {k: v for k, v, _ in model[name]}
         final = {k: v for k, v in last.items() if v is not None}
         stored = {}
@@ -265,13 +301,14 @@ def test_aggregations_emit_the_model_updates(sequence: list[Event], at: list[int
 
 @FAST
 @given(st.lists(st.tuples(st.text("xyz", max_size=6), st.integers(0, 3)), max_size=25),
-       cuts, st.integers(1, 3))
+       cuts, st.integers(1, 3), st.booleans())
 def test_word_count_over_partitions(lines: list[tuple[str, int]], at: list[int],
-                                    partitions: int) -> None:
+                                    partitions: int, cache: bool) -> None:
     """Words of lines in any source partition, counted after a repartition: each
     word's counts go 1, 2, ... n in order (per-key order through the repartition) and
-    end at the model's count."""
-    b = builder()
+    end at the model's count; with the cache (words combined per batch before the
+    repartition), some of 1, 2, ... n, increasing, ending at n."""
+    b = builder(cache)
     (b.stream("lines").flat_map_values(list).group_by(lambda _k, w: w).count("counts")
         .to_stream().to("counts"))
     sequence = [("lines", i, line, i + 1) for i, (line, _) in enumerate(lines)]
@@ -285,7 +322,11 @@ def test_word_count_over_partitions(lines: list[tuple[str, int]], at: list[int],
     for line, _ in lines:
         for word in line:
             words[word] += 1
-    assert counted == {w: list(range(1, n + 1)) for w, n in words.items()}
+    if cache:
+        assert {w: c[-1] for w, c in counted.items()} == words
+        assert all(c == sorted(set(c)) for c in counted.values())
+    else:
+        assert counted == {w: list(range(1, n + 1)) for w, n in words.items()}
 
 
 # -- windows ---------------------------------------------------------------------------

@@ -1,6 +1,9 @@
 """The streams and tables DSL (``kasper_py.dsl``), example by example: the semantics
 the properties of test_dsl_properties check, each on a small input, and the defects
-those properties caught, each pinned in one batch."""
+those properties caught, each pinned in one batch. Tests of what a table emits per
+record use ``cache=False`` (Kafka Streams with record caching disabled); the cache's
+own rules (one update per key and batch, combining before a repartition) are in
+test_dsl_cache_unit."""
 
 from __future__ import annotations
 
@@ -34,17 +37,26 @@ def pair(value: Any, other: Any) -> list[Any]:
 
 def test_outputs_keep_their_input_timestamps_and_headers() -> None:
     """A record's output keeps its input's timestamp and headers, through stateless
-    operators, a repartition and an aggregation."""
-    b = Builder("stamps", stores="memory")
-    stream = b.stream("in").map_values(lambda v: v + 1)
-    stream.to("mapped")
-    stream.group_by(lambda k, v: k.upper()).count("counts").to_stream().to("counts")
-    driver = driver_of(b.build())
-    driver.process([make_message("in", 1, "a", timestamp=10, headers=(("h", b"1"),)),
-                    make_message("in", 2, "a", timestamp=20)])
-    assert outputs(driver, "mapped") == [("a", 2, 10), ("a", 3, 20)]
-    assert [m.headers for m in driver.sent if m.topic == "mapped"] == [(("h", b"1"),), None]
-    assert outputs(driver, "counts") == [("A", 1, 10), ("A", 2, 20)]
+    operators, a repartition and an aggregation; a key's update for the batch (with
+    the cache) has its latest record's, through the combined repartition too."""
+    for cache in (False, True):
+        b = Builder("stamps", stores="memory", cache=cache)
+        stream = b.stream("in").map_values(lambda v: v + 1)
+        stream.to("mapped")
+        stream.group_by(lambda k, v: k.upper()).count("counts").to_stream().to("counts")
+        driver = driver_of(b.build())
+        driver.process([make_message("in", 1, "a", timestamp=10, headers=(("h", b"1"),)),
+                        make_message("in", 2, "a", timestamp=20, headers=(("h", b"2"),))])
+        assert outputs(driver, "mapped") == [("a", 2, 10), ("a", 3, 20)]
+        assert [m.headers for m in driver.sent if m.topic == "mapped"] == [
+            (("h", b"1"),), (("h", b"2"),)]
+        counts = [m.headers for m in driver.sent if m.topic == "counts"]
+        if cache:
+            assert outputs(driver, "counts") == [("A", 2, 20)]
+            assert counts == [(("h", b"2"),)]
+        else:
+            assert outputs(driver, "counts") == [("A", 1, 10), ("A", 2, 20)]
+            assert counts == [(("h", b"1"),), (("h", b"2"),)]
 
 
 def test_windowed_results_are_stamped_with_their_window_end_minus_one() -> None:
@@ -83,7 +95,7 @@ def test_null_keys_and_values() -> None:
 def test_a_tombstone_deletes_a_table_entry() -> None:
     """``table(topic)``: a ``None`` value deletes the key, emitted as a delete; a
     stream record joined after it finds nothing (inner) or ``None`` (left)."""
-    b = Builder("tombstones", stores="memory")
+    b = Builder("tombstones", stores="memory", cache=False)
     table = b.table("t")
     table.to_stream().to("updates")
     b.stream("s").left_join(table, pair).to("joined")
@@ -97,15 +109,18 @@ def test_a_tombstone_deletes_a_table_entry() -> None:
     assert driver.store("t").get_many(["a"]) == {}
 
 
-def test_a_table_emits_one_update_per_record_not_per_batch() -> None:
-    """Three updates of one key in one batch are three updates downstream, the last
-    one winning in the store."""
-    b = Builder("updates", stores="memory")
-    b.table("t").map_values(lambda v: v * 2).to_stream().to("out")
-    driver = driver_of(b.build())
-    driver.process([make_message("t", v, "a", timestamp=v) for v in (1, 2, 3)])
-    assert outputs(driver, "out") == [("a", 2, 1), ("a", 4, 2), ("a", 6, 3)]
-    assert driver.store("t").get_many(["a"]) == {"a": 3}
+def test_without_the_cache_a_table_emits_one_update_per_record() -> None:
+    """``cache=False``: three updates of one key in one batch are three updates
+    downstream, the last one winning in the store; with the cache (the default), one:
+    the last."""
+    for cache, expected in ((False, [("a", 2, 1), ("a", 4, 2), ("a", 6, 3)]),
+                            (True, [("a", 6, 3)])):
+        b = Builder("updates", stores="memory")
+        b.table("t", cache=cache).map_values(lambda v: v * 2).to_stream().to("out")
+        driver = driver_of(b.build())
+        driver.process([make_message("t", v, "a", timestamp=v) for v in (1, 2, 3)])
+        assert outputs(driver, "out") == expected
+        assert driver.store("t").get_many(["a"]) == {"a": 3}
 
 
 def test_an_aggregate_of_none_deletes_the_key_within_a_batch() -> None:
@@ -113,7 +128,7 @@ def test_an_aggregate_of_none_deletes_the_key_within_a_batch() -> None:
     as ``None`` for the rest of the batch (the next record folded into ``None``) but
     deleted from the store, so the result depended on where the batch ended. Now
     the key is deleted at once and its next record starts afresh, in any batch."""
-    b = Builder("resets", stores="memory")
+    b = Builder("resets", stores="memory", cache=False)
     (b.stream("in").group_by_key()
         .reduce(lambda total, v: None if v == 0 else total + v, "sums")
         .to_stream().to("out"))
@@ -130,7 +145,7 @@ def test_a_table_join_emits_nothing_for_an_upsert_with_no_partner() -> None:
     upsert whose other side has no value left the join without a value before and
     after, yet was emitted as a delete. Now it emits nothing; a delete always goes
     on (the key may have been joined), and a left join's left side always emits."""
-    b = Builder("pairs", stores="memory")
+    b = Builder("pairs", stores="memory", cache=False)
     mine, theirs = b.table("l"), b.table("r")
     mine.join(theirs, pair).to_stream().to("inner")
     mine.left_join(theirs, pair).to_stream().to("left")
@@ -163,7 +178,7 @@ def test_a_table_joined_with_a_view_of_itself_sees_each_update() -> None:
     """Caught by the diamond property: a table joined with its own map_values saw
     the table as the whole batch left it (the store written once per batch, before
     the updates went on). Each update now goes through both sides before the next."""
-    b = Builder("self", stores="memory")
+    b = Builder("self", stores="memory", cache=False)
     table = b.table("t")
     table.join(table.map_values(lambda v: v * 10), pair).to_stream().to("out")
     driver = driver_of(b.build())
@@ -215,3 +230,15 @@ def test_a_rekeyed_stream_meets_the_table_after_its_repartition() -> None:
     driver.process([make_message("s", "a", "x", timestamp=1),
                     make_message("t", 1, "a", timestamp=2)])
     assert outputs(driver, "out") == [("a", ["a", 1], 1)]
+
+
+def test_a_key_set_inside_a_flat_map_does_not_leak_into_the_next_value() -> None:
+    """Caught by the stateless property when chains were fused into one loop: a key
+    ``select_key`` set for one value of a ``flat_map_values`` was the key the next value
+    started from. Each value now starts from its record's key."""
+    b = Builder("fused", stores="memory")
+    (b.stream("in").flat_map_values(lambda v: [v, v + 1]).select_key(lambda k, v: f"{k}/{v}")
+        .to("out"))
+    driver = driver_of(b.build())
+    driver.process([make_message("in", 1, "a", timestamp=1)])
+    assert outputs(driver, "out") == [("a/1", 1, 1), ("a/2", 2, 1)]

@@ -1,0 +1,243 @@
+"""Grouped aggregations at run time: ``Aggregate`` (count, reduce, aggregate, sum) and
+``WindowedAggregate`` fold records into a store once per batch; ``Combine`` folds a
+batch's records per key *before* a repartition, so one record per key and batch
+crosses it, and the aggregation downstream merges these partials.
+
+A combined record of a repartition has a ``None`` value and, as its last header,
+``kasper.partial``: the partial aggregate as JSON (a count as its digits). Its other
+headers and its timestamp are those of the key's latest record in the batch. A record
+without that header is a plain one, folded as it is: a repartition may hold both
+(written before and after combining was turned on, or a record that reset its key).
+"""
+
+from __future__ import annotations
+
+import operator
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from kasper_py.dsl._ops import CachedTable, Op, Records, Turn, Windowed
+from kasper_py.exceptions import SerdeError
+from kasper_py.message import Headers
+from kasper_py.serdes import JSON
+from kasper_py.stores.base import KeyValueStore
+from kasper_py.windows import Aggregation, WindowedTable, WindowKind
+
+PARTIAL = "kasper.partial"
+"""The header of a combined record (reserved: a record of yours must not end with it)."""
+_FIRST = object()
+"""A reduce's aggregate before its first value."""
+_KEY, _VALUE = operator.itemgetter(0), operator.itemgetter(1)
+
+Merge = Callable[[Any, Any, Any], Any]
+"""``merge(key, aggregate, partial)``: the aggregate with a partial's records folded in."""
+
+
+@dataclass(frozen=True)
+class Folding:
+    """How an aggregation folds a key's records: ``adder(key, value, aggregate)`` from
+    ``initializer()``; with ``merge``, partials of a batch's records can be combined
+    before a repartition (``counts``: a count, combined with ``Counter``)."""
+
+    initializer: Callable[[], Any]
+    adder: Callable[[Any, Any, Any], Any]
+    merge: Merge | None = None
+    counts: bool = False
+
+    @classmethod
+    def counting(cls) -> Folding:
+        return cls(int, lambda _k, _v, n: n + 1, lambda _k, n, partial: n + partial, True)
+
+    @classmethod
+    def reducing(cls, reducer: Callable[[Any, Any], Any], associative: bool) -> Folding:
+        """``reduce``: the first value is the aggregate, then ``reducer(aggregate,
+        value)``; an associative reducer merges partials the same way."""
+        def adder(_key: Any, value: Any, aggregate: Any) -> Any:
+            return value if aggregate is _FIRST else reducer(aggregate, value)
+
+        def merge(_key: Any, aggregate: Any, partial: Any) -> Any:
+            return reducer(aggregate, partial)
+
+        return cls(lambda: _FIRST, adder, merge if associative else None)
+
+
+class Aggregate(CachedTable):
+    """Grouped records folded per key into ``store``: read once and written once per
+    batch; each record updates its key's aggregate (emitted once per batch with the
+    cache). ``None`` keys and values are skipped (Kafka Streams' rule); an aggregate
+    of ``None`` deletes the key (emitted as a delete), and its next record starts again
+    from ``initializer()``. A combined record merges its partial in."""
+
+    __slots__ = ("folding", "store")
+
+    def __init__(self, store: KeyValueStore, folding: Folding, cache: bool) -> None:
+        super().__init__(cache)
+        self.store, self.folding = store, folding
+
+    def push(self, records: Records) -> None:
+        if self.folding.counts and self.cache:
+            self._count(records)
+            return
+        kept = [r for r in records if r[0] is not None and (
+            r[1] is not None or (r[3] and r[3][-1][0] == PARTIAL))]
+        if not kept:
+            return
+        current = self.store.get_many({r[0] for r in kept})
+        out = self._fold(kept, current)
+        self.store.put_many({r[0]: current.get(r[0]) for r in out})
+        self.update(out)
+
+    def _fold(self, kept: Records, current: dict[Any, Any]) -> Records:
+        """Each record folded into ``current`` in turn; the updates, in order."""
+        initializer, adder, decode = self.folding.initializer, self.folding.adder, JSON.decode
+        out: Records = []
+        for key, value, timestamp, headers in kept:
+            if headers and headers[-1][0] == PARTIAL:
+                aggregate = self._merge(key, current, decode(headers[-1][1]))
+                out.append((key, aggregate, timestamp, headers[:-1]))
+            else:
+                aggregate = adder(key, value, current[key] if key in current else initializer())
+                out.append((key, aggregate, timestamp, headers))
+            if aggregate is None:
+                current.pop(key, None)
+            else:
+                current[key] = aggregate
+        return out
+
+    def _count(self, records: Records) -> None:
+        """A count with the cache: only each key's total matters, so records are
+        counted per key (in C when none is combined or skipped), then added."""
+        if None in map(_VALUE, records):  # combined records, or values to skip
+            records = [r for r in records if r[1] is not None or (
+                r[3] and r[3][-1][0] == PARTIAL)]
+            counts: dict[Any, int] = {}
+            for key, value, _, headers in records:
+                counts[key] = counts.get(key, 0) + (
+                    1 if value is not None else int(headers[-1][1] or b"0"))
+            keys = list(map(_KEY, records))
+        else:
+            keys = list(map(_KEY, records))
+            counts = Counter(keys)
+        counts.pop(None, None)
+        if not counts:
+            return
+        totals = self.store.get_many(counts.keys())
+        for key, n in counts.items():
+            totals[key] = totals.get(key, 0) + n
+        self.store.put_many(totals)
+        latest = dict(zip(keys, records, strict=True))
+        self.update([(key, totals[key], latest[key][2], _own(latest[key][3]))
+                     for key in reversed(dict.fromkeys(reversed(keys))) if key in counts])
+
+    def _merge(self, key: Any, current: dict[Any, Any], partial: Any) -> Any:
+        """``partial`` merged into ``key``'s aggregate in ``current`` (or the aggregate)."""
+        if key not in current:
+            return partial
+        merge = self.folding.merge
+        if merge is None:
+            raise SerdeError(f"a combined record (header {PARTIAL!r}) of key {key!r} reached "
+                             "an aggregation that cannot merge one: give it back its "
+                             "merge function (or associative=True) until the repartition "
+                             "holds no more of them")
+        return merge(key, current[key], partial)
+
+    def lookup_many(self, keys: Iterable[Any]) -> dict[Any, Any]:
+        return self.store.get_many(keys)
+
+
+def _own(headers: Headers) -> Headers:
+    """A record's headers without the combined record's header."""
+    return headers[:-1] if headers and headers[-1][0] == PARTIAL else headers
+
+
+class Combine(Op):
+    """The records of an aggregation, before its repartition ``name``: each key's
+    records of the batch folded into one partial, sent as one combined record. A
+    record whose fold gives ``None`` (a reset, which may depend on the aggregate it
+    resets) is not combined: the key's partial so far is sent, then the record as it
+    is, and a new partial starts after it. ``None`` keys (no partition to go to) and
+    ``None`` values (skipped by aggregations) are dropped here."""
+
+    __slots__ = ("folding", "name", "turn")
+
+    def __init__(self, turn: Turn, name: str, folding: Folding) -> None:
+        super().__init__()
+        self.turn, self.name, self.folding = turn, name, folding
+
+    def push(self, records: Records) -> None:
+        if self.folding.counts:
+            self._count(records)
+            return
+        for key, partial in self._fold(records).items():
+            self._send(key, partial)
+
+    def _count(self, records: Records) -> None:
+        """A count's partials: C loops over the records, a Python one over the keys."""
+        if None in map(_VALUE, records):
+            records = [r for r in records if r[1] is not None]
+        keys = list(map(_KEY, records))
+        latest = dict(zip(keys, records, strict=True))
+        send, name = self.turn.sender.repartition, self.name
+        for key, n in Counter(keys).items():
+            if key is not None:
+                _, _, timestamp, headers = latest[key]
+                send(name, None, key, headers=(*headers, (PARTIAL, b"%d" % n)),
+                     timestamp=timestamp)
+
+    def _fold(self, records: Records) -> dict[Any, tuple[Any, int | None, Headers]]:
+        initializer, adder = self.folding.initializer, self.folding.adder
+        partials: dict[Any, tuple[Any, int | None, Headers]] = {}
+        for key, value, timestamp, headers in records:
+            if key is None or value is None:
+                continue
+            held = partials.get(key)
+            aggregate = adder(key, value, held[0] if held is not None else initializer())
+            if aggregate is not None:
+                partials[key] = (aggregate, timestamp, headers)
+                continue
+            if held is not None:
+                del partials[key]
+                self._send(key, held)
+            self.turn.sender.repartition(self.name, value, key, headers=headers or None,
+                                         timestamp=timestamp)
+        return partials
+
+    def _send(self, key: Any, partial: tuple[Any, int | None, Headers]) -> None:
+        aggregate, timestamp, headers = partial
+        try:
+            wired = JSON.encode(aggregate)
+        except SerdeError as exc:
+            raise SerdeError(f"repartition {self.name!r}: the partial aggregate of key "
+                             f"{key!r} crosses it as JSON, and {exc}; aggregate to JSON "
+                             "values, or turn combining off (cache=False)") from exc
+        self.turn.sender.repartition(self.name, None, key, headers=(*headers, (PARTIAL, wired)),
+                                     timestamp=timestamp)
+
+
+class WindowedAggregate(Op):
+    """Grouped records folded per key and window in a ``WindowedTable``; emits its
+    results keyed by ``Windowed(key, start, end)``, stamped with the window's end - 1
+    (the last instant it covers), once per window a batch changed. Records without a
+    timestamp fail the turn. Never combined before a repartition: which window a
+    record lands in, and whether it is late, depend on the stream time of the stage
+    that counts it."""
+
+    __slots__ = ("table",)
+
+    def __init__(self, table: WindowedTable) -> None:
+        super().__init__()
+        self.table = table
+
+    def push(self, records: Records) -> None:
+        results = self.table.update((r[0], r[2], r[1]) for r in records
+                                    if r[0] is not None and r[1] is not None)
+        self.emit([(Windowed(w.key, w.start, w.end), w.value, w.end - 1, ())
+                   for w in results])
+
+
+def windowed_table(context: Any, store: str, windows: WindowKind, aggregation: Aggregation,
+                   emit: str) -> WindowedTable:
+    """The ``WindowedTable`` a windowed aggregation keeps its windows in."""
+    return WindowedTable(context, store, windows, aggregation, emit=emit)  # type: ignore[arg-type]

@@ -1,0 +1,137 @@
+"""Stateless operators fused into one pass: a run of ``filter``, ``map``, ``map_values``,
+``flat_map``... (and the ``to`` or repartition that may end it) is one ``Chain``, a loop
+over the batch's records compiled once per stage from the steps' code, so a record
+costs the user's functions and no list, tuple or call per step in between.
+
+Only fixed templates and step numbers go into the compiled source; the user's
+functions and the topic names are values of its namespace, never text.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from types import CodeType
+from typing import Any, Literal
+
+from kasper_py.dsl._ops import Op, Records, Turn
+from kasper_py.message import Message
+
+StepKind = Literal["pass", "filter", "filter_not", "map", "map_values", "select_key",
+                   "flat_map", "flat_map_values", "peek"]
+SinkKind = Literal["topic", "repartition"]
+
+_CODE: dict[str, tuple[str, bool, bool]] = {
+    "filter": ("if not f{i}({k}, {v}):\n    continue", False, False),
+    "filter_not": ("if f{i}({k}, {v}):\n    continue", False, False),
+    "map": ("k{i}, v{i} = f{i}({k}, {v})", True, True),
+    "map_values": ("v{i} = f{i}({v})", False, True),
+    "select_key": ("k{i} = f{i}({k}, {v})", True, False),
+    "flat_map": ("for k{i}, v{i} in f{i}({k}, {v}):", True, True),
+    "flat_map_values": ("for v{i} in f{i}({v}):", False, True),
+    "peek": ("f{i}({k}, {v})", False, False),
+}
+"""Each step's code on the record's key and value (``{k}``, ``{v}``: the names the
+steps before gave them; ``t`` timestamp, ``h`` headers), and whether it names a new
+key and value (``k{i}``, ``v{i}``: a name per step, so nothing a step binds in a
+``flat_map``'s loop leaks into the loop's next record). A line ending in ``:`` opens
+a loop the rest of the chain runs in."""
+_SINKS: dict[str, str] = {
+    "topic": "out(target, {v}, {k}, headers=h or None, timestamp=t)",
+    "repartition": "if {k} is not None:\n    out(target, {v}, {k}, headers=h or None, "
+                   "timestamp=t)",
+    "": "out(({k}, {v}, t, h))",
+}
+"""The chain's last line: ``Sender.send`` to a topic; ``Sender.repartition`` (a ``None``
+key has no partition to go to and is dropped, as Kafka Streams drops it); or the
+record appended to the list handed to the chain's children."""
+
+
+@dataclass(frozen=True)
+class Step:
+    """One stateless operator as declared: its kind and the user's function."""
+
+    kind: StepKind
+    function: Callable[..., Any] | None = None
+
+
+@dataclass(frozen=True)
+class Sink:
+    """Where a chain ending in ``to`` or a repartition sends its records."""
+
+    kind: SinkKind
+    target: str
+
+
+def compile_chain(steps: Sequence[Step], sink: Sink | None, *, messages: bool = False
+                  ) -> Callable[[Any, Any], None]:
+    """``run(records, out)``: the steps over each record in one loop, then the sink's
+    line with ``out`` (``send``, ``repartition``, or a list's ``append``). With
+    ``messages`` it loops over ``Message``s, taking their key, value, timestamp and
+    headers as they are (no record built per message)."""
+    kinds = tuple(step.kind for step in steps)
+    namespace: dict[str, Any] = {"target": sink.target if sink else None}
+    namespace.update((f"f{i}", step.function) for i, step in enumerate(steps))
+    exec(_code(kinds, sink.kind if sink else "", messages), namespace)  # see the docstring
+    run: Callable[[Any, Any], None] = namespace["run"]
+    return run
+
+
+@functools.cache
+def _code(kinds: tuple[StepKind, ...], sink: str, messages: bool) -> CodeType:
+    """The compiled loop of a chain of step ``kinds`` (compiled once per shape)."""
+    unpack = "_, _, _, k, v, t, h, _" if messages else "k, v, t, h"
+    lines, depth = ["def run(records, out):", f"    for {unpack} in records:"], 2
+    names = {"k": "k", "v": "v"}
+    for i, kind in enumerate(kinds):
+        if kind == "pass":
+            continue
+        code, new_key, new_value = _CODE[kind]
+        lines += _indented(code.format(i=i, **names), depth)
+        depth += lines[-1].endswith(":")
+        names = {"k": f"k{i}" if new_key else names["k"],
+                 "v": f"v{i}" if new_value else names["v"]}
+    lines += _indented(_SINKS[sink].format(**names), depth)
+    title = " -> ".join(kind for kind in kinds if kind != "pass") or "pass"
+    return compile("\n".join(lines), f"<dsl chain: {title}>", "exec")
+
+
+def _indented(code: str, depth: int) -> list[str]:
+    return ["    " * depth + line for line in code.splitlines()]
+
+
+class Chain(Op):
+    """A run of stateless steps as one operator: one loop per batch; ``serial``: its
+    records go on one at a time (its children's paths meet again: ``_graph``)."""
+
+    __slots__ = ("run", "run_messages", "serial", "sink", "turn")
+
+    def __init__(self, turn: Turn, steps: Sequence[Step], sink: Sink | None, *,
+                 serial: bool = False) -> None:
+        super().__init__()
+        self.turn, self.sink, self.serial = turn, sink, serial
+        self.run = compile_chain(steps, sink)
+        self.run_messages = compile_chain(steps, sink, messages=True)
+
+    def push(self, records: Records) -> None:
+        self._loop(self.run, records)
+
+    def push_messages(self, messages: list[Message]) -> None:
+        """``push`` for a source's messages, the chain's first operator reading them."""
+        self._loop(self.run_messages, messages)
+
+    def _loop(self, run: Callable[[Any, Any], None], records: Any) -> None:
+        sink = self.sink
+        if sink is None:
+            out: Records = []
+            run(records, out.append)
+            if self.serial:
+                for record in out:
+                    self.emit([record])
+            else:
+                self.emit(out)
+        elif sink.kind == "topic":
+            run(records, self.turn.sender.send)
+        else:
+            run(records, self.turn.sender.repartition)
