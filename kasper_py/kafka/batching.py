@@ -101,7 +101,8 @@ class Collector:
         """Records that make a full batch."""
         self.max_bytes: int | None = None
         """Bytes (keys and values, by ``weigh``) that make a full batch; ``None``: any.
-        The consume that reaches it is kept whole."""
+        Each consume asks for what the bytes left hold at the batch's bytes per record
+        so far, and the one that reaches it is kept whole."""
         self.linger = linger
         """Seconds a batch waits for more once its first record is in; ``None``: it
         waits out ``batch_wait`` from its first consume."""
@@ -130,14 +131,23 @@ class Collector:
             remaining = self._deadline - clock()
             if remaining < _TICK:  # a shorter consume would not wait: it would spin
                 if self.linger is not None and records:  # what is fetched comes along
-                    self._add(self.size - len(records), 0)
+                    self._add(self._room(), 0)
                 return True
             wait = remaining if step is None else min(step, remaining)
             if self.linger is not None and not records:
                 self._first(wait)
             else:
-                self._add(self.size - len(records), wait)
+                self._add(self._room(), wait)
         return True
+
+    def _room(self) -> int:
+        """Records the batch may still take: up to ``size``, and with ``max_bytes`` about
+        what the bytes left hold at the bytes per record gathered so far."""
+        room = self.size - len(self.records)
+        if self.max_bytes is not None and self.bytes:
+            left = (self.max_bytes - self.bytes) * len(self.records) // self.bytes
+            room = min(room, max(1, left))
+        return room
 
     def _first(self, wait: float) -> None:
         """Wait up to ``wait`` for a first record (a consume of one returns as soon as

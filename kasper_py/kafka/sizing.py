@@ -104,13 +104,15 @@ class BatchController:
     @property
     def ceiling(self) -> int:
         """The most records a batch may take now: ``largest``, less when the last turn's
-        pace or the input's bytes per record allow fewer; never under ``smallest``."""
+        pace (never under ``smallest``) or the input's bytes per record (never under one
+        record) allow fewer."""
         most = self.largest
         if self.record_seconds:
-            most = min(most, int(BACKLOG_TURN * self.max_latency / self.record_seconds))
+            paced = int(BACKLOG_TURN * self.max_latency / self.record_seconds)
+            most = min(most, max(self.smallest, paced))
         if self.max_bytes is not None and self.record_bytes:
-            most = min(most, int(self.max_bytes / self.record_bytes))
-        return max(self.smallest, most)
+            most = min(most, max(1, int(self.max_bytes / self.record_bytes)))
+        return most
 
     def observe(self, taken: int, waiting: int | None, seconds: float) -> int:
         """Learn from a finished turn: it took ``taken`` records, ``waiting`` more were

@@ -80,6 +80,16 @@ def test_a_backlog_of_large_records_is_bounded_in_bytes() -> None:
     assert controller.observe(controller.size, 1_000_000, turn(controller.size)) == 50_000
 
 
+def test_records_larger_than_the_bytes_allow_go_under_the_smallest_batch() -> None:
+    """Records of 8 MiB under a 16 MiB bound: two a batch, under light input too; the
+    smallest batch does not override the bytes."""
+    controller = BatchController(TARGET, largest=20_000, largest_bytes=16 * 2**20)
+    for _ in range(40):
+        controller.weigh(10, 10 * 8 * 2**20)
+    assert controller.observe(100, 1_000_000, turn(100)) == 2
+    assert controller.observe(1, 0, FAST) == 2
+
+
 def test_light_input_shrinks_the_batch_toward_twice_what_arrives() -> None:
     """Turns that take few records halve the batch each time, down to twice what a
     turn took, never under the smallest."""
@@ -288,11 +298,11 @@ def test_max_latency_from_the_environment_and_the_command_line() -> None:
 
 
 def test_batch_size_none_is_chosen_by_the_batching_mode() -> None:
-    """batch_size defaults to None: 50,000 at most with a latency target, Kasper's 1,000
+    """batch_size defaults to None: 20,000 at most with a latency target, Kasper's 1,000
     with classic batches; a batch_size given is the largest batch in both."""
     base = {"name": "p", "bootstrap_servers": "b:1", "input_topics": ["t"]}
     assert Config(**base).batch_size is None
-    assert Config(**base).largest_batch == 50_000
+    assert Config(**base).largest_batch == 20_000
     assert Config(**base, max_latency=None).largest_batch == 1_000
     assert Config(**base, batch_size=7).largest_batch == 7
     assert Config(**base, batch_size=7, max_latency=None).largest_batch == 7

@@ -93,21 +93,22 @@ def test_gathering_ahead_reports_a_full_batch() -> None:
     assert len(collector.take()) == 10
 
 
-def test_collect_releases_at_max_bytes_keeping_the_last_consume_whole() -> None:
+def test_collect_releases_at_max_bytes_asking_for_what_the_bytes_left_hold() -> None:
     """With ``weigh``, a batch is also full once its records' keys and values reach
-    ``max_bytes``: the consume that reaches it is kept whole, and no other follows."""
+    ``max_bytes``: after the first consume each asks for what the bytes left hold at
+    the bytes per record so far (one at least), and no other follows."""
     clock = FakeClock()
     calls: list[int] = []
 
     def consume(max_count: int, timeout: float) -> list[RawMessage]:
         calls.append(max_count)
-        return [raw("t", 0, n, value=b"x" * 1000) for n in range(3)]
+        return [raw("t", 0, n, value=b"x" * 1000) for n in range(min(max_count, 3))]
 
     collector = Collector(consume, 1000, 1.0, clock, weigh=SampledBytes())
-    collector.max_bytes = 5_000
+    collector.max_bytes = 5_500
     assert collector.gather()
     assert collector.full and collector.bytes == 6_000
-    assert len(collector.take()) == 6 and calls == [1000, 997]
+    assert len(collector.take()) == 6 and calls == [1000, 2, 1]
     assert collector.bytes == 0  # the next batch starts unweighed
 
 
