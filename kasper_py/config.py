@@ -36,7 +36,7 @@ __all__ = ["Config", "OutputTopic"]
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _MAX_BATCH = 1_000_000  # confluent-kafka's cap on one consume() call
-_AUTO_BATCH = 50_000
+_AUTO_BATCH = 20_000
 """``batch_size=None`` with a latency target: the most messages a batch may take."""
 _CLASSIC_BATCH = 1_000
 """``batch_size=None`` with classic batches (``max_latency=None``): Kasper's batch."""
@@ -77,7 +77,7 @@ class Config:
     rebalances), so processes can come and go; the same partition number of every input
     topic goes to one member."""
     batch_size: int | None = None
-    """The largest batch, in messages. ``None`` (the default) chooses: 50,000 with a
+    """The largest batch, in messages. ``None`` (the default) chooses: 20,000 with a
     latency target, which sizes each batch itself below it (see ``max_latency``), and
     1,000 with Kasper's classic batches (``max_latency=None``), where a batch is
     released when it holds this many messages..."""
@@ -408,7 +408,7 @@ class Config:
     @property
     def largest_batch(self) -> int:
         """The most messages one batch may take: ``batch_size``, or when it is ``None``
-        50,000 with a latency target and 1,000 without. The Spark runners, which read
+        20,000 with a latency target and 1,000 without. The Spark runners, which read
         history in fixed batches, take this many at a time."""
         if self.batch_size is not None:
             return self.batch_size

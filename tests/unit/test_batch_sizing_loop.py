@@ -134,14 +134,14 @@ def run(times: Sequence[float], cost: float, value: bytes = b"v" * 100,
 # -- under a backlog ------------------------------------------------------------------
 
 def test_a_backlog_grows_batches_past_kaspers_1000_to_the_largest_batch() -> None:
-    """120,000 records waiting, at 1 µs a record, with the defaults: the first batch is
-    the controller's smallest, the next jumps to what waits, held at 50,000 records
+    """60,000 records waiting, at 1 µs a record, with the defaults: the first batch is
+    the controller's smallest, the next jumps to what waits, held at 20,000 records
     (``Config.largest_batch``): far past the 1,000 of Kasper's classic batches."""
-    turns, _ = run([0.0] * 120_000, cost=1e-6)
+    turns, _ = run([0.0] * 60_000, cost=1e-6)
     assert turns.lengths[0] == 100
-    assert max(turns.lengths) == 50_000 == Config(
+    assert max(turns.lengths) == 20_000 == Config(
         name="n", bootstrap_servers="b", input_topics=["t"]).largest_batch
-    assert all(target is not None and 100 <= target <= 50_000 for target in turns.targets)
+    assert all(target is not None and 100 <= target <= 20_000 for target in turns.targets)
     assert len(turns.lengths) <= 5
 
 
