@@ -44,7 +44,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import structlog
@@ -173,9 +173,11 @@ def row_line(result: Mapping[str, Any]) -> str:
             f"  outputs {result['outputs']:>9,}")
 
 
-def ratio_lines(best: Mapping[str, Mapping[str, Any]]) -> Iterator[str]:
-    """Every row's msgs/s against its work's tuned row and the ceiling; then the ratios
-    with a target."""
+def ratio_lines(results: Mapping[str, Sequence[Mapping[str, Any]]],
+                best: Mapping[str, Mapping[str, Any]]) -> Iterator[str]:
+    """Every row's best msgs/s against its work's tuned row and the ceiling; then the
+    ratios with a target, of the best rounds and of each round (rows run side by side,
+    so a round's ratio saw one machine)."""
     yield f"  {'row':28} {'x tuned':>8} {'x ceiling':>10}"
     ceiling = best.get("ceiling-deep", {}).get("msgs_per_s")
     for name, result in best.items():
@@ -186,7 +188,10 @@ def ratio_lines(best: Mapping[str, Mapping[str, Any]]) -> Iterator[str]:
     for top, bottom, target in RATIOS:
         if top in best and bottom in best:
             ratio = best[top]["msgs_per_s"] / best[bottom]["msgs_per_s"]
-            yield f"  {top} / {bottom}: {ratio:5.2f}  (target {target or 'none'})"
+            rounds = ", ".join(f"{a['msgs_per_s'] / b['msgs_per_s']:.2f}"
+                               for a, b in zip(results[top], results[bottom], strict=True))
+            yield (f"  {top} / {bottom}: {ratio:5.2f}, by round {rounds}  "
+                   f"(target {target or 'none'})")
 
 
 def parse_args() -> argparse.Namespace:
@@ -245,7 +250,7 @@ def main() -> None:
     best = {row: max(runs, key=lambda r: r["msgs_per_s"]) for row, runs in results.items()}
     print(f"best of {args.rounds} round(s):")
     print("\n".join(row_line(result) for result in best.values()))
-    print("\n".join(ratio_lines(best)))
+    print("\n".join(ratio_lines(results, best)))
     print(f"load average after the run {os.getloadavg()[0]:.2f}")
 
 
