@@ -37,6 +37,17 @@ class Targets(NoopObserver):
                               for m in messages))
 
 
+def run_observed(cfg: Config, output: str) -> Targets:
+    """Run an ``Upper`` loop until caught up; what each of its turns took."""
+    observer = Targets()
+    processor = TopicProcessor(cfg, lambda c: Upper(c, output), observer=observer)
+    try:
+        processor.run_loop(until_caught_up=True)
+    finally:
+        processor.close()
+    return observer
+
+
 def produce_input(kafka, source: str, per_partition: int) -> dict[int, list[bytes]]:
     sent = {p: [b"p%d-m%d" % (p, i) for i in range(per_partition)] for p in range(PARTITIONS)}
     for p, values in sent.items():
@@ -57,12 +68,7 @@ def test_max_latency_loop_outputs_everything_once_and_commits_the_end(
     name = unique_name("adaptive")
     cfg: Config = config(bootstrap, name, [source], max_latency=0.05, batch_size=1_000,
                          assignment=assignment)
-    observer = Targets()
-    processor = TopicProcessor(cfg, lambda c: Upper(c, output), observer=observer)
-    try:
-        processor.run_loop(until_caught_up=True)
-    finally:
-        processor.close()
+    observer = run_observed(cfg, output)
     received = kafka.read_all(output)
     assert Counter((m.partition(), m.value()) for m in received) == Counter(
         (p, v.upper()) for p, values in sent.items() for v in values)
@@ -108,12 +114,7 @@ def test_defaults_grow_a_backlogs_batches_past_kaspers_1000(bootstrap, new_topic
     sent = produce_input(kafka, source, 10_000)
     name = unique_name("adaptive-defaults")
     cfg: Config = config(bootstrap, name, [source], batch_size=None, batch_wait=1.0)
-    observer = Targets()
-    processor = TopicProcessor(cfg, lambda c: Upper(c, output), observer=observer)
-    try:
-        processor.run_loop(until_caught_up=True)
-    finally:
-        processor.close()
+    observer = run_observed(cfg, output)
     assert Counter(m.value() for m in kafka.read_all(output)) == Counter(
         v.upper() for values in sent.values() for v in values)
     assert kafka.committed(name, source, PARTITIONS) == dict.fromkeys(range(PARTITIONS), 10_000)
@@ -129,12 +130,7 @@ def test_large_records_make_batches_bounded_in_bytes(bootstrap, new_topic, kafka
     kafka.produce(source, values)
     name = unique_name("adaptive-bytes")
     cfg: Config = config(bootstrap, name, [source], batch_size=None, batch_bytes=2**20)
-    observer = Targets()
-    processor = TopicProcessor(cfg, lambda c: Upper(c, output), observer=observer)
-    try:
-        processor.run_loop(until_caught_up=True)
-    finally:
-        processor.close()
+    observer = run_observed(cfg, output)
     assert [m.value() for m in kafka.read_all(output)] == [v.upper() for v in values]
     assert kafka.committed(name, source) == {0: 3_000}
     assert max(observer.bytes) <= 2**20
