@@ -150,9 +150,10 @@ default 50 ms), at the last turn's pace. It keeps a slow processor's turns short
 1 ms a record, batches of 500: half Kasper's classic 1,000) and leaves room for work
 whose cost per record falls as its batch grows (a word count sends each word's total
 once a batch, so its pace on small batches is slow, which kept them small): measured
-(bench_defaults.py, the 2-core machine under load), four targets held its batches at
-1,500 to 7,000 lines (0.59x the word count at batch_size=10,000), ten let them reach
-25,000 (1.38x)."""
+(bench_defaults.py, the 2-core machine under load, 2026-11-26), four targets held its
+batches at 1,500 to 7,000 lines (0.59x the word count at batch_size=10,000); with ten
+they grow to the largest batch (12,500 to 15,400 lines a turn on average, the ramp from
+100 included: 0.92x to 1.49x)."""
 _LINGER_PARTS = 5
 """The longest linger is ``max_latency`` divided by this. Measured (bench_latency.py,
 4 partitions, max_latency=0.05, a quiet 2-core machine): a fifth against a tenth takes
