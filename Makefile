@@ -43,6 +43,7 @@ test: stack lint
 
 bench: stack
 	$(BIN)/python bench/bench_passthrough.py
+	$(BIN)/python bench/bench_defaults.py
 	$(BIN)/python bench/bench_stores.py
 	$(BIN)/python bench/bench_reprocess.py
 	$(BIN)/python bench/bench_stream.py

@@ -1,7 +1,8 @@
-"""End-to-end latency of a paced input through TopicProcessor: with Kasper's classic
-fixed batches (``max_latency=None``, row ``classic``), with the defaults (a 50 ms latency
-target, row ``default``) and with ``--max-latency`` at ``--batch-size`` (row
-``max_latency``); and what the latency target costs at saturation.
+"""End-to-end latency of a paced input through TopicProcessor: with the defaults (row
+``default``: a 50 ms latency target, batches sized by the loop), with Kasper's classic
+fixed batches (``max_latency=None``, batch_size 1,000: row ``classic``) and, on request,
+with ``--max-latency`` (row ``max_latency``). What the defaults do through a backlog,
+against the best-tuned batches, is bench_defaults.py's.
 
 Latency rows: a producer in its own process writes ``--rates`` messages per second
 (100-byte values, dealt round-robin over the partitions) for ``--seconds``; a
@@ -12,16 +13,12 @@ log-append time minus its input's create time (both in the broker's clock: one h
 the create time is also written, in microseconds, at the start of the value, which is
 what is read back. Each row reports p50, p99 and max over every message, and the CPU
 seconds (user + system, every thread) the loop process used from its start to its
-stop. The loop is stopped once every message is in the output.
-
-Saturation rows: 1M messages are preloaded, then read by bench_passthrough.py's
-kasper child with batch_size 10,000 (the batch-10,000 figure) and with max_latency at
-the same batch_size ceiling, and their msgs/s ratio is printed. A benchmark, not a
-test: targets (p99 <= 30 ms at 10k msg/s with max_latency=0.05; saturation ratio
->= 0.9) are printed beside the figures, never asserted.
+stop. The loop is stopped once every message is in the output. A benchmark, not a
+test: the target (p99 <= 20 ms at 1,000 and 10,000 msg/s with the defaults) is printed
+beside the figures, never asserted.
 
     python bench/bench_latency.py
-    python bench/bench_latency.py --seconds 10 --rates 10000 --messages 300000
+    python bench/bench_latency.py --seconds 10 --rates 10000 --settings default
 """
 
 from __future__ import annotations
@@ -39,8 +36,8 @@ import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from bench_passthrough import Row, cpu_seconds, run_child
-from benchkit import Passthrough, arguments, create_topics, delete_topics, fill, payloads
+from bench_passthrough import cpu_seconds
+from benchkit import Passthrough, arguments, create_topics, delete_topics
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
 STAMP = 16
@@ -51,7 +48,7 @@ LOOP_READY = "loop-ready"
 def settings(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     """Config keyword arguments of each latency setting, by its row name."""
     return {"classic": {"max_latency": None}, "default": {},
-            "max_latency": {"max_latency": args.max_latency, "batch_size": args.batch_size}}
+            "max_latency": {"max_latency": args.max_latency}}
 
 
 # -- the child processes ----------------------------------------------------------------
@@ -127,7 +124,7 @@ def loop_child(args: argparse.Namespace) -> None:
 def child_command(args: argparse.Namespace, role: str, **more: Any) -> list[str]:
     command = [sys.executable, __file__, "--role", role, "--bootstrap", args.bootstrap,
                "--partitions", str(args.partitions), "--size", str(args.size),
-               "--max-latency", str(args.max_latency), "--batch-size", str(args.batch_size)]
+               "--max-latency", str(args.max_latency)]
     if args.trace:
         command += ["--trace", args.trace]
     for key, value in more.items():
@@ -216,33 +213,6 @@ def percentiles(millis: Sequence[float]) -> dict[str, float]:
             "max_ms": ordered[-1]}
 
 
-# -- saturation ---------------------------------------------------------------------------
-
-
-def saturation(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
-    """msgs/s over ``args.messages`` preloaded messages: batch_size alone, and
-    max_latency at the same batch_size ceiling (bench_passthrough's kasper child)."""
-    source = f"bench-lat-sat-{uuid.uuid4().hex[:8]}"
-    create_topics(args.bootstrap, [source], args.partitions)
-    results: dict[str, dict[str, Any]] = {}
-    try:
-        fill(args.bootstrap, source, args.partitions, payloads(args.messages, args.size))
-        passthrough = argparse.Namespace(bootstrap=args.bootstrap, messages=args.messages,
-                                         partitions=args.partitions,
-                                         max_latency=args.max_latency)
-        for _ in range(args.rounds):
-            for setting in ("own", "latency"):
-                result = run_child(Row("kasper", setting, args.batch_size), passthrough, source)
-                best = results.get(setting)
-                if best is None or result["msgs_per_s"] > best["msgs_per_s"]:
-                    results[setting] = result
-                print(f"  saturation {result['row']:24} {result['msgs_per_s']:>10,.0f} msgs/s"
-                      f"  CPU {result['cpu_s']:6.2f} s", flush=True)
-    finally:
-        delete_topics(args.bootstrap, [source])
-    return results
-
-
 # -- the report -----------------------------------------------------------------------
 
 
@@ -255,35 +225,23 @@ def table_lines(rows: Sequence[Mapping[str, Any]]) -> Iterator[str]:
                f" {row['cpu_s']:>10.2f} {row['turns']:>7,}")
 
 
-def saturation_lines(args: argparse.Namespace,
-                     results: Mapping[str, Mapping[str, Any]]) -> Iterator[str]:
-    own, adaptive = results["own"], results["latency"]
-    yield f"saturation, {args.messages:,} messages, best of {args.rounds}:"
-    yield (f"  batch_size={args.batch_size:,}: {own['msgs_per_s']:,.0f} msgs/s, "
-           f"CPU {own['cpu_s_per_million']:.2f} s/1M")
-    yield (f"  max_latency={args.max_latency}, batch_size={args.batch_size:,}: "
-           f"{adaptive['msgs_per_s']:,.0f} msgs/s, CPU {adaptive['cpu_s_per_million']:.2f} s/1M")
-    yield (f"  ratio {adaptive['msgs_per_s'] / own['msgs_per_s']:.2f} (target >= 0.9)")
-
-
 def parse_args() -> argparse.Namespace:
-    parser = arguments(__doc__.splitlines()[0], messages=1_000_000, partitions=4, rounds=1)
-    parser.add_argument("--seconds", type=float, default=30.0,
+    parser = arguments(__doc__.splitlines()[0], messages=1_000_000, partitions=4, rounds=1,
+                       batch_size=None)
+    parser.add_argument("--seconds", type=float, default=20.0,
                         help="how long the paced producer writes, per row")
-    parser.add_argument("--rates", default="1000,10000,50000",
+    parser.add_argument("--rates", default="1000,10000",
                         type=lambda text: [int(rate) for rate in text.split(",")],
                         help="comma list of messages per second")
     parser.add_argument("--max-latency", type=float, default=0.05,
                         help="Config.max_latency of the max_latency rows, seconds")
-    parser.add_argument("--settings", default="classic,default,max_latency",
+    parser.add_argument("--settings", default="default,classic",
                         type=lambda text: text.split(","),
-                        help="latency rows to run: default, max_latency")
+                        help="latency rows to run: default, classic, max_latency")
     parser.add_argument("--size", type=int, default=100, help="bytes per message value")
     parser.add_argument("--trace", metavar="FILE",
                         help="append every turn of the latency rows to FILE as a JSON line: "
                              "its batch, batch size target and step milliseconds")
-    parser.add_argument("--no-saturation", action="store_true",
-                        help="skip the saturation rows")
     for internal in ("--role", "--setting", "--rate"):  # set for the child processes
         parser.add_argument(internal, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -303,8 +261,7 @@ def main() -> None:
         return
     print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}; "
           f"{args.partitions} partitions, {args.size}-byte values, {args.seconds:g} s a row; "
-          f"max_latency rows: max_latency={args.max_latency}, batch_size={args.batch_size:,}",
-          flush=True)
+          f"max_latency rows: max_latency={args.max_latency}", flush=True)
     rows = []
     for rate in args.rates:
         for setting in args.settings:
@@ -312,9 +269,7 @@ def main() -> None:
             print(list(table_lines(rows))[-1], flush=True)
     print("end-to-end latency (input create time to output log-append time):")
     print("\n".join(table_lines(rows)))
-    print(f"  target: p99 <= 30 ms at 10,000 msg/s with max_latency={args.max_latency}")
-    if not args.no_saturation:
-        print("\n".join(saturation_lines(args, saturation(args))))
+    print("  target: p99 <= 20 ms at 1,000 and 10,000 msg/s with the defaults")
     print(f"load average after the run {os.getloadavg()[0]:.2f}")
 
 

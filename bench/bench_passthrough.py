@@ -26,9 +26,10 @@ settings (the consumer's prefetch keys, the ones in ``DEEP``)
     ``librdkafka``  librdkafka's defaults; kasper gets them back as consumer_overrides,
                     so it is measured at the same fetch limits as the raw loop.
     ``deep``        ``DEEP``, given to every kind's consumer.
-    ``own``         kasper only: kasper_py's own Config defaults, no overrides.
-    ``latency``     kasper only: its own defaults with ``max_latency`` (``--max-latency``,
-                    0.05 s); bench_latency.py runs it, beside ``own``.
+    ``own``         kasper only: kasper_py's own consumer settings, no overrides, in
+                    classic batches of the row's size (``max_latency=None``), so every
+                    row takes the same batches. bench_defaults.py measures the Config
+                    defaults themselves (batches sized for a latency target).
 
 The ceiling runs at the largest batch size only. Each child reports msgs/s and wall
 seconds, client CPU seconds (user+sys of its own process, all threads included, from
@@ -290,9 +291,7 @@ def kasper_loop(row: Row, args: argparse.Namespace) -> list[float]:
 
     config = Config(name=f"bench-{uuid.uuid4()}", bootstrap_servers=args.bootstrap,
                     input_topics=[args.source], batch_size=row.batch_size, batch_wait=1.0,
-                    consumer_overrides=row.consumer_settings(),
-                    max_latency=args.max_latency if row.settings == "latency"
-                    else None,
+                    consumer_overrides=row.consumer_settings(), max_latency=None,
                     processing_guarantee="exactly_once" if row.exactly_once else "at_least_once")
     observer = StopWhenDone()
     processor = TopicProcessor(config, lambda _c: Passthrough(output), observer=observer)
@@ -346,8 +345,7 @@ def run_child(row: Row, args: argparse.Namespace, source: str) -> dict[str, Any]
     if row.kind != "ceiling":
         create_topics(args.bootstrap, [output], args.partitions)
     cmd = [sys.executable, __file__, "--child", row.name, "--bootstrap", args.bootstrap,
-           "--source", source, "--output", output, "--messages", str(args.messages),
-           "--max-latency", str(args.max_latency)]
+           "--source", source, "--output", output, "--messages", str(args.messages)]
     try:
         result = subprocess.run(cmd, check=True, capture_output=True, text=True)
     except subprocess.CalledProcessError as exc:
@@ -462,8 +460,6 @@ def parse_args() -> argparse.Namespace:
                         type=lambda text: [int(size) for size in text.split(",")])
     parser.add_argument("--only", type=lambda text: text.split(","),
                         help="comma list of row names to run, e.g. kasper-deep-10000")
-    parser.add_argument("--max-latency", type=float, default=0.05,
-                        help="Config.max_latency of the kasper-latency rows, seconds")
     parser.add_argument("--child", help=argparse.SUPPRESS)  # the row a child process runs
     args = parser.parse_args()
     if set(DEEP) != set(LIBRDKAFKA_DEFAULTS):

@@ -28,12 +28,19 @@ import sys
 import tempfile
 import time
 import uuid
-from collections import Counter
 from typing import Any
 
 import redis
 import structlog
-from benchkit import StopWhenDone, arguments, commit_latency, create_topics, delete_topics, fill
+from benchkit import (
+    StopWhenDone,
+    WordCount,
+    arguments,
+    commit_latency,
+    create_topics,
+    delete_topics,
+    fill,
+)
 from confluent_kafka.admin import AdminClient
 
 from kasper_py import Config, Message, MessageProcessor, ProcessorContext, Sender, TopicProcessor
@@ -65,21 +72,6 @@ class Passthrough(MessageProcessor):
         send = sender.send
         for m in messages:
             send(self.output, m.value, m.key, m.partition)
-
-
-class WordCount(MessageProcessor):
-    def __init__(self, context: ProcessorContext, output: str) -> None:
-        self.counts = context.store("counts")
-        self.output = output
-
-    def process(self, messages: list[Message], sender: Sender) -> None:
-        batch = Counter(word for m in messages for word in m.value.split())
-        totals = self.counts.get_many(batch)
-        for word, count in batch.items():
-            totals[word] = totals.get(word, 0) + count
-        self.counts.put_many(totals)
-        for word, total in totals.items():
-            sender.send(self.output, str(total), key=word)
 
 
 def store_spec(kind: str, args: argparse.Namespace) -> StoreSpec:

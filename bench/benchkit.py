@@ -13,6 +13,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -20,7 +21,7 @@ import structlog
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from kasper_py import Message, MessageProcessor, Sender, TopicProcessor
+from kasper_py import Message, MessageProcessor, ProcessorContext, Sender, TopicProcessor
 from kasper_py.observability.observe import NoopObserver, TurnStats
 
 CHUNK = 10_000
@@ -83,6 +84,28 @@ class Passthrough(MessageProcessor):
         send, output = sender.send, self.output
         for m in messages:
             send(output, m.value, m.key, m.partition)
+
+
+class WordCount(MessageProcessor):
+    """Adds each batch's words to the table ``counts`` (one ``get_many``, one
+    ``put_many``) and sends each changed total on, keyed by its word, once a batch; the
+    outputs it sent are in ``sent``."""
+
+    def __init__(self, context: ProcessorContext, output: str) -> None:
+        self.counts = context.store("counts")
+        self.output = output
+        self.sent = 0
+
+    def process(self, messages: list[Message], sender: Sender) -> None:
+        batch = Counter(word for m in messages for word in m.value.split())
+        totals = self.counts.get_many(batch)
+        for word, count in batch.items():
+            totals[word] = totals.get(word, 0) + count
+        self.counts.put_many(totals)
+        send, output = sender.send, self.output
+        for word, total in totals.items():
+            send(output, str(total), word)
+        self.sent += len(totals)
 
 
 class StopWhenDone(NoopObserver):

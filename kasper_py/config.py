@@ -36,6 +36,10 @@ __all__ = ["Config", "OutputTopic"]
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _MAX_BATCH = 1_000_000  # confluent-kafka's cap on one consume() call
+_AUTO_BATCH = 20_000
+"""``batch_size=None`` with a latency target: the most messages a batch may take."""
+_CLASSIC_BATCH = 1_000
+"""``batch_size=None`` with classic batches (``max_latency=None``): Kasper's batch."""
 DecodePolicy = Literal["fail", "skip", "dead_letter"]
 ProcessPolicy = Literal["fail", "dead_letter"]
 Guarantee = Literal["at_least_once", "exactly_once"]
@@ -72,20 +76,29 @@ class Config:
     joins the consumer group and owns what the group assigns it (incremental
     rebalances), so processes can come and go; the same partition number of every input
     topic goes to one member."""
-    batch_size: int = 1000
-    """The largest batch; with ``max_latency=None``, a batch is released when it holds
-    this many messages..."""
+    batch_size: int | None = None
+    """The largest batch, in messages. ``None`` (the default) chooses: 20,000 with a
+    latency target, which sizes each batch itself below it (see ``max_latency``), and
+    1,000 with Kasper's classic batches (``max_latency=None``), where a batch is
+    released when it holds this many messages..."""
     batch_wait: float = 1.0
     """...or when this many seconds have passed, whichever comes first. With a latency
     target, the longest wait for a first message while idle."""
     max_latency: float | None = 0.05
     """Seconds of end-to-end latency to aim for (50 ms by default). The loop sizes each
-    batch itself: under light input a batch is released a little after its first
-    message (at most a fifth of the target, less as turns take longer), and when
-    input backs up it grows up to ``batch_size`` for throughput (10,000 suits a busy
-    topic). The producer's ``linger.ms`` is lowered to suit (see ``to_producer_conf``).
-    ``None`` (``"none"`` in TOML, flags and variables): Kasper's classic batches of
-    ``batch_size`` or ``batch_wait``, the fewest turns (docs/performance.md compares)."""
+    batch itself (``kasper_py.kafka.sizing.BatchController``): under light input a batch
+    is released a little after its first message (at most a fifth of the target, less as
+    turns take longer); when input backs up it doubles, or jumps to what waits, for as
+    long as a turn stays within ten targets (0.5 s), up to ``batch_size`` messages and
+    ``batch_bytes``. The producer's ``linger.ms`` is lowered to suit (see
+    ``to_producer_conf``). ``None`` (``"none"`` in TOML, flags and variables): Kasper's
+    classic batches of ``batch_size`` or ``batch_wait``, the fewest turns under light
+    input (docs/performance.md compares)."""
+    batch_bytes: int = 16 * 1024 * 1024
+    """With a latency target, the largest batch in bytes of keys and values (16 MiB),
+    estimated from every eighth record as it is read: a batch is released once it holds
+    this much, and sized to hold about this much, so large messages make batches of
+    fewer. Classic batches (``max_latency=None``) count messages only."""
     auto_offset_reset: Literal["earliest", "latest"] = "earliest"
     """Where to start on a partition that has no committed offset."""
     key_serde: str | Serde = "bytes"
@@ -283,8 +296,13 @@ class Config:
 
     def _check_batching(self) -> None:
         size = self.batch_size
-        if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= _MAX_BATCH:
-            raise ConfigError("batch_size", f"must be an int in 1..{_MAX_BATCH}, got {size!r}")
+        if size is not None and (isinstance(size, bool) or not isinstance(size, int)
+                                 or not 1 <= size <= _MAX_BATCH):
+            raise ConfigError("batch_size", f"must be an int in 1..{_MAX_BATCH} or None "
+                              f"(chosen for you), got {size!r}")
+        limit = self.batch_bytes
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise ConfigError("batch_bytes", f"must be a positive int of bytes, got {limit!r}")
         for name in ("batch_wait", "delivery_timeout"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
@@ -386,6 +404,15 @@ class Config:
     def group_mode(self) -> bool:
         """True when ``assignment`` is ``group``."""
         return self.assignment == "group"
+
+    @property
+    def largest_batch(self) -> int:
+        """The most messages one batch may take: ``batch_size``, or when it is ``None``
+        20,000 with a latency target and 1,000 without. The Spark runners, which read
+        history in fixed batches, take this many at a time."""
+        if self.batch_size is not None:
+            return self.batch_size
+        return _CLASSIC_BATCH if self.max_latency is None else _AUTO_BATCH
 
     @property
     def partition_set(self) -> str:

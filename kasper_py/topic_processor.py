@@ -137,7 +137,7 @@ class TopicProcessor:
         with self._life.running():
             try:
                 self._start()
-                with paced_for(self.config.batch_size):
+                with paced_for(self.config.largest_batch):
                     self._loop(until_caught_up)
                 if self._life.closing.is_set():
                     self._shutdown()  # while running: close() waits for the clients

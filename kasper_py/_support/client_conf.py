@@ -19,6 +19,7 @@ __all__ = ["ClientSettings", "ClientValue", "admin_conf", "checked_overrides",
 ClientValue = str | int | float | bool
 
 _GROUP_TRANSACTION_TIMEOUT_MS = 10_000
+_MAX_QUEUE_KBYTES = 2_097_151  # librdkafka's largest queued.max.messages.kbytes
 # librdkafka keys (aliases included) that a Config field decides: an override naming
 # one is refused, so a setting is never silently replaced or dropped.
 _FIELD_KEYS = {
@@ -40,7 +41,9 @@ class ClientSettings(Protocol):
     @property
     def input_topics(self) -> Sequence[str]: ...
     @property
-    def batch_size(self) -> int: ...
+    def largest_batch(self) -> int: ...
+    @property
+    def batch_bytes(self) -> int: ...
     @property
     def max_latency(self) -> float | None: ...
     @property
@@ -63,7 +66,7 @@ class ClientSettings(Protocol):
     def transactional_id(self) -> str: ...
 
 
-def _prefetch(batch_size: int) -> dict[str, ClientValue]:
+def _prefetch(largest_batch: int, batch_bytes: int) -> dict[str, ClientValue]:
     """The consumer's prefetch, for a loop that takes thousands of records at a time.
 
     librdkafka fetches until a partition's local queue holds ``queued.min.messages``
@@ -71,11 +74,16 @@ def _prefetch(batch_size: int) -> dict[str, ClientValue]:
     ``fetch.queue.backoff.ms`` before fetching that partition again: 1 s by default, so a
     loop that drains the queue a batch at a time stalls on every refill. 10 ms keeps
     the queue topped up at the same memory bound (measured: 0.2M -> 0.95M records/s
-    consume-only, see bench/bench_passthrough.py). The bound stays librdkafka's: 64 MiB
-    of prefetched records, plus one fetch response."""
+    consume-only, see bench/bench_passthrough.py). The bound is librdkafka's 64 MiB of
+    prefetched records (plus one fetch response), or two of the largest batches in
+    bytes when ``batch_bytes`` is set above 32 MiB, so a full batch is ready when asked
+    for; the fetch sizes stay librdkafka's (``fetch.max.bytes`` 50 MiB,
+    ``max.partition.fetch.bytes`` 1 MiB a partition), which refill that queue faster
+    than the loop empties it."""
     return {"fetch.queue.backoff.ms": 10,
-            "queued.min.messages": max(100_000, batch_size),
-            "queued.max.messages.kbytes": 65_536}
+            "queued.min.messages": max(100_000, largest_batch),
+            "queued.max.messages.kbytes": min(_MAX_QUEUE_KBYTES,
+                                              max(65_536, 2 * batch_bytes // 1024))}
 
 
 def _linger_ms(max_latency: float) -> float:
@@ -106,7 +114,7 @@ def consumer_conf(config: ClientSettings) -> dict[str, ClientValue]:
         "enable.auto.offset.store": False,
         "isolation.level": "read_committed",
         "enable.partition.eof": False,
-        **_prefetch(config.batch_size),
+        **_prefetch(config.largest_batch, config.batch_bytes),
     }
     if config.group_mode:
         # members are told apart (kasper lag, offsets show) by their client id

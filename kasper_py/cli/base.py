@@ -96,10 +96,11 @@ _FLAG_HELP = {
     "output_topics": "comma-separated output topics to declare, NAME[:PARTITIONS] (created "
                      "with the input's partition count when none); see --create-topics",
     "group_id": "the processor's consumer group (default: the name)",
-    "batch_size": "messages per batch at most",
+    "batch_size": "messages per batch at most (default: 20,000 with a latency target, "
+                  "1,000 with --max-latency none)",
     "batch_wait": "seconds to wait for a batch to fill",
-    "max_latency": "seconds of end-to-end latency to size batches for (batch-size is then "
-                   "the largest batch)",
+    "max_latency": "seconds of end-to-end latency to size batches for (default 0.05; "
+                   "'none': classic batches of batch-size or batch-wait)",
     "metrics_port": "serve /metrics and /health on this port",
     "metrics_host": "the address the metrics server binds (default: 0.0.0.0)",
     "query_port": "serve the tables and views (/tables) on this port, apart from the "

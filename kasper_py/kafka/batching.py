@@ -1,6 +1,6 @@
-"""Turning polled records into a ``Batch``: released at ``batch_size`` or
-``batch_wait``, decoded, and grouped by partition number across input topics.
-No Kafka client is touched here; the consumer hands raw records in.
+"""Turning polled records into a ``Batch``: gathered until full (the records, or bytes,
+``sizing`` allows) or ``batch_wait`` is over, decoded, and grouped by partition number
+across input topics. No Kafka client is touched here; the consumer hands raw records in.
 """
 
 from __future__ import annotations
@@ -18,8 +18,7 @@ from kasper_py.exceptions import ConsumeError, OffsetError, SerdeError
 from kasper_py.message import Message, TopicPartitionKey
 from kasper_py.serdes import Serde, bound_to
 
-__all__ = ["Batch", "BatchController", "Collector", "OffsetRange", "build_batch", "decode_batch"]
-
+__all__ = ["Batch", "Collector", "OffsetRange", "build_batch", "decode_batch"]
 
 
 @dataclass
@@ -81,32 +80,43 @@ millisecond of every linger and ``batch_wait`` cost hundreds of empty consumes).
 
 class Collector:
     """Gathers the raw records of the next batch, over one call or several: a batch is
-    released at ``size`` records or ``batch_wait`` seconds after its first consume,
-    whichever comes first. The loop gathers ahead while a turn's acks are outstanding
-    (``until``), then finishes the batch when the turn is done.
+    released at ``size`` records (or, with ``weigh``, ``max_bytes`` bytes of keys and
+    values) or ``batch_wait`` seconds after its first consume, whichever comes first.
+    The loop gathers ahead while a turn's acks are outstanding (``until``), then
+    finishes the batch when the turn is done.
 
-    With a ``linger`` (``Config.max_latency``; the loop sets it and ``size`` from a
-    ``BatchController`` before each batch) a batch waits ``batch_wait`` at most for its
-    first record, then ``linger`` seconds at most for more, and on release takes
-    whatever else the client has already fetched, without waiting."""
+    With a ``linger`` (``Config.max_latency``; the loop sets it, ``size`` and
+    ``max_bytes`` from a ``sizing.BatchController`` before each batch) a batch waits
+    ``batch_wait`` at most for its first record, then ``linger`` seconds at most for
+    more, and on release takes whatever else the client has already fetched, without
+    waiting."""
 
     def __init__(self, consume: Callable[[int, float], Sequence[Any]], batch_size: int,
                  batch_wait: float, clock: Callable[[], float] = time.monotonic,
-                 linger: float | None = None) -> None:
+                 linger: float | None = None, *,
+                 weigh: Callable[[Sequence[Any]], int] | None = None) -> None:
         self._consume, self._wait, self._clock = consume, batch_wait, clock
+        self._weigh = weigh or _weightless
         self.size = batch_size
         """Records that make a full batch."""
+        self.max_bytes: int | None = None
+        """Bytes (keys and values, by ``weigh``) that make a full batch; ``None``: any.
+        Each consume asks for what the bytes left hold at the batch's bytes per record
+        so far, and the one that reaches it is kept whole."""
         self.linger = linger
         """Seconds a batch waits for more once its first record is in; ``None``: it
         waits out ``batch_wait`` from its first consume."""
         self.records: list[Any] = []
         """The records gathered so far, in arrival order."""
+        self.bytes = 0
+        """Bytes of keys and values gathered so far, by ``weigh`` (0 without one)."""
         self._deadline: float | None = None
 
     @property
     def full(self) -> bool:
         """True when the records gathered make a full batch."""
-        return len(self.records) >= self.size
+        return len(self.records) >= self.size or (
+            self.max_bytes is not None and self.bytes >= self.max_bytes)
 
     def gather(self, until: Callable[[], bool] | None = None, step: float | None = None) -> bool:
         """Consume toward a full batch; stop early once ``until()`` is true, letting each
@@ -115,28 +125,43 @@ class Collector:
         clock, records = self._clock, self.records
         if self._deadline is None:
             self._deadline = clock() + self._wait
-        while len(records) < self.size:
+        while not self.full:
             if until is not None and until():
                 return False
             remaining = self._deadline - clock()
             if remaining < _TICK:  # a shorter consume would not wait: it would spin
                 if self.linger is not None and records:  # what is fetched comes along
-                    records.extend(self._consume(self.size - len(records), 0))
+                    self._add(self._room(), 0)
                 return True
             wait = remaining if step is None else min(step, remaining)
             if self.linger is not None and not records:
                 self._first(wait)
             else:
-                records.extend(self._consume(self.size - len(records), wait))
+                self._add(self._room(), wait)
         return True
+
+    def _room(self) -> int:
+        """Records the batch may still take: up to ``size``, and with ``max_bytes`` about
+        what the bytes left hold at the bytes per record gathered so far."""
+        room = self.size - len(self.records)
+        if self.max_bytes is not None and self.bytes:
+            left = (self.max_bytes - self.bytes) * len(self.records) // self.bytes
+            room = min(room, max(1, left))
+        return room
 
     def _first(self, wait: float) -> None:
         """Wait up to ``wait`` for a first record (a consume of one returns as soon as
         one is there); once in, the batch is released ``linger`` seconds later."""
         assert self.linger is not None and self._deadline is not None
-        self.records.extend(self._consume(1, wait))
+        self._add(1, wait)
         if self.records:
             self._deadline = min(self._deadline, self._clock() + self.linger)
+
+    def _add(self, count: int, wait: float) -> None:
+        """Consume up to ``count`` records, waiting up to ``wait`` seconds; keep them."""
+        records = self._consume(count, wait)
+        self.records.extend(records)
+        self.bytes += self._weigh(records)
 
     def drop(self, keys: set[TopicPartitionKey]) -> None:
         """Forget gathered records of ``keys`` (partitions revoked mid-gather). In place:
@@ -145,73 +170,12 @@ class Collector:
 
     def take(self) -> list[Any]:
         """The gathered records; the next batch starts empty, its wait not begun."""
-        records, self.records, self._deadline = self.records, [], None
+        records, self.records, self._deadline, self.bytes = self.records, [], None, 0
         return records
 
 
-class BatchController:
-    """Sizes batches for ``Config.max_latency``: a pure rule fed with what each turn saw
-    (no client, no clock), consulted by the loop before each batch.
-
-    - Input backs up (a turn took a full batch, or more records wait than a batch
-      holds): the batch doubles, or jumps to what waits, up to ``largest``. Latency is
-      lost to the backlog anyway; bigger batches drain it fastest.
-    - A turn slower than half the target, with no backlog: the next batch is half the
-      last one (a slow processor or store must not hold a large batch back).
-    - Light input: the batch shrinks, by half a turn at most, toward twice what the
-      last turn took (room for a burst), never under ``smallest``.
-
-    ``linger``, how long a batch waits for more once its first record is in, is what
-    the target leaves after two turns (a record may wait out the turn in hand, then
-    its own), at most a fifth of the target, at least 0: take what has arrived.
-    """
-
-    def __init__(self, max_latency: float, largest: int, smallest: int = 100) -> None:
-        if not max_latency > 0:
-            raise ValueError(f"max_latency must be positive seconds, got {max_latency!r}")
-        if smallest < 1 or largest < 1:
-            raise ValueError(f"batch bounds must be at least 1, got {smallest}..{largest}")
-        self.max_latency = max_latency
-        self.largest = largest
-        self.smallest = min(smallest, largest)
-        self.size = self.smallest
-        """The target: records the next batch may take."""
-        self.turn_seconds: float | None = None
-        """Recent turns' duration, smoothed (``None`` before the first)."""
-
-    @property
-    def linger(self) -> float:
-        """Seconds the next batch waits for more records once its first is in."""
-        turn = self.turn_seconds or 0.0
-        spare = self.max_latency / 2 - 2 * turn
-        return max(0.0, min(self.max_latency / _LINGER_PARTS, spare))
-
-    def observe(self, taken: int, waiting: int | None, seconds: float) -> int:
-        """Learn from a finished turn: it took ``taken`` records, ``waiting`` more were
-        known to wait behind them when it ended (``None``: not known) and it lasted
-        ``seconds``. Returns the next batch size (also ``size``)."""
-        if self.turn_seconds is None:
-            self.turn_seconds = seconds
-        else:
-            self.turn_seconds += _SMOOTHING * (seconds - self.turn_seconds)
-        backlog = taken >= self.size or (waiting is not None and waiting > self.size)
-        if backlog:
-            self.size = max(2 * self.size, waiting or 0)
-        elif seconds > self.max_latency / 2:
-            self.size = taken // 2
-        else:
-            self.size = max(2 * taken, self.size // 2)
-        self.size = min(self.largest, max(self.smallest, self.size))
-        return self.size
-
-
-_LINGER_PARTS = 5
-"""The longest linger is ``max_latency`` divided by this. Measured (bench_latency.py,
-4 partitions, max_latency=0.05, a quiet 2-core machine): a fifth against a tenth takes
-17-30% less CPU at 100 to 10,000 msg/s, for a p50 of 8-12 ms instead of 5-6 and a p99
-of 15-21 ms instead of 13-16 (a quarter saved no more CPU and added latency)."""
-_SMOOTHING = 0.2
-"""Weight of the newest turn in ``BatchController.turn_seconds``."""
+def _weightless(_records: Sequence[Any]) -> int:
+    return 0
 
 
 def build_batch(records: Sequence[Any], key_serde: Serde, value_serde: Serde,

@@ -1,19 +1,21 @@
 """The prefetcher: what the loop reads next. It gathers each batch from the consumer
-(``batching.Collector``: ``batch_size`` records or ``batch_wait`` seconds), sizes it
-from the last turns when ``Config.max_latency`` is set (``batching.BatchController``),
-and reads the next batch while a turn's acks are outstanding. A batch read ahead is
-never processed, nor committed, before its own turn.
+(``batching.Collector``: until full or ``batch_wait`` is over), sized by the rule
+chosen at start (``sizing``: Kasper's fixed batches, or with ``Config.max_latency`` a
+``BatchController`` learning from the last turns), and reads the next batch while a
+turn's acks are outstanding. A batch read ahead is never processed, nor committed,
+before its own turn.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, Protocol
+from typing import Protocol
 
 from kasper_py.config import Config
 from kasper_py.exceptions import KasperError
-from kasper_py.kafka.batching import Batch, BatchController, Collector, build_batch
+from kasper_py.kafka.batching import Batch, Collector, build_batch
 from kasper_py.kafka.ports import KafkaClients
+from kasper_py.kafka.sizing import BatchController, FixedBatches, SampledBytes, Sizing
 from kasper_py.loop.progress import behind
 from kasper_py.message import TopicPartitionKey
 from kasper_py.observability.observe import TurnStats
@@ -40,19 +42,22 @@ class Schedule(Protocol):
 
 class Prefetcher:
     """Reads the batches of one loop from the consumer of ``clients``, its ``batch_wait``
-    on their clock; their producer tells when a turn's acks are in (reading ahead stops
-    then)."""
+    and turns timed on their clock; their producer tells when a turn's acks are in
+    (reading ahead stops then)."""
 
     def __init__(self, config: Config, clients: KafkaClients) -> None:
         self.config = config
-        self._consumer, self._producer = clients.consumer, clients.producer
-        self._collector = Collector(clients.consumer.consume, config.batch_size,
-                                    config.batch_wait, clients.clock)
-        self._sizing = (None if config.max_latency is None
-                        else BatchController(config.max_latency, config.batch_size))
-        """With ``max_latency``: sizes each batch (and its linger) from the last turns."""
+        self._consumer, self._producer, self._clock = (clients.consumer, clients.producer,
+                                                       clients.clock)
+        self._sizing = _sizing(config)
+        """Sizes each batch (and its linger); with ``max_latency``, from the last turns."""
+        self._collector = Collector(
+            clients.consumer.consume, self._sizing.size, config.batch_wait, clients.clock,
+            weigh=None if config.max_latency is None else SampledBytes())
         self._ahead_step = (_AHEAD_STEP if config.max_latency is None
                             else min(_AHEAD_STEP, config.max_latency / 50))
+        self._handed_out = clients.clock()
+        """When the batch in hand was handed out (on the clients' clock)."""
         self._resize()
         self._ahead: Batch | KasperError | None = None
         """The next batch, read (or failed to read) while the last turn's acks were
@@ -73,17 +78,18 @@ class Prefetcher:
         """The batch read ahead, else the next one gathered now (ended early when a
         wall-clock timer or task of ``schedule`` falls due). A batch whose reading
         failed raises now: it is this turn's failure, not the last one's."""
-        ahead, self._ahead = self._ahead, None
-        if isinstance(ahead, KasperError):
-            raise ahead
-        if ahead is not None:
-            return ahead
-        wait = schedule.seconds_until_due()
-        if wait is None:
-            self._collector.gather()
-        else:
-            self._collector.gather(until=schedule.due, step=max(wait, _DUE_STEP))
-        return self._decode(self._collector.take())
+        batch, self._ahead = self._ahead, None
+        if isinstance(batch, KasperError):
+            raise batch
+        if batch is None:
+            wait = schedule.seconds_until_due()
+            if wait is None:
+                self._collector.gather()
+            else:
+                self._collector.gather(until=schedule.due, step=max(wait, _DUE_STEP))
+            batch = self._take()
+        self._handed_out = self._clock()
+        return batch
 
     def read_ahead(self) -> None:
         """While a turn's acks are outstanding, read the next batch: consume until the
@@ -93,8 +99,8 @@ class Prefetcher:
             # With max_latency a batch its linger released is finished after the turn,
             # taking along what arrived until then; a full one is decoded now.
             ready = self._collector.gather(until=self._all_acked, step=self._ahead_step)
-            if ready and (self._sizing is None or self._collector.full):
-                batch = self._decode(self._collector.take())
+            if ready and (self._collector.linger is None or self._collector.full):
+                batch = self._take()
                 self._ahead = batch if batch.ranges else None  # batch_wait over, nothing read
         except KasperError as exc:
             self._ahead = exc
@@ -104,21 +110,24 @@ class Prefetcher:
         self._collector.drop(set(keys))
 
     def observe(self, stats: TurnStats) -> None:
-        """A turn is done: with ``max_latency``, size the next batch from it; either way
-        ``stats`` gets the size the next batch may take."""
-        if self._sizing is not None:
-            self._sizing.observe(len(stats.batch), behind(stats.committed,
-                                                          stats.high_watermarks),
-                                 sum(stats.durations.values()))
-            self._resize()
+        """A turn is done: the sizing rule learns from it (its batch, the records known
+        to wait, its seconds since the batch was handed out); ``stats`` gets the size
+        the next batch may take."""
+        self._sizing.observe(len(stats.batch), behind(stats.committed, stats.high_watermarks),
+                             self._clock() - self._handed_out)
+        self._resize()
         stats.batch_size_target = self._collector.size
 
     def _resize(self) -> None:
-        """With ``max_latency``: the next batch's size and linger, from the controller."""
-        if self._sizing is not None:
-            self._collector.size, self._collector.linger = self._sizing.size, self._sizing.linger
+        """The next batch's size, bytes and linger, from the sizing rule."""
+        sizing, collector = self._sizing, self._collector
+        collector.size, collector.max_bytes, collector.linger = (
+            sizing.size, sizing.max_bytes, sizing.linger)
 
-    def _decode(self, records: list[Any]) -> Batch:
+    def _take(self) -> Batch:
+        """The gathered records, weighed for the sizing rule, decoded."""
+        nbytes, records = self._collector.bytes, self._collector.take()
+        self._sizing.weigh(len(records), nbytes)
         return build_batch(records, self.config.key_decoder, self.config.value_decoder,
                            self._consumer.transient_error,
                            set_aside=self.config.on_decode_error != "fail",
@@ -127,3 +136,11 @@ class Prefetcher:
 
     def _all_acked(self) -> bool:
         return self._producer.outstanding() == 0
+
+
+def _sizing(config: Config) -> Sizing:
+    """Kasper's fixed batches without ``max_latency``; a controller with it."""
+    if config.max_latency is None:
+        return FixedBatches(config.largest_batch)
+    return BatchController(config.max_latency, config.largest_batch,
+                           largest_bytes=config.batch_bytes)

@@ -80,7 +80,8 @@ class Collectors:
             "read_ahead, commit.", ["processor", "step"], buckets=_SECONDS_BUCKETS, **common)
         self.batch_target = prom.Gauge(
             "batch_size_target", "The most messages the next batch may take: batch_size, "
-            "or with max_latency what the batch controller chose.", ["processor"], **common)
+            "or with max_latency what the batch controller chose (within batch_size and "
+            "batch_bytes).", ["processor"], **common)
         self.last_turn = prom.Gauge(
             "last_turn_timestamp_seconds", "Unix time of the last committed turn.",
             ["processor"], **common)

@@ -47,7 +47,7 @@ class TurnStats:
     """Input the turn set aside: undecodable records (reason ``decode``) and messages
     ``process()`` failed on (reason ``process``)."""
     batch_size_target: int | None = None
-    """The most records the next batch may take: ``Config.batch_size``, or with
+    """The most records the next batch may take: ``Config.largest_batch``, or with
     ``max_latency`` what the loop's batch controller chose after this turn."""
 
 

@@ -73,7 +73,7 @@ def reprocess(
     """Run ``factory``'s processors over the input topics from ``start`` to ``end``.
 
     Each partition number's messages, every input topic's in offset order, go to one
-    Spark task and reach its processor in batches of ``config.batch_size`` through a
+    Spark task and reach its processor in batches of ``config.largest_batch`` through a
     ``Sender``. ``output="kafka"`` produces what they send (idempotent, acks=all);
     ``output="stores"`` only writes the ``stores`` and discards it. With ``handoff``,
     a successful job commits its end offsets to the live group (``config.group``), which

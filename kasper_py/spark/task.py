@@ -1,7 +1,8 @@
 """What runs inside a Spark task: Arrow record batches of Kafka records, sorted by
-partition number (and, per topic, by offset), become ``Batch``es of ``batch_size``
-run through the turn engine (``kasper_py.turn``) with the task's producer as its
-output port: the loop's turn, the loop's decoder, the loop's dead letters.
+partition number (and, per topic, by offset), become ``Batch``es of
+``Config.largest_batch`` run through the turn engine (``kasper_py.turn``) with the task's
+producer as its output port: the loop's turn, the loop's decoder, the loop's dead
+letters.
 
 With stores, every batch's output is acked before the next (local tables apply their
 writes only then); without, acks are awaited at the end of each partition. Any error
@@ -142,7 +143,8 @@ def _arrow() -> Any:
 
 
 class PartitionRunner:
-    """Feeds one partition number's messages to the turn engine, ``batch_size`` at a time."""
+    """Feeds one partition number's messages to the turn engine, ``Config.largest_batch``
+    at a time."""
 
     def __init__(self, spec: TaskSpec, partition: int, producer: OutputProducer) -> None:
         config = spec.config
@@ -169,7 +171,7 @@ class PartitionRunner:
 
     def feed(self, messages: list[Message]) -> None:
         """Buffer ``messages``; run a turn on every full batch."""
-        size = self._config.batch_size
+        size = self._config.largest_batch
         buffer = self._pending + messages if self._pending else messages
         full = len(buffer) - len(buffer) % size
         for begin in range(0, full, size):

@@ -94,7 +94,7 @@ def stream(
 
     Every ``trigger`` seconds a micro-batch reads what arrived on the input topics and
     runs each partition number's records (every input topic's, in offset order) through
-    the turn engine in one Spark task, in batches of ``config.batch_size``; the output
+    the turn engine in one Spark task, in batches of ``config.largest_batch``; the output
     is produced and acknowledged inside the tasks, then the micro-batch's end offsets
     are committed to ``config.group`` with a ``streaming`` note, and only then does
     Spark's checkpoint (``checkpoint``, any Hadoop path) advance: at-least-once,

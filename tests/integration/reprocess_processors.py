@@ -39,13 +39,13 @@ class WordCount(MessageProcessor):
     """Counts the words of each line per partition in the ``counts`` store.
 
     Also checks, on every batch, what both the loop and reprocessing promise: at most
-    ``batch_size`` messages, all of this partition, topic by topic (no topic twice), each
+    ``Config.largest_batch`` messages, all of this partition, topic by topic (no topic twice), each
     topic's offsets increasing across batches. A broken promise fails the run.
     """
 
     def __init__(self, context: ProcessorContext) -> None:
         self.partition = context.partition
-        self.batch_size = context.config.batch_size
+        self.batch_size = context.config.largest_batch
         self.counts = context.store(STORE)
         self.last_offsets: dict[str, int] = {}
 

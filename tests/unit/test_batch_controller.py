@@ -1,6 +1,7 @@
 """Adaptive batching (``Config.max_latency``): the batch controller's rule, the
-collector's linger on a fake clock, and the real loop on the in-memory broker. No
-timing is asserted: the controller is fed durations, the collector a clock."""
+collector's linger on a fake clock, and the Config fields that set them (the real loop
+on the in-memory broker: test_batch_sizing_loop.py). No timing is asserted: the
+controller is fed durations, the collector a clock."""
 
 from __future__ import annotations
 
@@ -11,20 +12,26 @@ from typing import Any
 
 import pytest
 
-from kasper_py import Config, ConfigError, Message, MessageProcessor, Sender, TopicProcessor
+from kasper_py import Config, ConfigError
 from kasper_py.cli.base import CliError, add_config_flags, config_from_args, load_config
-from kasper_py.kafka.batching import BatchController, Collector
-from kasper_py.observability.observe import NoopObserver, TurnStats
-from kasper_py.testing import InMemoryBroker
+from kasper_py.kafka.batching import Collector
+from kasper_py.kafka.sizing import BACKLOG_TURN, BatchController, FixedBatches
 
 TARGET = 0.05
+PACE = 1e-6
+"""Seconds a fast turn spends per record: its budget (ten targets) fits 500,000."""
 FAST = 0.004
-"""Seconds of a turn well inside the target."""
+"""Seconds of a turn of a few records, well inside the target."""
+
+
+def turn(records: int) -> float:
+    """Seconds of a turn over ``records`` at the fast ``PACE``."""
+    return records * PACE
 
 
 def grown(controller: BatchController, size: int) -> BatchController:
     """``controller`` after turns that found enough input waiting to reach ``size``."""
-    controller.observe(controller.size, size, FAST)
+    controller.observe(controller.size, size, turn(controller.size))
     assert controller.size == size
     return controller
 
@@ -35,7 +42,8 @@ def test_starts_small_and_grows_when_every_batch_comes_full() -> None:
     """Input that fills each batch doubles the next one, up to the largest."""
     controller = BatchController(TARGET, largest=1000, smallest=100)
     assert controller.size == 100
-    sizes = [controller.observe(controller.size, None, FAST) for _ in range(5)]
+    sizes = [controller.observe(controller.size, None, turn(controller.size))
+             for _ in range(5)]
     assert sizes == [200, 400, 800, 1000, 1000]
 
 
@@ -43,8 +51,43 @@ def test_a_backlog_jumps_the_batch_to_what_waits() -> None:
     """When more records wait than a batch holds (lag builds), the next batch takes
     them all at once, within the largest batch."""
     controller = BatchController(TARGET, largest=10_000, smallest=100)
-    assert controller.observe(40, 3_000, FAST) == 3_000
-    assert controller.observe(3_000, 250_000, 0.3) == 10_000  # slow, but behind: grow
+    assert controller.observe(40, 3_000, turn(40)) == 3_000
+    assert controller.observe(3_000, 250_000, turn(3_000)) == 10_000
+
+
+def test_a_backlog_grows_a_batch_only_as_far_as_a_turn_of_ten_targets() -> None:
+    """Under a backlog a turn may last BACKLOG_TURN targets: at the last turn's pace
+    the batch stops growing where its turn would last longer, however much waits, and
+    follows the pace as it changes."""
+    budget = BACKLOG_TURN * TARGET
+    controller = BatchController(TARGET, largest=1_000_000, smallest=100)
+    assert controller.observe(100, 1_000_000, 100 * 100e-6) == int(budget / 100e-6)
+    size = controller.size
+    assert controller.observe(size, 1_000_000, size * 10e-6) == int(budget / 10e-6)
+    size = controller.size
+    assert controller.observe(size, 1_000_000, size * 1e-3) == int(budget / 1e-3)
+
+
+def test_a_backlog_of_large_records_is_bounded_in_bytes() -> None:
+    """The input's bytes per record (weighed as batches are read) cap a batch at
+    ``largest_bytes``; small records leave the cap in records."""
+    controller = BatchController(TARGET, largest=50_000, largest_bytes=16 * 2**20)
+    controller.weigh(100, 100 * 4096)
+    assert controller.observe(100, 1_000_000, turn(100)) == 4096
+    controller.weigh(4096, 4096 * 100)  # smaller records: smoothed toward 100 bytes
+    for _ in range(40):
+        controller.weigh(4096, 4096 * 100)
+    assert controller.observe(controller.size, 1_000_000, turn(controller.size)) == 50_000
+
+
+def test_records_larger_than_the_bytes_allow_go_under_the_smallest_batch() -> None:
+    """Records of 8 MiB under a 16 MiB bound: two a batch, under light input too; the
+    smallest batch does not override the bytes."""
+    controller = BatchController(TARGET, largest=20_000, largest_bytes=16 * 2**20)
+    for _ in range(40):
+        controller.weigh(10, 10 * 8 * 2**20)
+    assert controller.observe(100, 1_000_000, turn(100)) == 2
+    assert controller.observe(1, 0, FAST) == 2
 
 
 def test_light_input_shrinks_the_batch_toward_twice_what_arrives() -> None:
@@ -80,15 +123,20 @@ def test_linger_is_what_the_target_leaves_after_two_turns() -> None:
 
 
 def test_size_stays_within_its_bounds_whatever_it_sees() -> None:
-    """Random observations never take the target outside smallest..largest, and the
-    linger never outside 0..a fifth of the target."""
+    """Random observations never take the target outside smallest..largest (nor, once
+    over the smallest, past what fits ten targets at the last pace or the bytes
+    bound), and the linger never outside 0..a fifth of the target."""
     rng = random.Random(15)
-    controller = BatchController(TARGET, largest=5_000, smallest=50)
+    controller = BatchController(TARGET, largest=5_000, smallest=50, largest_bytes=2**20)
     for _ in range(2_000):
         taken = rng.choice([0, 1, rng.randrange(10_000), controller.size])
         waiting = rng.choice([None, 0, rng.randrange(1_000_000)])
-        controller.observe(taken, waiting, rng.choice([0.0, FAST, rng.random() * 2]))
-        assert 50 <= controller.size <= 5_000
+        controller.weigh(rng.randrange(1, 100), rng.randrange(10_000))
+        seconds = rng.choice([0.0, FAST, rng.random() * 2])
+        size = controller.observe(taken, waiting, seconds)
+        assert 50 <= size <= 5_000
+        assert size == 50 or size * (controller.record_bytes or 0) <= 2**20
+        assert size == 50 or not taken or size * seconds / taken <= BACKLOG_TURN * TARGET
         assert 0 <= controller.linger <= TARGET / 5
 
 
@@ -99,17 +147,26 @@ def test_a_largest_batch_under_the_smallest_bounds_both() -> None:
     assert controller.observe(0, 0, FAST) == 20
 
 
-@pytest.mark.parametrize(("max_latency", "largest", "smallest", "match"), [
-    (0, 10, 1, r"max_latency must be positive"),
-    (-1.0, 10, 1, r"max_latency must be positive"),
-    (0.05, 0, 1, r"batch bounds must be at least 1"),
-    (0.05, 10, 0, r"batch bounds must be at least 1"),
+@pytest.mark.parametrize(("max_latency", "largest", "smallest", "largest_bytes", "match"), [
+    (0, 10, 1, None, r"max_latency must be positive"),
+    (-1.0, 10, 1, None, r"max_latency must be positive"),
+    (0.05, 0, 1, None, r"batch bounds must be at least 1"),
+    (0.05, 10, 0, None, r"batch bounds must be at least 1"),
+    (0.05, 10, 1, 0, r"batch bounds must be at least 1"),
 ])
 def test_bad_bounds_are_refused(max_latency: float, largest: int, smallest: int,
-                                match: str) -> None:
+                                largest_bytes: int | None, match: str) -> None:
     """The controller names what is wrong with its arguments."""
     with pytest.raises(ValueError, match=match):
-        BatchController(max_latency, largest, smallest)
+        BatchController(max_latency, largest, smallest, largest_bytes)
+
+
+def test_fixed_batches_are_batch_size_whatever_comes() -> None:
+    """Kasper's classic batches: the size never moves, nothing lingers, no byte bound."""
+    fixed = FixedBatches(1_000)
+    fixed.weigh(10, 10 * 2**20)
+    assert [fixed.observe(taken, 1_000_000, 5.0) for taken in (1_000, 3, 0)] == [1_000] * 3
+    assert (fixed.size, fixed.linger, fixed.max_bytes) == (1_000, None, None)
 
 
 # -- the collector's linger ---------------------------------------------------------------
@@ -240,65 +297,58 @@ def test_max_latency_from_the_environment_and_the_command_line() -> None:
         load_config(None, {**env, "KASPER_MAX_LATENCY": "-1"})
 
 
-# -- the loop on the in-memory broker -------------------------------------------------------
-
-class Copy(MessageProcessor):
-    def __init__(self, fail_at: int | None = None) -> None:
-        self.fail_at = fail_at
-
-    def process(self, messages: list[Message], sender: Sender) -> None:
-        for m in messages:
-            if m.offset == self.fail_at:
-                raise RuntimeError(f"bad record at {m.offset}")
-            sender.send("out", m.value)
+def test_batch_size_none_is_chosen_by_the_batching_mode() -> None:
+    """batch_size defaults to None: 20,000 at most with a latency target, Kasper's 1,000
+    with classic batches; a batch_size given is the largest batch in both."""
+    base = {"name": "p", "bootstrap_servers": "b:1", "input_topics": ["t"]}
+    assert Config(**base).batch_size is None
+    assert Config(**base).largest_batch == 20_000
+    assert Config(**base, max_latency=None).largest_batch == 1_000
+    assert Config(**base, batch_size=7).largest_batch == 7
+    assert Config(**base, batch_size=7, max_latency=None).largest_batch == 7
 
 
-class Targets(NoopObserver):
-    """Keeps every turn's batch length and batch size target."""
-
-    def __init__(self) -> None:
-        self.turns: list[tuple[int, int | None]] = []
-
-    def on_turn(self, stats: TurnStats) -> None:
-        self.turns.append((len(stats.batch), stats.batch_size_target))
-
-
-def loop_over(count: int, **settings: Any) -> tuple[InMemoryBroker, Config]:
-    broker = InMemoryBroker()
-    broker.create_topic("in", partitions=2)
-    broker.create_topic("out", partitions=2)
-    for n in range(count):
-        broker.produce("in", b"v%d" % n, partition=n % 2)
-    config = Config(name="adaptive", bootstrap_servers="in-memory", input_topics=["in"],
-                    **settings)
-    return broker, config
+@pytest.mark.parametrize(("name", "value", "match"), [
+    ("batch_size", 0, r"must be an int in 1..1000000 or None"),
+    ("batch_size", "100", r"must be an int in 1..1000000 or None"),
+    ("batch_bytes", 0, r"must be a positive int of bytes"),
+    ("batch_bytes", 1.5, r"must be a positive int of bytes"),
+    ("batch_bytes", True, r"must be a positive int of bytes"),
+])
+def test_config_refuses_bad_batch_bounds_naming_the_field(name: str, value: Any,
+                                                          match: str) -> None:
+    """batch_size and batch_bytes errors name their field."""
+    with pytest.raises(ConfigError, match=rf"config field '{name}': {match}"):
+        Config(name="p", bootstrap_servers="b:1", input_topics=["t"], **{name: value})
 
 
-def test_loop_with_max_latency_grows_its_batches_through_a_backlog() -> None:
-    """A backlog of 20,000 records: the target grows from the smallest batch to
-    batch_size, every record is copied once and the commit is past the last."""
-    broker, config = loop_over(20_000, max_latency=0.05, batch_size=5_000)
-    observer = Targets()
-    processor = TopicProcessor(config, lambda _c: Copy(), clients=broker.clients(config),
-                               observer=observer)
-    processor.run_loop(until_caught_up=True)
-    processor.close()
-    assert sorted(m.value for m in broker.read("out")) == sorted(
-        b"v%d" % n for n in range(20_000))
-    assert broker.committed("adaptive") == {("in", 0): 10_000, ("in", 1): 10_000}
-    lengths = [length for length, _ in observer.turns]
-    targets = [target for _, target in observer.turns]
-    assert lengths[0] == 100  # the controller starts at its smallest batch
-    assert max(targets) == 5_000 and max(lengths) == 5_000  # and grows to batch_size
-    assert all(target is not None and 100 <= target <= 5_000 for target in targets)
+def test_the_prefetch_queue_holds_the_largest_batches() -> None:
+    """The consumer's queue keeps at least the largest batch per partition, and at least
+    two batches' bytes (never under librdkafka's 64 MiB, never over its maximum)."""
+    base = {"name": "p", "bootstrap_servers": "b:1", "input_topics": ["t"]}
+    conf = Config(**base).to_consumer_conf()
+    assert conf["queued.min.messages"] == 100_000
+    assert conf["queued.max.messages.kbytes"] == 65_536
+    conf = Config(**base, batch_size=300_000, batch_bytes=256 * 2**20).to_consumer_conf()
+    assert conf["queued.min.messages"] == 300_000
+    assert conf["queued.max.messages.kbytes"] == 2 * 256 * 1024
+    assert Config(**base, batch_bytes=2**40).to_consumer_conf()[
+        "queued.max.messages.kbytes"] == 2_097_151
 
 
-def test_loop_without_max_latency_reports_batch_size_as_its_target() -> None:
-    """Without max_latency batches are batch_size, as always, and so is the target."""
-    broker, config = loop_over(2_500, batch_size=1_000, max_latency=None)
-    observer = Targets()
-    processor = TopicProcessor(config, lambda _c: Copy(), clients=broker.clients(config),
-                               observer=observer)
-    processor.run_loop(until_caught_up=True)
-    processor.close()
-    assert observer.turns == [(1_000, 1_000), (1_000, 1_000), (500, 1_000)]
+def test_batch_size_and_bytes_from_toml_the_environment_and_flags(tmp_path: Any) -> None:
+    """batch_size 'none' (or left out) is the automatic choice; batch_bytes reads as
+    an int from TOML and KASPER_BATCH_BYTES."""
+    env = {"KASPER_NAME": "n", "KASPER_BOOTSTRAP_SERVERS": "b:1", "KASPER_INPUT_TOPICS": "t"}
+    assert load_config(None, env).batch_size is None
+    assert load_config(None, {**env, "KASPER_BATCH_SIZE": "none"}).batch_size is None
+    assert load_config(None, {**env, "KASPER_BATCH_BYTES": "1048576"}).batch_bytes == 2**20
+    path = tmp_path / "kasper.toml"
+    path.write_text('batch_size = "none"\nbatch_bytes = 4096\n')
+    config = load_config(str(path), env)
+    assert (config.batch_size, config.batch_bytes) == (None, 4096)
+    parser = argparse.ArgumentParser()
+    add_config_flags(parser)
+    assert config_from_args(parser.parse_args(["--batch-size", "none"]), env).batch_size is None
+    with pytest.raises(CliError, match=r"config field 'batch_bytes'"):
+        load_config(None, {**env, "KASPER_BATCH_BYTES": "-1"})

@@ -12,6 +12,7 @@ from confluent_kafka import Message as RawMessage
 from kasper_py import BYTES, JSON, ConsumeError, OffsetError, SerdeError
 from kasper_py.kafka.batching import Collector, build_batch, decode_batch
 from kasper_py.kafka.offsets import OffsetTracker
+from kasper_py.kafka.sizing import SampledBytes
 from kasper_py.message import TIMESTAMP_CREATE_TIME, Message
 
 
@@ -90,6 +91,47 @@ def test_gathering_ahead_reports_a_full_batch() -> None:
     collector = Collector(lambda n, _t: list(range(min(n, 4))), 10, 1.0, FakeClock())
     assert collector.gather(until=lambda: False, step=0.01)
     assert len(collector.take()) == 10
+
+
+def test_collect_releases_at_max_bytes_asking_for_what_the_bytes_left_hold() -> None:
+    """With ``weigh``, a batch is also full once its records' keys and values reach
+    ``max_bytes``: after the first consume each asks for what the bytes left hold at
+    the bytes per record so far (one at least), and no other follows."""
+    clock = FakeClock()
+    calls: list[int] = []
+
+    def consume(max_count: int, timeout: float) -> list[RawMessage]:
+        calls.append(max_count)
+        return [raw("t", 0, n, value=b"x" * 1000) for n in range(min(max_count, 3))]
+
+    collector = Collector(consume, 1000, 1.0, clock, weigh=SampledBytes())
+    collector.max_bytes = 5_500
+    assert collector.gather()
+    assert collector.full and collector.bytes == 6_000
+    assert len(collector.take()) == 6 and calls == [1000, 2, 1]
+    assert collector.bytes == 0  # the next batch starts unweighed
+
+
+def test_sampled_bytes_weighs_keys_and_values_from_every_eighth_record() -> None:
+    """Uniform records are weighed exactly from their sample, however few; missing keys
+    and values (tombstones) weigh nothing."""
+    weigh = SampledBytes()
+    records = [RawMessage(topic="t", partition=0, offset=n, key=b"k" * 10, value=b"v" * 100)
+               for n in range(80)]
+    assert [weigh(records) for _ in range(8)] == [80 * 110] * 8
+    assert weigh(records[:1]) == 110
+    assert weigh([RawMessage(topic="t", key=None, value=None)] * 9) == 0
+    assert weigh([]) == 0
+
+
+def test_sampled_bytes_does_not_miss_sizes_that_repeat_with_the_sample() -> None:
+    """One large record in every eight: each call's sample starts one further, so eight
+    calls weigh every record once, and their mean is the true size."""
+    weigh = SampledBytes()
+    mixed = [raw("t", 0, n, value=b"v" * (8000 if n % 8 == 1 else 100)) for n in range(64)]
+    estimates = [weigh(mixed) for _ in range(8)]
+    assert sum(estimates) == 8 * (8 * 8000 + 56 * 100)
+    assert max(estimates) == 64 * 8000  # the call whose sample holds the large ones
 
 
 def test_build_batch_groups_partitions_across_topics() -> None:

@@ -1,0 +1,187 @@
+"""How many records the next batch may take, and how long it lingers for more: Kasper's
+fixed batches (``Config.max_latency=None``), or a ``BatchController`` sizing each batch
+from the last turns for a latency target. Pure rules, fed what each turn saw; the
+``batching.Collector`` gathers the records, the loop's prefetcher wires the two.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+__all__ = ["BACKLOG_TURN", "BatchController", "FixedBatches", "SampledBytes", "Sizing"]
+
+
+class Sizing(Protocol):
+    """What the prefetcher asks of a batch-sizing rule, chosen once at start."""
+
+    @property
+    def size(self) -> int:
+        """Records the next batch may take."""
+
+    @property
+    def linger(self) -> float | None:
+        """Seconds a batch waits for more once its first record is in; ``None``: it
+        waits out ``batch_wait`` from its first consume."""
+
+    @property
+    def max_bytes(self) -> int | None:
+        """Bytes of keys and values at which a batch is released; ``None``: no bound."""
+
+    def observe(self, taken: int, waiting: int | None, seconds: float) -> int:
+        """Learn from a finished turn; the next batch's size."""
+
+    def weigh(self, records: int, nbytes: int) -> None:
+        """``records`` read held ``nbytes`` bytes of keys and values."""
+
+
+class FixedBatches:
+    """Kasper's classic batches: ``size`` records or ``batch_wait``, whichever comes
+    first, every time; nothing is learned."""
+
+    linger = None
+    max_bytes = None
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+    def observe(self, taken: int, waiting: int | None, seconds: float) -> int:
+        return self.size
+
+    def weigh(self, records: int, nbytes: int) -> None:
+        pass
+
+
+class BatchController:
+    """Sizes batches for ``Config.max_latency``: a pure rule fed with what each turn saw
+    (records taken and waiting, seconds, bytes read; no client, no clock), consulted by
+    the loop before each batch.
+
+    - Input backs up (a turn took a full batch, or more records wait than a batch
+      holds): the batch doubles, or jumps to what waits, up to its ``ceiling``: the
+      records a turn processes in ``BACKLOG_TURN`` targets at the last turn's pace, at
+      most ``largest`` records and ``largest_bytes`` bytes (at the input's recent bytes
+      per record). Latency is lost to the backlog anyway; bigger batches drain it
+      sooner, and a turn stays short enough to hand the loop back to light input.
+    - A turn slower than half the target, with no backlog: the next batch is half the
+      last one (a slow processor or store must not hold a large batch back).
+    - Light input: the batch shrinks, by half a turn at most, toward twice what the
+      last turn took (room for a burst), never under ``smallest``.
+
+    ``linger``, how long a batch waits for more once its first record is in, is what
+    the target leaves after two turns (a record may wait out the turn in hand, then
+    its own), at most a fifth of the target, at least 0: take what has arrived.
+    """
+
+    def __init__(self, max_latency: float, largest: int, smallest: int = 100,
+                 largest_bytes: int | None = None) -> None:
+        if not max_latency > 0:
+            raise ValueError(f"max_latency must be positive seconds, got {max_latency!r}")
+        if smallest < 1 or largest < 1 or (largest_bytes is not None and largest_bytes < 1):
+            raise ValueError("batch bounds must be at least 1, got "
+                             f"{smallest}..{largest} records, {largest_bytes} bytes")
+        self.max_latency = max_latency
+        self.largest = largest
+        self.smallest = min(smallest, largest)
+        self.max_bytes = largest_bytes
+        self.size = self.smallest
+        """The target: records the next batch may take."""
+        self.turn_seconds: float | None = None
+        """Recent turns' duration, smoothed (``None`` before the first)."""
+        self.record_seconds: float | None = None
+        """Seconds per record of the last turn that took any (``None`` before it)."""
+        self.record_bytes: float | None = None
+        """Bytes per record of the input, smoothed (``None`` before any is weighed)."""
+
+    @property
+    def linger(self) -> float:
+        """Seconds the next batch waits for more records once its first is in."""
+        turn = self.turn_seconds or 0.0
+        spare = self.max_latency / 2 - 2 * turn
+        return max(0.0, min(self.max_latency / _LINGER_PARTS, spare))
+
+    @property
+    def ceiling(self) -> int:
+        """The most records a batch may take now: ``largest``, less when the last turn's
+        pace (never under ``smallest``) or the input's bytes per record (never under one
+        record) allow fewer."""
+        most = self.largest
+        if self.record_seconds:
+            paced = int(BACKLOG_TURN * self.max_latency / self.record_seconds)
+            most = min(most, max(self.smallest, paced))
+        if self.max_bytes is not None and self.record_bytes:
+            most = min(most, max(1, int(self.max_bytes / self.record_bytes)))
+        return most
+
+    def observe(self, taken: int, waiting: int | None, seconds: float) -> int:
+        """Learn from a finished turn: it took ``taken`` records, ``waiting`` more were
+        known to wait behind them when it ended (``None``: not known) and it lasted
+        ``seconds``. Returns the next batch size (also ``size``)."""
+        if self.turn_seconds is None:
+            self.turn_seconds = seconds
+        else:
+            self.turn_seconds += _SMOOTHING * (seconds - self.turn_seconds)
+        if taken:
+            self.record_seconds = seconds / taken
+        backlog = taken >= self.size or (waiting is not None and waiting > self.size)
+        if backlog:
+            self.size = max(2 * self.size, waiting or 0)
+        elif seconds > self.max_latency / 2:
+            self.size = taken // 2
+        else:
+            self.size = max(2 * taken, self.size // 2)
+        self.size = min(self.ceiling, max(self.smallest, self.size))
+        return self.size
+
+    def weigh(self, records: int, nbytes: int) -> None:
+        """Learn the input's bytes per record: ``records`` read held ``nbytes`` bytes."""
+        if records:
+            latest = nbytes / records
+            if self.record_bytes is None:
+                self.record_bytes = latest
+            else:
+                self.record_bytes += _SMOOTHING * (latest - self.record_bytes)
+
+
+BACKLOG_TURN = 10
+"""Under a backlog a turn may last up to this many times ``max_latency`` (0.5 s at the
+default 50 ms), at the last turn's pace. It keeps a slow processor's turns short (at
+1 ms a record, batches of 500: half Kasper's classic 1,000) and leaves room for work
+whose cost per record falls as its batch grows (a word count sends each word's total
+once a batch, so its pace on small batches is slow, which kept them small): measured
+(bench_defaults.py, the 2-core machine under load, 2026-11-26), four targets held its
+batches at 1,500 to 7,000 lines (0.59x the word count at batch_size=10,000); with ten
+they grow to the largest batch (12,500 to 15,400 lines a turn on average, the ramp from
+100 included: 0.92x to 1.49x)."""
+_LINGER_PARTS = 5
+"""The longest linger is ``max_latency`` divided by this. Measured (bench_latency.py,
+4 partitions, max_latency=0.05, a quiet 2-core machine): a fifth against a tenth takes
+17-30% less CPU at 100 to 10,000 msg/s, for a p50 of 8-12 ms instead of 5-6 and a p99
+of 15-21 ms instead of 13-16 (a quarter saved no more CPU and added latency)."""
+_SMOOTHING = 0.2
+"""Weight of the newest turn in ``BatchController.turn_seconds`` (and of the newest
+batch in ``record_bytes``)."""
+
+_SAMPLE_EVERY = 8
+"""``SampledBytes`` weighs one record in this many."""
+_VALUE, _KEY = operator.methodcaller("value"), operator.methodcaller("key")
+
+
+class SampledBytes:
+    """Weighs consumed records: the bytes of their keys and values, estimated from
+    every eighth one (weighing each cost the loop 3-6 % at 100-byte records; one in
+    eight, under 1 %). Each call starts the sample one record further, so sizes that
+    repeat every eight records are not missed call after call."""
+
+    def __init__(self) -> None:
+        self._phase = 0
+
+    def __call__(self, records: Sequence[Any]) -> int:
+        self._phase = (self._phase + 1) % _SAMPLE_EVERY
+        sample = records[self._phase::_SAMPLE_EVERY] or records[:1]
+        if not sample:
+            return 0
+        weighed = (sum(len(value) for value in map(_VALUE, sample) if value)
+                   + sum(len(key) for key in map(_KEY, sample) if key))
+        return weighed * len(records) // len(sample)
