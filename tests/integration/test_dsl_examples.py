@@ -12,6 +12,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -152,7 +153,12 @@ def _answers(client: QueryClient, word: str) -> bool:
 
 # -- page views --------------------------------------------------------------------------
 
-BASE = 1_700_000_000_000  # ms, a multiple of the 5 s advance
+BASE = (int(time.time()) - 3600) // 5 * 5 * 1000
+"""An hour ago (ms), a multiple of the 5 s advance. Not a fixed date: the broker's
+time-based retention counts from the records' timestamps (docs/time-and-windows.md,
+"Output timestamps"), so the stack's broker (24 h, checked every minute) deletes views
+and profiles stamped years ago from the test's topics, the repartition and the output,
+at whichever check falls while the test runs."""
 SIZE, ADVANCE = 10_000, 5_000
 REGIONS = {f"u{i}": ["europe", "asia", "america"][i % 3] for i in range(8)}
 """Users u0..u7 have profiles; u8 and u9 have none (region UNKNOWN)."""
