@@ -33,9 +33,11 @@ from test_topic_processor import config  # isort: skip
 
 pytestmark = pytest.mark.integration
 GUARANTEES = pytest.mark.parametrize("guarantee", ["at_least_once", "exactly_once"])
-INPUT_TIME = 1_700_000_000_000
-"""The create time of the test input: 2023-11-14, long before the test runs."""
-OVERRIDE = 1_600_000_000_000
+INPUT_TIME = (int(time.time()) - 3600) * 1000
+"""The create time of the test input: an hour before the test runs (within the stack
+broker's 24 h retention, which counts from record timestamps and deletes older records
+at its check every minute, input and output alike)."""
+OVERRIDE = INPUT_TIME - 3_600_000
 
 
 class Timed(MessageProcessor):
