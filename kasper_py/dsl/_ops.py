@@ -209,9 +209,7 @@ class ToTopic(Op):
         self.turn, self.topic = turn, topic
 
     def push(self, records: Records) -> None:
-        send, topic = self.turn.sender.send, self.topic
-        for key, value, timestamp, headers in records:
-            send(topic, value, key, headers=headers or None, timestamp=timestamp)
+        self.turn.sender.send_many(self.topic, records)
 
 
 class ToRepartition(Op):
@@ -225,10 +223,7 @@ class ToRepartition(Op):
         self.turn, self.name = turn, name
 
     def push(self, records: Records) -> None:
-        send, name = self.turn.sender.repartition, self.name
-        for key, value, timestamp, headers in records:
-            if key is not None:
-                send(name, value, key, headers=headers or None, timestamp=timestamp)
+        self.turn.sender.repartition_many(self.name, [r for r in records if r[0] is not None])
 
 
 # -- tables ----------------------------------------------------------------------------
