@@ -99,20 +99,25 @@ class Sender:
                 value = self._encode_value(value)
             if type(key) is not bytes and key is not None:
                 key = self._encode_key(key)
+            if partition is None:
+                partition = -1
+            elif type(partition) is not int or partition < 0:
+                raise ValueError(f"send() partition must be a non-negative int, "
+                                 f"got {partition!r}")
+            if timestamp is None:
+                timestamp = self._timestamp
+            elif type(timestamp) is not int or timestamp < 0:
+                raise _timestamp_error("send", timestamp)
+            # the producer's arguments by position (see OutgoingRecord)
+            record: OutgoingRecord = (topic, value, key, partition, None, None, timestamp)
+            if headers is not None and (pairs := _headers(headers)):
+                record = (*record, pairs)
         except SerdeError as exc:
+            self._unnote(topic)
             raise _encode_error(topic, exc) from exc
-        if partition is None:
-            partition = -1
-        elif type(partition) is not int or partition < 0:
-            raise ValueError(f"send() partition must be a non-negative int, got {partition!r}")
-        if timestamp is None:
-            timestamp = self._timestamp
-        elif type(timestamp) is not int or timestamp < 0:
-            raise _timestamp_error("send", timestamp)
-        # the producer's arguments by position (see OutgoingRecord)
-        record: OutgoingRecord = (topic, value, key, partition, None, None, timestamp)
-        if headers is not None and (pairs := _headers(headers)):
-            record = (*record, pairs)
+        except ValueError:
+            self._unnote(topic)
+            raise
         self._buffer.append(record)
 
     def send_many(self, topic: str, records: Sequence[SendRecord]) -> None:
@@ -137,7 +142,11 @@ class Sender:
                           -1, None, None, inherited if timestamp is None else timestamp)
                 append((*record, _headers(headers)) if headers else record)
         except SerdeError as exc:
+            self._unnote(topic)
             raise _encode_error(topic, exc) from exc
+        except ValueError:
+            self._unnote(topic)
+            raise
 
     def _switch_to(self, topic: str) -> None:
         """Sends go to ``topic`` now: check its name, note it, take its encoders."""
@@ -150,6 +159,13 @@ class Sender:
         self._encode_key, self._encode_value = encoders
         self._topic = topic
         self._topics.add(topic)
+
+    def _unnote(self, topic: str) -> None:
+        """A send to ``topic`` was refused: unless a buffered message goes there, it is
+        not one of ``topics`` (the turn asks the cluster about those)."""
+        if not any(record[0] == topic for record in self._buffer):
+            self._topics.discard(topic)
+            self._topic = None
 
     def repartition(self, name: str, value: Any, key: Any, *,
                     headers: HeaderInput | None = None, timestamp: int | None = None) -> None:

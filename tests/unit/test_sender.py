@@ -158,6 +158,27 @@ def test_send_many_refuses_as_send_does_keeping_what_came_before() -> None:
         sender.send_many("out", [("a", 1, None, {"n": 5})])  # type: ignore[dict-item]
 
 
+def test_a_topic_only_refused_sends_went_to_is_not_one_of_the_topics() -> None:
+    """``topics`` holds the topics of the buffered messages only: a topic whose every
+    send was refused (by the serde, a bad partition, timestamp or header) is not asked
+    about by the turn, and one with a message buffered stays."""
+    sender = Sender(STRING, JSON)
+    sender.send("kept", 1, "k")
+    refusals: list[Any] = [
+        lambda: sender.send("bad-value", {1}),
+        lambda: sender.send("bad-partition", 1, partition=-5),
+        lambda: sender.send("bad-time", 1, timestamp=-1),
+        lambda: sender.send("bad-header", 1, headers={"h": 1}),
+        lambda: sender.send_many("bad-many", [("a", {1}, None, None)]),
+        lambda: sender.send("kept", {1})]
+    for refused in refusals:
+        with pytest.raises((SerdeError, ValueError)):
+            refused()
+    assert sender.topics == {"kept"}
+    sender.send_many("many", [("a", 1, None, None)])
+    assert sender.topics == {"kept", "many"}
+
+
 def test_topic_serdes_are_bound_per_topic_in_either_form() -> None:
     """A topic serde (``for_topic``) encodes each topic's records with that topic's
     serde, whether they come one by one or as a batch, and is asked once per topic."""
