@@ -313,7 +313,7 @@ def latency(text: str) -> float | None:
     return None if text.lower() == "none" else float(text)
 
 
-def main() -> None:
+def parse() -> argparse.Namespace:
     parser = arguments(__doc__.splitlines()[0], messages=200_000, partitions=2)
     parser.add_argument("--words", type=int, default=5, help="words per line, give or take one")
     parser.add_argument("--max-latency", type=latency, default=None,
@@ -326,7 +326,11 @@ def main() -> None:
     parser.add_argument("--profile", help="write a cProfile of the two-stage loop here")
     parser.add_argument("--child", choices=ROWS, help=argparse.SUPPRESS)
     parser.add_argument("--total-words", type=int, help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = parse()
     if args.child:
         child(args)
         return

@@ -252,6 +252,14 @@ class _Decoding:
             return bound_to(self.key_serde, topic).decode, bound_to(self.value_serde, topic).decode
         return self.key_serde.decode, self.value_serde.decode
 
+    def result(self, by_tp: dict[TopicPartitionKey, list[Message]]
+               ) -> tuple[dict[TopicPartitionKey, list[Message]], list[Undecodable]]:
+        """What was decoded per topic-partition (runs all set aside left out), and what
+        was set aside."""
+        if not self.aside:
+            return by_tp, []
+        return {tp: run for tp, run in by_tp.items() if run}, self.aside
+
     def failed(self, read: Message, exc: SerdeError) -> None:
         """``read`` did not decode: raise (``fail``) or set it aside."""
         if not self.set_aside:
@@ -285,8 +293,7 @@ def _read(records: Sequence[Any], transient: Callable[[Any], bool] | None,
                 decode_key, decode_value = decoding.decoders(topic)
         ts_type, ts = record.timestamp()
         headers = record.headers()
-        # One tuple a record; the two branches differ in the key and value only (a shared
-        # helper would cost a call a record)
+        # the two branches differ in the key and value only: a helper would cost a call
         if decoding is None:
             run.append(new(Message, (topic, partition, record.offset(), record.key(),
                                      record.value(), ts if ts_type else None,
@@ -298,9 +305,7 @@ def _read(records: Sequence[Any], transient: Callable[[Any], bool] | None,
                                      tuple(headers) if headers else (), ts_type)))
         except SerdeError as exc:
             decoding.failed(_as_read(record, topic, partition), exc)
-    if decoding is None or not decoding.aside:
-        return by_tp, []
-    return {tp: run for tp, run in by_tp.items() if run}, decoding.aside
+    return (by_tp, []) if decoding is None else decoding.result(by_tp)
 
 
 def _as_read(record: Any, topic: str, partition: int) -> Message:
