@@ -4,21 +4,23 @@ input, and the consume-only ceiling, in the same run on the same broker.
 The input is --messages lines of about --words words each (a 1000-word vocabulary),
 keyed by document (``doc-<n>``), JSON strings. Rows, each in its own child process
 (its CPU and peak RSS are its own), reading all of the input from the beginning in a
-fresh group, at-least-once, batch_size --batch-size (10,000), batch_wait 0.1 s (with a
-backlog batches fill at once; the wait only delays the last, partial batch of the
-repartition topic, which would otherwise add up to a second to a two-stage row):
+fresh group, at-least-once, Kasper's classic batches of --batch-size (10,000;
+``--max-latency`` runs the latency target instead), batch_wait 0.1 s (with a backlog
+batches fill at once; the wait only delays the last, partial batch of the repartition
+topic, which would otherwise add up to a second to a two-stage row):
 
 ``ceiling``    consume(batch, 1.0) until every line is read, touching none (the deep
                prefetch ceiling of bench_passthrough.py).
 ``one-stage``  one MessageProcessor splits each line and adds its words to a count per
                word in a MemoryTable (one get_many and one put_many per partition and
                batch): no re-key, so a word's count is split over the partitions.
-``two-stage``  an App: ``split`` sends every word to the repartition ``by-word``
-               (``sender.repartition("by-word", 1, key=word)``), ``count`` reads it and
-               keeps the same counts per word, each now on the partition its word
-               hashes to. Every word crosses Kafka a second time (produced, acked,
-               consumed, committed), hence the target: at least 0.5 of the one-stage
-               rate in lines/s.
+``two-stage``  an App: ``split`` sends every word to the repartition ``by-word``, a
+               batch's words in one ``sender.repartition_many("by-word", ...)`` call
+               (``--per-record``: ``sender.repartition("by-word", 1, key=word)`` each),
+               ``count`` reads it and keeps the same counts per word, each now on the
+               partition its word hashes to. Every word crosses Kafka a second time
+               (produced, acked, consumed, committed), hence the target: at least 0.5
+               of the one-stage rate in lines/s.
 ``combined``   the two-stage app with ``split`` counting each batch's words first and
                sending a word's count once a batch (``repartition("by-word", n,
                key=word)``): what a user does when the re-keyed records, not the
@@ -29,10 +31,19 @@ Each row reports lines/s and words/s (wall time from the loop's start to the com
 of the last record), CPU seconds per million lines (the process, every thread, from
 getrusage; and the loop thread alone), and peak RSS; the words it counted are checked
 against the input's. Rounds run the rows in the same order; the table keeps each
-row's best round. A benchmark, not a test: the target is printed, never asserted.
-``--profile FILE`` writes a cProfile of the two-stage loop thread (one extra run).
+row's best round. The repartition hop's cost is the two-stage row's loop thread less
+the one-stage row's, per word: what producing, acking, consuming, decoding and
+committing each word a second time costs (the words of a line are split in both).
+``--before DIR`` runs the one-stage and two-stage rows a second time in each round on
+the kasper_py found in DIR (say a ``git archive`` of an older commit), right after
+this checkout's, and prints the hop of both and their ratio: an A/B on the same
+broker and input, in the same machine state. A benchmark, not a test: targets are
+printed, never asserted. ``--profile FILE`` writes a cProfile of the two-stage loop
+thread (one extra run).
 
     python bench/bench_app.py --messages 200000 --rounds 2
+    git archive HEAD~3 kasper_py | tar -x -C /tmp/before
+    python bench/bench_app.py --before /tmp/before
 """
 
 from __future__ import annotations
@@ -41,6 +52,7 @@ import argparse
 import cProfile
 import json
 import logging
+import os
 import random
 import subprocess
 import sys
@@ -60,6 +72,8 @@ from kasper_py.observability.observe import NoopObserver, TurnStats
 from kasper_py.stores.memory import MemoryTable
 
 ROWS = ("ceiling", "one-stage", "two-stage", "combined")
+AB_ROWS = ("one-stage", "two-stage")
+"""The rows ``--before`` runs on the other kasper_py too."""
 VOCABULARY = [f"w{n}" for n in range(1000)]
 
 
@@ -95,7 +109,21 @@ class CountWords(MessageProcessor):
 
 
 class Split(MessageProcessor):
-    """The two-stage app's first step: every word of a line to ``by-word``, keyed by it."""
+    """The two-stage app's first step: every word of a line to ``by-word``, keyed by it,
+    the batch's words in one call (a kasper_py without ``repartition_many``, as an older
+    one given to ``--before``, sends them one by one, as ``SplitEach``)."""
+
+    def process(self, messages: list[Message], sender: Sender) -> None:
+        repartition_many = getattr(sender, "repartition_many", None)
+        if repartition_many is None:
+            SplitEach.process(self, messages, sender)  # type: ignore[arg-type]
+            return
+        repartition_many("by-word", [(word, 1, None, None) for m in messages
+                                     for word in m.value.split()])
+
+
+class SplitEach(MessageProcessor):
+    """``Split`` sending word by word, ``sender.repartition`` per word."""
 
     def process(self, messages: list[Message], sender: Sender) -> None:
         repartition = sender.repartition
@@ -129,13 +157,14 @@ class CountRepartitioned(MessageProcessor):
         self.counted += words.total()
 
 
-def word_count_app(source: str, count: Any, *, combined: bool = False) -> App:
-    """Split the lines of ``source`` (``combined``: counted per batch first), repartition
-    by word, ``count`` (a factory)."""
+def word_count_app(source: str, count: Any, *, combined: bool = False,
+                   per_record: bool = False) -> App:
+    """Split the lines of ``source`` (``combined``: counted per batch first; else in one
+    call a batch, or ``per_record``), repartition by word, ``count`` (a factory)."""
     app = App("bench-app")
     by_word = app.repartition("by-word")
-    app.processor("split", SplitCombined if combined else Split, inputs=[source],
-                  outputs=[by_word])
+    split = SplitCombined if combined else SplitEach if per_record else Split
+    app.processor("split", split, inputs=[source], outputs=[by_word])
     app.processor("count", count, inputs=[by_word], stores=[MemoryTable("counts")])
     return app
 
@@ -159,7 +188,7 @@ def kasper_loop(args: argparse.Namespace) -> dict[str, Any]:
     config's name (its repartition topic's prefix) and the words it counted."""
     config = Config(name=f"bench-app-{uuid.uuid4().hex[:8]}", bootstrap_servers=args.bootstrap,
                     input_topics=[args.source], batch_size=args.batch_size, batch_wait=0.1,
-                    key_serde="str", value_serde="json")
+                    max_latency=args.max_latency, key_serde="str", value_serde="json")
     counters: list[CountWords | CountRepartitioned] = []
 
     def kept(kind: type[CountWords] | type[CountRepartitioned]) -> Any:
@@ -174,11 +203,18 @@ def kasper_loop(args: argparse.Namespace) -> dict[str, Any]:
                                    observer=observer)
     else:
         app = word_count_app(args.source, kept(CountRepartitioned),
-                             combined=args.child == "combined")
+                             combined=args.child == "combined", per_record=args.per_record)
         processor = TopicProcessor(config, app, observer=observer)
     observer.processor = processor
     processor.run_loop()
     return {"name": config.name, "counted": sum(c.counted for c in counters)}
+
+
+def kasper_py_dir() -> str:
+    """Where the kasper_py this process runs lives, to tell A/B rows apart."""
+    import kasper_py
+
+    return os.path.dirname(os.path.dirname(os.path.abspath(kasper_py.__file__)))
 
 
 def child(args: argparse.Namespace) -> None:
@@ -198,25 +234,33 @@ def child(args: argparse.Namespace) -> None:
     if profile is not None:
         profile.dump_stats(args.profile)
     lines_per_s = args.messages / elapsed
-    print(json.dumps({**found, "row": args.child, "seconds": elapsed, "lines_per_s": lines_per_s,
+    print(json.dumps({**found, "row": args.child, "kasper_py": kasper_py_dir(),
+                      "seconds": elapsed, "lines_per_s": lines_per_s,
                       "words_per_s": lines_per_s * args.total_words / args.messages,
                       "cpu_s_per_million": cpu * 1e6 / args.messages,
                       "loop_cpu_s_per_million": loop_cpu * 1e6 / args.messages,
                       "peak_rss_mib": peak_rss_mib()}))
 
 
-def run_child(row: str, args: argparse.Namespace, source: str, total_words: int,
-              profile: str | None = None) -> dict[str, Any]:
-    """One row in a fresh process; its repartition topic deleted after."""
+def run_child(row: str, args: argparse.Namespace, source: str, total_words: int, *,
+              profile: str | None = None, before: str | None = None) -> dict[str, Any]:
+    """One row in a fresh process (on the kasper_py in ``before`` when given); its
+    repartition topic deleted after."""
     cmd = [sys.executable, __file__, "--child", row, "--bootstrap", args.bootstrap,
            "--source", source, "--messages", str(args.messages), "--total-words",
-           str(total_words), "--batch-size", str(args.batch_size)]
-    result = subprocess.run([*cmd, *(["--profile", profile] if profile else [])],
-                            check=False, capture_output=True, text=True)
+           str(total_words), "--batch-size", str(args.batch_size),
+           "--max-latency", str(args.max_latency).lower(),
+           *(["--per-record"] if args.per_record else []),
+           *(["--profile", profile] if profile else [])]
+    env = dict(os.environ)
+    if before is not None:
+        env["PYTHONPATH"] = os.pathsep.join([before, env.get("PYTHONPATH", "")])
+    result = subprocess.run(cmd, check=False, capture_output=True, text=True, env=env)
     if result.returncode:
         sys.exit(f"{row} failed:\n{result.stderr[-3000:]}")
     found = dict(json.loads(result.stdout.strip().splitlines()[-1]))
-    if found["name"] is not None and row != "one-stage":
+    found["row"] += "@before" if before is not None else ""
+    if found["name"] is not None and not row.startswith("one-stage"):
         delete_topics(args.bootstrap, [f"{found['name']}-by-word-repartition"])
     return found
 
@@ -224,16 +268,33 @@ def run_child(row: str, args: argparse.Namespace, source: str, total_words: int,
 def row_line(r: dict[str, Any], total_words: int) -> str:
     counted = "" if r["counted"] is None else (
         f"  words counted {r['counted']:,}{'' if r['counted'] == total_words else ' (WRONG)'}")
-    return (f"  {r['row']:10} {r['lines_per_s']:>10,.0f} lines/s {r['words_per_s']:>11,.0f} "
+    return (f"  {r['row']:17} {r['lines_per_s']:>10,.0f} lines/s {r['words_per_s']:>11,.0f} "
             f"words/s  {r['seconds']:6.2f} s  CPU {r['cpu_s_per_million']:6.2f} s/1M lines "
             f"(loop thread {r['loop_cpu_s_per_million']:6.2f})  peak RSS "
             f"{r['peak_rss_mib']:4.0f} MiB{counted}")
 
 
-def summary(best: dict[str, dict[str, Any]], total_words: int) -> Iterator[str]:
+def hop_us(results: dict[str, list[dict[str, Any]]], lines_per_word: float,
+           suffix: str = "") -> float:
+    """The repartition hop in µs of loop thread a word: the two-stage row's less the
+    one-stage row's, each its least over the rounds (the least disturbed)."""
+    two, one = (min(r["loop_cpu_s_per_million"] for r in results[row + suffix])
+                for row in ("two-stage", "one-stage"))
+    return (two - one) * lines_per_word  # s per million lines is µs a line
+
+
+def summary(results: dict[str, list[dict[str, Any]]], total_words: int,
+            lines: int) -> Iterator[str]:
+    best = {row: max(runs, key=lambda r: r["lines_per_s"]) for row, runs in results.items()}
     yield "best of the rounds:"
-    for row in ROWS:
-        yield row_line(best[row], total_words)
+    for found in best.values():
+        yield row_line(found, total_words)
+    hop = hop_us(results, lines / total_words)
+    yield f"repartition hop (two-stage - one-stage loop thread): {hop:.2f} µs a word"
+    if "two-stage@before" in results:
+        before = hop_us(results, lines / total_words, "@before")
+        yield (f"  before ({best['two-stage@before']['kasper_py']}): {before:.2f} µs a word; "
+               f"now / before: {hop / before:.2f} (target <= 0.5)")
     two, one = best["two-stage"], best["one-stage"]
     yield (f"two-stage / one-stage, lines/s: {two['lines_per_s'] / one['lines_per_s']:.2f} "
            "(target >= 0.5)")
@@ -248,13 +309,28 @@ def summary(best: dict[str, dict[str, Any]], total_words: int) -> Iterator[str]:
            f"{one['lines_per_s'] / ceiling:.2f}, two-stage {two['lines_per_s'] / ceiling:.2f}")
 
 
-def main() -> None:
+def latency(text: str) -> float | None:
+    return None if text.lower() == "none" else float(text)
+
+
+def parse() -> argparse.Namespace:
     parser = arguments(__doc__.splitlines()[0], messages=200_000, partitions=2)
     parser.add_argument("--words", type=int, default=5, help="words per line, give or take one")
+    parser.add_argument("--max-latency", type=latency, default=None,
+                        help="Config.max_latency, seconds, or none (classic batches, the "
+                             "default here: the hop's cost, not the batch sizing)")
+    parser.add_argument("--per-record", action="store_true",
+                        help="split sends word by word (sender.repartition), not a batch")
+    parser.add_argument("--before", help="a folder holding another kasper_py: A/B its "
+                                         "one-stage and two-stage rows against this one's")
     parser.add_argument("--profile", help="write a cProfile of the two-stage loop here")
     parser.add_argument("--child", choices=ROWS, help=argparse.SUPPRESS)
     parser.add_argument("--total-words", type=int, help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = parse()
     if args.child:
         child(args)
         return
@@ -265,20 +341,23 @@ def main() -> None:
     del records
     print(f"input: {args.messages:,} lines, {total_words:,} words ({args.words} a line, give "
           f"or take one) on {args.partitions} partitions, batch_size {args.batch_size}, "
-          f"{args.rounds} round(s)", flush=True)
-    results: dict[str, list[dict[str, Any]]] = {row: [] for row in ROWS}
+          f"max_latency {args.max_latency}, split "
+          f"{'per record' if args.per_record else 'a batch a call'}, {args.rounds} round(s)",
+          flush=True)
+    results: dict[str, list[dict[str, Any]]] = {}
     try:
         for _ in range(args.rounds):
             for row in ROWS:
-                results[row].append(run_child(row, args, source, total_words))
-                print(row_line(results[row][-1], total_words), flush=True)
+                for before in (None, args.before) if args.before and row in AB_ROWS else (None,):
+                    found = run_child(row, args, source, total_words, before=before)
+                    results.setdefault(found["row"], []).append(found)
+                    print(row_line(found, total_words), flush=True)
         if args.profile:
-            run_child("two-stage", args, source, total_words, args.profile)
+            run_child("two-stage", args, source, total_words, profile=args.profile)
             print(f"profile of a two-stage run: {args.profile}")
     finally:
         delete_topics(args.bootstrap, [source])
-    best = {row: max(runs, key=lambda r: r["lines_per_s"]) for row, runs in results.items()}
-    for line in summary(best, total_words):
+    for line in summary(results, total_words, args.messages):
         print(line)
 
 

@@ -6,16 +6,23 @@ output timestamp: the one given, else the one the turn set for what runs now.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from itertools import repeat
+from operator import is_, itemgetter
 from typing import Any, Protocol
 
 from kasper_py.exceptions import SerdeError
 from kasper_py.message import OutgoingMessage, OutgoingRecord
 from kasper_py.serdes import BYTES, Serde, bound_to
 
-__all__ = ["Routes", "Sender"]
+__all__ = ["Routes", "SendRecord", "Sender"]
 
 HeaderInput = Mapping[str, bytes | str | None] | Iterable[tuple[str, bytes | str | None]]
+SendRecord = tuple[Any, Any, "int | None", "HeaderInput | None"]
+"""What ``Sender.send_many`` takes: ``(key, value, timestamp, headers)``, the record shape
+of ``kasper_py.dsl``'s operators."""
+Encode = Callable[[Any], "bytes | None"]
+_KEY = itemgetter(0)
 
 
 class Routes(Protocol):
@@ -34,21 +41,26 @@ class Routes(Protocol):
 class Sender:
     """Buffers output messages, encoding keys and values with the configured serdes."""
 
-    __slots__ = ("_buffer", "_encode_key", "_encode_value", "_routes", "_timestamp",
-                 "_topic", "_topics")
+    __slots__ = ("_buffer", "_encode_key", "_encode_value", "_encoders", "_key_serde",
+                 "_routes", "_timestamp", "_topic", "_topics", "_value_serde")
 
     def __init__(self, key_serde: Serde = BYTES, value_serde: Serde = BYTES,
                  routes: Routes | None = None) -> None:
         """``routes``: the app's repartitions and channels, for a processor of an
         ``App`` (the turn engine passes them)."""
         self._routes = routes
-        self._encode_key = _encoder(key_serde)
-        self._encode_value = _encoder(value_serde)
+        self._key_serde, self._value_serde = key_serde, value_serde
+        self._encoders: dict[str, tuple[Encode, Encode]] = {}
+        """Per topic sent to: the key and value serdes' ``encode``, bound to the topic
+        (``bound_to``: a registry serde's subject is its topic's)."""
+        self._encode_key: Encode = key_serde.encode
+        self._encode_value: Encode = value_serde.encode
         self._buffer: list[OutgoingRecord] = []
         self._timestamp = 0  # as an OutgoingRecord holds it: 0 is "when produced"
         self._topics: set[str] = set()
         self._topic: str | None = None
-        """The topic of the last send: a run of sends to one topic adds it once."""
+        """The topic of the last send, whose encoders ``_encode_key`` and
+        ``_encode_value`` are: a run of sends to one topic looks it up once."""
 
     @property
     def timestamp(self) -> int | None:
@@ -80,29 +92,80 @@ class Sender:
         ``Sender.timestamp``). Raises ``SerdeError`` naming the topic when the key or value
         cannot be encoded, ``ValueError`` for a bad topic, partition or timestamp.
         """
-        if type(value) is not bytes and value is not None:
-            value = self._encode_value(topic, value)
-        if type(key) is not bytes and key is not None:
-            key = self._encode_key(topic, key)
+        if topic is not self._topic:  # an identity test per message, a look-up per change
+            self._switch_to(topic)
+        try:
+            if type(value) is not bytes and value is not None:
+                value = self._encode_value(value)
+            if type(key) is not bytes and key is not None:
+                key = self._encode_key(key)
+            if partition is None:
+                partition = -1
+            elif type(partition) is not int or partition < 0:
+                raise ValueError(f"send() partition must be a non-negative int, "
+                                 f"got {partition!r}")
+            if timestamp is None:
+                timestamp = self._timestamp
+            elif type(timestamp) is not int or timestamp < 0:
+                raise _timestamp_error("send", timestamp)
+            # the producer's arguments by position (see OutgoingRecord)
+            record: OutgoingRecord = (topic, value, key, partition, None, None, timestamp)
+            if headers is not None and (pairs := _headers(headers)):
+                record = (*record, pairs)
+        except SerdeError as exc:
+            self._unnote(topic)
+            raise _encode_error(topic, exc) from exc
+        except ValueError:
+            self._unnote(topic)
+            raise
+        self._buffer.append(record)
+
+    def send_many(self, topic: str, records: Sequence[SendRecord]) -> None:
+        """Buffer ``(key, value, timestamp, headers)`` records for ``topic``, in order: the
+        same messages as ``send(topic, value, key, headers=headers, timestamp=timestamp)``
+        for each (partitioned by key; a ``None`` timestamp inherits ``Sender.timestamp``;
+        empty or ``None`` headers are none), in one Python call, not one a record.
+        Raises as ``send``; the records before a refused one stay buffered."""
+        if not records:
+            return
+        if topic is not self._topic:
+            self._switch_to(topic)
+        encode_key, encode_value, inherited = self._encode_key, self._encode_value, self._timestamp
+        append = self._buffer.append
+        try:
+            for key, value, timestamp, headers in records:
+                if timestamp is not None and (type(timestamp) is not int or timestamp < 0):
+                    raise _timestamp_error("send_many", timestamp)
+                record = (topic,
+                          value if type(value) is bytes or value is None else encode_value(value),
+                          key if type(key) is bytes or key is None else encode_key(key),
+                          -1, None, None, inherited if timestamp is None else timestamp)
+                append((*record, _headers(headers)) if headers else record)
+        except SerdeError as exc:
+            self._unnote(topic)
+            raise _encode_error(topic, exc) from exc
+        except ValueError:
+            self._unnote(topic)
+            raise
+
+    def _switch_to(self, topic: str) -> None:
+        """Sends go to ``topic`` now: check its name, note it, take its encoders."""
         if type(topic) is not str or not topic:
             raise ValueError(f"send() needs a topic name, got {topic!r}")
-        if partition is None:
-            partition = -1
-        elif type(partition) is not int or partition < 0:
-            raise ValueError(f"send() partition must be a non-negative int, got {partition!r}")
-        if timestamp is None:
-            timestamp = self._timestamp
-        elif type(timestamp) is not int or timestamp < 0:
-            raise ValueError(f"send() timestamp must be a non-negative int of milliseconds, "
-                             f"got {timestamp!r}")
-        # the producer's arguments by position (see OutgoingRecord)
-        record: OutgoingRecord = (topic, value, key, partition, None, None, timestamp)
-        if headers is not None and (pairs := _headers(headers)):
-            record = (*record, pairs)
-        self._buffer.append(record)
-        if topic is not self._topic:  # an identity test per message, a set add per change
-            self._topic = topic
-            self._topics.add(topic)
+        encoders = self._encoders.get(topic)
+        if encoders is None:
+            encoders = self._encoders[topic] = (bound_to(self._key_serde, topic).encode,
+                                                bound_to(self._value_serde, topic).encode)
+        self._encode_key, self._encode_value = encoders
+        self._topic = topic
+        self._topics.add(topic)
+
+    def _unnote(self, topic: str) -> None:
+        """A send to ``topic`` was refused: unless a buffered message goes there, it is
+        not one of ``topics`` (the turn asks the cluster about those)."""
+        if not any(record[0] == topic for record in self._buffer):
+            self._topics.discard(topic)
+            self._topic = None
 
     def repartition(self, name: str, value: Any, key: Any, *,
                     headers: HeaderInput | None = None, timestamp: int | None = None) -> None:
@@ -112,13 +175,21 @@ class Sender:
         repartition the processor does not declare in its outputs, or for a ``None``
         key (nothing to partition by); otherwise as ``send``."""
         if self._routes is None:
-            raise ValueError(f"repartition {name!r}: sender.repartition() is for the "
-                             "processors of an App (kasper_py.app); this one runs alone")
+            raise _outside_app(name)
         if key is None:
-            raise ValueError(f"repartition {name!r} needs a key: records are partitioned "
-                             "by it")
+            raise _no_key(name)
         self.send(self._routes.repartition_topic(name), value, key, headers=headers,
                   timestamp=timestamp)
+
+    def repartition_many(self, name: str, records: Sequence[SendRecord]) -> None:
+        """``repartition`` for a batch of ``(key, value, timestamp, headers)`` records, in
+        order, as ``send_many`` sends them: the repartition's topic looked up once. Raises
+        as ``repartition``, before buffering any, when a record's key is ``None``."""
+        if self._routes is None:
+            raise _outside_app(name)
+        if any(map(is_, map(_KEY, records), repeat(None))):
+            raise _no_key(name)
+        self.send_many(self._routes.repartition_topic(name), records)
 
     def channel(self, name: str, value: Any, key: Any = None, *,
                 headers: HeaderInput | None = None, timestamp: int | None = None) -> None:
@@ -134,8 +205,7 @@ class Sender:
         if timestamp is None:
             timestamp = self._timestamp or None
         elif type(timestamp) is not int or timestamp < 0:
-            raise ValueError(f"channel() timestamp must be a non-negative int of "
-                             f"milliseconds, got {timestamp!r}")
+            raise _timestamp_error("channel", timestamp)
         pairs = tuple(_headers(headers)) if headers is not None else ()
         self._routes.to_channel(name, key, value, timestamp, pairs)
 
@@ -168,29 +238,22 @@ class Sender:
         return buffered
 
 
-def _encoder(serde: Serde) -> Callable[[str, Any], bytes | None]:
-    """``encode(topic, value)`` with ``serde``, errors naming the topic. A topic serde
-    (``for_topic``) is bound once per topic and the bound serde kept."""
-    if not hasattr(serde, "for_topic"):
-        encode = serde.encode
+def _encode_error(topic: str, exc: SerdeError) -> SerdeError:
+    return SerdeError(f"cannot encode message for topic {topic!r}: {exc}")
 
-        def plain(topic: str, value: Any) -> bytes | None:
-            try:
-                return encode(value)
-            except SerdeError as exc:
-                raise SerdeError(f"cannot encode message for topic {topic!r}: {exc}") from exc
-        return plain
-    bound: dict[str, Callable[[Any], bytes | None]] = {}
 
-    def per_topic(topic: str, value: Any) -> bytes | None:
-        encode = bound.get(topic)
-        if encode is None:
-            encode = bound[topic] = bound_to(serde, topic).encode
-        try:
-            return encode(value)
-        except SerdeError as exc:
-            raise SerdeError(f"cannot encode message for topic {topic!r}: {exc}") from exc
-    return per_topic
+def _timestamp_error(call: str, timestamp: object) -> ValueError:
+    return ValueError(f"{call}() timestamp must be a non-negative int of milliseconds, "
+                      f"got {timestamp!r}")
+
+
+def _outside_app(name: str) -> ValueError:
+    return ValueError(f"repartition {name!r}: sender.repartition() is for the processors of "
+                      "an App (kasper_py.app); this one runs alone")
+
+
+def _no_key(name: str) -> ValueError:
+    return ValueError(f"repartition {name!r} needs a key: records are partitioned by it")
 
 
 def _headers(headers: HeaderInput) -> list[tuple[str, bytes | None]]:

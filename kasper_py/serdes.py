@@ -10,6 +10,7 @@ Errors are ``SerdeError`` naming what failed.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
 from kasper_py.exceptions import SerdeError
@@ -57,6 +58,8 @@ class StringSerde:
     name = "str"
 
     def encode(self, value: Any) -> bytes | None:
+        if type(value) is str:  # first: what it is given most
+            return value.encode()
         if value is None or isinstance(value, bytes):
             return value
         if isinstance(value, str):
@@ -75,31 +78,64 @@ class StringSerde:
 class JsonSerde:
     """Compact UTF-8 JSON. Bytes given to ``encode`` pass through unchanged.
 
-    Whole numbers (counts, sums: what tables hold most) skip the json module both ways:
-    the same bytes, in about a tenth of the time."""
+    The values tables and repartitions hold most (strings, whole numbers, floats, bools)
+    skip the json module's Python layers both ways, with the very bytes and values
+    ``json.dumps(value, separators=(",", ":"))`` and ``json.loads`` give: a string
+    through the C functions the json module itself calls for one (``\\uXXXX`` escapes
+    for what is not printable ASCII), a whole number as its digits. A string key costs
+    a tenth of ``json.dumps`` that way (docs/stores.md). Anything else goes through one
+    ``JSONEncoder`` kept for the purpose, not one built per call as ``json.dumps`` with
+    ``separators`` does."""
 
     name = "json"
 
     def encode(self, value: Any) -> bytes | None:
-        if type(value) is int:
-            return b"%d" % value
-        if value is None or isinstance(value, bytes):
-            return value
+        kind = type(value)
         try:
-            return json.dumps(value, separators=(",", ":")).encode()
+            if kind is int:
+                return b"%d" % value
+            if kind is str:
+                return _json_string(value).encode()
+            if value is None or isinstance(value, bytes):
+                return value
+            if kind is float and value - value == 0.0:  # finite: not NaN nor an infinity
+                return repr(value).encode()
+            if kind is bool:
+                return b"true" if value else b"false"
+            return _JSON_ENCODER.encode(value).encode()
         except (TypeError, ValueError) as exc:
-            raise SerdeError(f"json serde cannot encode {type(value).__name__}: {exc}") from exc
+            raise SerdeError(f"json serde cannot encode {kind.__name__}: {exc}") from exc
 
     def decode(self, data: bytes | None) -> Any:
         if data is None:
             return None
-        digits = data[1:] if data[:1] == b"-" else data
-        if digits.isdigit() and (digits[0] != 0x30 or len(digits) == 1):  # a JSON integer
-            return int(data)
+        try:
+            if data.isdigit():  # a whole number, unless it has a leading zero
+                if data[0] != 0x30 or len(data) == 1:
+                    return int(data)
+            elif data[:1] == b'"':  # a string, as json.loads reads one (or it says why not)
+                text = data.decode()
+                value, end = _scan_json_string(text, 1)
+                if end == len(text):
+                    return value
+            elif data[:1] == b"-" and data[1:].isdigit() and (data[1] != 0x30 or len(data) == 2):
+                return int(data)
+        except ValueError:
+            pass
         try:
             return json.loads(data)
         except ValueError as exc:
             raise SerdeError(f"json serde: invalid JSON: {exc}") from exc
+
+
+_JSON_ENCODER = json.JSONEncoder(separators=(",", ":"))
+"""What ``json.dumps(value, separators=(",", ":"))`` builds on every call (it builds an
+encoder whenever an argument is not a default): the same output, built once."""
+_json_string = json.encoder.encode_basestring_ascii
+"""The JSON text of a ``str`` as the json module writes one (its C function)."""
+_scan_json_string: Callable[[str, int], tuple[str, int]] = (
+    json.decoder.scanstring)  # type: ignore[attr-defined]  # typeshed leaves it out
+"""The string that starts after an opening quote, as the json module reads one (C)."""
 
 
 BYTES = BytesSerde()

@@ -16,7 +16,7 @@ from typing import Any
 from kasper_py.dead_letters import Undecodable, undecodable_error
 from kasper_py.exceptions import ConsumeError, OffsetError, SerdeError
 from kasper_py.message import Message, TopicPartitionKey
-from kasper_py.serdes import Serde, bound_to
+from kasper_py.serdes import BYTES, Serde, bound_to
 
 __all__ = ["Batch", "Collector", "OffsetRange", "build_batch", "decode_batch"]
 
@@ -186,14 +186,62 @@ def build_batch(records: Sequence[Any], key_serde: Serde, value_serde: Serde,
 
     A record carrying an error for which ``transient(record)`` is true (the client
     retries it by itself) is left out; any other raises ``ConsumeError``. Records are
-    grouped as they are read (they come in runs of one partition), then decoded as
-    ``decode_batch`` decodes. ``only_topic``: every record is of this topic (the loop
-    reads one input topic), so no record is asked for its topic.
+    grouped as they are read (they come in runs of one partition) and decoded as
+    ``decode_batch`` decodes, in the same pass: one ``Message`` a record (with
+    ``keep_read``, which keeps the messages as read too, ``decode_batch``'s two).
+    ``only_topic``: every record is of this topic (the loop reads one input topic), so
+    no record is asked for its topic.
     """
+    if keep_read:
+        read, _ = _read(records, transient, only_topic, None)
+        return _decoded(read, key_serde, value_serde, set_aside, keep_read)
+    decoding = _Decoding(key_serde, value_serde, set_aside) if _decodes(
+        key_serde, value_serde) else None
+    return _group(*_read(records, transient, only_topic, decoding))
+
+
+class _Decoding:
+    """How ``_read`` decodes the records it reads: the serdes' ``decode`` (bound to the
+    run's topic for a registry serde, whose subject is the topic's), and what it does
+    with a record that does not decode."""
+
+    def __init__(self, key_serde: Serde, value_serde: Serde, set_aside: bool) -> None:
+        self.key_serde, self.value_serde, self.set_aside = key_serde, value_serde, set_aside
+        self.per_topic = hasattr(key_serde, "for_topic") or hasattr(value_serde, "for_topic")
+        self.aside: list[Undecodable] = []
+
+    def decoders(self, topic: str) -> tuple[Callable[[Any], Any], Callable[[Any], Any]]:
+        """The key and value decoders of ``topic``'s records."""
+        if self.per_topic:
+            return bound_to(self.key_serde, topic).decode, bound_to(self.value_serde, topic).decode
+        return self.key_serde.decode, self.value_serde.decode
+
+    def result(self, by_tp: dict[TopicPartitionKey, list[Message]]
+               ) -> tuple[dict[TopicPartitionKey, list[Message]], list[Undecodable]]:
+        """What was decoded per topic-partition (runs all set aside left out), and what
+        was set aside."""
+        if not self.aside:
+            return by_tp, []
+        return {tp: run for tp, run in by_tp.items() if run}, self.aside
+
+    def failed(self, read: Message, exc: SerdeError) -> None:
+        """``read`` did not decode: raise (``fail``) or set it aside."""
+        if not self.set_aside:
+            raise undecodable_error(read.topic, read.partition, read.offset, exc) from exc
+        self.aside.append(Undecodable(*read, error=str(exc)))
+
+
+def _read(records: Sequence[Any], transient: Callable[[Any], bool] | None,
+          only_topic: str | None, decoding: _Decoding | None,
+          ) -> tuple[dict[TopicPartitionKey, list[Message]], list[Undecodable]]:
+    """The records as ``Message``s per topic-partition, decoded with ``decoding`` (as
+    read without it), and those set aside (see ``build_batch``)."""
     new = tuple.__new__  # Message is a NamedTuple; this skips its Python-level __new__
     by_tp: dict[TopicPartitionKey, list[Message]] = {}
     run_topic, run_partition, run = "", -1, []
     topic = only_topic or ""
+    decode_key: Callable[[Any], Any] = BYTES.decode
+    decode_value: Callable[[Any], Any] = BYTES.decode
     for record in records:
         if record.error() is not None:
             if transient is not None and transient(record):
@@ -205,12 +253,31 @@ def build_batch(records: Sequence[Any], key_serde: Serde, value_serde: Serde,
         if partition != run_partition or topic != run_topic:
             run_topic, run_partition = topic, partition
             run = by_tp.setdefault((topic, partition), [])
+            if decoding is not None:
+                decode_key, decode_value = decoding.decoders(topic)
         ts_type, ts = record.timestamp()
         headers = record.headers()
-        run.append(new(Message, (topic, partition, record.offset(), record.key(), record.value(),
-                                 ts if ts_type else None, tuple(headers) if headers else (),
-                                 ts_type)))
-    return _decoded(by_tp, key_serde, value_serde, set_aside, keep_read)
+        # the two branches differ in the key and value only: a helper would cost a call
+        if decoding is None:
+            run.append(new(Message, (topic, partition, record.offset(), record.key(),
+                                     record.value(), ts if ts_type else None,
+                                     tuple(headers) if headers else (), ts_type)))
+            continue
+        try:
+            run.append(new(Message, (topic, partition, record.offset(), decode_key(record.key()),
+                                     decode_value(record.value()), ts if ts_type else None,
+                                     tuple(headers) if headers else (), ts_type)))
+        except SerdeError as exc:
+            decoding.failed(_as_read(record, topic, partition), exc)
+    return (by_tp, []) if decoding is None else decoding.result(by_tp)
+
+
+def _as_read(record: Any, topic: str, partition: int) -> Message:
+    """``record`` as a ``Message`` as read (key and value bytes), as ``_read`` makes one."""
+    ts_type, ts = record.timestamp()
+    headers = record.headers()
+    return Message(topic, partition, record.offset(), record.key(), record.value(),
+                   ts if ts_type else None, tuple(headers) if headers else (), ts_type)
 
 
 def decode_batch(messages: Sequence[Message], key_serde: Serde, value_serde: Serde,
@@ -238,16 +305,12 @@ _TOPIC_PARTITION = operator.itemgetter(0, 1)
 def _decoded(by_tp: dict[TopicPartitionKey, list[Message]], key_serde: Serde,
              value_serde: Serde, set_aside: bool, keep_read: bool) -> Batch:
     """Grouped messages as read into a ``Batch``, decoded (see ``decode_batch``)."""
-    if key_serde.name == "bytes" and value_serde.name == "bytes":
-        return _group(by_tp, [])  # as read is as decoded
-    new, decode_key, decode_value = tuple.__new__, key_serde.decode, value_serde.decode
-    per_topic = hasattr(key_serde, "for_topic") or hasattr(value_serde, "for_topic")
+    if not _decodes(key_serde, value_serde):
+        return _group(by_tp, [])
+    new, decoding = tuple.__new__, _Decoding(key_serde, value_serde, set_aside)
     decoded: dict[TopicPartitionKey, list[Message]] = {}
-    aside: list[Undecodable] = []
     for (topic, partition), run in by_tp.items():
-        if per_topic:  # a registry serde: its subject is the topic's
-            decode_key = bound_to(key_serde, topic).decode
-            decode_value = bound_to(value_serde, topic).decode
+        decode_key, decode_value = decoding.decoders(topic)
         messages = []
         for read in run:
             try:
@@ -255,15 +318,18 @@ def _decoded(by_tp: dict[TopicPartitionKey, list[Message]], key_serde: Serde,
                                               decode_value(read[4]), read[5], read[6],
                                               read[7])))
             except SerdeError as exc:
-                if not set_aside:
-                    raise undecodable_error(topic, partition, read[2], exc) from exc
-                aside.append(Undecodable(*read, error=str(exc)))
+                decoding.failed(read, exc)
         if messages:
             decoded[(topic, partition)] = messages
-    batch = _group(decoded, aside)
+    batch = _group(decoded, decoding.aside)
     if keep_read:
         batch.read = by_tp
     return batch
+
+
+def _decodes(key_serde: Serde, value_serde: Serde) -> bool:
+    """Whether messages decoded differ from messages as read: not when both are bytes."""
+    return key_serde.name != "bytes" or value_serde.name != "bytes"
 
 
 def _group(by_tp: dict[TopicPartitionKey, list[Message]], aside: list[Undecodable]) -> Batch:

@@ -51,27 +51,25 @@ class OutputProducer:
         arguments by position (see ``OutgoingRecord``): keywords cost half as much again
         per call, and unpacking fields into it a fifth.
         """
-        produce = self._producer.produce
-        start, count = 0, len(messages)
+        produce, queued = self._producer.produce, iter(messages)
         deadline = time.monotonic() + self._delivery_timeout
-        while start < count:
-            index = start
+        record: OutgoingRecord = ()  # the record being produced, or () before the first
+        while True:
             try:
-                for record in messages[start:] if start else messages:
+                if record:  # the record a full queue refused, again
                     produce(*record)
-                    index += 1
+                for record in queued:
+                    produce(*record)
                 return
             except BufferError:
                 # the local queue is full: serve acks for a moment, then go on from here
                 if time.monotonic() > deadline:
-                    raise ProduceError(f"producer queue stayed full for {messages[index][0]!r}",
+                    raise ProduceError(f"producer queue stayed full for {record[0]!r}",
                                        code=KafkaError._QUEUE_FULL) from None
                 self._producer.poll(_QUEUE_FULL_PAUSE)
-                start = index
             except KafkaException as exc:
                 raise (self._fenced(exc.args[0])
-                       or _produce_error(f"cannot produce to {messages[index][0]!r}",
-                                         exc.args[0])) from exc
+                       or _produce_error(f"cannot produce to {record[0]!r}", exc.args[0])) from exc
 
     def missing_topics(self, topics: Collection[str]) -> dict[str, str]:
         """Those of ``topics`` the cluster's metadata says cannot be produced to (absent,

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import repeat
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -42,6 +43,7 @@ __all__ = [
     "already_applied",  # re-exported: its home is lifecycle.py
     "check_effectively_once_alone",
     "encode_key",
+    "encode_keys",
     "prefix_end",  # re-exported: its home is query.py
 ]
 
@@ -56,6 +58,17 @@ def encode_key(serde: Serde, key: Any) -> bytes:
     if encoded is None:
         raise StoreError("a store key cannot be None")
     return bytes(encoded)
+
+
+def encode_keys(serde: Serde, keys: Sequence[Any], prefix: bytes = b"") -> list[bytes]:
+    """``prefix`` + ``encode_key(serde, key)`` for each of ``keys``, in order, with the
+    serde's ``encode`` called straight from one pass: a batch of string keys costs a
+    Python call a key, not three."""
+    encode = serde.encode
+    encoded: list[Any] = [encode(key) for key in keys]
+    if not all(map(isinstance, encoded, repeat(bytes))):  # a None key, or bytes-like
+        encoded = [encode_key(serde, key) for key in keys]
+    return [prefix + key for key in encoded] if prefix else encoded
 
 
 @dataclass(frozen=True)
@@ -161,17 +174,25 @@ class BufferedStore(KeyValueStore):
         """The backend key of ``key``: ``key_prefix`` + the key serde's bytes."""
         return self._key_prefix + encode_key(self.key_serde, key)
 
+    def encoded_keys(self, keys: Sequence[Any]) -> list[bytes]:
+        """The backend keys of ``keys``, in order (``encode_keys``)."""
+        return encode_keys(self.key_serde, keys, self._key_prefix)
+
     def get_many(self, keys: Iterable[Any]) -> dict[Any, Any]:
         """Buffered writes first, then one ``_read_many`` of the other keys."""
-        decode = self.value_serde.decode
+        keys = list(keys)  # read twice: encoded, then paired with its encodings
+        decode, pending = self.value_serde.decode, self._pending
         found: dict[Any, Any] = {}
         missing: dict[bytes, Any] = {}
-        for key in keys:
-            encoded = self.key(key)
-            if encoded not in self._pending:
-                missing[encoded] = key
-            elif (value := self._pending[encoded]) is not None:
-                found[key] = decode(value)
+        encoded = self.encoded_keys(keys)
+        if not pending:  # as at the start of most turns: every key is read
+            missing = dict(zip(encoded, keys, strict=True))
+        else:
+            for key, backend_key in zip(keys, encoded, strict=True):
+                if backend_key not in pending:
+                    missing[backend_key] = key
+                elif (value := pending[backend_key]) is not None:
+                    found[key] = decode(value)
         if missing:
             values = self._observed("get_many", lambda: self._read_many(list(missing)))
             found.update((missing[k], decode(v)) for k, v in values.items())
@@ -179,14 +200,13 @@ class BufferedStore(KeyValueStore):
 
     def put_many(self, items: Mapping[Any, Any]) -> None:
         """Buffer writes until ``flush``; a ``None`` value deletes the key."""
-        encode = self.value_serde.encode
-        for key, value in items.items():
-            self._pending[self.key(key)] = encode(value)
+        encoded = self.encoded_keys(list(items))
+        self._pending.update(zip(encoded, map(self.value_serde.encode, items.values()),
+                                 strict=True))
 
     def delete_many(self, keys: Iterable[Any]) -> None:
         """Buffer deletes until ``flush``."""
-        for key in keys:
-            self._pending[self.key(key)] = None
+        self._pending.update(dict.fromkeys(self.encoded_keys(list(keys))))
 
     def flush(self, next_offsets: Mapping[TopicPartitionKey, int]) -> None:
         """Hand the buffered writes to ``_write``; the buffer is empty afterwards, even
@@ -217,7 +237,8 @@ class BufferedStore(KeyValueStore):
 
     def query_get_many(self, keys: Iterable[Any]) -> dict[Any, Any]:
         """One ``_query_read`` of the encoded keys; the pending writes are not read."""
-        encoded = {self.key(key): key for key in keys}
+        keys = list(keys)  # read twice: encoded, then paired with its encodings
+        encoded = dict(zip(self.encoded_keys(keys), keys, strict=True))
         values = self._query_read(list(encoded))
         decode = self.value_serde.decode
         return {encoded[k]: decode(v) for k, v in values.items()}

@@ -41,7 +41,7 @@ from kasper_py.stores.base import (
     StoreRuntime,
     StoreSpec,
     Writes,
-    encode_key,
+    encode_keys,
 )
 from kasper_py.stores.changelog import (
     ChangelogReader,
@@ -196,7 +196,8 @@ class GlobalTableStore(KeyValueStore):
         ``MultiGet`` of the encoded keys."""
         if self._state.stale:
             self._state.catch_up()
-        encoded = {encode_key(self.key_serde, key): key for key in keys}
+        keys = list(keys)  # read twice: encoded, then paired with its encodings
+        encoded = dict(zip(encode_keys(self.key_serde, keys), keys, strict=True))
         values = self._state.db.get_many(list(encoded))
         decode = self.value_serde.decode
         return {key: decode(value) for key, value in zip(encoded.values(), values, strict=True)
@@ -232,7 +233,8 @@ class GlobalTableStore(KeyValueStore):
     def query_get_many(self, keys: Iterable[Any]) -> dict[Any, Any]:
         """RocksDB ``MultiGet`` of the changelog records applied so far: as of the loop's
         last read of this table (a query never reads the changelog itself)."""
-        encoded = {encode_key(self.key_serde, key): key for key in keys}
+        keys = list(keys)  # read twice: encoded, then paired with its encodings
+        encoded = dict(zip(encode_keys(self.key_serde, keys), keys, strict=True))
         values = self._state.db.query_get_many(list(encoded))
         decode = self.value_serde.decode
         return {key: decode(value) for key, value in zip(encoded.values(), values, strict=True)

@@ -1,18 +1,30 @@
 """The hot path on the real broker: a batch read ahead while acks are outstanding is
 never committed before its own turn, a delivery the broker refuses (reported through
-failures-only delivery reports) fails its turn uncommitted, and ``until_caught_up``
-needs no watermark round trip."""
+failures-only delivery reports) fails its turn uncommitted, ``until_caught_up`` needs
+no watermark round trip, and a batch sent at once (``Sender.send_many``) lands where
+the Java client would put each key."""
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from typing import Any
 
 import pytest
 from confluent_kafka import KafkaError
 
-from kasper_py import Config, Message, MessageProcessor, ProduceError, Sender, TopicProcessor
+from kasper_py import (
+    JSON,
+    STRING,
+    Config,
+    Message,
+    MessageProcessor,
+    ProduceError,
+    Sender,
+    TopicProcessor,
+)
 from kasper_py.kafka.consumer import InputConsumer
+from kasper_py.kafka.partitioner import murmur2_partition
 from kasper_py.kafka.ports import KafkaClients
 from kasper_py.kafka.producer import OutputProducer
 
@@ -108,3 +120,35 @@ def test_default_consumer_settings_keep_the_prefetch_full_within_a_stated_bound(
                                        "queued.max.messages.kbytes": 16_384})
     assert tuned.to_consumer_conf()["fetch.queue.backoff.ms"] == 100
     assert tuned.to_consumer_conf()["queued.max.messages.kbytes"] == 16_384
+
+
+def test_a_batch_sent_at_once_lands_where_the_java_client_puts_each_key(
+        bootstrap, new_topic, kafka, unique_name) -> None:
+    """``send_many`` leaves partitioning to the producer, as ``send`` does: on the real
+    broker each record lands on murmur2(key) % partitions (the Java client's choice,
+    what kasper_py's own murmur2 computes), with its timestamp (given, or inherited)
+    and headers, each key's records in the order sent."""
+    topic = new_topic("many", partitions=4)
+    sender = Sender(STRING, JSON)
+    sender.timestamp = 1_700_000_000_000
+    sender.send_many(topic, [(f"key-{i % 37}", i, None if i % 3 else 1_600_000_000_000 + i,
+                              {"i": str(i)} if i % 5 == 0 else None) for i in range(300)])
+    producer = OutputProducer(Config(name=unique_name("many"), bootstrap_servers=bootstrap,
+                                     input_topics=[topic]))
+    try:
+        producer.produce(sender.drain())
+        producer.wait_for_acks()
+    finally:
+        producer.close()
+    read = kafka.read_all(topic)
+    assert len(read) == 300
+    by_key: dict[bytes, list[int]] = {}
+    for m in read:
+        i = json.loads(m.value())
+        key = f"key-{i % 37}".encode()
+        assert m.key() == key
+        assert m.partition() == murmur2_partition(key, 4)
+        assert m.timestamp()[1] == (1_600_000_000_000 + i if i % 3 == 0 else 1_700_000_000_000)
+        assert (m.headers() or []) == ([("i", str(i).encode())] if i % 5 == 0 else [])
+        by_key.setdefault(key, []).append(i)
+    assert all(sent == sorted(sent) for sent in by_key.values())

@@ -1,15 +1,19 @@
 """Batching: release at batch_size or batch_wait, grouping by partition across topics,
-decoding with context, and offsets that must only go forward."""
+decoding with context (in the same pass as reading, with the same result as decoding
+what was read), and offsets that must only go forward."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import pytest
 from confluent_kafka import KafkaError
 from confluent_kafka import Message as RawMessage
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from kasper_py import BYTES, JSON, ConsumeError, OffsetError, SerdeError
+from kasper_py import BYTES, JSON, STRING, ConsumeError, OffsetError, SerdeError
 from kasper_py.kafka.batching import Collector, build_batch, decode_batch
 from kasper_py.kafka.offsets import OffsetTracker
 from kasper_py.kafka.sizing import SampledBytes
@@ -249,3 +253,86 @@ def test_dropping_revoked_partitions_mid_gather_keeps_what_comes_after() -> None
     collector = Collector(consume, batch_size=2, batch_wait=10.0, clock=lambda: 0.0)
     assert collector.gather()
     assert [(r.partition(), r.offset()) for r in collector.take()] == [(0, 0), (0, 1)]
+
+
+def _record(row: tuple[Any, ...], offset: int) -> RawMessage:
+    """A record of a generated row ``(topic, partition, key, value, stamped, headers)``."""
+    topic, partition, key, value, stamped, headers = row
+    return RawMessage(topic=topic, partition=partition, offset=offset, key=key, value=value,
+                      timestamp=(1, 1000 + offset) if stamped else (0, -1), headers=headers)
+
+
+class TopicTagged:
+    """A topic serde (as a registry's): the value decodes to (topic, JSON value)."""
+
+    name = "tagged"
+
+    def for_topic(self, topic: str) -> object:
+        class Bound:
+            name = "tagged-bound"
+
+            def encode(self, value: object) -> bytes | None:
+                raise AssertionError("not encoding here")
+
+            def decode(self, data: bytes | None) -> object:
+                return (topic, JSON.decode(data))
+        return Bound()
+
+    def encode(self, value: object) -> bytes | None:
+        raise AssertionError("bound per topic")
+
+    def decode(self, data: bytes | None) -> object:
+        raise AssertionError("bound per topic")
+
+
+VALUES = [b"1", b'"w"', b'{"a":[1,2]}', None, b"{bad", b"-3", b"007"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["a", "b"]), st.integers(0, 2),
+                          st.sampled_from([b"k", b"\xff", None]), st.sampled_from(VALUES),
+                          st.booleans(), st.sampled_from([None, [("h", b"1")]])),
+                max_size=30),
+       st.sampled_from([(STRING, JSON), (BYTES, JSON), (STRING, BYTES), (BYTES, TopicTagged())]))
+def test_one_pass_decodes_as_decoding_what_was_read(rows: list[Any], serdes: Any) -> None:
+    """Reading and decoding in one pass (the loop's path) gives the very batch the two
+    passes give (records read as they are, then decoded: ``keep_read``, and
+    ``decode_batch``): messages, ranges and the records set aside, whatever the mix of
+    topics, partitions, keys and values that do or do not decode, timestamps, headers
+    and topic serdes."""
+    offsets: dict[tuple[str, int], int] = {}
+    records = []
+    for row in rows:
+        offset = offsets[row[:2]] = offsets.get(row[:2], -1) + 1
+        records.append(_record(row, offset))
+    one = build_batch(records, *serdes, set_aside=True)
+    two = build_batch(records, *serdes, set_aside=True, keep_read=True)
+    read = [m for ms in build_batch(records, BYTES, BYTES).by_partition.values() for m in ms]
+    three = decode_batch(read, *serdes, set_aside=True)
+    for other in (two, three):
+        assert one.by_partition == other.by_partition
+        assert one.ranges == other.ranges
+        assert sorted(one.undecodable) == sorted(other.undecodable)
+    if one.undecodable:
+        with pytest.raises(SerdeError, match="on_decode_error='fail'"):
+            build_batch(records, *serdes)
+    else:
+        assert build_batch(records, *serdes).by_partition == one.by_partition
+
+
+def test_a_transient_error_is_asked_about_once_when_a_record_does_not_decode() -> None:
+    """Records are read once: a transient error in a batch that also sets a record aside
+    is logged (asked about) once, not again for a second read of the batch."""
+    asked: list[int] = []
+    busy = RawMessage(topic=None, partition=0, offset=-1,
+                      error=KafkaError(KafkaError.NOT_COORDINATOR))
+
+    def transient(record: Any) -> bool:
+        asked.append(1)
+        return True
+
+    batch = build_batch([raw("t", 0, 4, b"1"), busy, raw("t", 0, 5, b"{bad")], STRING, JSON,
+                        transient, set_aside=True)
+    assert asked == [1]
+    assert [m.value for m in batch.by_partition[0]] == [1]
+    assert [u.offset for u in batch.undecodable] == [5]

@@ -60,18 +60,18 @@ def test_timestamps_are_passed_as_the_create_time() -> None:
                      ("out", b"v2", None, -1, 42, [("h", b"1")])]
 
 
-class FullOnce(RecordingProducer):
-    """The local queue is full at the ``full_at``-th call, once, as librdkafka's is
-    while acks are slow: that call raises BufferError and enqueues nothing."""
+class FullAt(RecordingProducer):
+    """The local queue is full at the ``full_at``-th calls, as librdkafka's is while
+    acks are slow: such a call raises BufferError and enqueues nothing."""
 
-    def __init__(self, full_at: int) -> None:
+    def __init__(self, *full_at: int) -> None:
         super().__init__()
-        self.full_at, self.attempts, self.polls = full_at, 0, 0
+        self.full_at, self.attempts, self.polls = set(full_at), 0, 0
 
     def produce(self, topic: str, value: bytes | None, key: bytes | None, partition: int,
                 *later: Any) -> None:
         self.attempts += 1
-        if self.attempts == self.full_at:
+        if self.attempts in self.full_at:
             raise BufferError("Local: Queue full")
         super().produce(topic, value, key, partition, *later)
 
@@ -83,11 +83,21 @@ class FullOnce(RecordingProducer):
 def test_a_full_queue_is_waited_out_and_the_refused_message_sent_once_in_order() -> None:
     """Queue full at the third message: the producer serves acks (poll) and goes on
     from that message, so every message is enqueued exactly once and in order."""
-    recorder = FullOnce(full_at=3)
+    recorder = FullAt(3)
     messages = [OutgoingMessage("out", b"%d" % i, None, 0) for i in range(5)]
     calls = enqueue(messages, recorder)
     assert [c[1] for c in calls] == [b"0", b"1", b"2", b"3", b"4"]
     assert recorder.polls == 1
+
+
+def test_a_message_refused_again_and_again_is_still_sent_once_in_order() -> None:
+    """The queue refuses the first message twice, then the last: each refused message
+    is tried again until it is enqueued, none is lost or sent twice."""
+    recorder = FullAt(1, 2, 6)
+    messages = [OutgoingMessage("out", b"%d" % i, None, 0) for i in range(4)]
+    calls = enqueue(messages, recorder)
+    assert [c[1] for c in calls] == [b"0", b"1", b"2", b"3"]
+    assert recorder.polls == 3
 
 
 class SlowAcks(RecordingProducer):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from kasper_py import JSON, STRING, OutgoingMessage, Sender, SerdeError
@@ -66,3 +68,148 @@ def test_header_values_must_be_bytes_str_or_none() -> None:
     assert sender.messages[0].headers == (("s", b"text"), ("b", b"\x00"), ("n", None))
     with pytest.raises(ValueError, match="header 'count' must be bytes, str or None, got int"):
         sender.send("t", b"v", headers={"count": 5})
+
+
+# -- a batch at once: send_many and repartition_many -----------------------------------
+
+class OneRepartition:
+    """Routes of an app whose one repartition, "by-word", is topic "app-by-word"."""
+
+    def repartition_topic(self, name: str) -> str:
+        if name != "by-word":
+            raise ValueError(f"processor 'p' sends to repartition {name!r}, which it does "
+                             "not declare: add it to its outputs")
+        return "app-by-word"
+
+    def to_channel(self, name: str, key: object, value: object, timestamp: int | None,
+                   headers: tuple[tuple[str, bytes | None], ...]) -> None:
+        raise AssertionError("no channel here")
+
+
+RECORDS: list[tuple[object, object, int | None, object]] = [
+    ("k1", {"n": 1}, None, None),
+    ("k2", "text", 42, ()),
+    (b"raw-key", b"raw-value", None, {"h": "v"}),
+    ("k3", None, 7, [("a", b"1"), ("b", None)]),
+    (None, 5, 0, []),
+    ("ключ", ["ü"], None, (("t", "x"),)),
+]
+
+
+def one_by_one(sender: Sender, topic: str) -> None:
+    for key, value, timestamp, headers in RECORDS:
+        sender.send(topic, value, key, headers=headers, timestamp=timestamp)  # type: ignore[arg-type]
+
+
+def test_send_many_buffers_what_send_gives_record_by_record() -> None:
+    """A batch of (key, value, timestamp, headers) records: the same producer records as
+    one send each (keys and values through the serdes, bytes as they are, partition -1
+    for the partitioner, the inherited timestamp when none, headers kept, empty ones
+    none), in order."""
+    each, many = Sender(STRING, JSON), Sender(STRING, JSON)
+    for sender in (each, many):
+        sender.timestamp = 1_700_000_000_000
+    one_by_one(each, "out")
+    many.send_many("out", RECORDS)  # type: ignore[arg-type]
+    assert many.drain() == each.drain()
+    many.send_many("out", [])
+    assert len(many) == 0 and many.topics == set()
+
+
+def test_repartition_many_sends_what_repartition_sends_record_by_record() -> None:
+    """repartition_many: the repartition's topic, each record as repartition sends it."""
+    keyed = [r for r in RECORDS if r[0] is not None]
+    each, many = Sender(STRING, JSON, OneRepartition()), Sender(STRING, JSON, OneRepartition())
+    for key, value, timestamp, headers in keyed:
+        each.repartition("by-word", value, key, headers=headers,  # type: ignore[arg-type]
+                         timestamp=timestamp)
+    many.repartition_many("by-word", keyed)  # type: ignore[arg-type]
+    assert many.drain() == each.drain()
+    assert {r[0] for r in each.drain()} <= {"app-by-word"}
+
+
+def test_repartition_many_refuses_a_keyless_record_before_buffering_any() -> None:
+    """A None key (nothing to partition by) refuses the whole batch, as repartition does
+    the record; outside an app, or to an undeclared repartition, nothing is sent."""
+    sender = Sender(STRING, JSON, OneRepartition())
+    with pytest.raises(ValueError, match="repartition 'by-word' needs a key"):
+        sender.repartition_many("by-word", [("a", 1, None, None), (None, 2, None, None)])
+    with pytest.raises(ValueError, match="does not declare"):
+        sender.repartition_many("other", [("a", 1, None, None)])
+    assert len(sender) == 0
+    with pytest.raises(ValueError, match="for the processors of an App"):
+        Sender().repartition_many("by-word", [(b"a", b"1", None, None)])
+
+
+def test_send_many_refuses_as_send_does_keeping_what_came_before() -> None:
+    """A value the serde cannot encode: SerdeError naming the topic; a bad timestamp or
+    topic: ValueError. The records before the refused one stay buffered (the turn fails
+    and drops them, as it drops a failed process()'s sends)."""
+    sender = Sender(STRING, JSON)
+    with pytest.raises(SerdeError, match=r"topic 'out'.*cannot encode set"):
+        sender.send_many("out", [("a", 1, None, None), ("b", {1}, None, None)])
+    assert [r[2] for r in sender.drain()] == [b"a"]
+    for bad in (-1, 1.5, True):
+        with pytest.raises(ValueError, match="send_many\\(\\) timestamp must be a non-negative"):
+            sender.send_many("out", [("a", 1, bad, None)])  # type: ignore[list-item]
+    with pytest.raises(ValueError, match="topic"):
+        sender.send_many("", [("a", 1, None, None)])
+    with pytest.raises(ValueError, match="header 'n' must be bytes, str or None"):
+        sender.send_many("out", [("a", 1, None, {"n": 5})])  # type: ignore[dict-item]
+
+
+def test_a_topic_only_refused_sends_went_to_is_not_one_of_the_topics() -> None:
+    """``topics`` holds the topics of the buffered messages only: a topic whose every
+    send was refused (by the serde, a bad partition, timestamp or header) is not asked
+    about by the turn, and one with a message buffered stays."""
+    sender = Sender(STRING, JSON)
+    sender.send("kept", 1, "k")
+    refusals: list[Any] = [
+        lambda: sender.send("bad-value", {1}),
+        lambda: sender.send("bad-partition", 1, partition=-5),
+        lambda: sender.send("bad-time", 1, timestamp=-1),
+        lambda: sender.send("bad-header", 1, headers={"h": 1}),
+        lambda: sender.send_many("bad-many", [("a", {1}, None, None)]),
+        lambda: sender.send("kept", {1})]
+    for refused in refusals:
+        with pytest.raises((SerdeError, ValueError)):
+            refused()
+    assert sender.topics == {"kept"}
+    sender.send_many("many", [("a", 1, None, None)])
+    assert sender.topics == {"kept", "many"}
+
+
+def test_topic_serdes_are_bound_per_topic_in_either_form() -> None:
+    """A topic serde (``for_topic``) encodes each topic's records with that topic's
+    serde, whether they come one by one or as a batch, and is asked once per topic."""
+    asked: list[str] = []
+
+    class PerTopic:
+        name = "per-topic"
+
+        def for_topic(self, topic: str) -> Any:
+            asked.append(topic)
+
+            class Tagged:
+                name = "tagged"
+
+                def encode(self, value: Any) -> bytes:
+                    return f"{topic}:{value}".encode()
+
+                def decode(self, data: bytes | None) -> Any:
+                    return data
+
+            return Tagged()
+
+        def encode(self, value: Any) -> bytes:
+            raise AssertionError("bound per topic, never used as it is")
+
+        def decode(self, data: bytes | None) -> Any:
+            return data
+
+    sender = Sender(STRING, PerTopic())  # type: ignore[arg-type]
+    sender.send("a", 1, "k")
+    sender.send_many("b", [("k", 2, None, None), ("k", 3, None, None)])
+    sender.send("a", 4, "k")
+    assert [r[1] for r in sender.drain()] == [b"a:1", b"b:2", b"b:3", b"a:4"]
+    assert asked == ["a", "b"]

@@ -1,18 +1,26 @@
 """What every store shares, without a server: one write buffer (no backend rewrites
-it), discard_pending in each backend, the store observer a store is handed, and the
-typed ``ProcessorContext.store``."""
+it), keys encoded a batch at a time as one at a time, discard_pending in each backend,
+the store observer a store is handed, and the typed ``ProcessorContext.store``."""
 
 from __future__ import annotations
 
+import json
 import socket
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from kasper_py import Config, ProcessorContext
-from kasper_py.observability.observe import NoopObserver, StoreObservers, with_store_observer
-from kasper_py.stores.base import BufferedStore, KeyValueStore, StoreRuntime
+from kasper_py import JSON, Config, ProcessorContext, Serde, StoreError
+from kasper_py.message import TopicPartitionKey
+from kasper_py.observability.observe import (
+    NOOP_STORE_OBSERVER,
+    NoopObserver,
+    StoreObservers,
+    with_store_observer,
+)
+from kasper_py.stores.base import BufferedStore, KeyValueStore, StoreRuntime, Writes
 from kasper_py.stores.cassandra import CassandraStore
 from kasper_py.stores.memory import MemoryStore, MemoryTable
 from kasper_py.stores.redis import RedisStore, RedisTable
@@ -144,3 +152,71 @@ def test_context_store_is_typed_and_checked(tmp_path: Path) -> None:
         context.store("counts", RocksDBStore)
     with pytest.raises(KeyError, match=r"declared: \['counts'\]"):
         context.store("totals")
+
+
+class DictBackend(BufferedStore):
+    """A BufferedStore over a dict: the shared buffer's keys and values, as written."""
+
+    def __init__(self, key_serde: Serde, value_serde: Serde = JSON, prefix: bytes = b"") -> None:
+        super().__init__("t", key_serde, value_serde, NOOP_STORE_OBSERVER, key_prefix=prefix)
+        self.written: dict[bytes, bytes] = {}
+        self.reads: list[list[bytes]] = []
+
+    def _read_many(self, keys: list[bytes]) -> dict[bytes, bytes]:
+        self.reads.append(keys)
+        return {k: self.written[k] for k in keys if k in self.written}
+
+    def _write(self, writes: Writes, next_offsets: Mapping[TopicPartitionKey, int]) -> None:
+        for key, value in writes.items():
+            if value is None:
+                self.written.pop(key, None)
+            else:
+                self.written[key] = value
+
+
+class BytearraySerde:
+    """A custom serde whose bytes come as a bytearray (bytes-like, not bytes)."""
+
+    name = "bytearray"
+
+    def encode(self, value: Any) -> bytearray | None:
+        return None if value is None else bytearray(str(value).encode())
+
+    def decode(self, data: bytes | None) -> Any:
+        return None if data is None else data.decode()
+
+
+KEYS: list[Any] = ["word", "ünï", 'q"\\', 7, -1, True, 2.5, ("t", 1), ""]
+
+
+@pytest.mark.parametrize("prefix", [b"", b"wc/counts/"])
+def test_a_batch_of_keys_encodes_as_each_key_does(prefix: bytes) -> None:
+    """``encoded_keys`` (one pass, the serde called straight) gives each key's ``key()``:
+    json.dumps's bytes for JSON keys, the prefix in front; a bytes-like serde output is
+    made bytes; a None key is a StoreError, as it is alone."""
+    store = DictBackend(JSON, prefix=prefix)
+    assert store.encoded_keys(KEYS) == [store.key(k) for k in KEYS] == [
+        prefix + json.dumps(k, separators=(",", ":")).encode() for k in KEYS]
+    odd = DictBackend(BytearraySerde(), prefix=prefix)  # type: ignore[arg-type]
+    assert odd.encoded_keys(["a", 1]) == [prefix + b"a", prefix + b"1"]
+    assert all(type(k) is bytes for k in odd.encoded_keys(["a"]))
+    with pytest.raises(StoreError, match="a store key cannot be None"):
+        store.encoded_keys(["a", None])
+    with pytest.raises(StoreError, match="a store key cannot be None"):
+        store.put_many({"a": 1, None: 2})
+
+
+def test_buffered_reads_and_writes_keep_their_meaning() -> None:
+    """put_many, delete_many and get_many through the batch path: pending writes win,
+    deletes hide, the rest is read in one request (keys as the serde writes them)."""
+    store = DictBackend(JSON)
+    store.put_many({"a": 1, "b": {"x": [1]}, 3: "three"})
+    store.flush({})
+    store.put_many({"a": 2})
+    store.delete_many(iter(["b"]))
+    found = store.get_many(k for k in ["a", "b", 3, "absent"])
+    assert found == {"a": 2, 3: "three"}
+    assert store.reads == [[b"3", b'"absent"']]
+    store.flush({})
+    assert store.written == {b'"a"': b"2", b"3": b'"three"'}
+    assert store.get_many(["a", "a"]) == {"a": 2}
