@@ -113,8 +113,7 @@ class Sender:
             if headers is not None and (pairs := _headers(headers)):
                 record = (*record, pairs)
         except SerdeError as exc:
-            self._unnote(topic)
-            raise _encode_error(topic, exc) from exc
+            raise self._refused(topic, exc) from exc
         except ValueError:
             self._unnote(topic)
             raise
@@ -142,8 +141,7 @@ class Sender:
                           -1, None, None, inherited if timestamp is None else timestamp)
                 append((*record, _headers(headers)) if headers else record)
         except SerdeError as exc:
-            self._unnote(topic)
-            raise _encode_error(topic, exc) from exc
+            raise self._refused(topic, exc) from exc
         except ValueError:
             self._unnote(topic)
             raise
@@ -159,6 +157,11 @@ class Sender:
         self._encode_key, self._encode_value = encoders
         self._topic = topic
         self._topics.add(topic)
+
+    def _refused(self, topic: str, exc: SerdeError) -> SerdeError:
+        """The error of a send to ``topic`` its serde refused, naming the topic."""
+        self._unnote(topic)
+        return SerdeError(f"cannot encode message for topic {topic!r}: {exc}")
 
     def _unnote(self, topic: str) -> None:
         """A send to ``topic`` was refused: unless a buffered message goes there, it is
@@ -236,10 +239,6 @@ class Sender:
         buffered, self._buffer = self._buffer, []
         self._topics, self._topic = set(), None
         return buffered
-
-
-def _encode_error(topic: str, exc: SerdeError) -> SerdeError:
-    return SerdeError(f"cannot encode message for topic {topic!r}: {exc}")
 
 
 def _timestamp_error(call: str, timestamp: object) -> ValueError:
