@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from kasper_py.dsl._chain import Chain, Sink, Step
-from kasper_py.dsl._ops import CachedTable, OneByOne, Op, Rec, TableOp, Turn
+from kasper_py.dsl._ops import CachedTable, OneByOne, Op, Rec, StageContext, TableOp
 from kasper_py.exceptions import TopicError
 from kasper_py.message import Message
 from kasper_py.processor import MessageProcessor, ProcessorContext
@@ -76,8 +76,8 @@ class Stage:
 class Build:
     """Builds a stage's operators for one partition, each spec once."""
 
-    def __init__(self, context: ProcessorContext, turn: Turn) -> None:
-        self.context, self.turn = context, turn
+    def __init__(self, context: ProcessorContext, stage_context: StageContext) -> None:
+        self.context, self.stage_context = context, stage_context
         self._ops: dict[int, Op] = {}
 
     def op(self, spec: Spec) -> Op:
@@ -93,7 +93,7 @@ class Build:
             steps = [s.step for s in run if s.step is not None and s.step.kind != "pass"]
             serial = last.sink is None and reconverges(_children(last))
             if steps or last.sink or serial:
-                op: Op = Chain(self.turn, steps, last.sink, serial=serial)
+                op: Op = Chain(self.stage_context, steps, last.sink, serial=serial)
             else:
                 op = Op()  # hands its records on as they came: no loop to run
         else:
@@ -197,11 +197,11 @@ class StageProcessor(MessageProcessor):
     def __init__(self, context: ProcessorContext, sources: dict[str, list[Spec]],
                  topic_of: Callable[[str, str], str]) -> None:
         super().__init__(context)
-        self._turn = Turn()
-        build = Build(context, self._turn)
+        self._shared = StageContext()
+        build = Build(context, self._shared)
         self._sources = {topic_of(context.config.name, source): _fork(build, specs)
                          for source, specs in sources.items()}
-        self._turn.cached = build.cached([s for specs in sources.values() for s in specs])
+        self._shared.cached = build.cached([s for specs in sources.values() for s in specs])
         self._chains = {topic: ops[0] for topic, ops in self._sources.items()
                         if len(ops) == 1 and isinstance(ops[0], Chain)}
         """The topics one chain alone reads (``Chain.push_messages``)."""
@@ -210,10 +210,10 @@ class StageProcessor(MessageProcessor):
 
     def process(self, messages: list[Message], sender: Sender) -> None:
         """Push the batch through the stage; then the tables emit what they held."""
-        self._turn.sender = sender
-        self._turn.start()
+        self._shared.sender = sender
+        self._shared.start()
         self._push_batch(messages)
-        self._turn.end()
+        self._shared.end()
 
     def _push_batch(self, messages: list[Message]) -> None:
         if (len(self._sources) == 1 and self._time is _kafka_time and messages

@@ -165,7 +165,7 @@ class Builder:
         if combine is None:
             spec.add(Spec(None, stage, sink=Sink("repartition", name)))
         else:
-            spec.add(Spec(lambda b: agg.Combine(b.turn, name, combine), stage))
+            spec.add(Spec(lambda b: agg.Combine(b.stage_context, name, combine), stage))
         head = _pass(self._stage())
         head.stage.sources[_REPARTITION + name] = [head]
         return head
@@ -197,7 +197,8 @@ def _topic_of(app: App) -> Callable[[str, str], str]:
 
 class Stream:
     """Records flowing through operators (Kafka Streams' KStream). Every method returns
-    a new ``Stream`` (or what its name says) and runs once per batch."""
+    a new ``Stream`` (or what its name says) and runs once per batch. Not
+    ``kasper_py.stream``, the Spark Structured Streaming runner."""
 
     def __init__(self, builder: Builder, spec: Spec, *, rekeyed: bool) -> None:
         self._builder, self._spec, self._rekeyed = builder, spec, rekeyed
@@ -466,10 +467,10 @@ class Table:
         cached = builder._cached(cache)
         result = Spec(lambda b: fk.Result(b.context.store(name), b.table(mine), joiner, left,
                                           cached), left_stage)
-        mine.add(Spec(lambda b: fk.Subscribe(b.turn, b.context.store(state), subscription,
+        mine.add(Spec(lambda b: fk.Subscribe(b.stage_context, b.context.store(state), subscription,
                                              foreign_key, joiner, left=left), left_stage)
                  ).add(result, 1)
-        answer = Spec(lambda b: fk.Answer(b.turn, b.context.store(subscribers),
+        answer = Spec(lambda b: fk.Answer(b.stage_context, b.context.store(subscribers),
                                           b.table(theirs), response), right_stage)
         theirs.add(answer, 1)
         for stage, repartition, target in ((right_stage, subscription, answer),
