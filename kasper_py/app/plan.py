@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, cast
 
 from kasper_py.app.runtime import AppFactory, AppRoutes, NodeStats
 from kasper_py.app.topology import App, Channel, Repartition
@@ -20,7 +20,25 @@ from kasper_py.stores.base import StoreSpec
 from kasper_py.stores.specs import check_unique_names
 from kasper_py.time import Task
 
-__all__ = ["Plan", "describe", "plan_for"]
+__all__ = ["Plan", "RunTarget", "describe", "plan_for"]
+
+
+@dataclass(frozen=True)
+class RunTarget:
+    """What a runner was given, told apart once: a lone processor ``factory``, or an
+    ``app`` (exactly one of the two is set). Every runner, the CLI and the testing
+    driver ask ``RunTarget.of`` rather than checking the type themselves."""
+
+    factory: ProcessorFactory | None = None
+    app: App | None = None
+
+    @classmethod
+    def of(cls, target: ProcessorFactory | App | object) -> RunTarget:
+        """``target`` classified: an ``App``, or else a factory (whether it is callable
+        is the caller's to check, in the words its user knows: the CLI's, say)."""
+        if isinstance(target, App):
+            return cls(app=target)
+        return cls(factory=cast(ProcessorFactory, target))
 
 
 @dataclass(frozen=True)
@@ -47,10 +65,12 @@ def plan_for(target: ProcessorFactory | App, config: Config, *,
     stores: ``config.input_topics`` must list exactly the topics its processors read
     (``App.sources``), and ``stores`` must be empty; ``ConfigError`` otherwise, or for
     a declaration error (``App.ordered``)."""
-    if not isinstance(target, App):
+    run = RunTarget.of(target)
+    if run.app is None:
+        assert run.factory is not None
         check_unique_names(stores)
-        return Plan(config, target, list(stores), list(tasks), tuple(config.input_topics))
-    app = target
+        return Plan(config, run.factory, list(stores), list(tasks), tuple(config.input_topics))
+    app = run.app
     app.ordered()  # checked before anything else
     if stores:
         raise ConfigError("stores", f"app {app.name!r} declares its stores per processor "

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from kasper_py.app import App, describe
+from kasper_py.app import App, RunTarget, describe
 from kasper_py.app.reset import ResetScope, reset_scope
 from kasper_py.cli.base import (
     EXIT_CONFIG,
@@ -91,10 +91,11 @@ def app_command(config: Config, args: argparse.Namespace) -> int:
 def load_app(args: argparse.Namespace) -> App:
     """The ``App`` the command's target names; ``CliError(EXIT_CONFIG)`` for another."""
     found = load_attr(args.target, args.app_dir, "target")
-    if not isinstance(found, App):
+    app = RunTarget.of(found).app
+    if app is None:
         raise CliError(EXIT_CONFIG, f"target {args.target!r} is not an App "
                        f"(kasper_py.app.App), but a {type(found).__name__}")
-    return found
+    return app
 
 
 def render(topology: dict[str, Any]) -> str:
