@@ -8,7 +8,7 @@ docs/applications.md.
 
 from kasper_py.app.plan import Plan, RunTarget, describe, plan_for
 from kasper_py.app.runtime import AppProcessor, NodeStats
-from kasper_py.app.topology import App, Channel, Node, Repartition
+from kasper_py.app.topology import App, Channel, Node, Operator, Repartition
 
-__all__ = ["App", "AppProcessor", "Channel", "Node", "NodeStats", "Plan", "Repartition",
-           "RunTarget", "describe", "plan_for"]
+__all__ = ["App", "AppProcessor", "Channel", "Node", "NodeStats", "Operator", "Plan",
+           "Repartition", "RunTarget", "describe", "plan_for"]

@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from typing import Any, cast
 
 from kasper_py.app.runtime import AppFactory, AppRoutes, NodeStats
-from kasper_py.app.topology import App, Channel, Repartition
+from kasper_py.app.topology import App, Channel, Node, Repartition
 from kasper_py.config import Config, OutputTopic
 from kasper_py.exceptions import ConfigError
 from kasper_py.kafka.topics import leader_topic
@@ -92,8 +92,10 @@ def plan_for(target: ProcessorFactory | App, config: Config, *,
 
 def describe(app: App, config: Config | None = None) -> dict[str, Any]:
     """The app's topology as plain data (``kasper app describe``): its processors in
-    turn order, each with inputs, outputs and stores; its internal topics (named after
-    ``config.name``, else the app's name) and channels; its tasks."""
+    turn order, each with inputs, outputs and stores (and its operators in order, when
+    declared: a DSL stage's named nodes, as Kafka Streams' ``Topology.describe()``);
+    its internal topics (named after ``config.name``, else the app's name) and
+    channels; its tasks."""
     name = config.name if config is not None else app.name
     nodes = app.ordered()
 
@@ -104,12 +106,20 @@ def describe(app: App, config: Config | None = None) -> dict[str, Any]:
             return f"channel:{item.name}"
         return f"topic:{item}"
 
+    def processor(node: Node) -> dict[str, Any]:
+        found = {"name": node.name, "inputs": [link(i) for i in node.inputs],
+                 "outputs": [link(o) for o in node.outputs],
+                 "stores": [{"name": s.name, "kind": type(s).__name__} for s in node.stores]}
+        if node.operators:
+            found["operators"] = [
+                {"name": o.name, "kind": o.kind,
+                 "links": [*map(link, o.links), *(f"store:{s}" for s in o.stores)],
+                 "to": list(o.to)} for o in node.operators]
+        return found
+
     return {
         "app": app.name, "name": name, "sources": list(app.sources),
-        "processors": [{"name": n.name, "inputs": [link(i) for i in n.inputs],
-                        "outputs": [link(o) for o in n.outputs],
-                        "stores": [{"name": s.name, "kind": type(s).__name__}
-                                   for s in n.stores]} for n in nodes],
+        "processors": [processor(n) for n in nodes],
         "internal_topics": [*(r.topic(name) for r in app.repartitions.values()),
                             *([leader_topic(name)] if any(t.on_leader for t in app.tasks)
                               else [])],
