@@ -148,11 +148,12 @@ class Graph:
         """``given``, or a name generated as Kafka Streams does (``<PREFIX>-<index>``, the
         index counting every generated name, ten digits); ``ConfigError`` for a name
         given twice."""
+        if given == "":
+            raise ConfigError("dsl", "an operator name must not be empty")
         if given is not None:
-            if not given or given in self._node_names:
+            if given in self._node_names:
                 raise ConfigError("dsl", f"operator name {given!r} is taken in builder "
-                                  f"{self.owner!r}: operator names are unique per builder"
-                                  if given else "an operator name must not be empty")
+                                  f"{self.owner!r}: operator names are unique per builder")
             self._node_names.add(given)
             return given
         name = f"{_PREFIX[kind]}-{self._generated:010d}"
