@@ -201,6 +201,11 @@ class Graph:
         """Keep the store ``name`` on ``stage``."""
         stage.stores.append(self._stores(name, windowed))
 
+    def keep(self, stage: Stage, spec: StoreSpec) -> None:
+        """Keep the store ``spec`` (a global table's) on ``stage``, once."""
+        if spec not in stage.stores:
+            stage.stores.append(spec)
+
     def cached(self, cache: bool | None) -> bool:
         return self.cache if cache is None else cache
 
@@ -237,6 +242,11 @@ class Graph:
             self.then(parent, "combine", links=(target,), make=lambda b: agg.Combine(
                 b.stage_context, name, combine))
         return self.source(self.stage(), (target,))
+
+    def to(self, parent: Node, topic: str, name: str | None) -> Node:
+        """Send ``parent``'s records to the topic ``topic``."""
+        parent.stage.topics_out.append(topic)
+        return self.then(parent, "to", name, sink=Sink("topic", topic), links=(topic,))
 
     def foreign_key_join(self, mine: Node, theirs: Node, foreign_key: Callable[[Any], Any],
                          joiner: Callable[[Any, Any], Any], *, left: bool, store: str | None,

@@ -26,7 +26,7 @@ from kasper_py.app import App, Operator, Repartition
 from kasper_py.dsl import _aggregate as agg
 from kasper_py.dsl import _ops as ops
 from kasper_py.dsl import _tables as tables
-from kasper_py.dsl._chain import Sink, Step, StepKind
+from kasper_py.dsl._chain import Step, StepKind
 from kasper_py.dsl._graph import stage_factory
 from kasper_py.dsl._nodes import FromRepartition, Graph, Node, Source, Stage
 from kasper_py.exceptions import ConfigError
@@ -246,8 +246,7 @@ class Stream:
 
     def to(self, topic: str, *, name: str | None = None) -> None:
         """Produce each record to ``topic`` (the config's serdes; its timestamp)."""
-        self._node.stage.topics_out.append(topic)
-        self._graph.then(self._node, "to", name, sink=Sink("topic", topic), links=(topic,))
+        self._graph.to(self._node, topic, name)
 
     def through(self, name: str, *, partitions: int | None = None) -> Stream:
         """Send the records through the app's repartition ``name`` (by their keys);
@@ -293,9 +292,7 @@ class Stream:
                     name: str | None = None) -> Stream:
         """Each record joined with ``table``'s value of ``key(key, value)``: no
         repartition (every process holds all of the global table)."""
-        stage = self._node.stage
-        if table.spec not in stage.stores:
-            stage.stores.append(table.spec)
+        self._graph.keep(self._node.stage, table.spec)
         store = table.spec.name
         return self._then("left_join_global" if left else "join_global", name,
                           stores=(store,), make=lambda b: tables.KeyedLookupJoin(
