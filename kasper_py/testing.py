@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any
 
-from kasper_py.app import App, plan_for
+from kasper_py.app import App, RunTarget, plan_for
 from kasper_py.config import Config
 from kasper_py.exceptions import SimulatedCrash
 from kasper_py.kafka.batching import Batch, decode_batch
@@ -102,7 +102,7 @@ class ProcessorDriver:
         wall_clock_start: float | None = None,
         partitions: int = 1,
     ) -> None:
-        app = factory if isinstance(factory, App) else None
+        app = RunTarget.of(factory).app
         config = config or Config(
             name=app.name if app else "testing", bootstrap_servers="in-memory:0",
             input_topics=app.sources if app else ("input",), key_serde=key_serde,

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, cast
 
 from kasper_py.app.runtime import AppFactory, AppRoutes, NodeStats
-from kasper_py.app.topology import App, Channel, Repartition
+from kasper_py.app.topology import App, Channel, Node, Repartition
 from kasper_py.config import Config, OutputTopic
 from kasper_py.exceptions import ConfigError
 from kasper_py.kafka.topics import leader_topic
@@ -20,7 +20,25 @@ from kasper_py.stores.base import StoreSpec
 from kasper_py.stores.specs import check_unique_names
 from kasper_py.time import Task
 
-__all__ = ["Plan", "describe", "plan_for"]
+__all__ = ["Plan", "RunTarget", "describe", "plan_for"]
+
+
+@dataclass(frozen=True)
+class RunTarget:
+    """What a runner was given, told apart once: a lone processor ``factory``, or an
+    ``app`` (exactly one of the two is set). Every runner, the CLI and the testing
+    driver ask ``RunTarget.of`` rather than checking the type themselves."""
+
+    factory: ProcessorFactory | None = None
+    app: App | None = None
+
+    @classmethod
+    def of(cls, target: ProcessorFactory | App | object) -> RunTarget:
+        """``target`` classified: an ``App``, or else a factory (whether it is callable
+        is the caller's to check, in the words its user knows: the CLI's, say)."""
+        if isinstance(target, App):
+            return cls(app=target)
+        return cls(factory=cast(ProcessorFactory, target))
 
 
 @dataclass(frozen=True)
@@ -47,10 +65,12 @@ def plan_for(target: ProcessorFactory | App, config: Config, *,
     stores: ``config.input_topics`` must list exactly the topics its processors read
     (``App.sources``), and ``stores`` must be empty; ``ConfigError`` otherwise, or for
     a declaration error (``App.ordered``)."""
-    if not isinstance(target, App):
+    run = RunTarget.of(target)
+    if run.app is None:
+        assert run.factory is not None
         check_unique_names(stores)
-        return Plan(config, target, list(stores), list(tasks), tuple(config.input_topics))
-    app = target
+        return Plan(config, run.factory, list(stores), list(tasks), tuple(config.input_topics))
+    app = run.app
     app.ordered()  # checked before anything else
     if stores:
         raise ConfigError("stores", f"app {app.name!r} declares its stores per processor "
@@ -72,8 +92,10 @@ def plan_for(target: ProcessorFactory | App, config: Config, *,
 
 def describe(app: App, config: Config | None = None) -> dict[str, Any]:
     """The app's topology as plain data (``kasper app describe``): its processors in
-    turn order, each with inputs, outputs and stores; its internal topics (named after
-    ``config.name``, else the app's name) and channels; its tasks."""
+    turn order, each with inputs, outputs and stores (and its operators in order, when
+    declared: a DSL stage's named nodes, as Kafka Streams' ``Topology.describe()``);
+    its internal topics (named after ``config.name``, else the app's name) and
+    channels; its tasks."""
     name = config.name if config is not None else app.name
     nodes = app.ordered()
 
@@ -84,12 +106,20 @@ def describe(app: App, config: Config | None = None) -> dict[str, Any]:
             return f"channel:{item.name}"
         return f"topic:{item}"
 
+    def processor(node: Node) -> dict[str, Any]:
+        found = {"name": node.name, "inputs": [link(i) for i in node.inputs],
+                 "outputs": [link(o) for o in node.outputs],
+                 "stores": [{"name": s.name, "kind": type(s).__name__} for s in node.stores]}
+        if node.operators:
+            found["operators"] = [
+                {"name": o.name, "kind": o.kind,
+                 "links": [*map(link, o.links), *(f"store:{s}" for s in o.stores)],
+                 "to": list(o.to)} for o in node.operators]
+        return found
+
     return {
         "app": app.name, "name": name, "sources": list(app.sources),
-        "processors": [{"name": n.name, "inputs": [link(i) for i in n.inputs],
-                        "outputs": [link(o) for o in n.outputs],
-                        "stores": [{"name": s.name, "kind": type(s).__name__}
-                                   for s in n.stores]} for n in nodes],
+        "processors": [processor(n) for n in nodes],
         "internal_topics": [*(r.topic(name) for r in app.repartitions.values()),
                             *([leader_topic(name)] if any(t.on_leader for t in app.tasks)
                               else [])],

@@ -18,7 +18,7 @@ from kasper_py.processor import ProcessorFactory
 from kasper_py.stores.base import StoreSpec
 from kasper_py.time import Task, TaskFunction
 
-__all__ = ["App", "Channel", "Node", "Repartition"]
+__all__ = ["App", "Channel", "Node", "Operator", "Repartition"]
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 _TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
@@ -62,6 +62,19 @@ channels must be declared to be sent to)."""
 
 
 @dataclass(frozen=True)
+class Operator:
+    """One operator a processor runs, for ``kasper app describe`` (the streams DSL
+    declares them): its ``name`` and ``kind``, the topics and repartitions it reads or
+    sends to (``links``), the stores it keeps, and the operators it hands records to."""
+
+    name: str
+    kind: str
+    links: tuple[Input, ...] = ()
+    stores: tuple[str, ...] = ()
+    to: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Node:
     """One processor of an app, as declared with ``App.processor``."""
 
@@ -70,6 +83,8 @@ class Node:
     inputs: tuple[Input, ...]
     outputs: tuple[Output, ...]
     stores: tuple[StoreSpec, ...]
+    operators: tuple[Operator, ...] = ()
+    """What it runs, operator by operator, when its declaration says (the DSL's)."""
 
     @property
     def topics(self) -> tuple[str, ...]:
@@ -131,17 +146,20 @@ class App:
         return found
 
     def processor(self, name: str, factory: ProcessorFactory, *, inputs: Sequence[Input],
-                  outputs: Sequence[Output] = (), stores: Sequence[StoreSpec] = ()) -> Node:
+                  outputs: Sequence[Output] = (), stores: Sequence[StoreSpec] = (),
+                  operators: Sequence[Operator] = ()) -> Node:
         """Declare the processor ``name``: ``factory`` builds it per partition (a
         ``MessageProcessor`` subclass is its own factory), given only its own
         ``stores``; it is handed the messages of ``inputs`` (topics, this app's
         repartitions and channels), grouped by input as a lone processor gets its
-        topics. Store names are unique across the app."""
+        topics. Store names are unique across the app. ``operators``: what the
+        processor runs, in order, for ``describe`` (nothing else reads them)."""
         self._check_new(name, "processor")
         if not callable(factory):
             raise ConfigError("app", f"processor {name!r}: factory must be callable, got "
                               f"{factory!r}")
-        node = Node(name, factory, tuple(inputs), tuple(outputs), tuple(stores))
+        node = Node(name, factory, tuple(inputs), tuple(outputs), tuple(stores),
+                    tuple(operators))
         if not node.inputs:
             raise ConfigError("app", f"processor {name!r} reads nothing: give inputs")
         for item in (*node.inputs, *node.outputs):

@@ -1,7 +1,8 @@
 """``kasper app``: an application's topology (``describe``): its processors in turn
-order, what each reads, sends to and stores, the topics it owns and its channels; and
-``reset``, which deletes what the app owns so its next start reprocesses its sources.
-Group and offset work goes through ``kasper offsets``' functions and ``KafkaAdmin``."""
+order, what each reads, sends to and stores (a DSL stage's operators too, by name),
+the topics it owns and its channels; and ``reset``, which deletes what the app owns
+so its next start reprocesses its sources. Group and offset work goes through
+``kasper offsets``' functions and ``KafkaAdmin``."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from kasper_py.app import App, describe
+from kasper_py.app import App, RunTarget, describe
 from kasper_py.app.reset import ResetScope, reset_scope
 from kasper_py.cli.base import (
     EXIT_CONFIG,
@@ -91,10 +92,11 @@ def app_command(config: Config, args: argparse.Namespace) -> int:
 def load_app(args: argparse.Namespace) -> App:
     """The ``App`` the command's target names; ``CliError(EXIT_CONFIG)`` for another."""
     found = load_attr(args.target, args.app_dir, "target")
-    if not isinstance(found, App):
+    app = RunTarget.of(found).app
+    if app is None:
         raise CliError(EXIT_CONFIG, f"target {args.target!r} is not an App "
                        f"(kasper_py.app.App), but a {type(found).__name__}")
-    return found
+    return app
 
 
 def render(topology: dict[str, Any]) -> str:
@@ -109,6 +111,9 @@ def render(topology: dict[str, Any]) -> str:
         if node["stores"]:
             stores = ", ".join(f"{s['name']} ({s['kind']})" for s in node["stores"])
             lines.append(f"       stores:  {stores}")
+        if node.get("operators"):
+            lines.append("       operators:")
+            lines += [_operator_line(op) for op in node["operators"]]
     if topology["internal_topics"]:
         lines.append(f"  internal topics: {', '.join(topology['internal_topics'])}")
     if topology["channels"]:
@@ -116,6 +121,13 @@ def render(topology: dict[str, Any]) -> str:
     for task in topology["tasks"]:
         lines.append(f"  task {task['name']}{' (on leader)' if task['on_leader'] else ''}")
     return "\n".join(lines)
+
+
+def _operator_line(operator: dict[str, Any]) -> str:
+    """``NAME kind [links] --> children``: one operator of a processor."""
+    links = f" [{', '.join(operator['links'])}]" if operator["links"] else ""
+    to = f" --> {', '.join(operator['to'])}" if operator["to"] else ""
+    return f"         {operator['name']} {operator['kind']}{links}{to}"
 
 
 # -- kasper app reset ---------------------------------------------------------------

@@ -15,7 +15,7 @@ from typing import Any
 
 from kasper_py._support.names import NameResolutionError, resolve_name
 from kasper_py._support.secrets import scrub
-from kasper_py.app import App
+from kasper_py.app import App, RunTarget
 from kasper_py.cli.fields import FIELDS, parse_flag, parse_variable
 from kasper_py.config import Config
 from kasper_py.exceptions import ConfigError, KasperError, TopicError
@@ -160,10 +160,10 @@ def _app_defaults(args: argparse.Namespace) -> dict[str, Any]:
     if not isinstance(target, str) or not hasattr(args, "app_dir"):
         return {}
     try:
-        found = load_attr(target, args.app_dir, "target")
+        found = RunTarget.of(load_attr(target, args.app_dir, "target")).app
     except CliError:
         return {}  # a bad target is reported once the config is known (load_runnable)
-    if not isinstance(found, App):
+    if found is None:
         return {}
     try:
         found.ordered()
@@ -279,12 +279,14 @@ def load_target(args: argparse.Namespace, config: Config
     for a command that runs only a lone processor: an ``App`` of one processor without
     repartitions, channels or tasks is taken as that processor)."""
     factory, stores = load_runnable(args, config)
-    if isinstance(factory, App):
+    run = RunTarget.of(factory)
+    if run.app is not None:
         try:
-            return factory.as_processor()
+            return run.app.as_processor()
         except ConfigError as exc:
             raise CliError(EXIT_CONFIG, f"target {args.target!r}: {exc}") from None
-    return factory, stores
+    assert run.factory is not None
+    return run.factory, stores
 
 
 def load_runnable(args: argparse.Namespace, config: Config
@@ -294,7 +296,7 @@ def load_runnable(args: argparse.Namespace, config: Config
     than a crash later; a ``timestamp_extractor`` given by name is imported too, from
     the same ``--app-dir``."""
     factory = load_attr(args.target, args.app_dir, "target")
-    if isinstance(factory, App):
+    if RunTarget.of(factory).app is not None:
         if args.stores:
             raise CliError(EXIT_CONFIG, f"target {args.target!r} is an App, which declares "
                            "its stores per processor: drop --stores")

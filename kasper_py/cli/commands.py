@@ -292,8 +292,8 @@ def _internal_topics(config: Config, target: ProcessorFactory | App, metadata: A
     """An app's repartition topics checked before it starts (the loop creates the absent
     ones): a declared or existing partition count unlike the sources' is a
     ``TopicError`` (exit 3) naming both, not a failed run."""
-    if isinstance(target, App):
-        plan = plan_for(target, config)
+    plan = plan_for(target, config)
+    if plan.app is not None:
         check_internal_topics(config, plan.sources, plan.internal, metadata)
 
 

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from kasper_py.dsl._ops import CachedTable, Op, Records, Turn, Windowed
+from kasper_py.dsl._ops import CachedTable, Op, Records, StageContext, Windowed
 from kasper_py.exceptions import SerdeError
 from kasper_py.message import Headers
 from kasper_py.serdes import JSON
@@ -162,7 +162,7 @@ class Combine(Op):
 
     __slots__ = ("folding", "name", "turn")
 
-    def __init__(self, turn: Turn, name: str, folding: Folding) -> None:
+    def __init__(self, turn: StageContext, name: str, folding: Folding) -> None:
         super().__init__()
         self.turn, self.name, self.folding = turn, name, folding
 

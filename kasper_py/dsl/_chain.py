@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from types import CodeType
 from typing import Any, Literal
 
-from kasper_py.dsl._ops import Op, Records, Turn
+from kasper_py.dsl._ops import Op, Records, StageContext
 from kasper_py.message import Message
 
 StepKind = Literal["pass", "filter", "filter_not", "map", "map_values", "select_key",
@@ -107,7 +107,7 @@ class Chain(Op):
 
     __slots__ = ("run", "run_messages", "serial", "sink", "turn")
 
-    def __init__(self, turn: Turn, steps: Sequence[Step], sink: Sink | None, *,
+    def __init__(self, turn: StageContext, steps: Sequence[Step], sink: Sink | None, *,
                  serial: bool = False) -> None:
         super().__init__()
         self.turn, self.sink, self.serial = turn, sink, serial

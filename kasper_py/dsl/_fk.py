@@ -20,7 +20,7 @@ import json
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from kasper_py.dsl._ops import CachedTable, Op, Records, TableOp, Turn
+from kasper_py.dsl._ops import CachedTable, Op, Records, StageContext, TableOp
 from kasper_py.stores.base import KeyValueStore
 
 
@@ -50,7 +50,7 @@ class Subscribe(Op):
 
     __slots__ = ("foreign_key", "joiner", "left", "name", "state", "turn")
 
-    def __init__(self, turn: Turn, state: KeyValueStore, name: str,
+    def __init__(self, turn: StageContext, state: KeyValueStore, name: str,
                  foreign_key: Callable[[Any], Any], joiner: Callable[[Any, Any], Any], *,
                  left: bool) -> None:
         super().__init__()
@@ -84,7 +84,7 @@ class Answer(Op):
 
     __slots__ = ("name", "right", "subscribers", "turn")
 
-    def __init__(self, turn: Turn, subscribers: KeyValueStore, right: TableOp,
+    def __init__(self, turn: StageContext, subscribers: KeyValueStore, right: TableOp,
                  name: str) -> None:
         super().__init__()
         self.turn, self.subscribers, self.right, self.name = turn, subscribers, right, name

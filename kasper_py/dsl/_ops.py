@@ -1,7 +1,8 @@
 """The operators of a stage at run time, batch-first: each takes the list of records
 a batch brings it and hands one list to each child. A record is the tuple
 ``(key, value, timestamp, headers)``. This module holds what every operator shares:
-``Op``, the ``Turn`` of a partition, tables (``TableOp``; ``CachedTable`` holds a
+``Op``, the ``StageContext`` of a stage on one partition (not the loop's turn: the
+batch's ``Sender`` and held tables), tables (``TableOp``; ``CachedTable`` holds a
 table's updates until the stage's batch ends, Kafka Streams' record cache) and
 ``Branch``. Stateless chains are in ``_chain``, tables and joins in ``_tables``,
 aggregations in ``_aggregate``.
@@ -124,10 +125,10 @@ class CachedTable(TableOp):
             self.emit(records)
 
 
-class Turn:
-    """What the operators of one partition share: the turn's ``Sender``, and the
-    tables that hold updates until the stage's batch ends, in the graph's order (a
-    table flushed before every table downstream of it)."""
+class StageContext:
+    """What the operators of one stage on one partition share: the turn's ``Sender``
+    (set for each batch), and the tables that hold updates until the stage's batch
+    ends, in the graph's order (a table flushed before every table downstream of it)."""
 
     sender: Sender
 

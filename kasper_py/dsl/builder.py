@@ -22,13 +22,13 @@ import operator
 from collections.abc import Callable, Iterable
 from typing import Any, Literal
 
-from kasper_py.app import App, Repartition
+from kasper_py.app import App, Operator, Repartition
 from kasper_py.dsl import _aggregate as agg
-from kasper_py.dsl import _fk as fk
 from kasper_py.dsl import _ops as ops
 from kasper_py.dsl import _tables as tables
-from kasper_py.dsl._chain import Sink, Step, StepKind
-from kasper_py.dsl._graph import Build, Spec, Stage, stage_factory
+from kasper_py.dsl._chain import Step, StepKind
+from kasper_py.dsl._graph import stage_factory
+from kasper_py.dsl._nodes import FromRepartition, Graph, Node, Source, Stage
 from kasper_py.exceptions import ConfigError
 from kasper_py.stores.base import StoreSpec
 from kasper_py.stores.memory import MemoryTable
@@ -41,7 +41,6 @@ StoreKind = Literal["rocksdb", "memory"] | Callable[[str, bool], StoreSpec]
 """Where tables and aggregations keep their state: ``"rocksdb"`` (a changelog-backed
 ``RocksDBTable``, the default), ``"memory"`` (``MemoryTable``: tests), or a function of
 (store name, windowed) returning a ``StoreSpec``."""
-_REPARTITION = "repartition:"
 
 
 def _rocksdb(name: str, windowed: bool) -> StoreSpec:
@@ -64,47 +63,53 @@ class Builder:
     each batch's records per key before the repartition (count and sum always,
     ``reduce``/``aggregate`` when they can merge). ``cache=False``: one update per
     record, every record through the repartition. Operators that make a table take
-    ``cache=`` too, overriding the builder's."""
+    ``cache=`` too, overriding the builder's.
+
+    Every operator is a node named ``name=`` or, by default, as Kafka Streams names it
+    (``KSTREAM-MAPVALUES-0000000003``: the kind, then a counter of the builder's
+    generated names); ``kasper app describe`` lists them per stage. Operator names are
+    unique per builder (a name given twice is a ``ConfigError``)."""
 
     def __init__(self, name: str, *, stores: StoreKind = "rocksdb", cache: bool = True
                  ) -> None:
         self.name = name
-        self.cache = cache
-        self._stores: Callable[[str, bool], StoreSpec] = (
-            _rocksdb if stores == "rocksdb" else _memory if stores == "memory"
-            else stores)
-        self._stages: list[Stage] = []
-        self._repartitions: dict[str, int | None] = {}
-        self._names: set[str] = set()
+        self._graph = Graph(name, _rocksdb if stores == "rocksdb" else _memory
+                            if stores == "memory" else stores, cache)
         self._built: App | None = None
+
+    @property
+    def cache(self) -> bool:
+        """The default of operators' ``cache=``."""
+        return self._graph.cache
+
+    @cache.setter
+    def cache(self, cache: bool) -> None:
+        self._graph.cache = cache
 
     # -- sources -----------------------------------------------------------------------
 
-    def stream(self, *topics: str) -> Stream:
+    def stream(self, *topics: str, name: str | None = None) -> Stream:
         """The records of ``topics`` (merged), keys and values decoded by the config's
         serdes; a stage of its own until joined."""
         if not topics:
             raise ConfigError("dsl", "stream() needs at least one topic")
-        stage = self._stage()
-        head = _pass(stage)
-        for topic in topics:
-            stage.sources.setdefault(topic, []).append(head)
-        return Stream(self, head, rekeyed=False)
+        return Stream(self._graph, self._graph.source(self._graph.stage(), topics, name=name),
+                      rekeyed=False)
 
-    def table(self, topic: str, *, store: str | None = None, cache: bool | None = None
-              ) -> Table:
+    def table(self, topic: str, *, store: str | None = None, cache: bool | None = None,
+              name: str | None = None) -> Table:
         """``topic`` (compacted, keyed) materialised into a store named ``store``
         (``topic`` by default), queryable like any table: each record upserts its key,
         a ``None`` value deletes it; each key updated is emitted (once per batch with
         the cache, else every record)."""
-        name = self._store_name(store or topic)
-        stage = self._stage()
-        spec_store = self._stores(name, False)
-        stage.stores.append(spec_store)
-        cached = self._cached(cache)
-        head = Spec(lambda b: tables.SourceTable(b.context.store(name), cached), stage)
-        stage.sources.setdefault(topic, []).append(head)
-        return Table(self, head)
+        graph = self._graph
+        store = graph.store_name(store or topic)
+        stage = graph.stage()
+        graph.store(stage, store)
+        cached = graph.cached(cache)
+        head = graph.source(stage, (topic,), "table", name, stores=(store,), make=lambda b: (
+            tables.SourceTable(b.context.store(store), cached)))
+        return Table(graph, head)
 
     def global_table(self, topic: str, *, store: str | None = None,
                      key_serde: str = "json", value_serde: str = "json") -> GlobalTable:
@@ -112,7 +117,7 @@ class Builder:
         ``global_table``), for joins by any key (``Stream.join_global``)."""
         from kasper_py.stores.rocksdb import RocksDBTable  # noqa: PLC0415 - the rocksdb extra
 
-        name = self._store_name(store or topic)
+        name = self._graph.store_name(store or topic)
         return GlobalTable(RocksDBTable(name, global_table=True, changelog_topic=topic,
                                         key_serde=key_serde, value_serde=value_serde))
 
@@ -125,158 +130,129 @@ class Builder:
             return self._built
         app = App(self.name)
         declared = {name: app.repartition(name, partitions=count)
-                    for name, count in self._repartitions.items()}
-        stages = [s for s in self._stages if s.into is None]
-        for stage in stages:
-            inputs = [declared[s[len(_REPARTITION):]] if s.startswith(_REPARTITION) else s
-                      for s in stage.sources]
+                    for name, count in self._graph.repartitions.items()}
+
+        def resolve(source: Source) -> str | Repartition:
+            return declared[source.name] if isinstance(source, FromRepartition) else source
+
+        for stage in self._graph.stages:
             outputs: list[str | Repartition] = [*dict.fromkeys(stage.topics_out),
                        *(declared[n] for n in dict.fromkeys(stage.repartitions_out))]
-            app.processor(f"stage-{stage.number}", stage_factory(
-                stage.sources, _topic_of(app)), inputs=inputs, outputs=outputs,
-                stores=stage.stores)
+            app.processor(stage.name, stage_factory(stage.sources, _topic_of(app)),
+                          inputs=[resolve(s) for s in stage.sources], outputs=outputs,
+                          stores=stage.stores, operators=_operators(stage, resolve))
+        self._graph.built = True
         self._built = app
         return app
 
-    # -- for the operators -------------------------------------------------------------
 
-    def _stage(self) -> Stage:
-        if self._built is not None:
-            raise ConfigError("dsl", f"builder {self.name!r} was built already")
-        stage = Stage(len(self._stages))
-        self._stages.append(stage)
-        return stage
-
-    def _store_name(self, name: str) -> str:
-        if name in self._names:
-            raise ConfigError("dsl", f"the name {name!r} is taken in builder {self.name!r}: "
-                              "give the store another name")
-        self._names.add(name)
-        return name
-
-    def _repartition(self, spec: Spec, name: str, partitions: int | None = None, *,
-                     combine: agg.Folding | None = None) -> Spec:
-        """Send ``spec``'s records through the repartition ``name`` (``combine``: folded
-        per key and batch first); returns the head of the new stage reading it."""
-        name = self._store_name(name)
-        self._repartitions[name] = partitions
-        stage = spec.stage.root()
-        stage.repartitions_out.append(name)
-        if combine is None:
-            spec.add(Spec(None, stage, sink=Sink("repartition", name)))
-        else:
-            spec.add(Spec(lambda b: agg.Combine(b.turn, name, combine), stage))
-        head = _pass(self._stage())
-        head.stage.sources[_REPARTITION + name] = [head]
-        return head
-
-    def _cached(self, cache: bool | None) -> bool:
-        return self.cache if cache is None else cache
-
-    def _auto_name(self, what: str) -> str:
-        number = 0
-        while f"{what}-{number}" in self._names:
-            number += 1
-        return f"{what}-{number}"
+def _operators(stage: Stage, resolve: Callable[[Source], str | Repartition]
+               ) -> list[Operator]:
+    """The stage's nodes in the order they were declared, for ``describe``."""
+    return [Operator(node.name, node.kind, tuple(map(resolve, node.links)), node.stores,
+                     tuple(child.name for child, _ in node.children))
+            for node in sorted(stage.nodes, key=operator.attrgetter("order"))]
 
 
-def _pass(stage: Stage) -> Spec:
-    """A head that hands its records on: a source's, a branch's, a table's stream."""
-    return Spec(None, stage, step=Step("pass"))
-
-
-def _topic_of(app: App) -> Callable[[str, str], str]:
-    """(``Config.name`` of the running app, source name) to the topic a stage's processor
+def _topic_of(app: App) -> Callable[[str, Source], str]:
+    """(``Config.name`` of the running app, source) to the topic a stage's processor
     sees. A repartition's topic is named by ``Repartition.topic`` from the name the app
     runs under (``kasper run --name``), as the loop names it, never the Builder's."""
-    def topic_of(config_name: str, source: str) -> str:
-        return source if not source.startswith(_REPARTITION) else (
-            app.repartitions[source[len(_REPARTITION):]].topic(config_name))
+    def topic_of(config_name: str, source: Source) -> str:
+        if isinstance(source, FromRepartition):
+            return app.repartitions[source.name].topic(config_name)
+        return source
     return topic_of
 
 
 class Stream:
     """Records flowing through operators (Kafka Streams' KStream). Every method returns
-    a new ``Stream`` (or what its name says) and runs once per batch."""
+    a new ``Stream`` (or what its name says) and runs once per batch; ``name=`` names
+    its node. Not ``kasper_py.stream``, the Spark Structured Streaming runner."""
 
-    def __init__(self, builder: Builder, spec: Spec, *, rekeyed: bool) -> None:
-        self._builder, self._spec, self._rekeyed = builder, spec, rekeyed
+    def __init__(self, graph: Graph, node: Node, *, rekeyed: bool) -> None:
+        self._graph, self._node, self._rekeyed = graph, node, rekeyed
 
-    def _then(self, make: Callable[[Build], ops.Op], *, rekeyed: bool | None = None) -> Stream:
-        return self._child(Spec(make, self._spec.stage.root()), rekeyed)
-
-    def _step(self, kind: StepKind, function: Callable[..., Any], *,
-              rekeyed: bool | None = None) -> Stream:
-        """A stateless operator: fused with its neighbours into one pass (``_chain``)."""
-        return self._child(Spec(None, self._spec.stage.root(), step=Step(kind, function)),
-                           rekeyed)
-
-    def _child(self, spec: Spec, rekeyed: bool | None) -> Stream:
-        return Stream(self._builder, self._spec.add(spec),
+    def _then(self, kind: str, name: str | None, *, rekeyed: bool | None = None,
+              **parts: Any) -> Stream:
+        return Stream(self._graph, self._graph.then(self._node, kind, name, **parts),
                       rekeyed=self._rekeyed if rekeyed is None else rekeyed)
 
-    def filter(self, predicate: Callable[[Any, Any], bool]) -> Stream:
+    def _step(self, kind: StepKind, function: Callable[..., Any], name: str | None, *,
+              rekeyed: bool | None = None) -> Stream:
+        """A stateless operator: fused with its neighbours into one pass (``_chain``)."""
+        return self._then(kind, name, rekeyed=rekeyed, step=Step(kind, function))
+
+    def filter(self, predicate: Callable[[Any, Any], bool], *, name: str | None = None
+               ) -> Stream:
         """The records for which ``predicate(key, value)`` is true."""
-        return self._step("filter", predicate)
+        return self._step("filter", predicate, name)
 
-    def filter_not(self, predicate: Callable[[Any, Any], bool]) -> Stream:
+    def filter_not(self, predicate: Callable[[Any, Any], bool], *, name: str | None = None
+                   ) -> Stream:
         """The records for which ``predicate(key, value)`` is false."""
-        return self._step("filter_not", predicate)
+        return self._step("filter_not", predicate, name)
 
-    def map(self, function: Callable[[Any, Any], tuple[Any, Any]]) -> Stream:
+    def map(self, function: Callable[[Any, Any], tuple[Any, Any]], *,
+            name: str | None = None) -> Stream:
         """Each record as ``function(key, value)``'s (key, value); re-keys the stream."""
-        return self._step("map", function, rekeyed=True)
+        return self._step("map", function, name, rekeyed=True)
 
-    def map_values(self, function: Callable[[Any], Any]) -> Stream:
+    def map_values(self, function: Callable[[Any], Any], *, name: str | None = None
+                   ) -> Stream:
         """Each record's value as ``function(value)``; keys stay."""
-        return self._step("map_values", function)
+        return self._step("map_values", function, name)
 
-    def flat_map(self, function: Callable[[Any, Any], Iterable[tuple[Any, Any]]]) -> Stream:
+    def flat_map(self, function: Callable[[Any, Any], Iterable[tuple[Any, Any]]], *,
+                 name: str | None = None) -> Stream:
         """Each record as the (key, value) pairs ``function(key, value)`` yields."""
-        return self._step("flat_map", function, rekeyed=True)
+        return self._step("flat_map", function, name, rekeyed=True)
 
-    def flat_map_values(self, function: Callable[[Any], Iterable[Any]]) -> Stream:
+    def flat_map_values(self, function: Callable[[Any], Iterable[Any]], *,
+                        name: str | None = None) -> Stream:
         """Each record as one record per value ``function(value)`` yields, same key."""
-        return self._step("flat_map_values", function)
+        return self._step("flat_map_values", function, name)
 
-    def select_key(self, function: Callable[[Any, Any], Any]) -> Stream:
+    def select_key(self, function: Callable[[Any, Any], Any], *, name: str | None = None
+                   ) -> Stream:
         """Each record keyed by ``function(key, value)``."""
-        return self._step("select_key", function, rekeyed=True)
+        return self._step("select_key", function, name, rekeyed=True)
 
-    def peek(self, function: Callable[[Any, Any], object]) -> Stream:
+    def peek(self, function: Callable[[Any, Any], object], *, name: str | None = None
+             ) -> Stream:
         """Call ``function(key, value)`` on each record, which passes on unchanged."""
-        return self._step("peek", function)
+        return self._step("peek", function, name)
 
-    def branch(self, *predicates: Callable[[Any, Any], bool]) -> list[Stream]:
+    def branch(self, *predicates: Callable[[Any, Any], bool], name: str | None = None
+               ) -> list[Stream]:
         """One stream per predicate: each record goes to the first whose predicate
-        holds (none: dropped). Add ``lambda k, v: True`` last for "the rest"."""
-        branch = self._spec.add(Spec(lambda _b: ops.Branch(predicates),
-                                     self._spec.stage.root()))
-        return [Stream(self._builder, branch.add(_pass(branch.stage)), rekeyed=self._rekeyed)
-                for _ in predicates]
+        holds (none: dropped). Add ``lambda k, v: True`` last for "the rest". With
+        ``name``, the branches are named ``<name>-<index>``."""
+        branch = self._graph.then(self._node, "branch", name,
+                                  make=lambda _b: ops.Branch(predicates))
+        return [Stream(self._graph, self._graph.then(
+            branch, "branch_child", None if name is None else f"{name}-{index}",
+            step=Step("pass")), rekeyed=self._rekeyed) for index in range(len(predicates))]
 
-    def merge(self, *others: Stream) -> Stream:
+    def merge(self, *others: Stream, name: str | None = None) -> Stream:
         """This stream's and ``others``' records as one stream (of one stage: merging
         streams of different sources joins their stages, so they must be co-partitioned
         like every input of an app)."""
-        head = Spec(lambda _b: ops.Op(), self._spec.stage.root())
+        stage = self._graph.merge(self._node.stage, *(s._node.stage for s in others))
+        head = self._graph.node("merge", stage, name, make=lambda _b: ops.Op())
         for stream in (self, *others):
-            head.stage = head.stage.absorb(stream._spec.stage)
-            stream._spec.add(head)
-        return Stream(self._builder, head,
-                      rekeyed=any(s._rekeyed for s in (self, *others)))
+            stream._node.add(head)
+        return Stream(self._graph, head, rekeyed=any(s._rekeyed for s in (self, *others)))
 
-    def to(self, topic: str) -> None:
+    def to(self, topic: str, *, name: str | None = None) -> None:
         """Produce each record to ``topic`` (the config's serdes; its timestamp)."""
-        stage = self._spec.stage.root()
-        stage.topics_out.append(topic)
-        self._spec.add(Spec(None, stage, sink=Sink("topic", topic)))
+        self._graph.to(self._node, topic, name)
 
     def through(self, name: str, *, partitions: int | None = None) -> Stream:
         """Send the records through the app's repartition ``name`` (by their keys);
         returns the stream read from it, in a new stage."""
-        head = self._builder._repartition(self._spec, name, partitions)
-        return Stream(self._builder, head, rekeyed=False)
+        return Stream(self._graph, self._graph.repartition(self._node, name, partitions),
+                      rekeyed=False)
 
     def group_by(self, key: Callable[[Any, Any], Any], *, name: str | None = None
                  ) -> Grouped:
@@ -285,94 +261,108 @@ class Stream:
         return self.select_key(key).group_by_key(name=name)
 
     def group_by_key(self, *, name: str | None = None) -> Grouped:
-        """Group by the records' keys; repartitions first when the stream was re-keyed."""
-        return Grouped(self._builder, self._spec, self._rekeyed, name)
+        """Group by the records' keys; repartitions first when the stream was re-keyed
+        (through the repartition ``name``, else one named after the store)."""
+        return Grouped(self._graph, self._node, self._rekeyed, name)
 
-    def join(self, table: Table, joiner: Callable[[Any, Any], Any]) -> Stream:
+    def join(self, table: Table, joiner: Callable[[Any, Any], Any], *,
+             name: str | None = None) -> Stream:
         """Each record with a value for its key in ``table`` as ``joiner(value,
         table_value)``; the others are dropped. A re-keyed stream is repartitioned
         into the table's stage first."""
-        return self._join(table, joiner, left=False)
+        return self._join(table, joiner, False, name)
 
-    def left_join(self, table: Table, joiner: Callable[[Any, Any], Any]) -> Stream:
+    def left_join(self, table: Table, joiner: Callable[[Any, Any], Any], *,
+                  name: str | None = None) -> Stream:
         """Each record as ``joiner(value, table_value or None)``."""
-        return self._join(table, joiner, left=True)
+        return self._join(table, joiner, True, name)
 
-    def _join(self, table: Table, joiner: Callable[[Any, Any], Any], left: bool) -> Stream:
-        spec = self._spec
+    def _join(self, table: Table, joiner: Callable[[Any, Any], Any], left: bool,
+              name: str | None) -> Stream:
+        graph, node, right = self._graph, self._node, table._node
         if self._rekeyed:
-            spec = self._builder._repartition(spec, self._builder._auto_name("join"))
-        stage = table._spec.stage.absorb(spec.stage)
-        child = spec.add(Spec(lambda b: tables.StreamTableJoin(b.table(table._spec), joiner,
-                                                               left), stage))
-        return Stream(self._builder, child, rekeyed=False)
+            node = graph.repartition(node, graph.auto_name("join"))
+        graph.merge(right.stage, node.stage)
+        child = graph.then(node, "left_join" if left else "join", name, make=lambda b: (
+            tables.StreamTableJoin(b.table(right), joiner, left)))
+        return Stream(graph, child, rekeyed=False)
 
     def join_global(self, table: GlobalTable, key: Callable[[Any, Any], Any],
-                    joiner: Callable[[Any, Any], Any], *, left: bool = False) -> Stream:
+                    joiner: Callable[[Any, Any], Any], *, left: bool = False,
+                    name: str | None = None) -> Stream:
         """Each record joined with ``table``'s value of ``key(key, value)``: no
         repartition (every process holds all of the global table)."""
-        stage = self._spec.stage.root()
-        if table.spec not in stage.stores:
-            stage.stores.append(table.spec)
-        name = table.spec.name
-        return self._then(lambda b: tables.KeyedLookupJoin(b.context.store(name), key, joiner,
-                                                           left))
+        self._graph.keep(self._node.stage, table.spec)
+        store = table.spec.name
+        return self._then("left_join_global" if left else "join_global", name,
+                          stores=(store,), make=lambda b: tables.KeyedLookupJoin(
+                              b.context.store(store), key, joiner, left))
 
 
 class Grouped:
-    """A stream grouped by key, ready to aggregate (Kafka Streams' KGroupedStream)."""
+    """A stream grouped by key, ready to aggregate (Kafka Streams' KGroupedStream);
+    ``name=`` names the aggregation's node."""
 
-    def __init__(self, builder: Builder, spec: Spec, rekeyed: bool, name: str | None) -> None:
-        self._builder, self._spec, self._rekeyed, self._name = builder, spec, rekeyed, name
+    def __init__(self, graph: Graph, node: Node, rekeyed: bool, name: str | None) -> None:
+        self._graph, self._node, self._rekeyed, self._name = graph, node, rekeyed, name
 
-    def _input(self, store: str, combine: agg.Folding | None) -> Spec:
+    def _input(self, store: str, combine: agg.Folding | None) -> Node:
         if not self._rekeyed:
-            return self._spec
-        return self._builder._repartition(self._spec, self._name or f"{store}-by-key",
-                                          combine=combine)
+            return self._node
+        return self._graph.repartition(self._node, self._name or f"{store}-by-key",
+                                       combine=combine)
 
-    def _stateful(self, store: str, make: Callable[[Build, str], ops.Op], *,
-                  windowed: bool = False, combine: agg.Folding | None = None) -> Table:
+    def _stateful(self, kind: str, store: str, make: Callable[[Any, str], ops.Op],
+                  name: str | None, *, windowed: bool = False,
+                  combine: agg.Folding | None = None) -> Table:
         """The table of an aggregation kept in the store ``store`` (declared on the stage
         that reads the grouped records, after a repartition when re-keyed: ``combine``d
         before it when given), whose operator ``make(build, store)`` builds."""
-        name = self._builder._store_name(store)
-        head = self._input(name, combine)
-        stage = head.stage.root()
-        stage.stores.append(self._builder._stores(name, windowed))
-        return Table(self._builder, head.add(Spec(lambda b: make(b, name), stage)))
+        graph = self._graph
+        store = graph.store_name(store)
+        head = self._input(store, combine)
+        graph.store(head.stage, store, windowed)
+        return Table(graph, graph.then(head, kind, name, stores=(store,),
+                                       make=lambda b: make(b, store)))
 
-    def _folded(self, store: str, folding: agg.Folding, cache: bool | None) -> Table:
-        cached = self._builder._cached(cache)
+    def _folded(self, kind: str, store: str, folding: agg.Folding, cache: bool | None,
+                name: str | None) -> Table:
+        cached = self._graph.cached(cache)
         combine = folding if cached and folding.merge is not None else None
-        return self._stateful(store, lambda b, name: agg.Aggregate(
-            b.context.store(name), folding, cached), combine=combine)
+        return self._stateful(kind, store, lambda b, s: agg.Aggregate(
+            b.context.store(s), folding, cached), name, combine=combine)
 
     def aggregate(self, initializer: Callable[[], Any], adder: Callable[[Any, Any, Any], Any],
                   store: str, *, merge: Callable[[Any, Any, Any], Any] | None = None,
-                  cache: bool | None = None) -> Table:
+                  cache: bool | None = None, name: str | None = None) -> Table:
         """Per key, ``adder(key, value, aggregate)`` from ``initializer()``, kept in the
         store ``store``. ``merge(key, aggregate, partial)``, when given, folds into
         ``aggregate`` a ``partial`` aggregated from ``initializer()`` over later
         records, giving what folding those records in one by one gives: after a
         re-keying each batch's records are then combined per key before the
         repartition (with the cache; the partial crosses it as JSON)."""
-        return self._folded(store, agg.Folding(initializer, adder, merge), cache)
+        return self._folded("aggregate", store, agg.Folding(initializer, adder, merge),
+                            cache, name)
 
-    def count(self, store: str, *, cache: bool | None = None) -> Table:
+    def count(self, store: str, *, cache: bool | None = None, name: str | None = None
+              ) -> Table:
         """Records per key (combined before a repartition with the cache)."""
-        return self._folded(store, agg.Folding.counting(), cache)
+        return self._folded("count", store, agg.Folding.counting(), cache, name)
 
     def reduce(self, reducer: Callable[[Any, Any], Any], store: str, *,
-               associative: bool = False, cache: bool | None = None) -> Table:
+               associative: bool = False, cache: bool | None = None,
+               name: str | None = None) -> Table:
         """Per key, the first value, then ``reducer(aggregate, value)``. An
         ``associative`` reducer (``reducer(reducer(a, b), c) == reducer(a, reducer(b,
         c))``) is combined before a repartition, as ``aggregate`` with ``merge``."""
-        return self._folded(store, agg.Folding.reducing(reducer, associative), cache)
+        return self._folded("reduce", store, agg.Folding.reducing(reducer, associative),
+                            cache, name)
 
-    def sum(self, store: str, *, cache: bool | None = None) -> Table:
+    def sum(self, store: str, *, cache: bool | None = None, name: str | None = None
+            ) -> Table:
         """Per key, the sum of the values (numbers; combined as ``count`` is)."""
-        return self.reduce(operator.add, store, associative=True, cache=cache)
+        return self._folded("sum", store, agg.Folding.reducing(operator.add, True), cache,
+                            name)
 
     def windowed_by(self, windows: WindowKind) -> WindowedGrouped:
         """Aggregate per key and window (``Tumbling``, ``Hopping``, ``Sliding``,
@@ -387,61 +377,69 @@ class WindowedGrouped:
         self._grouped, self._windows = grouped, windows
 
     def aggregate(self, aggregation: Aggregation, store: str, *,
-                  emit: Literal["updates", "final"] = "updates") -> Table:
+                  emit: Literal["updates", "final"] = "updates", name: str | None = None
+                  ) -> Table:
         """``aggregation`` per key and window; ``emit="final"``: each window once, when
         it closes (stream time past its end plus grace). Keys become
         ``Windowed(key, start, end)``."""
         windows = self._windows
-        return self._grouped._stateful(store, lambda b, name: agg.WindowedAggregate(
-            agg.windowed_table(b.context, name, windows, aggregation, emit)), windowed=True)
+        return self._grouped._stateful(
+            "windowed_aggregate", store, lambda b, s: agg.WindowedAggregate(
+                agg.windowed_table(b.context, s, windows, aggregation, emit)),
+            name, windowed=True)
 
-    def count(self, store: str, *, emit: Literal["updates", "final"] = "updates") -> Table:
+    def count(self, store: str, *, emit: Literal["updates", "final"] = "updates",
+              name: str | None = None) -> Table:
         """Records per key and window."""
-        return self.aggregate(count_aggregation(), store, emit=emit)
+        return self.aggregate(count_aggregation(), store, emit=emit, name=name)
 
     def reduce(self, reducer: Callable[[Any, Any], Any], store: str, *,
-               emit: Literal["updates", "final"] = "updates") -> Table:
+               emit: Literal["updates", "final"] = "updates", name: str | None = None
+               ) -> Table:
         """Per key and window, values folded by ``reducer``."""
         from kasper_py.windows import reduce as reduce_aggregation  # noqa: PLC0415
 
-        return self.aggregate(reduce_aggregation(reducer), store, emit=emit)
+        return self.aggregate(reduce_aggregation(reducer), store, emit=emit, name=name)
 
 
 class Table:
     """A changelog of values per key (Kafka Streams' KTable): its records are updates,
-    a ``None`` value a delete."""
+    a ``None`` value a delete. ``name=`` names an operator's node."""
 
-    def __init__(self, builder: Builder, spec: Spec) -> None:
-        self._builder, self._spec = builder, spec
+    def __init__(self, graph: Graph, node: Node) -> None:
+        self._graph, self._node = graph, node
 
-    def to_stream(self) -> Stream:
+    def to_stream(self, *, name: str | None = None) -> Stream:
         """The table's updates as a stream (deletes as ``None`` values)."""
-        head = self._spec.add(_pass(self._spec.stage.root()))
-        return Stream(self._builder, head, rekeyed=False)
+        head = self._graph.then(self._node, "to_stream", name, step=Step("pass"))
+        return Stream(self._graph, head, rekeyed=False)
 
-    def filter(self, predicate: Callable[[Any, Any], bool]) -> Table:
+    def filter(self, predicate: Callable[[Any, Any], bool], *, name: str | None = None
+               ) -> Table:
         """The entries for which ``predicate(key, value)`` holds; an update that fails
         it is emitted as a delete."""
-        parent = self._spec
-        return Table(self._builder, parent.add(Spec(lambda b: tables.TableView(
-            b.table(parent), predicate=predicate), parent.stage.root())))
+        parent = self._node
+        return Table(self._graph, self._graph.then(parent, "table_filter", name, make=lambda b: (
+            tables.TableView(b.table(parent), predicate=predicate))))
 
-    def map_values(self, function: Callable[[Any], Any]) -> Table:
+    def map_values(self, function: Callable[[Any], Any], *, name: str | None = None
+                   ) -> Table:
         """Each value as ``function(value)``."""
-        parent = self._spec
-        return Table(self._builder, parent.add(Spec(lambda b: tables.TableView(
-            b.table(parent), function=function), parent.stage.root())))
+        parent = self._node
+        return Table(self._graph, self._graph.then(
+            parent, "table_map_values", name, make=lambda b: tables.TableView(
+                b.table(parent), function=function)))
 
     def join(self, other: Table, joiner: Callable[[Any, Any], Any], *,
-             cache: bool | None = None) -> Table:
+             cache: bool | None = None, name: str | None = None) -> Table:
         """Keys in both tables, valued ``joiner(value, other_value)``; an update of
         either side updates the key's joined value (or deletes it)."""
-        return self._join(other, joiner, left=False, cache=cache)
+        return self._join(other, joiner, False, cache, name)
 
     def left_join(self, other: Table, joiner: Callable[[Any, Any], Any], *,
-                  cache: bool | None = None) -> Table:
+                  cache: bool | None = None, name: str | None = None) -> Table:
         """Every key of this table, valued ``joiner(value, other_value or None)``."""
-        return self._join(other, joiner, left=True, cache=cache)
+        return self._join(other, joiner, True, cache, name)
 
     def join_foreign(self, other: Table, foreign_key: Callable[[Any], Any],
                      joiner: Callable[[Any, Any], Any], *, left: bool = False,
@@ -450,45 +448,22 @@ class Table:
         (Kafka Streams' foreign-key join, KIP-213): valued ``joiner(value,
         other_value)``; with ``left``, rows without a match are kept (``other_value``
         ``None``). Runs through two repartitions of the app (``<name>-subscription``,
-        ``<name>-response``); the result is stored as ``name``."""
-        builder = self._builder
-        name = builder._store_name(name or builder._auto_name("fk-join"))
-        mine, theirs = self._spec, other._spec
-        subscription, response, state, subscribers = (builder._store_name(f"{name}-{part}")
-                                                      for part in ("subscription", "response",
-                                                                   "state", "subscribers"))
-        builder._repartitions.update({subscription: None, response: None})
-        left_stage, right_stage = mine.stage.root(), theirs.stage.root()
-        left_stage.stores += [builder._stores(state, False), builder._stores(name, False)]
-        right_stage.stores.append(builder._stores(subscribers, False))
-        left_stage.repartitions_out.append(subscription)
-        right_stage.repartitions_out.append(response)
-        cached = builder._cached(cache)
-        result = Spec(lambda b: fk.Result(b.context.store(name), b.table(mine), joiner, left,
-                                          cached), left_stage)
-        mine.add(Spec(lambda b: fk.Subscribe(b.turn, b.context.store(state), subscription,
-                                             foreign_key, joiner, left=left), left_stage)
-                 ).add(result, 1)
-        answer = Spec(lambda b: fk.Answer(b.turn, b.context.store(subscribers),
-                                          b.table(theirs), response), right_stage)
-        theirs.add(answer, 1)
-        for stage, repartition, target in ((right_stage, subscription, answer),
-                                           (left_stage, response, result)):
-            head = Spec(lambda _b: ops.Op(), stage)
-            stage.sources.setdefault(_REPARTITION + repartition, []).append(head)
-            head.add(target, 0)
-        return Table(builder, result)
+        ``<name>-response``); the result is stored as ``name``, which names its node
+        too."""
+        return Table(self._graph, self._graph.foreign_key_join(
+            self._node, other._node, foreign_key, joiner, left=left, store=name, cache=cache,
+            name=name))
 
     def _join(self, other: Table, joiner: Callable[[Any, Any], Any], left: bool,
-              cache: bool | None) -> Table:
-        stage = self._spec.stage.absorb(other._spec.stage)
-        mine, theirs = self._spec, other._spec
-        cached = self._builder._cached(cache)
-        spec = Spec(lambda b: tables.TableJoin((b.table(mine), b.table(theirs)), joiner, left,
-                                               cached), stage)
-        mine.add(spec, 0)
-        theirs.add(spec, 1)
-        return Table(self._builder, spec)
+              cache: bool | None, name: str | None) -> Table:
+        graph, mine, theirs = self._graph, self._node, other._node
+        graph.merge(mine.stage, theirs.stage)
+        cached = graph.cached(cache)
+        joined = graph.then(mine, "table_left_join" if left else "table_join", name, port=0,
+                            make=lambda b: tables.TableJoin((b.table(mine), b.table(theirs)),
+                                                            joiner, left, cached))
+        theirs.add(joined, 1)
+        return Table(graph, joined)
 
 
 class GlobalTable:

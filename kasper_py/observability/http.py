@@ -1,5 +1,5 @@
 """The one HTTP server of kasper_py's endpoints (the loop's metrics and health, its table
-queries and views, the supervisor's): ``HttpServer`` answers GET with the ``App``s
+queries and views, the supervisor's): ``HttpServer`` answers GET with the ``Handler``s
 mounted on it, every error as JSON (``{"error", "status", "message"}``, the standard
 library's own 404/414/501 pages included), other methods with 405 and an ``Allow``
 header, optionally behind a bearer token (``BearerGuard``) and TLS. No access log:
@@ -25,7 +25,7 @@ from urllib.parse import parse_qsl, unquote_to_bytes, urlsplit
 
 import structlog
 
-__all__ = ["App", "BearerGuard", "HttpServer", "QuietHandler", "Request", "Response",
+__all__ = ["BearerGuard", "Handler", "HttpServer", "QuietHandler", "Request", "Response",
            "error_response", "request_of", "tls_context"]
 
 _log = structlog.get_logger("kasper_py")
@@ -84,8 +84,11 @@ def _json_default(value: Any) -> Any:
     return str(value)
 
 
-App = Callable[[Request], "Response | None"]
-"""Answers a request, or ``None`` when the path is not its own."""
+Handler = Callable[[Request], "Response | None"]
+"""Answers a request, or ``None`` when the path is not its own (the metrics', the
+queries', the supervisor's). Not ``kasper_py.app.App``, the application."""
+App = Handler
+"""The old name of ``Handler``, kept for imports of it; not in ``__all__``."""
 Guard = Callable[[Request], "Response | None"]
 """Checked before any app: a refusal (401, say), or ``None`` to let the request in."""
 
@@ -236,15 +239,15 @@ class _AppHandler(QuietHandler):
 
 class HttpServer:
     """A background HTTP(S) server on ``host:port`` (0: any free port) answering GET with
-    the ``App``s mounted on it, in order; ``guard`` (a ``BearerGuard``) is asked first,
+    the ``Handler``s mounted on it, in order; ``guard`` (a ``BearerGuard``) is asked first,
     and ``tls`` (``tls_context``) makes it HTTPS. ``paths`` name what it serves, for
     the 404's hint."""
 
-    def __init__(self, host: str, port: int, *, name: str, apps: Sequence[App] = (),
+    def __init__(self, host: str, port: int, *, name: str, apps: Sequence[Handler] = (),
                  paths: Sequence[str] = (), guard: Guard | None = None,
                  tls: ssl.SSLContext | None = None) -> None:
         self.name = name
-        self.apps: list[App] = list(apps)
+        self.apps: list[Handler] = list(apps)
         self.guard = guard
         self._paths = list(paths)
         self.scheme = "https" if tls is not None else "http"
@@ -256,12 +259,12 @@ class HttpServer:
                                         name=f"kasper-{name}", daemon=True)
         self._thread.start()
 
-    def mount(self, app: App, paths: Sequence[str] = ()) -> None:
+    def mount(self, app: Handler, paths: Sequence[str] = ()) -> None:
         """Answer the paths ``app`` knows (it returns ``None`` for the others)."""
         self.apps.append(app)
         self._paths += [p for p in paths if p not in self._paths]
 
-    def unmount(self, app: App) -> None:
+    def unmount(self, app: Handler) -> None:
         """Stop answering with ``app``."""
         if app in self.apps:
             self.apps.remove(app)

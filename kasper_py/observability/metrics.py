@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from kasper_py.message import TopicPartitionKey
 from kasper_py.observability.collectors import Collectors
-from kasper_py.observability.http import App, HttpServer, Request, Response
+from kasper_py.observability.http import Handler, HttpServer, Request, Response
 from kasper_py.observability.observe import (
     LoopObserver,
     NoopObserver,
@@ -366,7 +366,7 @@ class MetricsServer(HttpServer):
                          paths=METRICS_PATHS)
 
 
-def metrics_app(observer: PrometheusObserver) -> App:
+def metrics_app(observer: PrometheusObserver) -> Handler:
     """``observer``'s ``/metrics`` and ``/health/{live,ready}``, to mount on a server."""
     from prometheus_client import (  # noqa: PLC0415 - optional extra
         CONTENT_TYPE_LATEST,

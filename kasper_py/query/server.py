@@ -16,7 +16,7 @@ import structlog
 
 from kasper_py.config import Config
 from kasper_py.exceptions import ConfigError
-from kasper_py.observability.http import App, BearerGuard, HttpServer, tls_context
+from kasper_py.observability.http import BearerGuard, Handler, HttpServer, tls_context
 from kasper_py.query._locate import Locator
 from kasper_py.query._tables import OpenStores, Tables
 from kasper_py.query._web import QueryApp, View
@@ -60,7 +60,7 @@ def tables_for(config: Config, specs: Sequence[StoreSpec], open_stores: OpenStor
     return Tables(config, specs, open_stores, Locator(config, endpoint) if locate else None)
 
 
-def query_app(tables: Tables, views: Mapping[str, View], endpoint: str | None) -> App:
+def query_app(tables: Tables, views: Mapping[str, View], endpoint: str | None) -> Handler:
     """``tables`` (``/tables...``) and ``views`` as one app to mount on a ``QueryServer``
     whose URL is ``endpoint``. Raises ``ValueError`` for a view path that is malformed
     or taken by kasper_py's own."""

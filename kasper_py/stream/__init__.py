@@ -1,6 +1,7 @@
-"""Run a processor live on Spark Structured Streaming: the same ``MessageProcessor``
-factory as the live loop, each micro-batch partition-wise through the turn engine in
-the reprocessing job's tasks, its end offsets committed to the live group.
+"""Run a processor live on Spark Structured Streaming (not ``kasper_py.dsl.Stream``, the
+streams DSL's record stream): the same ``MessageProcessor`` factory as the live loop,
+each micro-batch partition-wise through the turn engine in the reprocessing job's
+tasks, its end offsets committed to the live group.
 
     from kasper_py.stream import stream
     run = stream(config, WordCount, checkpoint="/data/checkpoints/wc", master="local[2]")

@@ -16,7 +16,7 @@ from typing import Any
 import structlog
 
 from kasper_py._support.signals import STOPPING, take_held
-from kasper_py.observability.http import App, HttpServer, Request, Response
+from kasper_py.observability.http import Handler, HttpServer, Request, Response
 
 __all__ = ["Supervisor", "WorkerSpec", "split_partitions"]
 
@@ -198,7 +198,7 @@ def _get_ok(url: str) -> bool:
         return False
 
 
-def _app(supervisor: Supervisor) -> App:
+def _app(supervisor: Supervisor) -> Handler:
     def answer(request: Request) -> Response | None:
         if request.path in ("/health/live", "/health/ready"):
             ok, answers = supervisor.health(request.path.rsplit("/", 1)[1])

@@ -148,6 +148,42 @@ def test_describe_prints_the_topology_as_text_and_json(app_run: AppRun) -> None:
     assert topology["internal_topics"] == [app_run.repartition]
 
 
+def test_describe_lists_a_dsl_apps_operators_per_stage(bootstrap: str) -> None:
+    """`kasper app describe` of a streams-DSL app (dsl_app_module.py) prints each stage
+    as a processor with its operators in order: generated names counting up across the
+    builder, the user's names where given, what each reads, sends to or stores, and
+    the operators it hands its records to."""
+    result = kasper("app", "describe", "dsl_app_module:app", "--app-dir", str(HERE),
+                    env=cli_env(bootstrap))
+    assert result.returncode == 0, result.stderr
+    by_word = "repartition:by-word (dsl-describe-by-word-repartition)"
+    assert result.stdout.splitlines() == [
+        "app dsl-describe (Config.name dsl-describe)",
+        "  sources: describe-lines",
+        "  1. processor stage-0",
+        "       inputs:  topic:describe-lines",
+        f"       outputs: {by_word}",
+        "       operators:",
+        "         KSTREAM-SOURCE-0000000000 source [topic:describe-lines] --> non-empty",
+        "         non-empty filter --> KSTREAM-FLATMAPVALUES-0000000001",
+        "         KSTREAM-FLATMAPVALUES-0000000001 flat_map_values"
+        " --> KSTREAM-KEY-SELECT-0000000002",
+        "         KSTREAM-KEY-SELECT-0000000002 select_key --> KSTREAM-COMBINE-0000000003",
+        f"         KSTREAM-COMBINE-0000000003 combine [{by_word}]",
+        "  2. processor stage-1",
+        f"       inputs:  {by_word}",
+        "       outputs: topic:describe-counts",
+        "       stores:  counts (MemoryTable)",
+        "       operators:",
+        f"         KSTREAM-SOURCE-0000000004 source [{by_word}]"
+        " --> KSTREAM-AGGREGATE-0000000005",
+        "         KSTREAM-AGGREGATE-0000000005 count [store:counts]"
+        " --> KTABLE-TOSTREAM-0000000006",
+        "         KTABLE-TOSTREAM-0000000006 to_stream --> counts-out",
+        "         counts-out to [topic:describe-counts]",
+        "  internal topics: dsl-describe-by-word-repartition"]
+
+
 def test_reset_dry_run_then_execute_then_reprocess(app_run: AppRun,
                                                    app_topics: AdminClient) -> None:
     """`kasper app reset` prints what it would delete and changes nothing; with

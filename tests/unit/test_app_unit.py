@@ -25,7 +25,7 @@ from kasper_py import (
     TopicError,
     TopicProcessor,
 )
-from kasper_py.app import App, describe, plan_for
+from kasper_py.app import App, RunTarget, describe, plan_for
 from kasper_py.exceptions import SimulatedCrash
 from kasper_py.kafka.memory import CRASH_STEPS
 from kasper_py.kafka.partitioner import murmur2_partition
@@ -152,6 +152,17 @@ def test_plan_checks_inputs_and_stores_and_adds_the_repartition_topics() -> None
     assert topology["processors"][1] == {
         "name": "count", "inputs": ["repartition:by-word (wc-by-word-repartition)"],
         "outputs": ["topic:word-counts"], "stores": [{"name": "counts", "kind": "MemoryTable"}]}
+
+
+def test_run_target_tells_an_app_from_a_factory_once() -> None:
+    """``RunTarget.of`` sets ``app`` for an App and ``factory`` for anything else; a
+    lone factory's plan is the factory itself, with the config unchanged."""
+    app = word_count_app()
+    assert RunTarget.of(app) == RunTarget(app=app)
+    assert RunTarget.of(Split) == RunTarget(factory=Split)
+    config = Config(name="split", bootstrap_servers="x:1", input_topics=["lines"])
+    plan = plan_for(Split, config)
+    assert (plan.factory, plan.config, plan.app, plan.internal) == (Split, config, None, ())
 
 
 # -- the testing driver ----------------------------------------------------------------
