@@ -46,12 +46,13 @@ class TopicAdmin:
 
     def ensure(self, specs: Sequence[TopicSpec], *, create: bool = True,
                metadata: Any = None) -> list[str]:
-        """Every topic of ``specs`` there and as specified; returns the names created.
+        """Every topic of ``specs`` there and as specified; returns the names of those
+        that were absent (created, by this call or by a process that was first).
 
         1. Read the metadata (or take ``metadata``, a ``metadata()`` already read).
         2. Check each existing topic's partition count (``TopicSpec.mismatch``).
-        3. Create the absent ones with ``create`` (one another process created meanwhile
-           is fine), else refuse naming them; wait until the metadata shows them.
+        3. Create the absent ones with ``create``, else refuse naming them; wait until
+           the metadata shows them. One another process created first is checked as 2.
         4. Check settings of existing ones: a changelog must be compacted; an internal
            topic kept by time (``retention.ms``) is altered to ``REPARTITION_CONFIG``'s.
 
@@ -59,9 +60,22 @@ class TopicAdmin:
         """
         if not specs:
             return []
-        metadata = metadata if metadata is not None else self.metadata()
-        servers = self._config.bootstrap_servers
-        absent, existing = [], []
+        absent = self._absent(specs, metadata if metadata is not None else self.metadata())
+        if absent and not create:
+            names = ", ".join(repr(spec.name) for spec in absent)
+            raise TopicError(f"declared {absent[0].kind} topics {names} do not exist on "
+                             f"{self._config.bootstrap_servers}: create them, or start with "
+                             "--create-topics (kasper_py.kafka.admin.ensure_output_topics)")
+        raced = [spec for spec in absent if spec.name in self._create(absent)]
+        if raced:
+            self._absent(raced, self.metadata())
+        self._check_settings([spec for spec in specs if spec not in absent or spec in raced])
+        return [spec.name for spec in absent]
+
+    def _absent(self, specs: Sequence[TopicSpec], metadata: Any) -> list[TopicSpec]:
+        """The specs absent from ``metadata``; ``TopicError`` for an existing one with
+        the wrong partition count, or one the cluster refuses to describe."""
+        absent = []
         for spec in specs:
             meta = metadata.topics.get(spec.name)
             problem = topic_problem(meta)
@@ -69,56 +83,57 @@ class TopicAdmin:
                 absent.append(spec)
                 continue
             if problem is None:
-                problem = spec.mismatch(len(meta.partitions), servers)
+                problem = spec.mismatch(len(meta.partitions), self._config.bootstrap_servers)
             else:
                 problem = f"{spec.kind} topic {spec.name!r}: {problem}"
             if problem is not None:
                 raise TopicError(problem)
-            existing.append(spec)
-        if absent and not create:
-            names = ", ".join(repr(spec.name) for spec in absent)
-            raise TopicError(f"declared {absent[0].kind} topics {names} do not exist on "
-                             f"{servers}: create them, or start with --create-topics "
-                             "(kasper_py.kafka.admin.ensure_output_topics)")
-        self._create(absent)
-        self._check_settings([s for s in existing if s.kind in ("changelog", "internal")])
-        return [spec.name for spec in absent]
+        return absent
 
-    def _create(self, specs: Sequence[TopicSpec]) -> None:
-        """Create ``specs`` and wait for each, then for the metadata to show them all."""
+    def _create(self, specs: Sequence[TopicSpec]) -> set[str]:
+        """Create ``specs`` and wait for each, then for the metadata to list them all;
+        returns the names another process had created first."""
         if not specs:
-            return
+            return set()
         futures = self._admin.create_topics(
             [NewTopic(s.name, num_partitions=s.partitions,
                       replication_factor=s.replication_factor, config=dict(s.config))
              for s in specs], request_timeout=self._timeout)
-        for name, future in futures.items():
-            try:
-                future.result(self._timeout + 5)  # the request times out first, with its error
-            except KafkaException as exc:
-                error = exc.args[0]
-                if error.code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                    raise TopicError(f"cannot create topic {name!r}: {error.str()} (waited "
-                                     f"up to {self._timeout:g}s)", code=error.code()) from exc
-            except TimeoutError as exc:
-                raise TopicError(f"cannot create topic {name!r}: no answer within "
-                                 f"{self._timeout + 5:g}s", code=KafkaError._TIMED_OUT) from exc
+        raced = {name for name, future in futures.items() if not self._created(name, future)}
         for spec in specs:
-            _log.info("kasper.topic_created", processor=self._config.name, topic=spec.name,
-                      partitions=spec.partitions, kind=spec.kind)
-        self._wait_visible({spec.name: spec.partitions for spec in specs})
+            if spec.name not in raced:
+                _log.info("kasper.topic_created", processor=self._config.name,
+                          topic=spec.name, partitions=spec.partitions, kind=spec.kind)
+        self._wait_visible({spec.name: None if spec.name in raced else spec.partitions
+                            for spec in specs})
+        return raced
 
-    def _wait_visible(self, created: Mapping[str, int]) -> None:
+    def _created(self, name: str, future: Any) -> bool:
+        """Wait for the creation of ``name``: True when made, False when it existed."""
+        try:
+            future.result(self._timeout + 5)  # the request times out first, with its error
+        except KafkaException as exc:
+            error = exc.args[0]
+            if error.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                return False
+            raise TopicError(f"cannot create topic {name!r}: {error.str()} (waited "
+                             f"up to {self._timeout:g}s)", code=error.code()) from exc
+        except TimeoutError as exc:
+            raise TopicError(f"cannot create topic {name!r}: no answer within "
+                             f"{self._timeout + 5:g}s", code=KafkaError._TIMED_OUT) from exc
+        return True
+
+    def _wait_visible(self, created: Mapping[str, int | None]) -> None:
         """Wait until the metadata shows each of the ``created`` topics with all its
-        partitions. A group member subscribes right after: a topic the broker does not
-        know yet is left out of its first assignment, which then holds the sources'
-        partitions without their co-partitioned peers (a refused assignment)."""
+        partitions (``None``: any count). A group member subscribes right after: a topic
+        the broker does not know yet is left out of its first assignment, which then
+        holds the sources' partitions without their co-partitioned peers."""
         deadline = time.monotonic() + self._timeout
         while True:
             topics = self.metadata().topics
             shown = {name for name, count in created.items()
                      if topic_problem(topics.get(name)) is None
-                     and len(topics[name].partitions) == count}
+                     and count in (None, len(topics[name].partitions))}
             if shown == set(created):
                 return
             if time.monotonic() > deadline:
