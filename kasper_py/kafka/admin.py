@@ -13,6 +13,7 @@ connection (``shared_client``), whatever the number of ``KafkaAdmin``s.
 from __future__ import annotations
 
 import atexit
+import os
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -322,7 +323,16 @@ def close_shared() -> None:
         _SHARED.clear()
 
 
+def _forget_in_child() -> None:
+    """After a fork: the parent's clients (and their threads) are not the child's; the
+    lock may have been held by a thread that does not exist here."""
+    global _SHARED_LOCK  # noqa: PLW0603 - a fresh lock for the child, once
+    _SHARED_LOCK = threading.Lock()
+    _SHARED.clear()
+
+
 atexit.register(close_shared)
+os.register_at_fork(after_in_child=_forget_in_child)
 
 
 def _client(kind: Any, config: Config, conf: dict[str, Any],
