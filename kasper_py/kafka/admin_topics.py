@@ -66,7 +66,8 @@ class TopicAdmin:
             raise TopicError(f"declared {absent[0].kind} topics {names} do not exist on "
                              f"{self._config.bootstrap_servers}: create them, or start with "
                              "--create-topics (kasper_py.kafka.admin.ensure_output_topics)")
-        raced = [spec for spec in absent if spec.name in self._create(absent)]
+        existed = self._create(absent)
+        raced = [spec for spec in absent if spec.name in existed]
         if raced:
             self._absent(raced, self.metadata())
         self._check_settings([spec for spec in specs if spec not in absent or spec in raced])
@@ -146,6 +147,7 @@ class TopicAdmin:
         """A changelog created elsewhere without compaction would lose keys on restore: a
         ``TopicError`` naming the fix. An internal topic made before repartitions kept
         their records (retention by time) is altered to keep them."""
+        specs = [spec for spec in specs if spec.kind in ("changelog", "internal")]
         if not specs:
             return
         found = self.topic_configs([spec.name for spec in specs])
