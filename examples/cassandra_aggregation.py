@@ -34,7 +34,7 @@ from kasper_py import (
     Sender,
     TopicProcessor,
 )
-from kasper_py.kafka.topics import ensure_output_topics
+from kasper_py.kafka.admin import ensure_output_topics
 from kasper_py.stores.cassandra import CassandraTable
 
 PURCHASES, TOTALS = "purchases", "customer-totals"

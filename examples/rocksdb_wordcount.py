@@ -31,7 +31,7 @@ from kasper_py import (
     Sender,
     TopicProcessor,
 )
-from kasper_py.kafka.topics import ensure_output_topics
+from kasper_py.kafka.admin import ensure_output_topics
 from kasper_py.stores.rocksdb import RocksDBTable
 
 VOCABULARY = ["kafka", "batch", "state", "table", "changelog", "offset", "commit",

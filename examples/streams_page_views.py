@@ -42,7 +42,7 @@ from typing import Any
 from kasper_py import Config, OutputTopic, TopicProcessor
 from kasper_py.app import App
 from kasper_py.dsl import Builder, Windowed
-from kasper_py.kafka.topics import ensure_output_topics
+from kasper_py.kafka.admin import ensure_output_topics
 from kasper_py.windows import Hopping
 
 VIEWS, PROFILES = "streams-pageview-input", "streams-userprofile-input"

@@ -38,7 +38,7 @@ from confluent_kafka import Producer
 from kasper_py import Config, OutputTopic, TopicProcessor
 from kasper_py.app import App
 from kasper_py.dsl import Builder
-from kasper_py.kafka.topics import ensure_output_topics
+from kasper_py.kafka.admin import ensure_output_topics
 
 from _sample import create_topics  # isort: skip - the examples' shared sample helper
 

@@ -117,6 +117,10 @@ class Config:
     """Seconds to wait for every output message's ack before the turn fails. With
     ``exactly_once`` it is also the transaction timeout: how long a crashed loop's open
     transaction holds back ``read_committed`` readers if no process takes over."""
+    repartition_purge_interval: float = 30.0
+    """Seconds between purges of an app's repartition topics: the records the
+    downstream stage committed are deleted (``kasper_py.kafka.purge``; Kafka Streams'
+    ``repartition.purge.interval.ms``)."""
     processing_guarantee: Guarantee = "at_least_once"
     """``at_least_once``: a crash replays the uncommitted batch (duplicates bounded by
     one batch). ``exactly_once``: each turn is one Kafka transaction (outputs, table
@@ -303,7 +307,7 @@ class Config:
         limit = self.batch_bytes
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise ConfigError("batch_bytes", f"must be a positive int of bytes, got {limit!r}")
-        for name in ("batch_wait", "delivery_timeout"):
+        for name in ("batch_wait", "delivery_timeout", "repartition_purge_interval"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
                 raise ConfigError(name, f"must be a positive number of seconds, got {value!r}")

@@ -35,6 +35,7 @@ from kasper_py.kafka.batching import Batch
 from kasper_py.kafka.consumer import InputConsumer
 from kasper_py.kafka.ports import KafkaClients
 from kasper_py.kafka.producer import OutputProducer
+from kasper_py.kafka.purge import purge_for
 from kasper_py.loop.assignment import assignment_for
 from kasper_py.loop.committer import committer_for
 from kasper_py.loop.leader import election_for
@@ -118,6 +119,8 @@ class TopicProcessor:
             prefetcher=self._prefetcher, observer=observer, factory=plan.factory,
             stores=plan.stores)
         self._ensure_topics = clients.ensure_topics
+        # after each commit: an app's repartitions purged up to it (kasper_py.kafka.purge)
+        self._purge = purge_for(config, plan.internal if real_clients else ())
         # while a turn's acks are outstanding; a group member reads nothing ahead
         self._meanwhile = self._prefetcher.read_ahead if self._assignment.reads_ahead else None
         self.tables = self._servers.serve_tables(self._store_specs, self._engine.partitions,
@@ -241,6 +244,7 @@ class TopicProcessor:
         exactly-once: one transaction), then report the turn."""
         with self._tracing.turn(batch):
             result = self._committer.run(self._engine, batch, self._meanwhile)
+        self._purge.after_commit(self._committer.offsets.all())  # committed: purge hook
         self._assignment.after_turn(result.durations)
         stats = turn_stats(batch, result, self._consumer, self._committer.offsets,
                            self.config.auto_offset_reset)

@@ -65,10 +65,9 @@ from kasper_py.cli.offsets import (
 from kasper_py.cli.query import main as query_main
 from kasper_py.config import Config
 from kasper_py.exceptions import AlreadyRunningError, ConfigError, KasperError, TopicError
-from kasper_py.kafka.admin import reason
+from kasper_py.kafka.admin import ensure_output_topics, reason
 from kasper_py.kafka.topics import (
     check_internal_topics,
-    ensure_output_topics,
     input_partitions,
     owned_partitions,
     partition_count,

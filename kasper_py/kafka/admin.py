@@ -3,18 +3,21 @@ outside the loop: cluster metadata, watermarks, the group's committed offsets an
 commit notes, offsets for a time, the group's state and members, and altering the
 group's offsets; and what ``kasper app reset`` deletes: a group, an app's internal
 topics. Used by ``kasper offsets/lag/dlq/app``, the reprocessing handoff, the Spark
-stream runner and query routing. Kafka's exceptions become kasper_py's here, once:
+stream runner and query routing; and, through ``KafkaAdmin.ensure`` (``admin_topics``),
+by everything that creates a topic. Kafka's exceptions become kasper_py's here, once:
 ``BrokerUnreachableError`` when no broker answers, else ``AdminError`` (or the classes
-a front end passes), with Kafka's error code kept. Topic creation stays in ``topics``
-(deletion, which only the reset does, is here).
+a front end passes), with Kafka's error code kept. One ``AdminClient`` per process and
+connection (``shared_client``), whatever the number of ``KafkaAdmin``s.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Iterable, Mapping
+import atexit
+import os
+import threading
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from confluent_kafka import (
     Consumer,
@@ -25,13 +28,22 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient
 
-from kasper_py.config import Config
-from kasper_py.exceptions import AdminError, BrokerUnreachableError, ConfigError, KasperError
+from kasper_py.config import Config, OutputTopic
+from kasper_py.exceptions import (
+    AdminError,
+    BrokerUnreachableError,
+    ConfigError,
+    KasperError,
+    TopicError,
+)
+from kasper_py.kafka.admin_topics import TopicAdmin
 from kasper_py.kafka.offsets import GROUP_ACTIVE_ERRORS, CommitNote, PartitionProgress
+from kasper_py.kafka.topics import internal_specs, output_specs, source_counts
 from kasper_py.message import TopicPartitionKey
 from kasper_py.observability.client_log import with_client_log
 
-__all__ = ["GroupMember", "GroupState", "KafkaAdmin", "reason"]
+__all__ = ["GroupMember", "GroupState", "KafkaAdmin", "close_shared", "ensure_internal_topics",
+           "ensure_output_topics", "reason", "topic_admin"]
 
 UNREACHABLE_ERRORS = (KafkaError._TRANSPORT, KafkaError._TIMED_OUT,
                       KafkaError._ALL_BROKERS_DOWN, KafkaError._RESOLVE)
@@ -63,9 +75,10 @@ class GroupState:
         return {key: m.describe() for m in self.members for key in m.partitions}
 
 
-class KafkaAdmin:
-    """A short-lived admin client and consumer of ``group`` (default: ``config.group``,
-    the processor's; ``kasper dlq replay`` passes its own); the consumer never
+class KafkaAdmin(TopicAdmin):
+    """An admin client (the process's one for this connection, ``shared_client``) and a
+    consumer of ``group`` (default: ``config.group``, the processor's; ``kasper dlq
+    replay`` passes its own); the consumer never
     subscribes, so it never joins the group. librdkafka is quiet: the first error it
     reports goes into the exception instead, what it still logs into the JSON log.
 
@@ -80,27 +93,17 @@ class KafkaAdmin:
                  unreachable: type[KasperError] = BrokerUnreachableError) -> None:
         self._config, self._timeout, self._group = config, timeout, group or config.group
         self._failure, self._unreachable = failure, unreachable
-        self.errors: list[str] = []
-        """What librdkafka reported through ``error_cb``, first first."""
+        self._admin, self.errors = shared_client(config)
+        """``errors``: what librdkafka reported through ``error_cb``, first first."""
         quiet: dict[str, Any] = {"log_level": 2, "error_cb": self._on_error}
-        self._admin = self._client(AdminClient, {**config.to_admin_conf(), **quiet},
-                                   "admin", "client_overrides", "client_overrides")
         self._consumer: Any = None
         if consumer:
             conf = {**config.to_consumer_conf(), **quiet,
                     "client.id": client_id or f"{config.name}-admin", "group.id": self._group}
             if not read_committed:
                 conf["isolation.level"] = "read_uncommitted"
-            self._consumer = self._client(Consumer, conf, "consumer", "consumer_overrides",
-                                          "client_overrides/consumer_overrides")
-
-    def _client(self, kind: Any, conf: dict[str, Any], name: Any, field: str,
-                fields: str) -> Any:
-        """A client, or ``ConfigError`` naming the overrides librdkafka refused."""
-        try:
-            return kind(with_client_log(conf, self._config.name, name))
-        except KafkaException as exc:
-            raise ConfigError(field, f"librdkafka refused {fields}: {reason(exc)}") from None
+            self._consumer = _client(Consumer, config, conf, "consumer",
+                                     ("consumer_overrides", "client_overrides/consumer_overrides"))
 
     @property
     def group_id(self) -> str:
@@ -235,42 +238,6 @@ class KafkaAdmin:
             raise
         return True
 
-    # -- topics ----------------------------------------------------------------------
-
-    def delete_topics(self, topics: Iterable[str]) -> list[str]:
-        """Delete ``topics`` (``kasper app reset``: an app's internal topics) and wait
-        for each; returns those deleted, leaving out one that did not exist."""
-        names = list(topics)
-        if not names:
-            return []
-        futures = self._admin.delete_topics(names, request_timeout=self._timeout)
-        deleted = []
-        for name in names:
-            try:
-                self._call(f"deleting topic {name!r}", futures[name].result,
-                           timeout=self._timeout + 5)
-            except KasperError as exc:
-                if exc.code != KafkaError.UNKNOWN_TOPIC_OR_PART:
-                    raise
-                continue
-            deleted.append(name)
-        self._wait_gone(deleted)
-        return deleted
-
-    def _wait_gone(self, topics: list[str]) -> None:
-        """Wait until the metadata lists none of ``topics``: a deletion is acknowledged
-        before every broker has forgotten the topic, and creating it again meanwhile
-        fails (or finds the old one)."""
-        deadline = time.monotonic() + self._timeout
-        while topics:
-            listed = self.metadata().topics
-            if not any(name in listed for name in topics):
-                return
-            if time.monotonic() > deadline:
-                raise self._failure(f"topics {topics} still listed {self._timeout:g}s "
-                                    "after their deletion")
-            time.sleep(0.2)
-
     def close(self) -> None:
         """Close the consumer (it never joined the group, so nothing rebalances)."""
         if self._consumer is not None:
@@ -284,17 +251,19 @@ class KafkaAdmin:
         self.close()
 
     def _on_error(self, error: Any) -> None:
-        self.errors.append(error.str())
+        _record(self.errors, error)
 
     def _call(self, what: str, method: Any, *args: Any, **kwargs: Any) -> Any:
         """``method(*args, **kwargs)``, Kafka's failure raised as kasper_py's; a future
         still pending when its wait ran out (``TimeoutError``) is no broker answering."""
-        servers = self._config.bootstrap_servers
+        servers, reported = self._config.bootstrap_servers, len(self.errors)
         try:
             return method(*args, **kwargs)
         except KafkaException as exc:
             self._admin.poll(0)  # serves error_cb, which holds the cause (refused, DNS, TLS)
-            cause = f" ({self.errors[0]})" if self.errors else ""
+            # the client is shared: the cause is the first error since this request began
+            errors = self.errors[reported:] or self.errors[-1:]
+            cause = f" ({errors[0]})" if errors else ""
             code = _code(exc.args[0] if exc.args else exc)
             unreachable = code in UNREACHABLE_ERRORS
             waited = f" within {self._timeout:g}s" if unreachable else ""
@@ -315,3 +284,98 @@ def reason(exc: BaseException) -> str:
 def _code(error: Any) -> int | None:
     code = error.code() if hasattr(error, "code") else None
     return code if isinstance(code, int) else None
+
+
+# -- one AdminClient per process and connection --------------------------------------------
+
+_SHARED: dict[tuple[tuple[str, str], ...], tuple[Any, list[str]]] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def shared_client(config: Config) -> tuple[Any, list[str]]:
+    """The process's ``AdminClient`` for ``config``'s connection (bootstrap servers,
+    security and other client settings; the client id aside), made on first use, and
+    the list its ``error_cb`` appends librdkafka's errors to. ``ConfigError`` naming
+    the overrides librdkafka refused."""
+    conf = config.to_admin_conf()
+    key = tuple(sorted((name, repr(value)) for name, value in conf.items()
+                       if name != "client.id"))
+    with _SHARED_LOCK:
+        if key not in _SHARED:
+            errors: list[str] = []
+            quiet = {"log_level": 2, "error_cb": lambda error: _record(errors, error)}
+            client = _client(AdminClient, config, {**conf, **quiet}, "admin",
+                             ("client_overrides", "client_overrides"))
+            _SHARED[key] = (client, errors)
+        return _SHARED[key]
+
+
+def _record(errors: list[str], error: Any) -> None:
+    """Keep librdkafka's ``error`` in ``errors``, the last hundred only: a shared client
+    lives as long as the process."""
+    errors.append(error.str())
+    del errors[:-100]
+
+
+def close_shared() -> None:
+    """Forget the shared clients (at exit; a fork's child makes its own)."""
+    with _SHARED_LOCK:
+        _SHARED.clear()
+
+
+def _forget_in_child() -> None:
+    """After a fork: the parent's clients (and their threads) are not the child's; the
+    lock may have been held by a thread that does not exist here."""
+    global _SHARED_LOCK  # noqa: PLW0603 - a fresh lock for the child, once
+    _SHARED_LOCK = threading.Lock()
+    _SHARED.clear()
+
+
+atexit.register(close_shared)
+os.register_at_fork(after_in_child=_forget_in_child)
+
+
+def _client(kind: Any, config: Config, conf: dict[str, Any],
+            name: Literal["consumer", "admin"], names: tuple[str, str]) -> Any:
+    """A client, or ``ConfigError`` naming the overrides librdkafka refused (``names``:
+    the field to blame, and the fields as the message names them)."""
+    field, fields = names
+    try:
+        return kind(with_client_log(conf, config.name, name))
+    except KafkaException as exc:
+        raise ConfigError(field, f"librdkafka refused {fields}: {reason(exc)}") from None
+
+
+# -- topics: every caller goes through KafkaAdmin.ensure ------------------------------------
+
+def topic_admin(config: Config) -> KafkaAdmin:
+    """A ``KafkaAdmin`` without a consumer whose failures are ``TopicError``s: what
+    creates and checks topics at start (the loop, the stores, the leader election)."""
+    return KafkaAdmin(config, consumer=False, failure=TopicError, unreachable=TopicError)
+
+
+def ensure_output_topics(config: Config, *, create: bool = True,
+                         metadata: Any = None) -> list[str]:
+    """Check the declared output topics (``Config.output_topics``) before a processor
+    starts: with ``create``, create the absent ones with their partitions, replication
+    and settings; without, an absent one is a ``TopicError``. Either way an existing one
+    with another partition count is a ``TopicError`` naming both counts. Returns the
+    names created. ``metadata`` is read when not given (``kasper run`` passes its own)."""
+    if not config.output_topics:
+        return []
+    admin = topic_admin(config)
+    metadata = metadata if metadata is not None else admin.metadata()
+    return admin.ensure(output_specs(config, metadata), create=create, metadata=metadata)
+
+
+def ensure_internal_topics(config: Config, sources: Sequence[str],
+                           topics: Sequence[OutputTopic]) -> list[str]:
+    """Create the app's internal ``topics`` that are absent, with the partition count of
+    the input topics ``sources`` (``topics.internal_specs``), and check the existing
+    ones; returns the names created (``KafkaClients.ensure_topics``)."""
+    if not topics:
+        return []
+    admin = topic_admin(config)
+    metadata = admin.metadata()
+    specs = internal_specs(source_counts(config, sources, metadata), topics)
+    return admin.ensure(specs, metadata=metadata)

@@ -11,7 +11,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from kasper_py.kafka.topics import ensure_internal_topics
+from kasper_py.kafka.admin import ensure_internal_topics
 from kasper_py.message import TopicPartitionKey
 
 if TYPE_CHECKING:
@@ -26,7 +26,7 @@ Rebalance = Callable[[list[TopicPartitionKey]], "dict[TopicPartitionKey, int] | 
 """A rebalance callback of group mode: the topic-partitions assigned or revoked."""
 EnsureTopics = Callable[["Config", Sequence[str], Sequence["OutputTopic"]], list[str]]
 """Create an app's internal topics that are absent, with the partition count of the
-named input topics (``kafka.topics.ensure_internal_topics``); returns those created."""
+named input topics (``kafka.admin.ensure_internal_topics``); returns those created."""
 
 
 class OutputPort(Protocol):

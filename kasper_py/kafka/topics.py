@@ -1,37 +1,29 @@
 """Topics checked against cluster metadata, the same way for the live loop, the CLI and
 the reprocess driver. Input topics: every one exists, all have one partition count (so
-partition-wise processing is possible), and the configured partitions exist. Output
-topics: what a producer can tell of one from its metadata, and the declared ones
-(``Config.output_topics``) checked and created at start. Topics are created here and
-only here (output topics, changelogs, an app's internal topics and its leader topic).
-Reading the metadata stays with each caller, whose client and unreachable-broker error
-differ.
+partition-wise processing is possible), and the configured partitions exist. The
+topics kasper_py creates (output, internal, leader, changelog) are described here as
+``TopicSpec`` values; ``KafkaAdmin.ensure`` (``admin_topics``) creates and checks them.
+Pure: the metadata comes in from the caller.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
-import structlog
-from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient
-from confluent_kafka.cimpl import NewTopic  # confluent_kafka.admin re-exports it untyped
+from confluent_kafka import KafkaError
 
 from kasper_py.config import Config, OutputTopic
 from kasper_py.exceptions import TopicError
 from kasper_py.message import TopicPartitionKey
-from kasper_py.observability.client_log import with_client_log
 
-__all__ = ["changelog_topic", "check_internal_topics", "cluster_topics", "common_partition_count",
-           "create_declared", "create_topics", "ensure_internal_topics", "ensure_leader_topic",
-           "ensure_output_topics", "input_partitions", "internal_to_create", "leader_group",
-           "leader_topic", "missing_output_topics", "owned_partitions", "partition_count",
-           "repartition_topic", "topic_problem"]
+__all__ = ["REPARTITION_CONFIG", "TopicKind", "TopicSpec", "changelog_spec", "changelog_topic",
+           "check_internal_topics", "common_partition_count", "input_partitions",
+           "internal_specs", "internal_to_create", "leader_group", "leader_spec",
+           "leader_topic", "output_specs", "owned_partitions", "partition_count",
+           "repartition_topic", "source_counts", "topic_problem"]
 
-_log = structlog.get_logger("kasper_py")
-_TIMEOUT = 30.0
 _ABSENT = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC})
 _REFUSED = frozenset({KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.TOPIC_EXCEPTION})
 
@@ -97,127 +89,132 @@ def topic_problem(meta: Any) -> str | None:
     return str(error.str()) if error.code() in _REFUSED else None
 
 
-def missing_output_topics(config: Config, metadata: Any) -> list[tuple[OutputTopic, int]]:
-    """The declared output topics absent from ``metadata``, each with the partition count
-    to create it with (``partitions``, else the input topics' count).
+# -- what every kind of topic is created with and checked against ------------------------
 
-    Raises ``TopicError`` naming the topic, its declared and its actual partition count
-    when an existing one differs (a declaration without ``partitions`` takes any), or
-    the cluster's refusal of one.
-    """
-    missing: list[tuple[OutputTopic, int]] = []
+TopicKind = Literal["output", "internal", "leader", "changelog"]
+PartitionRule = Literal["exact", "at_least", "any"]
+
+REPARTITION_CONFIG: Mapping[str, str] = {"cleanup.policy": "delete", "retention.ms": "-1"}
+"""What an app's repartition topics are created with. Records keep their input
+timestamps, so time-based retention could delete old input reprocessed through a
+repartition before the downstream stage reads it; they are kept until that stage has
+committed them, then purged (``kasper_py.kafka.purge``), as Kafka Streams does."""
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    """A topic kasper_py creates when absent and checks when present
+    (``KafkaAdmin.ensure``): output, internal (an app's repartitions), leader or
+    changelog."""
+
+    name: str
+    kind: TopicKind
+    partitions: int
+    """Created with this many; an existing topic is checked by ``rule``."""
+    rule: PartitionRule = "exact"
+    """``exact``: an existing topic has ``partitions``; ``at_least``: as many or more
+    (a changelog); ``any``: taken as it is (an undeclared output count, the leader)."""
+    replication_factor: int = -1
+    """Replicas it is created with; -1: the broker's ``default.replication.factor``."""
+    config: Mapping[str, str] = field(default_factory=dict)
+    """Topic settings it is created with (``cleanup.policy``, ``retention.ms``...)."""
+
+    def mismatch(self, found: int, servers: str) -> str | None:
+        """Why an existing topic with ``found`` partitions on ``servers`` does not do,
+        naming the fix; ``None`` when it does."""
+        if (self.rule == "any" or found == self.partitions
+                or (self.rule == "at_least" and found > self.partitions)):
+            return None
+        if self.kind == "output":
+            return (f"output topic {self.name!r} is declared with {self.partitions} "
+                    f"partitions but has {found} on {servers}: fix the declaration "
+                    "(Config.output_topics), or recreate the topic")
+        if self.kind == "changelog":
+            return (f"changelog {self.name!r} has {found} partitions but the input has "
+                    f"{self.partitions}; delete it or give the table another changelog topic")
+        return (f"{self.kind} topic {self.name!r} has {found} partitions on {servers}, but "
+                f"the input topics have {self.partitions}: reset the app (`kasper app "
+                "reset`), or give its inputs that count")
+
+
+def output_specs(config: Config, metadata: Any) -> list[TopicSpec]:
+    """The declared output topics (``Config.output_topics``) as specs: created with
+    ``partitions``, else the input topics' count (read from ``metadata`` only for an
+    absent one); an existing one is checked against a declared count, any taken else."""
+    specs = []
     for topic in config.output_topics:
-        meta = metadata.topics.get(topic.name)
-        problem = topic_problem(meta)
-        if problem == "does not exist":
-            missing.append((topic, topic.partitions or partition_count(config, metadata)))
-        elif problem is not None:
-            raise TopicError(f"output topic {topic.name!r}: {problem}")
-        elif topic.partitions is not None and len(meta.partitions) != topic.partitions:
-            raise TopicError(
-                f"output topic {topic.name!r} is declared with {topic.partitions} partitions "
-                f"but has {len(meta.partitions)} on {config.bootstrap_servers}: fix the "
-                "declaration (Config.output_topics), or recreate the topic")
-    return missing
+        count = topic.partitions
+        if count is None:
+            meta = metadata.topics.get(topic.name)
+            count = (partition_count(config, metadata) if topic_problem(meta) is not None
+                     else len(meta.partitions))
+        specs.append(TopicSpec(topic.name, "output", count,
+                               "any" if topic.partitions is None else "exact",
+                               topic.replication_factor or -1, dict(topic.config)))
+    return specs
 
 
-def ensure_output_topics(config: Config, *, create: bool = True, admin: Any = None,
-                         metadata: Any = None) -> list[str]:
-    """Check the declared output topics (``Config.output_topics``) before a processor
-    starts: with ``create``, create the absent ones with their partitions, replication
-    and settings; without, an absent one is a ``TopicError``. Either way an existing one
-    with another partition count is a ``TopicError`` naming both counts. Returns the
-    names created.
-
-    ``admin`` (an ``AdminClient``) and ``metadata`` (its ``list_topics()``) are built
-    from ``config`` when not given; ``kasper run --create-topics`` passes its own.
-    """
-    if not config.output_topics:
-        return []
-    if admin is None:
-        admin = AdminClient(with_client_log(config.to_admin_conf(), config.name, "admin"))
-    if metadata is None:
-        metadata = cluster_topics(admin, config)
-    missing = missing_output_topics(config, metadata)
-    if missing and not create:
-        names = ", ".join(repr(topic.name) for topic, _ in missing)
-        raise TopicError(f"declared output topics {names} do not exist on "
-                         f"{config.bootstrap_servers}: create them, or start with "
-                         "--create-topics (kasper_py.kafka.topics.ensure_output_topics)")
-    return create_declared(admin, config, missing)
+def leader_spec(topic: str) -> TopicSpec:
+    """The leader election's topic: one partition; an existing one is used as it is
+    (only its partition 0 is ever assigned as the lead)."""
+    return TopicSpec(topic, "leader", 1, "any")
 
 
-def create_declared(admin: Any, config: Config, missing: Sequence[tuple[OutputTopic, int]],
-                    **logged: Any) -> list[str]:
-    """Create each declared topic of ``missing`` with its partition count, replication
-    and settings (``create_topics``), logging each with ``logged``; returns the names."""
-    create_topics(admin, [NewTopic(topic.name, num_partitions=count,
-                                   replication_factor=topic.replication_factor or -1,
-                                   config=dict(topic.config)) for topic, count in missing])
-    for topic, count in missing:
-        _log.info("kasper.topic_created", processor=config.name, topic=topic.name,
-                  partitions=count, **logged)
-    return [topic.name for topic, _ in missing]
-
-
-def create_topics(admin: Any, topics: Sequence[NewTopic], timeout: float = _TIMEOUT) -> None:
-    """Create ``topics`` with ``admin`` (an ``AdminClient``, which must outlive the
-    request) and wait for each; one that exists already (another process was first) is
-    left as it is. Raises ``TopicError`` naming a topic the cluster refused, with why."""
-    if not topics:
-        return
-    futures = admin.create_topics(list(topics), request_timeout=timeout)
-    for name, future in futures.items():
-        try:
-            future.result(timeout + 5)  # the request times out first, with Kafka's error
-        except KafkaException as exc:
-            error = exc.args[0]
-            if error.code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                raise TopicError(f"cannot create topic {name!r}: {error.str()} (waited up "
-                                 f"to {timeout:g}s)", code=error.code()) from exc
-        except TimeoutError as exc:
-            raise TopicError(f"cannot create topic {name!r}: no answer within "
-                             f"{timeout + 5:g}s", code=KafkaError._TIMED_OUT) from exc
-
-
-def cluster_topics(admin: Any, config: Config) -> Any:
-    """Every topic's metadata, read with ``admin`` (listing them all never creates one);
-    ``TopicError`` when the cluster does not answer within 30 s, with the client's
-    reason."""
-    try:
-        return admin.list_topics(timeout=_TIMEOUT)
-    except KafkaException as exc:
-        admin.poll(0)  # serves the client's log lines (delivered only on poll), which say why
-        raise TopicError(f"cannot read topics from {config.bootstrap_servers} within "
-                         f"{_TIMEOUT:g}s: {exc.args[0]}") from exc
+def changelog_spec(topic: str, partitions: int, replication_factor: int = -1,
+                   config: Mapping[str, str] | None = None) -> TopicSpec:
+    """A local table's changelog: compacted, one partition per input partition (an
+    existing one may have more)."""
+    return TopicSpec(topic, "changelog", partitions, "at_least", replication_factor,
+                     {"cleanup.policy": "compact", **(config or {})})
 
 
 # -- internal topics (an app's repartitions) ----------------------------------------------
 
-def internal_to_create(config: Config, source_counts: Mapping[str, int],
-                       existing: Mapping[str, int], topics: Sequence[OutputTopic]
-                       ) -> list[tuple[OutputTopic, int]]:
-    """The internal ``topics`` to create, each with the partition count of the sources
-    (``source_counts``: topic -> count, one count shared, else ``TopicError``); an
-    existing one (``existing``: topic -> count) or a declaration with another count is a
-    ``TopicError`` naming both: the loop runs partition numbers across every topic."""
+def internal_specs(source_counts: Mapping[str, int], topics: Sequence[OutputTopic]
+                   ) -> list[TopicSpec]:
+    """An app's internal ``topics`` as specs, with the partition count of the sources
+    (``source_counts``: topic -> count, one count shared, else ``TopicError``) and
+    ``REPARTITION_CONFIG`` under their own settings; a declaration with another count
+    is a ``TopicError`` naming both: the loop runs partition numbers across every topic."""
     count = common_partition_count(source_counts)
-    create = []
     for topic in topics:
         if topic.partitions is not None and topic.partitions != count:
             raise TopicError(f"internal topic {topic.name!r} is declared with "
                              f"{topic.partitions} partitions, but the input topics "
                              f"{list(source_counts)} have {count}: every topic an app reads "
                              "shares one partition count")
+    return [TopicSpec(topic.name, "internal", count, "exact", topic.replication_factor or -1,
+                      {**REPARTITION_CONFIG, **topic.config}) for topic in topics]
+
+
+def internal_to_create(config: Config, source_counts: Mapping[str, int],
+                       existing: Mapping[str, int], topics: Sequence[OutputTopic]
+                       ) -> list[tuple[OutputTopic, int]]:
+    """The internal ``topics`` to create, each with the partition count of the sources
+    (``internal_specs``); an existing one (``existing``: topic -> count) with another
+    count is a ``TopicError`` naming both."""
+    create = []
+    for topic, spec in zip(topics, internal_specs(source_counts, topics), strict=True):
         found = existing.get(topic.name)
+        problem = None if found is None else spec.mismatch(found, config.bootstrap_servers)
+        if problem is not None:
+            raise TopicError(problem)
         if found is None:
-            create.append((topic, count))
-        elif found != count:
-            raise TopicError(f"internal topic {topic.name!r} has {found} partitions on "
-                             f"{config.bootstrap_servers}, but the input topics have "
-                             f"{count}: reset the app (`kasper app reset`), or give its "
-                             "inputs that count")
+            create.append((topic, spec.partitions))
     return create
+
+
+def source_counts(config: Config, sources: Sequence[str], metadata: Any) -> dict[str, int]:
+    """The partition count of each input topic of ``sources`` in ``metadata``;
+    ``TopicError`` naming one that is missing."""
+    counts: dict[str, int] = {}
+    for topic in sources:
+        meta = metadata.topics.get(topic)
+        if topic_problem(meta) is not None:
+            raise TopicError(f"input topic {topic!r}: {topic_problem(meta)} on "
+                             f"{config.bootstrap_servers}")
+        counts[topic] = len(meta.partitions)
+    return counts
 
 
 def check_internal_topics(config: Config, sources: Sequence[str],
@@ -227,29 +224,10 @@ def check_internal_topics(config: Config, sources: Sequence[str],
     count of the input topics ``sources``; ``TopicError`` as ``internal_to_create`` says
     (a count unlike the sources'), or naming a missing source. ``kasper run`` checks
     with it before starting, so a mismatch is a configuration error (exit 3)."""
-    counts: dict[str, int] = {}
-    for topic in sources:
-        meta = metadata.topics.get(topic)
-        if topic_problem(meta) is not None:
-            raise TopicError(f"input topic {topic!r}: {topic_problem(meta)} on "
-                             f"{config.bootstrap_servers}")
-        counts[topic] = len(meta.partitions)
     existing = {t.name: len(metadata.topics[t.name].partitions) for t in topics
                 if topic_problem(metadata.topics.get(t.name)) is None}
-    return internal_to_create(config, counts, existing, topics)
-
-
-def ensure_internal_topics(config: Config, sources: Sequence[str],
-                           topics: Sequence[OutputTopic]) -> list[str]:
-    """Create the app's internal ``topics`` that are absent, with the partition count of
-    the input topics ``sources`` (``check_internal_topics``); returns the names created."""
-    if not topics:
-        return []
-    admin = AdminClient(with_client_log(config.to_admin_conf(), config.name, "admin"))
-    missing = check_internal_topics(config, sources, topics, cluster_topics(admin, config))
-    created = create_declared(admin, config, missing, internal=True)
-    _wait_visible(admin, config, {made.name: count for made, count in missing})
-    return created
+    return internal_to_create(config, source_counts(config, sources, metadata), existing,
+                              topics)
 
 
 # -- the names of the topics kasper_py owns: made here only, so the side that writes
@@ -277,36 +255,3 @@ def leader_topic(name: str) -> str:
 def leader_group(config: Config) -> str:
     """The consumer group of that election, ``<Config.group>.leader``."""
     return f"{config.group}.leader"
-
-
-def ensure_leader_topic(config: Config, topic: str) -> bool:
-    """Create ``topic``, the one-partition topic whose consumer group elects the leader
-    of ``config.name``'s processes (``kasper_py.loop.leader``), when absent; True when
-    created. An existing one is used as it is (only its partition 0 is ever assigned as
-    the lead). Raises ``TopicError`` when the cluster refuses or does not answer."""
-    admin = AdminClient(with_client_log(config.to_admin_conf(), config.name, "admin"))
-    if topic_problem(cluster_topics(admin, config).topics.get(topic)) != "does not exist":
-        return False
-    create_topics(admin, [NewTopic(topic, num_partitions=1, replication_factor=-1)])
-    _log.info("kasper.topic_created", processor=config.name, topic=topic, partitions=1,
-              internal=True)
-    return True
-
-
-def _wait_visible(admin: Any, config: Config, created: Mapping[str, int]) -> None:
-    """Wait until the broker's metadata shows each of the ``created`` topics with all its
-    partitions. A group member subscribes right after: a topic the broker does not know
-    yet is left out of its first assignment, which then holds the sources' partitions
-    without their co-partitioned peers (a refused assignment). ``TopicError`` after 30 s."""
-    deadline = time.monotonic() + _TIMEOUT
-    while created:
-        metadata = cluster_topics(admin, config)
-        shown = {name for name, count in created.items()
-                 if topic_problem(metadata.topics.get(name)) is None
-                 and len(metadata.topics[name].partitions) == count}
-        if shown == set(created):
-            return
-        if time.monotonic() > deadline:
-            raise TopicError(f"created topics {sorted(set(created) - shown)} are not in the "
-                             f"metadata of {config.bootstrap_servers} after {_TIMEOUT:.0f} s")
-        time.sleep(0.1)

@@ -29,7 +29,8 @@ import structlog
 from confluent_kafka import Consumer, TopicPartition
 
 from kasper_py.config import Config
-from kasper_py.kafka.topics import ensure_leader_topic, leader_group, leader_topic
+from kasper_py.kafka.admin import topic_admin
+from kasper_py.kafka.topics import leader_group, leader_spec, leader_topic
 from kasper_py.observability.client_log import with_client_log
 from kasper_py.observability.observe import LoopObserver
 from kasper_py.time import Task
@@ -111,7 +112,7 @@ class LeaderElector:
         Raises ``TopicError`` when the topic cannot be created."""
         if self._thread is not None:
             return
-        ensure_leader_topic(self.config, self.topic)
+        topic_admin(self.config).ensure([leader_spec(self.topic)])
         consumer = Consumer(with_client_log(self.consumer_conf(), self.config.name, "consumer"))
         consumer.subscribe([self.topic], on_assign=self._assigned, on_revoke=self._revoked,
                            on_lost=self._lost)

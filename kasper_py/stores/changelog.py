@@ -11,12 +11,11 @@ from typing import Any
 
 import structlog
 from confluent_kafka import Consumer, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient
-from confluent_kafka.cimpl import NewTopic  # confluent_kafka.admin re-exports it untyped
 
 from kasper_py.config import Config
-from kasper_py.exceptions import RestoreError, StoreError, TopicError
-from kasper_py.kafka.topics import cluster_topics, create_topics
+from kasper_py.exceptions import RestoreError, StoreError
+from kasper_py.kafka.admin import topic_admin
+from kasper_py.kafka.topics import changelog_spec, topic_problem
 from kasper_py.observability.client_log import with_client_log
 from kasper_py.observability.observe import StoreObserver
 
@@ -54,46 +53,23 @@ def restore_plan(recorded: int | None, low: int, high: int) -> tuple[int, bool, 
 def ensure_changelog(config: Config, topic: str, *, replication_factor: int = -1,
                      topic_config: Mapping[str, str] | None = None) -> int:
     """Create ``topic`` (``cleanup.policy=compact``, the input topics' partition count)
-    when it is absent; return its partition count.
+    when it is absent (``KafkaAdmin.ensure``); return its partition count.
 
-    ``replication_factor=-1`` takes the broker's default. Raises ``StoreError`` when an
-    existing changelog has fewer partitions than the input.
+    ``replication_factor=-1`` takes the broker's default. Raises ``StoreError`` when the
+    input topic is missing, ``TopicError`` when an existing changelog has fewer
+    partitions than the input or is not compacted.
     """
-    admin = AdminClient(with_client_log(config.to_admin_conf(), config.name, "admin"))
-    counts = _partition_counts(admin, config)
-    wanted = counts.get(config.input_topics[0])
-    if wanted is None:
+    admin = topic_admin(config)
+    topics = admin.metadata().topics
+    source = topics.get(config.input_topics[0])
+    if topic_problem(source) is not None:
         raise StoreError(f"cannot create changelog {topic!r}: input topic "
                          f"{config.input_topics[0]!r} does not exist")
-    existing = counts.get(topic)
-    if existing is None:
-        _create(admin, topic, wanted, replication_factor, topic_config or {})
-        _log.info("kasper.changelog_created", topic=topic, partitions=wanted)
-        return wanted
-    if existing < wanted:
-        raise StoreError(f"changelog {topic!r} has {existing} partitions but the input has "
-                         f"{wanted}; delete it or give the table another changelog topic")
-    return existing
-
-
-def _partition_counts(admin: AdminClient, config: Config) -> dict[str, int]:
-    try:
-        metadata = cluster_topics(admin, config)
-    except TopicError as exc:
-        raise StoreError(str(exc)) from exc
-    return {name: len(meta.partitions) for name, meta in metadata.topics.items()
-            if meta.error is None}
-
-
-def _create(admin: AdminClient, topic: str, partitions: int, replication_factor: int,
-            topic_config: Mapping[str, str]) -> None:
-    settings = {"cleanup.policy": "compact", **topic_config}
-    new = NewTopic(topic, num_partitions=partitions, replication_factor=replication_factor,
-                   config=settings)
-    try:
-        create_topics(admin, [new], _TIMEOUT)
-    except TopicError as exc:
-        raise StoreError(f"changelog: {exc}", code=exc.code) from exc
+    wanted = len(source.partitions)
+    spec = changelog_spec(topic, wanted, replication_factor, topic_config)
+    admin.ensure([spec])
+    existing = topics.get(topic)
+    return wanted if topic_problem(existing) is not None else len(existing.partitions)
 
 
 class ChangelogReader:

@@ -339,7 +339,8 @@ def test_usage_errors_exit_2() -> None:
 
 
 class FakeAdmin:
-    """Stands in for AdminClient: a group description and a per-partition alter result."""
+    """Stands in for the process's shared AdminClient: a group description and a
+    per-partition alter result."""
 
     def __init__(self, state: str, members: list[str], alter_error: int | None) -> None:
         self.state, self.members, self.alter_error = state, members, alter_error
@@ -375,8 +376,8 @@ def config_for_reset() -> Config:
 def test_reset_refuses_an_active_group(monkeypatch: pytest.MonkeyPatch, state: str,
                                        members: list[str]) -> None:
     """Members, or a rebalance in progress, make the reset exit 5 naming the state."""
-    monkeypatch.setattr(kasper_py.kafka.admin, "AdminClient",
-                        lambda _conf: FakeAdmin(state, members, None))
+    monkeypatch.setattr(kasper_py.kafka.admin, "shared_client",
+                        lambda _config: (FakeAdmin(state, members, None), []))
     config = config_for_reset()
     with pytest.raises(CliError, match=f"is active \\({state.lower()}") as caught:
         offsets_cli.refuse_if_active(config, offsets_cli.admin_for(config, 1.0))
@@ -388,7 +389,7 @@ def test_reset_refused_by_kafka_when_a_member_joins_in_between(
     """Kafka answers UNKNOWN_MEMBER_ID per partition when the group gained a member
     after the check: that is a refusal (exit 5), not a generic failure."""
     fake = FakeAdmin("EMPTY", [], KafkaError.UNKNOWN_MEMBER_ID)
-    monkeypatch.setattr(kasper_py.kafka.admin, "AdminClient", lambda _conf: fake)
+    monkeypatch.setattr(kasper_py.kafka.admin, "shared_client", lambda _config: (fake, []))
     config = config_for_reset()
     with pytest.raises(CliError, match="became active") as caught:
         offsets_cli.alter_offsets(config, offsets_cli.admin_for(config, 1.0), {("t", 0): 5})

@@ -4,6 +4,7 @@ Python, TOML, the environment and flags give them, checked and created at start.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
 from types import SimpleNamespace
@@ -24,7 +25,9 @@ from kasper_py import (
     TopicProcessor,
 )
 from kasper_py.cli import CliError, load_config
-from kasper_py.kafka.topics import ensure_output_topics, missing_output_topics
+from kasper_py.kafka import admin as admin_module
+from kasper_py.kafka.admin import ensure_output_topics
+from kasper_py.kafka.topics import output_specs
 from kasper_py.testing import InMemoryBroker
 
 
@@ -163,27 +166,28 @@ def test_declared_topics_load_from_toml_environment_and_flags(tmp_path: Path) ->
 
 def test_absent_declared_topics_are_listed_with_their_partition_count() -> None:
     """An absent declared topic is to be created with its partitions, or the input
-    topics' count when it declares none; a present one with its declared count, or
-    declared without one, is left alone."""
+    topics' count when it declares none; a present one is checked against its declared
+    count, and taken with any count when it declares none."""
     config = make(output_topics=["a:3", "b", "c:2", "d"])
-    planned = missing_output_topics(config, metadata(**{"in": 6, "c": 2, "d": 1}))
-    assert [(topic.name, count) for topic, count in planned] == [("a", 3), ("b", 6)]
-
-
-def test_an_existing_topic_with_another_partition_count_refuses_to_start() -> None:
-    """A declared topic that exists with another partition count than declared is a
-    TopicError naming the topic, the declared and the actual count."""
-    with pytest.raises(TopicError, match="output topic 'out' is declared with 3 partitions "
-                                         "but has 2 on h:1"):
-        missing_output_topics(make(output_topics=["out:3"]), metadata(**{"in": 3, "out": 2}))
+    specs = output_specs(config, metadata(**{"in": 6, "c": 2, "d": 1}))
+    assert [(s.name, s.partitions, s.rule) for s in specs] == [
+        ("a", 3, "exact"), ("b", 6, "any"), ("c", 2, "exact"), ("d", 1, "any")]
 
 
 class FakeAdmin:
-    """Stands in for AdminClient: records create_topics, answers with ``errors``."""
+    """Stands in for AdminClient: records create_topics, answers with ``errors``; its
+    metadata is ``topics`` (topic -> partition count) and the topics it created."""
 
-    def __init__(self, errors: dict[str, int] | None = None) -> None:
+    def __init__(self, errors: dict[str, int] | None = None, **topics: int) -> None:
         self.created: list[Any] = []
         self.errors = errors or {}
+        self.topics = topics
+
+    def list_topics(self, topic: str | None = None, timeout: float = 0) -> Any:
+        return metadata(**self.topics)
+
+    def poll(self, timeout: float) -> int:
+        return 0
 
     def create_topics(self, topics: list[Any], request_timeout: float) -> dict[str, Future[None]]:
         futures = {}
@@ -195,34 +199,57 @@ class FakeAdmin:
                 future.set_result(None)
             else:
                 future.set_exception(KafkaException(KafkaError(code)))
+            if code in (None, KafkaError.TOPIC_ALREADY_EXISTS):
+                self.topics[topic.topic] = topic.num_partitions
             futures[topic.topic] = future
         return futures
 
 
-def test_absent_declared_topics_are_created_as_declared() -> None:
+@pytest.fixture
+def fake(monkeypatch: pytest.MonkeyPatch) -> Callable[..., FakeAdmin]:
+    """Makes the process's shared AdminClient a ``FakeAdmin`` built with the arguments."""
+    def install(errors: dict[str, int] | None = None, **topics: int) -> FakeAdmin:
+        admin = FakeAdmin(errors, **topics)
+        monkeypatch.setattr(admin_module, "shared_client", lambda _config: (admin, []))
+        return admin
+    return install
+
+
+def test_an_existing_topic_with_another_partition_count_refuses_to_start(
+        fake: Callable[..., FakeAdmin]) -> None:
+    """A declared topic that exists with another partition count than declared is a
+    TopicError naming the topic, the declared and the actual count; nothing is created."""
+    admin = fake(**{"in": 3, "out": 2})
+    with pytest.raises(TopicError, match="output topic 'out' is declared with 3 partitions "
+                                         "but has 2 on h:1"):
+        ensure_output_topics(make(output_topics=["out:3", "new"]))
+    assert admin.created == []
+
+
+def test_absent_declared_topics_are_created_as_declared(fake: Callable[..., FakeAdmin]) -> None:
     """With ``create``, each absent declared topic is created with its partitions,
     replication factor (the broker's default when not declared) and settings; one another
     process created meanwhile is fine; present ones are not created again."""
     config = make(output_topics=[
         OutputTopic("a", 3, 2, {"cleanup.policy": "compact"}), "b", "present:4", "raced"])
-    admin = FakeAdmin({"raced": KafkaError.TOPIC_ALREADY_EXISTS})
-    created = ensure_output_topics(config, admin=admin,
-                                   metadata=metadata(**{"in": 5, "present": 4}))
+    admin = fake({"raced": KafkaError.TOPIC_ALREADY_EXISTS}, **{"in": 5, "present": 4})
+    created = ensure_output_topics(config)
     assert created == ["a", "b", "raced"]
     assert [(t.topic, t.num_partitions, t.replication_factor, t.config)
             for t in admin.created] == [("a", 3, 2, {"cleanup.policy": "compact"}),
                                         ("b", 5, -1, {}), ("raced", 5, -1, {})]
 
 
-def test_absent_declared_topics_without_create_or_refused_fail_naming_them() -> None:
+def test_absent_declared_topics_without_create_or_refused_fail_naming_them(
+        fake: Callable[..., FakeAdmin]) -> None:
     """Without ``create`` an absent declared topic refuses to start (nothing created);
     a creation the cluster refuses names the topic and the reason."""
     config = make(output_topics=["a", "b"])
-    admin = FakeAdmin()
+    admin = fake(**{"in": 1})
     with pytest.raises(TopicError, match="declared output topics 'a', 'b' do not exist on "
                                          "h:1: create them, or start with --create-topics"):
-        ensure_output_topics(config, create=False, admin=admin, metadata=metadata(**{"in": 1}))
+        ensure_output_topics(config, create=False)
     assert admin.created == []
-    refusing = FakeAdmin({"b": KafkaError.TOPIC_AUTHORIZATION_FAILED})
+    fake({"b": KafkaError.TOPIC_AUTHORIZATION_FAILED}, **{"in": 1})
     with pytest.raises(TopicError, match=r"cannot create topic 'b': .*uthorization"):
-        ensure_output_topics(config, admin=refusing, metadata=metadata(**{"in": 1}))
+        ensure_output_topics(config)
