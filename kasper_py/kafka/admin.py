@@ -27,9 +27,9 @@ from confluent_kafka.admin import AdminClient
 
 from kasper_py.config import Config
 from kasper_py.exceptions import AdminError, BrokerUnreachableError, ConfigError, KasperError
+from kasper_py.kafka.client_log import with_client_log
 from kasper_py.kafka.offsets import GROUP_ACTIVE_ERRORS, CommitNote, PartitionProgress
 from kasper_py.message import TopicPartitionKey
-from kasper_py.observability.client_log import with_client_log
 
 __all__ = ["GroupMember", "GroupState", "KafkaAdmin", "reason"]
 

@@ -21,8 +21,8 @@ from confluent_kafka.cimpl import NewTopic  # confluent_kafka.admin re-exports i
 
 from kasper_py.config import Config, OutputTopic
 from kasper_py.exceptions import TopicError
+from kasper_py.kafka.client_log import with_client_log
 from kasper_py.message import TopicPartitionKey
-from kasper_py.observability.client_log import with_client_log
 
 __all__ = ["changelog_topic", "check_internal_topics", "cluster_topics", "common_partition_count",
            "create_declared", "create_topics", "ensure_internal_topics", "ensure_leader_topic",

@@ -29,8 +29,8 @@ import structlog
 from confluent_kafka import Consumer, TopicPartition
 
 from kasper_py.config import Config
+from kasper_py.kafka.client_log import with_client_log
 from kasper_py.kafka.topics import ensure_leader_topic, leader_group, leader_topic
-from kasper_py.observability.client_log import with_client_log
 from kasper_py.observability.observe import LoopObserver
 from kasper_py.time import Task
 

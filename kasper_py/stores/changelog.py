@@ -16,8 +16,8 @@ from confluent_kafka.cimpl import NewTopic  # confluent_kafka.admin re-exports i
 
 from kasper_py.config import Config
 from kasper_py.exceptions import RestoreError, StoreError, TopicError
+from kasper_py.kafka.client_log import with_client_log
 from kasper_py.kafka.topics import cluster_topics, create_topics
-from kasper_py.observability.client_log import with_client_log
 from kasper_py.observability.observe import StoreObserver
 
 __all__ = ["ChangelogReader", "ensure_changelog", "restore_plan"]
