@@ -1,9 +1,9 @@
 """Where the Kafka clients' own log lines go: librdkafka's lines, handed over by
 confluent-kafka, become ``kasper.client_log`` events of the library's structlog stream,
 at the library's levels, with repeats held back and every line counted. Every client
-the library creates gets its ``logger`` from ``with_client_log``; nothing else here.
-The lines are counted by whoever registered with ``count_lines_with`` (the Prometheus
-metrics do, once an observer exists), so this floor imports nothing above it.
+the library creates gets its ``logger`` from ``with_client_log``. The lines are counted
+by whoever registered with ``count_lines_with`` (the Prometheus metrics, once an
+observer exists), so ``kafka/`` reaches up to no metrics module.
 """
 
 from __future__ import annotations
