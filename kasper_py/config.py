@@ -24,7 +24,7 @@ from kasper_py._support.client_conf import (
 )
 from kasper_py._support.secrets import MASK, masked_settings, remember_secrets
 from kasper_py.exceptions import ConfigError
-from kasper_py.kafka.output_topics import OutputTopic
+from kasper_py.output_topic import OutputTopic
 from kasper_py.registry.config import RegistryConfig
 from kasper_py.registry.serdes import FORMATS, Field, registry_serde
 from kasper_py.serdes import Serde, serde_for

@@ -10,62 +10,25 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Literal, NamedTuple
+from typing import TYPE_CHECKING
 
 import structlog
 
-from kasper_py.exceptions import DeadLetterLimitError, SerdeError
-from kasper_py.message import Headers, Message
+from kasper_py.exceptions import DeadLetterLimitError
+from kasper_py.message import DeadLetter, Message, Undecodable
 from kasper_py.sender import Sender
 
 if TYPE_CHECKING:
     from kasper_py.config import Config
 
+# DeadLetter and Undecodable, the records set aside, are message.py's (kafka/ builds
+# them); named here too, where they have always been importable from.
 __all__ = ["DeadLetter", "DeadLetterLimits", "Undecodable", "bisect_failures",
-           "dead_letter_headers", "send_aside", "undecodable_error"]
+           "dead_letter_headers", "send_aside"]
 
 _MINUTE = 60.0
 
 _log = structlog.get_logger("kasper_py")
-
-
-class Undecodable(NamedTuple):
-    """An input record whose key or value did not decode, as it was read (bytes)."""
-
-    topic: str
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes | None
-    timestamp: int | None
-    headers: Headers
-    timestamp_type: int
-    error: str
-    """What the serde said, e.g. ``json serde: invalid JSON: ...``."""
-
-    def dead_letter(self) -> DeadLetter:
-        """This record as a ``DeadLetter`` of reason ``decode``."""
-        return DeadLetter(Message._make(self[:8]), "decode", self.error, "SerdeError")
-
-
-class DeadLetter(NamedTuple):
-    """An input record set aside, with why."""
-
-    record: Message
-    """The record as it was read: key and value bytes (the testing driver's decoded
-    messages: as handed in, encoded with the serdes when sent)."""
-    reason: Literal["decode", "process"]
-    """``decode``: it did not decode; ``process``: ``process()`` raised on it alone."""
-    error: str
-    """What the serde or the exception said."""
-    error_type: str
-    """The exception's class name (``SerdeError`` for ``decode``)."""
-
-
-def undecodable_error(topic: str, partition: int, offset: int, exc: SerdeError) -> SerdeError:
-    """The error the ``fail`` policy raises: the serde's, with the record's coordinates."""
-    return SerdeError(f"cannot decode {topic}[{partition}] offset {offset}: {exc} "
-                      "(on_decode_error='fail'; 'skip' or 'dead_letter' would set it aside)")
 
 
 def dead_letter_headers(letter: DeadLetter, processor: str) -> list[tuple[str, bytes | None]]:

@@ -1,14 +1,16 @@
 """``Message``: one input record as a processor sees it; ``OutgoingMessage``, one
 record a processor asked to send (both immutable tuples, cheap to build in the hot
-path); and ``TopicPartitionKey``, the ``(topic, partition)`` a record lives in.
+path); ``Undecodable`` and ``DeadLetter``, input set aside (``dead_letters`` handles
+them); and ``TopicPartitionKey``, the ``(topic, partition)`` a record lives in.
 """
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
-__all__ = ["TIMESTAMP_CREATE_TIME", "TIMESTAMP_LOG_APPEND_TIME", "TIMESTAMP_NONE", "Headers",
-           "Message", "OutgoingMessage", "OutgoingRecord", "TopicPartitionKey"]
+__all__ = ["TIMESTAMP_CREATE_TIME", "TIMESTAMP_LOG_APPEND_TIME", "TIMESTAMP_NONE", "DeadLetter",
+           "Headers", "Message", "OutgoingMessage", "OutgoingRecord", "TopicPartitionKey",
+           "Undecodable"]
 
 Headers = tuple[tuple[str, bytes | None], ...]
 
@@ -41,6 +43,39 @@ class Message(NamedTuple):
     """Who set ``timestamp``: ``TIMESTAMP_CREATE_TIME`` (the producer),
     ``TIMESTAMP_LOG_APPEND_TIME`` (the broker) or ``TIMESTAMP_NONE`` (no timestamp); the
     values are confluent-kafka's."""
+
+
+class Undecodable(NamedTuple):
+    """An input record whose key or value did not decode, as it was read (bytes)."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    timestamp: int | None
+    headers: Headers
+    timestamp_type: int
+    error: str
+    """What the serde said, e.g. ``json serde: invalid JSON: ...``."""
+
+    def dead_letter(self) -> DeadLetter:
+        """This record as a ``DeadLetter`` of reason ``decode``."""
+        return DeadLetter(Message._make(self[:8]), "decode", self.error, "SerdeError")
+
+
+class DeadLetter(NamedTuple):
+    """An input record set aside, with why."""
+
+    record: Message
+    """The record as it was read: key and value bytes (the testing driver's decoded
+    messages: as handed in, encoded with the serdes when sent)."""
+    reason: Literal["decode", "process"]
+    """``decode``: it did not decode; ``process``: ``process()`` raised on it alone."""
+    error: str
+    """What the serde or the exception said."""
+    error_type: str
+    """The exception's class name (``SerdeError`` for ``decode``)."""
 
 
 class OutgoingMessage(NamedTuple):

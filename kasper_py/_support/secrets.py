@@ -11,12 +11,13 @@ error strings included).
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Mapping
 from typing import Any
 
 __all__ = ["HARMLESS_PROPERTIES", "MASK", "SENSITIVE_PROPERTIES", "is_harmless",
-           "is_secret_field", "masked_settings", "remember_secrets", "scrub"]
+           "is_secret_field", "masked_fields", "masked_settings", "remember_secrets", "scrub"]
 
 MASK = "***"
 
@@ -81,6 +82,12 @@ _SECRET_MARKERS = ("password", "secret", "jaas", ".pem", "token", "credentials",
 _MIN_SCRUBBED = 6  # shorter values ("true", "1") would blank out ordinary log text
 _remembered: tuple[str, ...] = ()  # longest first, so a secret holding another goes whole
 _lock = threading.Lock()
+# a secret written as `key=value` inside text (an error string, a client's log line)
+_SECRET_ASSIGNMENT = re.compile(
+    r"""(?P<key>[\w.\-]*(?:password|secret|token|jaas)[\w.\-]*)(?P<sep>["']?\s*[=:]\s*)"""
+    r"""(?P<value>"[^"]*"|'[^']*'|[^\s,;}\]]+)""",
+    re.IGNORECASE,
+)
 
 
 def is_harmless(key: str) -> bool:
@@ -120,3 +127,24 @@ def scrub(text: str) -> str:
         if secret in text:
             text = text.replace(secret, MASK)
     return text
+
+
+def masked_fields(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """A log event's ``fields`` with the values whose key names a secret masked, in
+    nested mappings too, ``key=value`` secrets inside text, and every remembered secret
+    scrubbed; ``exc_info`` is left for the renderer (which scrubs what it renders)."""
+    return {key: value if key == "exc_info" else _masked(key, value)
+            for key, value in fields.items()}
+
+
+def _masked(key: str, value: Any) -> Any:
+    if is_secret_field(key):
+        return MASK
+    if isinstance(value, Mapping):
+        return {k: _masked(str(k), v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        masked = [_masked("", item) for item in value]
+        return masked if isinstance(value, list) else tuple(masked)
+    if isinstance(value, str) and value:
+        return scrub(_SECRET_ASSIGNMENT.sub(lambda m: f"{m['key']}{m['sep']}{MASK}", value))
+    return value

@@ -37,10 +37,10 @@ from kasper_py.exceptions import (
     TopicError,
 )
 from kasper_py.kafka.admin_topics import TopicAdmin
+from kasper_py.kafka.client_log import with_client_log
 from kasper_py.kafka.offsets import GROUP_ACTIVE_ERRORS, CommitNote, PartitionProgress
 from kasper_py.kafka.topics import internal_specs, output_specs, source_counts
 from kasper_py.message import TopicPartitionKey
-from kasper_py.observability.client_log import with_client_log
 
 __all__ = ["GroupMember", "GroupState", "KafkaAdmin", "close_shared", "ensure_internal_topics",
            "ensure_output_topics", "reason", "topic_admin"]

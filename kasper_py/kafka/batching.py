@@ -13,9 +13,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kasper_py.dead_letters import Undecodable, undecodable_error
 from kasper_py.exceptions import ConsumeError, OffsetError, SerdeError
-from kasper_py.message import Message, TopicPartitionKey
+from kasper_py.message import Message, TopicPartitionKey, Undecodable
 from kasper_py.serdes import BYTES, Serde, bound_to
 
 __all__ = ["Batch", "Collector", "OffsetRange", "build_batch", "decode_batch"]
@@ -227,7 +226,7 @@ class _Decoding:
     def failed(self, read: Message, exc: SerdeError) -> None:
         """``read`` did not decode: raise (``fail``) or set it aside."""
         if not self.set_aside:
-            raise undecodable_error(read.topic, read.partition, read.offset, exc) from exc
+            raise _undecodable_error(read.topic, read.partition, read.offset, exc) from exc
         self.aside.append(Undecodable(*read, error=str(exc)))
 
 
@@ -359,3 +358,9 @@ def _consume_error(record: Any) -> ConsumeError:
     error = record.error()
     return ConsumeError(f"consuming {record.topic()}[{record.partition()}] failed: {error.str()}",
                         code=error.code())
+
+
+def _undecodable_error(topic: str, partition: int, offset: int, exc: SerdeError) -> SerdeError:
+    """The error the ``fail`` policy raises: the serde's, with the record's coordinates."""
+    return SerdeError(f"cannot decode {topic}[{partition}] offset {offset}: {exc} "
+                      "(on_decode_error='fail'; 'skip' or 'dead_letter' would set it aside)")

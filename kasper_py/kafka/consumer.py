@@ -23,11 +23,11 @@ from confluent_kafka import (
 
 from kasper_py.config import Config
 from kasper_py.exceptions import CommitError, ConsumeError, TopicError
+from kasper_py.kafka.client_log import with_client_log
 from kasper_py.kafka.offsets import lowered
 from kasper_py.kafka.ports import Rebalance
 from kasper_py.kafka.topics import partition_count
 from kasper_py.message import TopicPartitionKey
-from kasper_py.observability.client_log import with_client_log
 
 __all__ = ["InputConsumer"]
 

@@ -14,9 +14,9 @@ from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 
 from kasper_py.config import Config
 from kasper_py.exceptions import CommitError, FencedError, KasperError, ProduceError
+from kasper_py.kafka.client_log import with_client_log
 from kasper_py.kafka.topics import topic_problem
 from kasper_py.message import OutgoingRecord, TopicPartitionKey
-from kasper_py.observability.client_log import with_client_log
 
 __all__ = ["OutputProducer"]
 

@@ -30,8 +30,8 @@ from confluent_kafka import Consumer, TopicPartition
 
 from kasper_py.config import Config
 from kasper_py.kafka.admin import topic_admin
+from kasper_py.kafka.client_log import with_client_log
 from kasper_py.kafka.topics import leader_group, leader_spec, leader_topic
-from kasper_py.observability.client_log import with_client_log
 from kasper_py.observability.observe import LoopObserver
 from kasper_py.time import Task
 

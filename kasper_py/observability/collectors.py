@@ -14,7 +14,7 @@ from kasper_py.observability.observe import STEPS, TurnStats
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
-    from kasper_py.dead_letters import DeadLetter
+    from kasper_py.message import DeadLetter
 
 __all__ = ["INSTALL_HINT", "NAMESPACE", "Collectors", "import_prometheus"]
 

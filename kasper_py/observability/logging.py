@@ -6,44 +6,24 @@ configures logging; only ``configure_logging()`` does, and the library only logs
 from __future__ import annotations
 
 import logging
-import re
 import sys
-from collections.abc import Mapping, MutableMapping
+from collections.abc import MutableMapping
 from typing import Any, TextIO
 
 import structlog
 from structlog.typing import EventDict, Processor, WrappedLogger
 
-from kasper_py._support.secrets import MASK, is_secret_field, scrub
+from kasper_py._support.secrets import MASK, masked_fields, scrub
 
 __all__ = ["MASK", "configure_logging", "mask_secrets"]
-
-_SECRET_ASSIGNMENT = re.compile(
-    r"""(?P<key>[\w.\-]*(?:password|secret|token|jaas)[\w.\-]*)(?P<sep>["']?\s*[=:]\s*)"""
-    r"""(?P<value>"[^"]*"|'[^']*'|[^\s,;}\]]+)""",
-    re.IGNORECASE,
-)
 
 
 def mask_secrets(_logger: WrappedLogger, _method: str, event_dict: EventDict) -> EventDict:
     """A structlog processor: hide values whose key names a secret (SASL passwords,
     SSL keys, tokens), in nested mappings too, ``key=value`` secrets inside text, and
-    every client-setting value the library masks (``kasper_py._support.secrets``)."""
-    return {key: value if key == "exc_info" else _masked(key, value)
-            for key, value in event_dict.items()}
-
-
-def _masked(key: str, value: Any) -> Any:
-    if is_secret_field(key):
-        return MASK
-    if isinstance(value, Mapping):
-        return {k: _masked(str(k), v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        masked = [_masked("", item) for item in value]
-        return masked if isinstance(value, list) else tuple(masked)
-    if isinstance(value, str) and value:
-        return scrub(_SECRET_ASSIGNMENT.sub(lambda m: f"{m['key']}{m['sep']}{MASK}", value))
-    return value
+    every client-setting value the library masks (``kasper_py._support.secrets``'s
+    ``masked_fields``)."""
+    return masked_fields(event_dict)
 
 
 def configure_logging(json: bool | None = None, level: int | str = "INFO",

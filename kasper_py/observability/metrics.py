@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from kasper_py.kafka.client_log import count_lines_with
 from kasper_py.message import TopicPartitionKey
 from kasper_py.observability.collectors import Collectors
 from kasper_py.observability.http import Handler, HttpServer, Request, Response
@@ -43,7 +44,8 @@ _LIVE_FLOOR = 30.0  # seconds: a slow turn (a big batch, a slow store) must not 
 
 # -- the clients' log count ----------------------------------------------------------
 # librdkafka's log callback is set when a client is built, before any observer is at
-# hand, so its lines are counted through this registry of live observers by name.
+# hand, so its lines are counted through this registry of live observers by name,
+# handed to the clients' log (``kafka.client_log``) when the first observer registers.
 
 _observers: dict[str, weakref.WeakSet[PrometheusObserver]] = {}
 _registry_lock = threading.Lock()
@@ -62,6 +64,7 @@ def _observers_of(processor: str) -> list[PrometheusObserver]:
 
 
 def _register(observer: PrometheusObserver) -> None:
+    count_lines_with(count_client_log)
     with _registry_lock:
         _observers.setdefault(observer.processor, weakref.WeakSet()).add(observer)
 

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Protocol
 from kasper_py.message import TopicPartitionKey
 
 if TYPE_CHECKING:
-    from kasper_py.dead_letters import DeadLetter
     from kasper_py.kafka.batching import Batch
+    from kasper_py.message import DeadLetter
 
 __all__ = [
     "NOOP_STORE_OBSERVER",

@@ -15,8 +15,8 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 from kasper_py.config import Config
 from kasper_py.exceptions import RestoreError, StoreError
 from kasper_py.kafka.admin import topic_admin
+from kasper_py.kafka.client_log import with_client_log
 from kasper_py.kafka.topics import changelog_spec, topic_problem
-from kasper_py.observability.client_log import with_client_log
 from kasper_py.observability.observe import StoreObserver
 
 __all__ = ["ChangelogReader", "ensure_changelog", "restore_plan"]

@@ -27,11 +27,11 @@ from kasper_py import (
 )
 from kasper_py.app import App, RunTarget, describe, plan_for
 from kasper_py.exceptions import SimulatedCrash
-from kasper_py.kafka.memory import CRASH_STEPS
 from kasper_py.kafka.partitioner import murmur2_partition
 from kasper_py.observability.metrics import PrometheusObserver
 from kasper_py.stores.memory import MemoryTable
 from kasper_py.testing import InMemoryBroker, ProcessorDriver, make_message
+from kasper_py.testing.faults import CRASH_STEPS
 
 
 class Split(MessageProcessor):

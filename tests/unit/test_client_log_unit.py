@@ -11,7 +11,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from kasper_py import Config
-from kasper_py.observability.client_log import ClientLog, RepeatLimiter, with_client_log
+from kasper_py.kafka.client_log import ClientLog, RepeatLimiter, with_client_log
 from kasper_py.observability.logging import MASK
 from kasper_py.observability.metrics import PrometheusObserver
 

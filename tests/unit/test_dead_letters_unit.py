@@ -8,9 +8,9 @@ import pytest
 from confluent_kafka import Message as RawMessage
 
 from kasper_py import JSON, STRING, Config, ConfigError, SerdeError
-from kasper_py.dead_letters import Undecodable, send_aside
+from kasper_py.dead_letters import send_aside
 from kasper_py.kafka.batching import build_batch
-from kasper_py.message import TIMESTAMP_CREATE_TIME, TIMESTAMP_NONE
+from kasper_py.message import TIMESTAMP_CREATE_TIME, TIMESTAMP_NONE, Undecodable
 from kasper_py.sender import Sender
 
 

@@ -27,12 +27,13 @@ from kasper_py import (
     TopicProcessor,
 )
 from kasper_py.exceptions import KasperError, SimulatedCrash
-from kasper_py.kafka.memory import CRASH_STEPS, murmur2
 from kasper_py.kafka.offsets import CommitNote
+from kasper_py.kafka.partitioner import murmur2
 from kasper_py.message import OutgoingMessage
 from kasper_py.observability.observe import LoopObserver
 from kasper_py.stores.base import StoreRuntime, StoreSpec
 from kasper_py.testing import Faults, InMemoryBroker
+from kasper_py.testing.faults import CRASH_STEPS
 
 GROUP = "counter"
 CONFIG = Config(name=GROUP, bootstrap_servers="in-memory", input_topics=["in"],

@@ -33,12 +33,12 @@ from kasper_py import (
     TopicProcessor,
 )
 from kasper_py.exceptions import FencedError, KasperError, SimulatedCrash
-from kasper_py.kafka.memory import CRASH_STEPS
 from kasper_py.loop import committer
 from kasper_py.message import OutgoingMessage
 from kasper_py.observability.observe import NoopObserver
 from kasper_py.stores.base import StoreSpec
 from kasper_py.testing import Faults, InMemoryBroker
+from kasper_py.testing.faults import CRASH_STEPS
 
 EOS = Config(name=GROUP, bootstrap_servers="in-memory", input_topics=["in"],
              key_serde="str", value_serde="str", batch_size=4,

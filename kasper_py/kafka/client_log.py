@@ -1,7 +1,9 @@
 """Where the Kafka clients' own log lines go: librdkafka's lines, handed over by
 confluent-kafka, become ``kasper.client_log`` events of the library's structlog stream,
 at the library's levels, with repeats held back and every line counted. Every client
-the library creates gets its ``logger`` from ``with_client_log``; nothing else here.
+the library creates gets its ``logger`` from ``with_client_log``. The lines are counted
+by whoever registered with ``count_lines_with`` (the Prometheus metrics, once an
+observer exists), so ``kafka/`` reaches up to no metrics module.
 """
 
 from __future__ import annotations
@@ -15,10 +17,9 @@ from typing import Any, Literal
 
 import structlog
 
-from kasper_py.observability.logging import mask_secrets
-from kasper_py.observability.metrics import count_client_log
+from kasper_py._support.secrets import masked_fields
 
-__all__ = ["ClientLog", "RepeatLimiter", "with_client_log"]
+__all__ = ["ClientLog", "LineCounter", "RepeatLimiter", "count_lines_with", "with_client_log"]
 
 ClientKind = Literal["consumer", "producer", "admin"]
 REPEAT_INTERVAL = 30.0
@@ -35,6 +36,21 @@ _VARYING = re.compile(r"\d+(?=ms\b)|\d+(?= identical error)")
 _MAX_KEYS = 1024
 
 _log = structlog.get_logger("kasper_py")
+
+LineCounter = Callable[[str, ClientKind, str], None]
+"""Counts one client log line: ``(processor, client, level)``, at the level it is logged at."""
+_counters: tuple[LineCounter, ...] = ()
+_counters_lock = threading.Lock()
+
+
+def count_lines_with(counter: LineCounter) -> None:
+    """Have ``counter`` count every client's log lines from now on (once, however often
+    it is registered). Clients are built before any metrics exist, so the metrics hand
+    their counter in here rather than the clients reaching up for it."""
+    global _counters  # noqa: PLW0603 - replaced whole, so a line being logged reads one tuple
+    with _counters_lock:
+        if counter not in _counters:
+            _counters = (*_counters, counter)
 
 
 def with_client_log(conf: Mapping[str, Any], processor: str,
@@ -93,7 +109,8 @@ class ClientLog:
         """Count the line; log it unless it repeats within the limiter's interval."""
         facility, client_name, text = _parts(msg, args)
         emitted = _LEVELS.get(level, level)
-        count_client_log(self.processor, self.client, logging.getLevelName(emitted).lower())
+        for count in _counters:
+            count(self.processor, self.client, logging.getLevelName(emitted).lower())
         suppressed = self._limiter.admit((facility, _VARYING.sub("N", text)))
         if suppressed is None:
             return
@@ -103,7 +120,7 @@ class ClientLog:
                   "suppressed": suppressed, "message": text}
         # Masked here too: client lines may quote settings, and an application may
         # have configured structlog without the library's processors.
-        _log.log(emitted, "kasper.client_log", **mask_secrets(None, "", fields))
+        _log.log(emitted, "kasper.client_log", **masked_fields(fields))
 
 
 def _parts(msg: str, args: tuple[Any, ...]) -> tuple[str, str, str]:

@@ -21,8 +21,6 @@ from kasper_py.exceptions import (
     SimulatedCrash,
     TopicError,
 )
-from kasper_py.kafka.faults import INJECTED
-from kasper_py.kafka.memory_cluster import Commit, MemoryCluster, Owner, Queued
 from kasper_py.kafka.offsets import lowered, start_offset
 from kasper_py.kafka.ports import Rebalance
 from kasper_py.kafka.topics import common_partition_count
@@ -33,6 +31,8 @@ from kasper_py.message import (
     OutgoingRecord,
     TopicPartitionKey,
 )
+from kasper_py.testing.faults import INJECTED
+from kasper_py.testing.memory_cluster import Commit, MemoryCluster, Owner, Queued
 
 __all__ = ["MemoryProcess"]
 

@@ -14,9 +14,9 @@ from typing import Any, NamedTuple
 from confluent_kafka import KafkaError
 
 from kasper_py.exceptions import ConsumeError, ProduceError, TopicError
-from kasper_py.kafka.faults import Faults
 from kasper_py.kafka.partitioner import murmur2_partition
 from kasper_py.message import TIMESTAMP_CREATE_TIME, Message, OutgoingMessage, TopicPartitionKey
+from kasper_py.testing.faults import Faults
 
 __all__ = ["Commit", "MemoryCluster", "Owner", "Queued"]
 

@@ -23,17 +23,16 @@ from typing import Any
 
 from kasper_py.config import Config, OutputTopic
 from kasper_py.exceptions import StoreError, TopicError
-from kasper_py.kafka.faults import CRASH_STEPS, INJECTED, Faults, positive
-from kasper_py.kafka.memory_clients import MemoryProcess
-from kasper_py.kafka.memory_cluster import Commit, MemoryCluster
-from kasper_py.kafka.partitioner import murmur2
 from kasper_py.kafka.ports import KafkaClients
 from kasper_py.kafka.topics import internal_to_create
 from kasper_py.message import Message, OutgoingMessage, TopicPartitionKey
 from kasper_py.stores.base import StoreRuntime, StoreSpec, already_applied
 from kasper_py.stores.memory import MemoryStore
+from kasper_py.testing.faults import INJECTED, positive
+from kasper_py.testing.memory_clients import MemoryProcess
+from kasper_py.testing.memory_cluster import MemoryCluster
 
-__all__ = ["CRASH_STEPS", "Commit", "Faults", "InMemoryBroker", "murmur2"]
+__all__ = ["InMemoryBroker"]
 
 
 class InMemoryBroker(MemoryCluster):

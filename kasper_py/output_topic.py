@@ -1,6 +1,7 @@
 """``OutputTopic``: an output topic a processor declares (``Config.output_topics``),
-with the partitions, replicas and settings it is created with. Checking and creating
-it against the cluster is ``kasper run``'s (``cli``), not this module's.
+with the partitions, replicas and settings it is created with: a value below both
+``config`` (which declares it, and names it publicly) and ``kafka/`` (which creates it).
+Checking it against the cluster and creating it is ``kafka/``'s, not this module's.
 """
 
 from __future__ import annotations

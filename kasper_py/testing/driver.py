@@ -1,22 +1,7 @@
-"""Test a ``MessageProcessor`` with no broker, two ways:
-
-- ``InMemoryBroker``: the real ``TopicProcessor`` on in-memory topics, offsets and
-  stores, with faults injected on demand (a failed produce, delivery, commit or store
-  write, or a crash between two steps of a turn, then a restart);
-- ``ProcessorDriver``: lists of messages in, what the processor sent out; its wall
-  clock and stream time move only when the test says (``advance_wall_clock``,
-  ``advance_stream_time``), so timers and tasks are tested in milliseconds.
-
-The driver runs the loop's own turn (``kasper_py.turn``): skipping
-input an effectively-once store applied, process, dead letters, outputs first for
-effectively-once stores, flush, "produce" and wait for the "acks", and the offset
-checks (with ``processing_guarantee="exactly_once"``, in a transaction per turn); so a
-processor that passes here behaves the same way inside ``TopicProcessor``.
-
-    driver = ProcessorDriver(WordCount, value_serde="str")
-    driver.process([make_message("lines", "a b a")])
-    assert driver.outputs("counts") == [("a", "2"), ("b", "1")]
-    driver.advance_wall_clock(60)   # wall-clock timers and tasks due by then fire
+"""``ProcessorDriver``: lists of messages in, what the processor sent out, with no
+broker; its wall clock and stream time move only when the test says. It runs the
+loop's own turn (``kasper_py.turn``), so a processor that passes here behaves the same
+way inside ``TopicProcessor``. ``make_message`` builds its input.
 """
 
 from __future__ import annotations
@@ -27,9 +12,7 @@ from typing import Any
 
 from kasper_py.app import App, RunTarget, plan_for
 from kasper_py.config import Config
-from kasper_py.exceptions import SimulatedCrash
 from kasper_py.kafka.batching import Batch, decode_batch
-from kasper_py.kafka.memory import Commit, Faults, InMemoryBroker
 from kasper_py.kafka.partitioner import murmur2_partition
 from kasper_py.message import (
     TIMESTAMP_CREATE_TIME,
@@ -46,8 +29,7 @@ from kasper_py.stores.base import KeyValueStore, StoreRuntime, StoreSpec
 from kasper_py.time import Task
 from kasper_py.turn import TurnEngine
 
-__all__ = ["Commit", "Faults", "InMemoryBroker", "ProcessorDriver", "SimulatedCrash",
-           "make_message"]
+__all__ = ["ProcessorDriver", "make_message"]
 
 _MAX_HOPS = 100
 _AS_GIVEN = serde_for("bytes")  # messages handed in already decoded are not decoded again
