@@ -4,7 +4,8 @@ over the batch's records compiled once per stage from the steps' code, so a reco
 costs the user's functions and no list, tuple or call per step in between.
 
 Only fixed templates and step numbers go into the compiled source; the user's
-functions and the topic names are values of its namespace, never text.
+functions are values of its namespace, never text. A sink's records go to the
+``Sender`` in one call per batch (``send_many``), not one a record.
 """
 
 from __future__ import annotations
@@ -37,15 +38,16 @@ steps before gave them; ``t`` timestamp, ``h`` headers), and whether it names a 
 key and value (``k{i}``, ``v{i}``: a name per step, so nothing a step binds in a
 ``flat_map``'s loop leaks into the loop's next record). A line ending in ``:`` opens
 a loop the rest of the chain runs in."""
+_APPEND = "out(({k}, {v}, t, h))"
 _SINKS: dict[str, str] = {
-    "topic": "out(target, {v}, {k}, headers=h or None, timestamp=t)",
-    "repartition": "if {k} is not None:\n    out(target, {v}, {k}, headers=h or None, "
-                   "timestamp=t)",
-    "": "out(({k}, {v}, t, h))",
+    "topic": _APPEND,
+    "repartition": f"if {{k}} is not None:\n    {_APPEND}",
+    "": _APPEND,
 }
-"""The chain's last line: ``Sender.send`` to a topic; ``Sender.repartition`` (a ``None``
-key has no partition to go to and is dropped, as Kafka Streams drops it); or the
-record appended to the list handed to the chain's children."""
+"""The chain's last line: the record appended to the batch's list, which goes to the
+chain's children, or in one call to ``Sender.send_many`` (a topic) or
+``Sender.repartition_many`` (where a ``None`` key has no partition to go to and is
+dropped, as Kafka Streams drops it)."""
 
 
 @dataclass(frozen=True)
@@ -67,11 +69,12 @@ class Sink:
 def compile_chain(steps: Sequence[Step], sink: Sink | None, *, messages: bool = False
                   ) -> Callable[[Any, Any], None]:
     """``run(records, out)``: the steps over each record in one loop, then the sink's
-    line with ``out`` (``send``, ``repartition``, or a list's ``append``). With
+    line: ``out`` (a list's ``append``) takes the record ``(key, value, timestamp,
+    headers)``. With
     ``messages`` it loops over ``Message``s, taking their key, value, timestamp and
     headers as they are (no record built per message)."""
     kinds = tuple(step.kind for step in steps)
-    namespace: dict[str, Any] = {"target": sink.target if sink else None}
+    namespace: dict[str, Any] = {}
     namespace.update((f"f{i}", step.function) for i, step in enumerate(steps))
     exec(_code(kinds, sink.kind if sink else "", messages), namespace)  # see the docstring
     run: Callable[[Any, Any], None] = namespace["run"]
@@ -122,16 +125,18 @@ class Chain(Op):
         self._loop(self.run_messages, messages)
 
     def _loop(self, run: Callable[[Any, Any], None], records: Any) -> None:
+        out: Records = []
+        run(records, out.append)
         sink = self.sink
         if sink is None:
-            out: Records = []
-            run(records, out.append)
             if self.serial:
                 for record in out:
                     self.emit([record])
             else:
                 self.emit(out)
-        elif sink.kind == "topic":
-            run(records, self.turn.sender.send)
+        elif not out:
+            return
+        elif sink.kind == "topic":  # the batch's records, one call, in order
+            self.turn.sender.send_many(sink.target, out)
         else:
-            run(records, self.turn.sender.repartition)
+            self.turn.sender.repartition_many(sink.target, out)
