@@ -7,7 +7,7 @@ output timestamp: the one given, else the one the turn set for what runs now.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from itertools import compress, repeat
+from itertools import repeat
 from operator import is_, itemgetter
 from typing import Any, Protocol
 
@@ -22,9 +22,7 @@ SendRecord = tuple[Any, Any, "int | None", "HeaderInput | None"]
 """What ``Sender.send_many`` takes: ``(key, value, timestamp, headers)``, the record shape
 of ``kasper_py.dsl``'s operators."""
 Encode = Callable[[Any], "bytes | None"]
-_KEY, _VALUE, _TIMESTAMP, _HEADERS = itemgetter(0), itemgetter(1), itemgetter(2), itemgetter(3)
-_SENT_AS_IS: frozenset[type] = frozenset((bytes, type(None)))
-_INT = {int}
+_KEY = itemgetter(0)
 
 
 class Routes(Protocol):
@@ -131,37 +129,6 @@ class Sender:
             return
         if topic is not self._topic:
             self._switch_to(topic)
-        if not self._send_columns(topic, records):
-            self._send_rows(topic, records)
-
-    def _send_columns(self, topic: str, records: Sequence[SendRecord]) -> bool:
-        """``send_many`` a column at a time, in C loops (a Python step per record costs
-        more than the record's own work): each column's types checked once, encoded
-        with one ``map`` where nothing passes through. ``False``, with nothing
-        buffered, when a record is refused: ``_send_rows`` then says which."""
-        keys = _encoded(list(map(_KEY, records)), self._encode_key)
-        values = _encoded(list(map(_VALUE, records)), self._encode_value)
-        timestamps = list(map(_TIMESTAMP, records))
-        if None in timestamps:
-            inherited = self._timestamp
-            timestamps = [inherited if t is None else t for t in timestamps]
-        if keys is None or values is None or set(map(type, timestamps)) != _INT or (
-                min(timestamps) < 0):
-            return False
-        sent = list(zip(repeat(topic), values, keys, repeat(-1), repeat(None), repeat(None),
-                        timestamps))
-        headers = list(map(_HEADERS, records))
-        if any(headers):
-            try:
-                for index in compress(range(len(sent)), headers):
-                    sent[index] = (*sent[index], _headers(headers[index]))
-            except ValueError:
-                return False
-        self._buffer += sent
-        return True
-
-    def _send_rows(self, topic: str, records: Sequence[SendRecord]) -> None:
-        """``send_many`` record by record: the records before a refused one buffered."""
         encode_key, encode_value, inherited = self._encode_key, self._encode_value, self._timestamp
         append = self._buffer.append
         try:
@@ -272,20 +239,6 @@ class Sender:
         buffered, self._buffer = self._buffer, []
         self._topics, self._topic = set(), None
         return buffered
-
-
-def _encoded(column: list[Any], encode: Encode) -> list[Any] | None:
-    """``column`` as sent: bytes and ``None`` as they are, the rest through ``encode``;
-    ``None`` when ``encode`` refuses one."""
-    types = set(map(type, column))
-    if types <= _SENT_AS_IS:
-        return column
-    try:
-        if types.isdisjoint(_SENT_AS_IS):
-            return list(map(encode, column))
-        return [v if type(v) is bytes or v is None else encode(v) for v in column]
-    except SerdeError:
-        return None
 
 
 def _timestamp_error(call: str, timestamp: object) -> ValueError:

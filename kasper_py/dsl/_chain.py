@@ -1,7 +1,8 @@
 """Stateless operators fused into one pass: a run of ``filter``, ``map``, ``map_values``,
-``flat_map``... (and the ``to`` or repartition that may end it) is one ``Chain``, a loop
-over the batch's records compiled once per stage from the steps' code, so a record
-costs the user's functions and no list, tuple or call per step in between.
+``flat_map``... (and the ``to`` or repartition that may end it) is one ``Chain``, one
+list comprehension over the batch's records compiled once per stage from the steps'
+code, so a record costs the user's functions and no list, tuple or call per step in
+between.
 
 Only fixed templates and step numbers go into the compiled source; the user's
 functions are values of its namespace, never text. A sink's records go to the
@@ -24,30 +25,23 @@ StepKind = Literal["pass", "filter", "filter_not", "map", "map_values", "select_
 SinkKind = Literal["topic", "repartition"]
 
 _CODE: dict[str, tuple[str, bool, bool]] = {
-    "filter": ("if not f{i}({k}, {v}):\n    continue", False, False),
-    "filter_not": ("if f{i}({k}, {v}):\n    continue", False, False),
-    "map": ("k{i}, v{i} = f{i}({k}, {v})", True, True),
-    "map_values": ("v{i} = f{i}({v})", False, True),
-    "select_key": ("k{i} = f{i}({k}, {v})", True, False),
-    "flat_map": ("for k{i}, v{i} in f{i}({k}, {v}):", True, True),
-    "flat_map_values": ("for v{i} in f{i}({v}):", False, True),
-    "peek": ("f{i}({k}, {v})", False, False),
+    "filter": ("if f{i}({k}, {v})", False, False),
+    "filter_not": ("if not f{i}({k}, {v})", False, False),
+    "map": ("for k{i}, v{i} in [f{i}({k}, {v})]", True, True),
+    "map_values": ("for v{i} in [f{i}({v})]", False, True),
+    "select_key": ("for k{i} in [f{i}({k}, {v})]", True, False),
+    "flat_map": ("for k{i}, v{i} in f{i}({k}, {v})", True, True),
+    "flat_map_values": ("for v{i} in f{i}({v})", False, True),
+    "peek": ("for _ in [f{i}({k}, {v})]", False, False),
 }
-"""Each step's code on the record's key and value (``{k}``, ``{v}``: the names the
-steps before gave them; ``t`` timestamp, ``h`` headers), and whether it names a new
-key and value (``k{i}``, ``v{i}``: a name per step, so nothing a step binds in a
-``flat_map``'s loop leaks into the loop's next record). A line ending in ``:`` opens
-a loop the rest of the chain runs in."""
-_APPEND = "out(({k}, {v}, t, h))"
-_SINKS: dict[str, str] = {
-    "topic": _APPEND,
-    "repartition": f"if {{k}} is not None:\n    {_APPEND}",
-    "": _APPEND,
-}
-"""The chain's last line: the record appended to the batch's list, which goes to the
-chain's children, or in one call to ``Sender.send_many`` (a topic) or
-``Sender.repartition_many`` (where a ``None`` key has no partition to go to and is
-dropped, as Kafka Streams drops it)."""
+"""Each step's clause of the chain's list comprehension, on the record's key and value
+(``{k}``, ``{v}``: the names the steps before gave them; ``t`` timestamp, ``h``
+headers), and whether it names a new key and value (``k{i}``, ``v{i}``: a name per
+step, so nothing a step binds in a ``flat_map``'s loop leaks into the next record's).
+``for x in [call]`` is an assignment (CPython compiles it to one since 3.9)."""
+_SINKS: dict[str, str] = {"topic": "", "repartition": " if {k} is not None", "": ""}
+"""The chain's last clause: a repartition drops a record with a ``None`` key (it has no
+partition to go to, and Kafka Streams drops it)."""
 
 
 @dataclass(frozen=True)
@@ -67,41 +61,36 @@ class Sink:
 
 
 def compile_chain(steps: Sequence[Step], sink: Sink | None, *, messages: bool = False
-                  ) -> Callable[[Any, Any], None]:
-    """``run(records, out)``: the steps over each record in one loop, then the sink's
-    line: ``out`` (a list's ``append``) takes the record ``(key, value, timestamp,
-    headers)``. With
-    ``messages`` it loops over ``Message``s, taking their key, value, timestamp and
-    headers as they are (no record built per message)."""
+                  ) -> Callable[[Any], Records]:
+    """``run(records)``: the records ``(key, value, timestamp, headers)`` the steps make
+    of ``records``, in order, from one list comprehension (the sink's records too: they
+    go on in one call). With ``messages`` it reads ``Message``s, taking their key,
+    value, timestamp and headers as they are (no record built per message)."""
     kinds = tuple(step.kind for step in steps)
     namespace: dict[str, Any] = {}
     namespace.update((f"f{i}", step.function) for i, step in enumerate(steps))
     exec(_code(kinds, sink.kind if sink else "", messages), namespace)  # see the docstring
-    run: Callable[[Any, Any], None] = namespace["run"]
+    run: Callable[[Any], Records] = namespace["run"]
     return run
 
 
 @functools.cache
 def _code(kinds: tuple[StepKind, ...], sink: str, messages: bool) -> CodeType:
-    """The compiled loop of a chain of step ``kinds`` (compiled once per shape)."""
+    """The compiled comprehension of a chain of step ``kinds`` (once per shape)."""
     unpack = "_, _, _, k, v, t, h, _" if messages else "k, v, t, h"
-    lines, depth = ["def run(records, out):", f"    for {unpack} in records:"], 2
-    names = {"k": "k", "v": "v"}
+    clauses, names = [f"for {unpack} in records"], {"k": "k", "v": "v"}
     for i, kind in enumerate(kinds):
         if kind == "pass":
             continue
         code, new_key, new_value = _CODE[kind]
-        lines += _indented(code.format(i=i, **names), depth)
-        depth += lines[-1].endswith(":")
+        clauses.append(code.format(i=i, **names))
         names = {"k": f"k{i}" if new_key else names["k"],
                  "v": f"v{i}" if new_value else names["v"]}
-    lines += _indented(_SINKS[sink].format(**names), depth)
+    clauses[-1] += _SINKS[sink].format(**names)
+    body = "\n        ".join(clauses)
+    source = f"def run(records):\n    return [({names['k']}, {names['v']}, t, h)\n        {body}]"
     title = " -> ".join(kind for kind in kinds if kind != "pass") or "pass"
-    return compile("\n".join(lines), f"<dsl chain: {title}>", "exec")
-
-
-def _indented(code: str, depth: int) -> list[str]:
-    return ["    " * depth + line for line in code.splitlines()]
+    return compile(source, f"<dsl chain: {title}>", "exec")
 
 
 class Chain(Op):
@@ -124,9 +113,8 @@ class Chain(Op):
         """``push`` for a source's messages, the chain's first operator reading them."""
         self._loop(self.run_messages, messages)
 
-    def _loop(self, run: Callable[[Any, Any], None], records: Any) -> None:
-        out: Records = []
-        run(records, out.append)
+    def _loop(self, run: Callable[[Any], Records], records: Any) -> None:
+        out = run(records)
         sink = self.sink
         if sink is None:
             if self.serial:

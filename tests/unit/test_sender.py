@@ -234,7 +234,7 @@ def refusals(record: tuple[Any, Any, Any, Any]) -> int:
     return (value == {1}) + (timestamp is True or timestamp == -1) + (headers == {"n": 5})
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(st.lists(st.tuples(sent_keys, sent_values, sent_timestamps, sent_headers).filter(
     lambda record: refusals(record) <= 1), min_size=1, max_size=12))
 def test_send_many_is_send_record_by_record_whatever_the_records(
