@@ -64,7 +64,7 @@ from typing import Any
 
 import structlog
 from bench_passthrough import Row, ceiling_loop, cpu_seconds, peak_rss_mib
-from benchkit import arguments, create_topics, delete_topics, fill
+from benchkit import arguments, child_env, create_topics, delete_topics, fill
 
 from kasper_py import Config, Message, MessageProcessor, ProcessorContext, Sender, TopicProcessor
 from kasper_py.app import App
@@ -252,10 +252,8 @@ def run_child(row: str, args: argparse.Namespace, source: str, total_words: int,
            "--max-latency", str(args.max_latency).lower(),
            *(["--per-record"] if args.per_record else []),
            *(["--profile", profile] if profile else [])]
-    env = dict(os.environ)
-    if before is not None:
-        env["PYTHONPATH"] = os.pathsep.join([before, env.get("PYTHONPATH", "")])
-    result = subprocess.run(cmd, check=False, capture_output=True, text=True, env=env)
+    result = subprocess.run(cmd, check=False, capture_output=True, text=True,
+                            env=child_env(before))
     if result.returncode:
         sys.exit(f"{row} failed:\n{result.stderr[-3000:]}")
     found = dict(json.loads(result.stdout.strip().splitlines()[-1]))

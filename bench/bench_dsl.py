@@ -34,12 +34,17 @@ with ``Config``'s defaults:
 target on, what a backlog's batches may be with defaults that grow with it.)
 
 Each row prints records/s (words/s for word counts: wall time from the loop's start to
-the commit of the last record, its repartition's included), CPU per record, the records
-it sent to the output and to its repartitions. A benchmark, not a test: the targets
-(the chain >= 0.95x passthrough, the DSL word count with defaults >= 0.5x the
-hand-written one at its best) are printed, never asserted.
+the commit of the last record, its repartition's included), CPU per record (all threads,
+and the loop thread alone), the records it sent to the output and to its repartitions,
+and in the summary its ratio to its baseline (``BASELINE``); the compared pairs print
+the ratio of their best rounds and of each round. ``--before DIR`` runs every row on
+the kasper_py in DIR too, right after it in each round (an A/B on one machine). A
+benchmark, not a test: the targets (the chain >= 0.95x passthrough, the DSL word count
+with defaults >= 0.5x the hand-written one at its best) are printed, never asserted.
 
     python bench/bench_dsl.py --messages 400000 --lines 200000 --rounds 2
+    git archive HEAD~1 kasper_py | tar -x -C /tmp/before
+    python bench/bench_dsl.py --rows passthrough,dsl_chain --rounds 4 --before /tmp/before
 """
 
 from __future__ import annotations
@@ -196,7 +201,7 @@ def loop_child(args: argparse.Namespace) -> dict[str, Any]:
     lines = kind.startswith("wc_")
     total = _records(args.bootstrap, [args.source])
     counted = total * WORDS_PER_LINE if lines else total
-    before, started = _cpu(), time.perf_counter()
+    before, started, loop_before = _cpu(), time.perf_counter(), time.thread_time()
     if kind == "ceiling":
         _consume_only(args)
     else:
@@ -207,8 +212,9 @@ def loop_child(args: argparse.Namespace) -> dict[str, Any]:
         observer.processor = processor
         processor.run_loop()
     elapsed, cpu = time.perf_counter() - started, _cpu() - before
+    loop_cpu = time.thread_time() - loop_before
     return {"kind": row, "name": name, "per_s": counted / elapsed,
-            "cpu_us": cpu / counted * 1e6}
+            "cpu_us": cpu / counted * 1e6, "loop_us": loop_cpu / counted * 1e6}
 
 
 def _cpu() -> float:
@@ -227,11 +233,14 @@ def _consume_only(args: argparse.Namespace) -> None:
     consumer.close()
 
 
-def run_child(row: str, args: argparse.Namespace, source: str, output: str) -> dict[str, Any]:
-    """One row in a child; adds the records it sent to ``output`` and its repartitions."""
-    before = _records(args.bootstrap, [output])
-    found = run_in_child(__file__, row, args, source, output)
-    found["outputs"] = _records(args.bootstrap, [output]) - before
+def run_child(row: str, args: argparse.Namespace, source: str, output: str, *,
+              before: str | None = None) -> dict[str, Any]:
+    """One row in a child (on the kasper_py in ``before`` when given: row ``…@before``);
+    adds the records it sent to ``output`` and its repartitions."""
+    sent = _records(args.bootstrap, [output])
+    found = run_in_child(__file__, row, args, source, output, before=before)
+    found["kind"] += "@before" if before is not None else ""
+    found["outputs"] = _records(args.bootstrap, [output]) - sent
     internal = [t for t in AdminClient({"bootstrap.servers": args.bootstrap}).list_topics(
         timeout=30).topics if t.startswith(found["name"] + "-")]
     found["repartitioned"] = _records(args.bootstrap, [t for t in internal
@@ -262,32 +271,68 @@ def inputs(messages: int, lines: int) -> tuple[list[dict[str, Any]], list[dict[s
     return keyed, text
 
 
-def show(row: dict[str, Any]) -> str:
+BASELINE = {"passthrough": "ceiling", "dsl_chain": "passthrough", "chain_hand": "passthrough",
+            "count_hand": "passthrough", "dsl_count": "count_hand"}
+"""Each row's ratio is of its records/s to its baseline's (a word count's: to
+``wc_hand-best``, the hand-written count at its best settings)."""
+RATIOS = (("dsl_chain", "passthrough", "(target >= 0.95)"),
+          ("dsl_chain", "chain_hand", "(the same functions, hand-written)"),
+          ("dsl_count", "count_hand", "(keyed input, no repartition)"),
+          ("wc_dsl-default", "wc_hand-best", "(target >= 0.5)"),
+          ("wc_dsl-best", "wc_hand-best", ""),
+          ("wc_dsl_uncached-best", "wc_hand-best", "(no cache: every word repartitioned)"),
+          ("wc_dsl_uncached-default", "wc_hand-best", "(no cache, defaults)"),
+          ("wc_hand-default", "wc_hand-best", "(defaults against best-tuned)"))
+
+
+def baseline(kind: str) -> str | None:
+    row, at, before = kind.partition("@")
+    if row.startswith("wc_"):
+        found = None if row == "wc_hand-best" else "wc_hand-best"
+    else:
+        found = BASELINE.get(row)
+    return found and found + at + before
+
+
+def show(row: dict[str, Any], best: dict[str, dict[str, Any]] | None = None) -> str:
     unit = "words/s" if row["kind"].startswith("wc_") else "recs/s "
-    return (f"  {row['kind']:24} {row['per_s']:>10,.0f} {unit} {row['cpu_us']:>6.2f} us CPU "
-            f"{row['outputs']:>9,} outputs {row['repartitioned']:>9,} repartitioned")
+    base = baseline(row["kind"])
+    ratio = (f" {row['per_s'] / best[base]['per_s']:5.2f}x {base}"
+             if best is not None and base in best else "")
+    return (f"  {row['kind']:32} {row['per_s']:>10,.0f} {unit} {row['cpu_us']:>6.2f} us CPU "
+            f"(loop {row.get('loop_us', 0.0):5.2f}) {row['outputs']:>9,} outputs "
+            f"{row['repartitioned']:>9,} repartitioned{ratio}")
 
 
-def report(best: dict[str, dict[str, Any]], args: argparse.Namespace) -> None:
+def report(results: dict[str, list[dict[str, Any]]], args: argparse.Namespace) -> None:
+    best = {row: max(runs, key=lambda r: r["per_s"]) for row, runs in results.items()}
     print(f"\nbest of {args.rounds} rounds; {args.messages:,} keyed records (batch "
           f"{args.batch_size:,}), {args.lines:,} lines of {WORDS_PER_LINE} words; "
-          f"{args.partitions} partitions:")
+          f"{args.partitions} partitions; each row's ratio is to the row named after it:")
     for row in best.values():
-        print(show(row))
+        print(show(row, best))
+    for suffix in ("", "@before") if args.before else ("",):
+        for top, bottom, note in RATIOS:
+            if top + suffix in best and bottom + suffix in best:
+                print(f"  {top + suffix + ' / ' + bottom + suffix:52} "
+                      f"{_ratios(results, top + suffix, bottom + suffix)}  {note}")
+    for row in results if args.before else ():
+        if not row.endswith("@before") and row + "@before" in results:
+            print(f"  {row + ' now / before':52} {_ratios(results, row, row + '@before')}"
+                  f"  loop thread µs a record now / before: {_least(results, row):.3f} / "
+                  f"{_least(results, row + '@before'):.3f}")
 
-    def ratio(dsl: str, hand: str, note: str) -> None:
-        if dsl in best and hand in best:
-            value = best[dsl]["per_s"] / best[hand]["per_s"]
-            print(f"  {dsl + ' / ' + hand:44} {value:5.2f}  {note}")
 
-    ratio("dsl_chain", "passthrough", "(target >= 0.95)")
-    ratio("dsl_chain", "chain_hand", "(the same functions, hand-written)")
-    ratio("dsl_count", "count_hand", "(keyed input, no repartition)")
-    ratio("wc_dsl-default", "wc_hand-best", "(target >= 0.5)")
-    ratio("wc_dsl-best", "wc_hand-best", "")
-    ratio("wc_dsl_uncached-best", "wc_hand-best", "(no cache: every word repartitioned)")
-    ratio("wc_dsl_uncached-default", "wc_hand-best", "(no cache, defaults)")
-    ratio("wc_hand-default", "wc_hand-best", "(defaults against best-tuned)")
+def _ratios(results: dict[str, list[dict[str, Any]]], top: str, bottom: str) -> str:
+    """Best records/s of ``top`` over ``bottom``'s, then each round's."""
+    best = max(r["per_s"] for r in results[top]) / max(r["per_s"] for r in results[bottom])
+    rounds = ", ".join(f"{a['per_s'] / b['per_s']:.2f}"
+                       for a, b in zip(results[top], results[bottom], strict=True))
+    return f"{best:5.2f} (by round {rounds})"
+
+
+def _least(results: dict[str, list[dict[str, Any]]], row: str) -> float:
+    return min(r["loop_us"] for r in results[row])
 
 
 def main() -> None:
@@ -297,6 +342,8 @@ def main() -> None:
                         help=f"comma-separated, of {', '.join(ROWS + OPTIONAL)}")
     parser.add_argument("--child", choices=ROWS + OPTIONAL)
     parser.add_argument("--state-dir", help=argparse.SUPPRESS)
+    parser.add_argument("--before", help="a folder holding another kasper_py: every row "
+                                         "runs on it too, alternating, as row@before")
     args = parser.parse_args()
     if child_answered(args, loop_child):
         return
@@ -307,15 +354,16 @@ def main() -> None:
     keyed, text = inputs(args.messages, args.lines)
     fill(args.bootstrap, words, args.partitions, keyed)
     fill(args.bootstrap, lines, args.partitions, text)
-    best: dict[str, dict[str, Any]] = {}
+    results: dict[str, list[dict[str, Any]]] = {}
     try:
         for _ in range(args.rounds):  # alternate, so compared rows see the same machine
             for row in rows:
-                r = run_child(row, args, words if row in KEYED else lines, output)
-                if r["per_s"] > best.get(row, {}).get("per_s", 0.0):
-                    best[row] = r
-                print(show(r), flush=True)
-        report(best, args)
+                for before in (None, args.before) if args.before else (None,):
+                    r = run_child(row, args, words if row in KEYED else lines, output,
+                                  before=before)
+                    results.setdefault(r["kind"], []).append(r)
+                    print(show(r), flush=True)
+        report(results, args)
     finally:
         delete_topics(args.bootstrap, [words, lines, output])
 

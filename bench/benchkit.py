@@ -156,20 +156,31 @@ def arguments(description: str, *, messages: int, partitions: int, rounds: int =
 
 
 def run_in_child(script: str, kind: str, args: argparse.Namespace, source: str,
-                 output: str) -> dict[str, Any]:
+                 output: str, *, before: str | None = None) -> dict[str, Any]:
     """Run ``script --child kind`` on ``source`` with a state folder of its own (removed
-    after); the JSON object its last stdout line prints."""
+    after), on the kasper_py in the folder ``before`` when given (an A/B against other
+    code); the JSON object its last stdout line prints."""
     state_dir = tempfile.mkdtemp(prefix="kasper-bench-")
     cmd = [sys.executable, script, "--child", kind, "--bootstrap", args.bootstrap,
            "--source", source, "--output", output, "--messages", str(args.messages),
            "--batch-size", str(args.batch_size), "--state-dir", state_dir]
     try:
-        result = subprocess.run(cmd, check=False, capture_output=True, text=True)
+        result = subprocess.run(cmd, check=False, capture_output=True, text=True,
+                                env=child_env(before))
         if result.returncode:
             raise RuntimeError(f"{kind} loop failed:\n{result.stderr[-3000:]}")
     finally:
         shutil.rmtree(state_dir, ignore_errors=True)
     return dict(json.loads(result.stdout.strip().splitlines()[-1]))
+
+
+def child_env(before: str | None) -> dict[str, str]:
+    """A child's environment: this one, with the kasper_py in the folder ``before``
+    first on its path when given."""
+    env = dict(os.environ)
+    if before is not None:
+        env["PYTHONPATH"] = os.pathsep.join([before, env.get("PYTHONPATH", "")])
+    return env
 
 
 def child_answered(args: argparse.Namespace,

@@ -21,6 +21,7 @@ from typing import Any
 from kasper_py.dsl._ops import CachedTable, Op, Records, StageContext, Windowed
 from kasper_py.exceptions import SerdeError
 from kasper_py.message import Headers
+from kasper_py.sender import SendRecord
 from kasper_py.serdes import JSON
 from kasper_py.stores.base import KeyValueStore
 from kasper_py.windows import Aggregation, WindowedTable, WindowKind
@@ -160,33 +161,39 @@ class Combine(Op):
     is, and a new partial starts after it. ``None`` keys (no partition to go to) and
     ``None`` values (skipped by aggregations) are dropped here."""
 
-    __slots__ = ("folding", "name", "turn")
+    __slots__ = ("folding", "name", "stage")
 
-    def __init__(self, turn: StageContext, name: str, folding: Folding) -> None:
+    def __init__(self, stage: StageContext, name: str, folding: Folding) -> None:
         super().__init__()
-        self.turn, self.name, self.folding = turn, name, folding
+        self.stage, self.name, self.folding = stage, name, folding
 
     def push(self, records: Records) -> None:
         if self.folding.counts:
-            self._count(records)
-            return
-        for key, partial in self._fold(records).items():
-            self._send(key, partial)
+            combined = self._count(records)
+        else:
+            combined = []
+            partials = self._fold(records, combined)
+            combined += [self._combined(key, partial) for key, partial in partials.items()]
+        if combined:  # the batch's records for the repartition, in order, in one call
+            self.stage.sender.repartition_many(self.name, combined)
 
-    def _count(self, records: Records) -> None:
+    def _count(self, records: Records) -> list[SendRecord]:
         """A count's partials: C loops over the records, a Python one over the keys."""
         if None in map(_VALUE, records):
             records = [r for r in records if r[1] is not None]
         keys = list(map(_KEY, records))
         latest = dict(zip(keys, records, strict=True))
-        send, name = self.turn.sender.repartition, self.name
+        combined: list[SendRecord] = []
         for key, n in Counter(keys).items():
             if key is not None:
                 _, _, timestamp, headers = latest[key]
-                send(name, None, key, headers=(*headers, (PARTIAL, b"%d" % n)),
-                     timestamp=timestamp)
+                combined.append((key, None, timestamp, (*headers, (PARTIAL, b"%d" % n))))
+        return combined
 
-    def _fold(self, records: Records) -> dict[Any, tuple[Any, int | None, Headers]]:
+    def _fold(self, records: Records, combined: list[SendRecord]
+              ) -> dict[Any, tuple[Any, int | None, Headers]]:
+        """Each key's partial of ``records``; a reset record, and the partial of its key
+        before it, go to ``combined`` at once."""
         initializer, adder = self.folding.initializer, self.folding.adder
         partials: dict[Any, tuple[Any, int | None, Headers]] = {}
         for key, value, timestamp, headers in records:
@@ -199,12 +206,13 @@ class Combine(Op):
                 continue
             if held is not None:
                 del partials[key]
-                self._send(key, held)
-            self.turn.sender.repartition(self.name, value, key, headers=headers or None,
-                                         timestamp=timestamp)
+                combined.append(self._combined(key, held))
+            combined.append((key, value, timestamp, headers))
         return partials
 
-    def _send(self, key: Any, partial: tuple[Any, int | None, Headers]) -> None:
+    def _combined(self, key: Any, partial: tuple[Any, int | None, Headers]) -> SendRecord:
+        """The combined record of ``key``'s ``partial``, as ``Sender.repartition_many``
+        takes it."""
         aggregate, timestamp, headers = partial
         try:
             wired = JSON.encode(aggregate)
@@ -212,8 +220,7 @@ class Combine(Op):
             raise SerdeError(f"repartition {self.name!r}: the partial aggregate of key "
                              f"{key!r} crosses it as JSON, and {exc}; aggregate to JSON "
                              "values, or turn combining off (cache=False)") from exc
-        self.turn.sender.repartition(self.name, None, key, headers=(*headers, (PARTIAL, wired)),
-                                     timestamp=timestamp)
+        return key, None, timestamp, (*headers, (PARTIAL, wired))
 
 
 class WindowedAggregate(Op):

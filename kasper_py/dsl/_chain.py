@@ -1,10 +1,12 @@
 """Stateless operators fused into one pass: a run of ``filter``, ``map``, ``map_values``,
-``flat_map``... (and the ``to`` or repartition that may end it) is one ``Chain``, a loop
-over the batch's records compiled once per stage from the steps' code, so a record
-costs the user's functions and no list, tuple or call per step in between.
+``flat_map``... (and the ``to`` or repartition that may end it) is one ``Chain``, one
+list comprehension over the batch's records compiled once per stage from the steps'
+code, so a record costs the user's functions and no list, tuple or call per step in
+between.
 
 Only fixed templates and step numbers go into the compiled source; the user's
-functions and the topic names are values of its namespace, never text.
+functions are values of its namespace, never text. A sink's records go to the
+``Sender`` in one call per batch (``send_many``), not one a record.
 """
 
 from __future__ import annotations
@@ -23,29 +25,23 @@ StepKind = Literal["pass", "filter", "filter_not", "map", "map_values", "select_
 SinkKind = Literal["topic", "repartition"]
 
 _CODE: dict[str, tuple[str, bool, bool]] = {
-    "filter": ("if not f{i}({k}, {v}):\n    continue", False, False),
-    "filter_not": ("if f{i}({k}, {v}):\n    continue", False, False),
-    "map": ("k{i}, v{i} = f{i}({k}, {v})", True, True),
-    "map_values": ("v{i} = f{i}({v})", False, True),
-    "select_key": ("k{i} = f{i}({k}, {v})", True, False),
-    "flat_map": ("for k{i}, v{i} in f{i}({k}, {v}):", True, True),
-    "flat_map_values": ("for v{i} in f{i}({v}):", False, True),
-    "peek": ("f{i}({k}, {v})", False, False),
+    "filter": ("if f{i}({k}, {v})", False, False),
+    "filter_not": ("if not f{i}({k}, {v})", False, False),
+    "map": ("for k{i}, v{i} in [f{i}({k}, {v})]", True, True),
+    "map_values": ("for v{i} in [f{i}({v})]", False, True),
+    "select_key": ("for k{i} in [f{i}({k}, {v})]", True, False),
+    "flat_map": ("for k{i}, v{i} in f{i}({k}, {v})", True, True),
+    "flat_map_values": ("for v{i} in f{i}({v})", False, True),
+    "peek": ("for _ in [f{i}({k}, {v})]", False, False),
 }
-"""Each step's code on the record's key and value (``{k}``, ``{v}``: the names the
-steps before gave them; ``t`` timestamp, ``h`` headers), and whether it names a new
-key and value (``k{i}``, ``v{i}``: a name per step, so nothing a step binds in a
-``flat_map``'s loop leaks into the loop's next record). A line ending in ``:`` opens
-a loop the rest of the chain runs in."""
-_SINKS: dict[str, str] = {
-    "topic": "out(target, {v}, {k}, headers=h or None, timestamp=t)",
-    "repartition": "if {k} is not None:\n    out(target, {v}, {k}, headers=h or None, "
-                   "timestamp=t)",
-    "": "out(({k}, {v}, t, h))",
-}
-"""The chain's last line: ``Sender.send`` to a topic; ``Sender.repartition`` (a ``None``
-key has no partition to go to and is dropped, as Kafka Streams drops it); or the
-record appended to the list handed to the chain's children."""
+"""Each step's clause of the chain's list comprehension, on the record's key and value
+(``{k}``, ``{v}``: the names the steps before gave them; ``t`` timestamp, ``h``
+headers), and whether it names a new key and value (``k{i}``, ``v{i}``: a name per
+step, so nothing a step binds in a ``flat_map``'s loop leaks into the next record's).
+``for x in [call]`` is an assignment (CPython compiles it to one since 3.9)."""
+_SINKS: dict[str, str] = {"topic": "", "repartition": " if {k} is not None", "": ""}
+"""The chain's last clause: a repartition drops a record with a ``None`` key (it has no
+partition to go to, and Kafka Streams drops it)."""
 
 
 @dataclass(frozen=True)
@@ -65,52 +61,48 @@ class Sink:
 
 
 def compile_chain(steps: Sequence[Step], sink: Sink | None, *, messages: bool = False
-                  ) -> Callable[[Any, Any], None]:
-    """``run(records, out)``: the steps over each record in one loop, then the sink's
-    line with ``out`` (``send``, ``repartition``, or a list's ``append``). With
-    ``messages`` it loops over ``Message``s, taking their key, value, timestamp and
-    headers as they are (no record built per message)."""
+                  ) -> Callable[[Any], Records]:
+    """``run(records)``: the records ``(key, value, timestamp, headers)`` the steps make
+    of ``records``, in order, from one list comprehension (the sink's records too: they
+    go on in one call). With ``messages`` it reads ``Message``s, taking their key,
+    value, timestamp and headers as they are (no record built per message)."""
     kinds = tuple(step.kind for step in steps)
-    namespace: dict[str, Any] = {"target": sink.target if sink else None}
+    namespace: dict[str, Any] = {}
     namespace.update((f"f{i}", step.function) for i, step in enumerate(steps))
     exec(_code(kinds, sink.kind if sink else "", messages), namespace)  # see the docstring
-    run: Callable[[Any, Any], None] = namespace["run"]
+    run: Callable[[Any], Records] = namespace["run"]
     return run
 
 
 @functools.cache
 def _code(kinds: tuple[StepKind, ...], sink: str, messages: bool) -> CodeType:
-    """The compiled loop of a chain of step ``kinds`` (compiled once per shape)."""
+    """The compiled comprehension of a chain of step ``kinds`` (once per shape)."""
     unpack = "_, _, _, k, v, t, h, _" if messages else "k, v, t, h"
-    lines, depth = ["def run(records, out):", f"    for {unpack} in records:"], 2
-    names = {"k": "k", "v": "v"}
+    clauses, names = [f"for {unpack} in records"], {"k": "k", "v": "v"}
     for i, kind in enumerate(kinds):
         if kind == "pass":
             continue
         code, new_key, new_value = _CODE[kind]
-        lines += _indented(code.format(i=i, **names), depth)
-        depth += lines[-1].endswith(":")
+        clauses.append(code.format(i=i, **names))
         names = {"k": f"k{i}" if new_key else names["k"],
                  "v": f"v{i}" if new_value else names["v"]}
-    lines += _indented(_SINKS[sink].format(**names), depth)
+    clauses[-1] += _SINKS[sink].format(**names)
+    body = "\n        ".join(clauses)
+    source = f"def run(records):\n    return [({names['k']}, {names['v']}, t, h)\n        {body}]"
     title = " -> ".join(kind for kind in kinds if kind != "pass") or "pass"
-    return compile("\n".join(lines), f"<dsl chain: {title}>", "exec")
-
-
-def _indented(code: str, depth: int) -> list[str]:
-    return ["    " * depth + line for line in code.splitlines()]
+    return compile(source, f"<dsl chain: {title}>", "exec")
 
 
 class Chain(Op):
     """A run of stateless steps as one operator: one loop per batch; ``serial``: its
     records go on one at a time (its children's paths meet again: ``_graph``)."""
 
-    __slots__ = ("run", "run_messages", "serial", "sink", "turn")
+    __slots__ = ("run", "run_messages", "serial", "sink", "stage")
 
-    def __init__(self, turn: StageContext, steps: Sequence[Step], sink: Sink | None, *,
+    def __init__(self, stage: StageContext, steps: Sequence[Step], sink: Sink | None, *,
                  serial: bool = False) -> None:
         super().__init__()
-        self.turn, self.sink, self.serial = turn, sink, serial
+        self.stage, self.sink, self.serial = stage, sink, serial
         self.run = compile_chain(steps, sink)
         self.run_messages = compile_chain(steps, sink, messages=True)
 
@@ -121,17 +113,18 @@ class Chain(Op):
         """``push`` for a source's messages, the chain's first operator reading them."""
         self._loop(self.run_messages, messages)
 
-    def _loop(self, run: Callable[[Any, Any], None], records: Any) -> None:
+    def _loop(self, run: Callable[[Any], Records], records: Any) -> None:
+        out = run(records)
         sink = self.sink
         if sink is None:
-            out: Records = []
-            run(records, out.append)
             if self.serial:
                 for record in out:
                     self.emit([record])
             else:
                 self.emit(out)
-        elif sink.kind == "topic":
-            run(records, self.turn.sender.send)
+        elif not out:
+            return
+        elif sink.kind == "topic":  # the batch's records, one call, in order
+            self.stage.sender.send_many(sink.target, out)
         else:
-            run(records, self.turn.sender.repartition)
+            self.stage.sender.repartition_many(sink.target, out)

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from kasper_py.dsl._ops import CachedTable, Op, Records, StageContext, TableOp
+from kasper_py.sender import SendRecord
 from kasper_py.stores.base import KeyValueStore
 
 
@@ -48,33 +49,34 @@ def _unwire(value: Any) -> dict[str, Any]:
 class Subscribe(Op):
     """The left side: subscriptions out, immediate answers to ``Result`` (its child)."""
 
-    __slots__ = ("foreign_key", "joiner", "left", "name", "state", "turn")
+    __slots__ = ("foreign_key", "joiner", "left", "name", "stage", "state")
 
-    def __init__(self, turn: StageContext, state: KeyValueStore, name: str,
+    def __init__(self, stage: StageContext, state: KeyValueStore, name: str,
                  foreign_key: Callable[[Any], Any], joiner: Callable[[Any, Any], Any], *,
                  left: bool) -> None:
         super().__init__()
-        self.turn, self.state, self.name = turn, state, name
+        self.stage, self.state, self.name = stage, state, name
         self.foreign_key, self.joiner, self.left = foreign_key, joiner, left
 
     def push(self, records: Records) -> None:
-        send = self.turn.sender.repartition
         before = self.state.get_many({r[0] for r in records})
         now: dict[Any, Any] = {}
         answered: Records = []
+        requests: list[SendRecord] = []
         for lk, lv, timestamp, headers in records:
             fk = None if lv is None else self.foreign_key(lv)
             old = now[lk] if lk in now else before.get(lk)
             if old is not None and old != fk:
-                send(self.name, _wire({"lk": lk, "op": "unsub"}), old, timestamp=timestamp)
+                requests.append((old, _wire({"lk": lk, "op": "unsub"}), timestamp, None))
             now[lk] = fk
             if fk is not None:
-                send(self.name, _wire({"lk": lk, "op": "sub", "h": digest(lv)}), fk,
-                     timestamp=timestamp)
+                requests.append((fk, _wire({"lk": lk, "op": "sub", "h": digest(lv)}),
+                                 timestamp, None))
             elif lv is None or not self.left:
                 answered.append((lk, None, timestamp, headers))
             else:
                 answered.append((lk, self.joiner(lv, None), timestamp, headers))
+        _send(self.stage, self.name, requests)
         self.state.put_many(now)
         self.emit(answered)
 
@@ -82,12 +84,12 @@ class Subscribe(Op):
 class Answer(Op):
     """The right side: ``side(0)`` takes subscriptions, ``side(1)`` right updates."""
 
-    __slots__ = ("name", "right", "subscribers", "turn")
+    __slots__ = ("name", "right", "stage", "subscribers")
 
-    def __init__(self, turn: StageContext, subscribers: KeyValueStore, right: TableOp,
+    def __init__(self, stage: StageContext, subscribers: KeyValueStore, right: TableOp,
                  name: str) -> None:
         super().__init__()
-        self.turn, self.subscribers, self.right, self.name = turn, subscribers, right, name
+        self.stage, self.subscribers, self.right, self.name = stage, subscribers, right, name
 
     def side(self, index: int) -> Op:
         return _Port(self.subscribed if index == 0 else self.changed)
@@ -96,7 +98,7 @@ class Answer(Op):
         keys = [str(r[0]) for r in records]
         table = self.subscribers.get_many(set(keys))
         values = self.right.lookup_many({r[0] for r in records})
-        send = self.turn.sender.repartition
+        answers: list[SendRecord] = []
         for (fk, value, timestamp, _), key in zip(records, keys, strict=True):
             request = _unwire(value)
             subscribed = table.setdefault(key, {})
@@ -104,17 +106,16 @@ class Answer(Op):
                 subscribed.pop(json.dumps(request["lk"]), None)
                 continue
             subscribed[json.dumps(request["lk"])] = request["h"]
-            send(self.name, _wire({"h": request["h"], "rv": values.get(fk)}), request["lk"],
-                 timestamp=timestamp)
+            answers.append((request["lk"], _wire({"h": request["h"], "rv": values.get(fk)}),
+                            timestamp, None))
+        _send(self.stage, self.name, answers)
         self.subscribers.put_many({k: (v or None) for k, v in table.items()})
 
     def changed(self, records: Records) -> None:
         table = self.subscribers.get_many({str(r[0]) for r in records})
-        send = self.turn.sender.repartition
-        for fk, rv, timestamp, _ in records:
-            for lk, h in table.get(str(fk), {}).items():
-                send(self.name, _wire({"h": h, "rv": rv}), json.loads(lk),
-                     timestamp=timestamp)
+        _send(self.stage, self.name, [(json.loads(lk), _wire({"h": h, "rv": rv}), timestamp, None)
+                                     for fk, rv, timestamp, _ in records
+                                     for lk, h in table.get(str(fk), {}).items()])
 
 
 class Result(CachedTable):
@@ -151,6 +152,12 @@ class Result(CachedTable):
 
     def lookup_many(self, keys: Iterable[Any]) -> dict[Any, Any]:
         return self.store.get_many(keys)
+
+
+def _send(stage: StageContext, name: str, records: list[SendRecord]) -> None:
+    """A batch's requests or answers to repartition ``name``, in order, in one call."""
+    if records:
+        stage.sender.repartition_many(name, records)
 
 
 class _Port(Op):

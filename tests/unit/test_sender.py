@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kasper_py import JSON, STRING, OutgoingMessage, Sender, SerdeError
 
@@ -213,3 +215,45 @@ def test_topic_serdes_are_bound_per_topic_in_either_form() -> None:
     sender.send("a", 4, "k")
     assert [r[1] for r in sender.drain()] == [b"a:1", b"b:2", b"b:3", b"a:4"]
     assert asked == ["a", "b"]
+
+
+sent_keys = st.one_of(st.none(), st.binary(max_size=3), st.text(max_size=3))
+sent_values = st.one_of(st.none(), st.binary(max_size=3), st.integers(-5, 5),
+                        st.text(max_size=3), st.just({1}))
+sent_timestamps = st.one_of(st.none(), st.integers(0, 10), st.just(-1), st.just(True))
+sent_headers = st.one_of(st.none(), st.just(()), st.just({"h": "v"}),
+                         st.just((("a", b"1"), ("b", None))), st.just({"n": 5}))
+
+
+
+
+def refusals(record: tuple[Any, Any, Any, Any]) -> int:
+    """How many reasons to refuse ``record``: ``send`` and ``send_many`` check a record's
+    fields in different orders, so a record with two says different things."""
+    _, value, timestamp, headers = record
+    return (value == {1}) + (timestamp is True or timestamp == -1) + (headers == {"n": 5})
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(sent_keys, sent_values, sent_timestamps, sent_headers).filter(
+    lambda record: refusals(record) <= 1), min_size=1, max_size=12))
+def test_send_many_is_send_record_by_record_whatever_the_records(
+        records: list[tuple[Any, Any, Any, Any]]) -> None:
+    """Any mix of bytes, encoded and ``None`` keys and values, timestamps given, inherited
+    and bad, headers none, empty, good and bad: ``send_many`` buffers what a ``send``
+    each buffers, and refuses the first refused record with the same error, keeping the
+    records before it."""
+    each, many = Sender(STRING, JSON), Sender(STRING, JSON)
+    each.timestamp = many.timestamp = 1_700_000_000_000
+    refused: list[str] = []
+    try:
+        for key, value, timestamp, headers in records:
+            each.send("out", value, key, headers=headers, timestamp=timestamp)
+    except (SerdeError, ValueError) as exc:
+        refused.append(f"{type(exc).__name__}: {exc}".replace("send()", "send_many()"))
+    try:
+        many.send_many("out", records)
+    except (SerdeError, ValueError) as exc:
+        refused.append(f"{type(exc).__name__}: {exc}")
+    assert len(refused) in (0, 2) and refused[:1] == refused[1:]
+    assert many.drain() == each.drain()
