@@ -9,8 +9,9 @@ first use (``__getattr__``, as pydantic does), so ``kasper`` can install its sig
 handlers before the half second the library's imports take.
 """
 
-import importlib as _importlib
 import typing as _typing
+
+from kasper_py._support.lazy import lazy_names as _lazy_names
 
 if _typing.TYPE_CHECKING:
     from kasper_py.config import Config, OutputTopic
@@ -96,19 +97,7 @@ _HOMES = {
     "kasper_py.time": "Task Timer",
     "kasper_py.topic_processor": "TopicProcessor",
 }
-_MODULE_OF = {name: module for module, names in _HOMES.items() for name in names.split()}
 """The module each name of ``__all__`` is imported from (as the imports above say)."""
 
-
-def __getattr__(name: str) -> object:
-    """A public name, imported from its module on first use (then kept here)."""
-    module = _MODULE_OF.get(name)
-    if module is None:
-        raise AttributeError(f"module 'kasper_py' has no attribute {name!r}")
-    value = getattr(_importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+# a public name is imported from its module on first use (then kept here)
+__getattr__, __dir__ = _lazy_names(__name__, _HOMES, __all__)

@@ -1,22 +1,9 @@
-"""``TopicProcessor``: the loop, composed of parts chosen once at start (``loop/``: the
-committer, the assignment, the prefetcher, the servers). Each turn, in this order (the
-order is the guarantee; docs/architecture.md numbers the steps the same way):
-
-1. process every partition's batch (``MessageProcessor.process``); wall-clock timers
-   and tasks that are due fire first, stream-time timers after the batch moves time
-2. flush the state stores
-3. produce the buffered output; while its acks are outstanding, read the next batch
-   (consume and decode: nothing of it is processed yet)
-4. wait for every ack
-5. commit the input offsets (last processed + 1), or with exactly-once the turn's
-   transaction with them
-6. report the turn (metrics, one log line)
-
-An effectively-once store is flushed after 4 (after 5 under exactly-once), with the
-offsets it applied. A failure before 5 leaves the batch uncommitted, so it is replayed
-on restart (at-least-once; exactly-once aborts the transaction); the batch read ahead
-is read again too. At start the loop refuses partitions another loop is running,
-unless forced; with exactly-once a loop on the same partition set is fenced instead.
+"""``TopicProcessor``: the loop, composed of parts chosen once at start (``loop/``). It
+reads a batch and runs its turn, the steps of ``kasper_py.turn.STEPS`` (numbered there
+and in docs/guarantees.md), reading the next batch while the acks are outstanding. A
+failure before step 5 leaves the batch uncommitted, replayed on restart (the batch read
+ahead too). At start the loop refuses partitions another loop is running, unless
+forced; with exactly-once a loop on the same partition set is fenced instead.
 """
 
 from __future__ import annotations
@@ -40,10 +27,12 @@ from kasper_py.loop.assignment import assignment_for
 from kasper_py.loop.committer import committer_for
 from kasper_py.loop.leader import election_for
 from kasper_py.loop.lifecycle import Lifecycle, kafka_usable_after
+from kasper_py.loop.partitions import Partitions
 from kasper_py.loop.prefetch import Prefetcher
 from kasper_py.loop.progress import consumed_all, report, turn_stats
 from kasper_py.loop.servers import LoopServers
 from kasper_py.loop.signals import closing_on_signals
+from kasper_py.loop.turns import turns_for
 from kasper_py.message import TopicPartitionKey
 from kasper_py.observability.observe import LoopObserver, StoreObserver
 from kasper_py.observability.tracing import tracing_for
@@ -62,23 +51,15 @@ _log = structlog.get_logger("kasper_py")
 class TopicProcessor:
     """Runs one processor name over its input partitions. Composes parts chosen once at
     start (``kasper_py.loop``): a committer (offsets or the transaction; commit notes,
-    fencing), an assignment (static or group), a prefetcher, the HTTP servers and,
-    for leader-only tasks, a leader election."""
+    fencing), the turns (retried under exactly-once), an assignment (static or group),
+    a prefetcher, the HTTP servers and, for leader-only tasks, a leader election."""
 
-    def __init__(
-        self,
-        config: Config,
-        factory: ProcessorFactory | App,
-        *,
-        stores: Sequence[StoreSpec] = (),
-        observer: LoopObserver | None = None,
-        store_observer: StoreObserver | None = None,
-        clients: KafkaClients | None = None,
-        force: bool = False,
-        tasks: Sequence[Task] = (),
-        views: Mapping[str, View] | None = None,
-        tracer_provider: object | None = None,
-    ) -> None:
+    def __init__(self, config: Config, factory: ProcessorFactory | App, *,
+                 stores: Sequence[StoreSpec] = (), observer: LoopObserver | None = None,
+                 store_observer: StoreObserver | None = None,
+                 clients: KafkaClients | None = None, force: bool = False,
+                 tasks: Sequence[Task] = (), views: Mapping[str, View] | None = None,
+                 tracer_provider: object | None = None) -> None:
         """``factory`` builds each partition's processor; an ``App`` runs several
         (``kasper_py.app``). ``clients`` default to confluent-kafka clients built from
         ``config``; ``kasper_py.testing.InMemoryBroker(...).clients(config)`` has none.
@@ -103,30 +84,30 @@ class TopicProcessor:
         self._consumer, self._producer = clients.consumer, clients.producer
         self._consumer.use(config, [topic.name for topic in plan.internal])
         self._prefetcher = Prefetcher(config, clients)
-        self._committer = committer_for(config, clients, observer,
-                                        holding=self._prefetcher.holding, force=force)
-        self._tracing = tracing = tracing_for(config, tracer_provider)
-        self._engine = TurnEngine(
-            config, tracing.port(clients.producer), commit=self._committer.commit,
-            transactions=self._committer.transactions, waiting=observer.on_idle,
-            on_step=tracing.on_step(clients.on_step), wall_clock=clients.wall_clock,
-            tasks=plan.tasks, routes=plan.routes)
-        # leader-only tasks run while this process leads (kasper_py.loop.leader)
+        self._committer = committer = committer_for(
+            config, clients, observer, holding=self._prefetcher.holding,
+            endpoint=lambda: self._servers.endpoint, force=force)
+        tracing = tracing_for(config, tracer_provider)
         self._election = election_for(config, plan.tasks, observer, kafka=real_clients)
-        self._engine.time.leader = self._election.leading
-        self._assignment = assignment_for(
-            config, clients, engine=self._engine, committer=self._committer,
-            prefetcher=self._prefetcher, observer=observer, factory=plan.factory,
-            stores=plan.stores)
+        self._engine = engine = TurnEngine(
+            config, tracing.port(clients.producer), commit=committer.commit,
+            transactions=committer.transactions, waiting=observer.on_idle,
+            on_step=tracing.on_step(clients.on_step), wall_clock=clients.wall_clock,
+            tasks=plan.tasks, routes=plan.routes, leading=self._election.leading)
+        partitions = Partitions(config, clients, engine, factory=plan.factory,
+                                stores=plan.stores, store_observer=observer.store_observer)
+        self._assignment = assignment_for(config, clients, partitions=partitions,
+                                          committer=committer, prefetcher=self._prefetcher,
+                                          observer=observer)
         self._ensure_topics = clients.ensure_topics
-        # after each commit: an app's repartitions purged up to it (kasper_py.kafka.purge)
         self._purge = purge_for(config, plan.internal if real_clients else ())
-        # while a turn's acks are outstanding; a group member reads nothing ahead
-        self._meanwhile = self._prefetcher.read_ahead if self._assignment.reads_ahead else None
-        self.tables = self._servers.serve_tables(self._store_specs, self._engine.partitions,
-                                                 views or {}, locate=real_clients)
+        self._turns = turns_for(  # a group member reads nothing ahead
+            config, engine, committer, observer, tracing=tracing,
+            meanwhile=self._prefetcher.read_ahead if self._assignment.reads_ahead else None)
+        self.tables = self._servers.serve_tables(
+            self._store_specs, engine.partitions, views or {}, locate=real_clients,
+            partition_count=self._assignment.partition_count)
         """The tables' committed state, for queries from any thread (``kasper_py.query``)."""
-        self._committer.endpoint = self._servers.endpoint
 
     def run_loop(self, until_caught_up: bool = False) -> None:
         """Process batches until ``close()``; with ``until_caught_up``, also return once
@@ -220,8 +201,7 @@ class TopicProcessor:
             if self._plan.internal:  # an app's repartition topics
                 self._ensure_topics(self.config, self._plan.sources, self._plan.internal)
             self._election.start()
-            self.tables.partition_count = count = self._consumer.partition_count()
-            self._assignment.start(count)
+            self._assignment.start(self._consumer.partition_count())
             self._life.started = True
 
     def _loop(self, until_caught_up: bool) -> None:
@@ -240,11 +220,10 @@ class TopicProcessor:
                 return
 
     def _turn(self, batch: Batch) -> None:
-        """Process, flush, produce and wait for the acks, commit (``kasper_py.turn``;
-        exactly-once: one transaction), then report the turn."""
-        with self._tracing.turn(batch):
-            result = self._committer.run(self._engine, batch, self._meanwhile)
-        self._purge.after_commit(self._committer.offsets.all())  # committed: purge hook
+        """Run ``batch``'s turn (``loop/turns.py``), purge the repartitions up to what it
+        committed (``kafka/purge.py``), report it (step 6)."""
+        result = self._turns.run(batch)
+        self._purge.after_commit(self._committer.offsets.all())
         self._assignment.after_turn(result.durations)
         stats = turn_stats(batch, result, self._consumer, self._committer.offsets,
                            self.config.auto_offset_reset)

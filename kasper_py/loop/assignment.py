@@ -10,24 +10,21 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import structlog
 
-from kasper_py._support.closing import close_all
 from kasper_py.config import Config
-from kasper_py.kafka.offsets import lowered, partition_lag, start_offset
+from kasper_py.kafka.offsets import lowered, partition_lag
 from kasper_py.kafka.ports import KafkaClients
 from kasper_py.kafka.topics import owned_partitions
 from kasper_py.loop.committer import OffsetCommitter
+from kasper_py.loop.partitions import Partitions
 from kasper_py.loop.peers import PeerWait
 from kasper_py.loop.prefetch import Prefetcher
 from kasper_py.message import TopicPartitionKey
 from kasper_py.observability.observe import LoopObserver
-from kasper_py.processor import ProcessorFactory
-from kasper_py.stores.base import StoreRuntime, StoreSpec
-from kasper_py.turn import TurnEngine
 
 __all__ = ["Assignment", "GroupAssignment", "StaticAssignment", "assignment_for"]
 
@@ -39,22 +36,24 @@ partition's end to see whether the group holds any lag."""
 
 
 class Assignment(ABC):
-    """Which partitions a loop runs, and how they are opened: their stores restored
-    (exactly-once with an effectively-once store: told where the loop starts) and their
-    processors built, on ``engine``."""
+    """Which partitions a loop runs, opened and closed through ``partitions``; the
+    ``committer`` announces them and keeps their committed offsets."""
 
     reads_ahead: bool
     """Whether the next batch may be read while a turn's acks are outstanding."""
 
-    def __init__(self, config: Config, clients: KafkaClients, *, engine: TurnEngine,
-                 committer: OffsetCommitter, prefetcher: Prefetcher, observer: LoopObserver,
-                 factory: ProcessorFactory, stores: Sequence[StoreSpec]) -> None:
+    def __init__(self, config: Config, clients: KafkaClients, *, partitions: Partitions,
+                 committer: OffsetCommitter, prefetcher: Prefetcher,
+                 observer: LoopObserver) -> None:
         self.config = config
-        self._consumer, self._producer, self._clock = (clients.consumer, clients.producer,
-                                                       clients.clock)
-        self._engine, self._committer, self._prefetcher = engine, committer, prefetcher
-        self._observer, self._factory, self._stores = observer, factory, list(stores)
-        self._partition_count = 0
+        self._consumer, self._clock = clients.consumer, clients.clock
+        self._partitions, self._committer, self._prefetcher = partitions, committer, prefetcher
+        self._observer = observer
+        self._partition_count: int | None = None
+
+    def partition_count(self) -> int | None:
+        """Partitions of each input topic; ``None`` until ``start``."""
+        return self._partition_count
 
     @abstractmethod
     def start(self, partition_count: int) -> None:
@@ -76,32 +75,6 @@ class Assignment(ABC):
     @abstractmethod
     def after_consume(self) -> None:
         """The loop read its next batch (group mode: the rebalance callbacks ran)."""
-
-    def _open(self, partitions: Sequence[int]) -> None:
-        """Open each of ``partitions`` not open yet: restore its stores, build its
-        processor."""
-        for partition in partitions:
-            if partition not in self._engine.partitions:
-                runtime = StoreRuntime(self.config, partition, self._producer,
-                                       self._observer.store_observer())
-                self._engine.open_partition(partition, self._factory, self._stores, runtime)
-
-    def _record_starts(self, committed: dict[TopicPartitionKey, int | None]) -> None:
-        """Exactly-once with an effectively-once store: where the store has recorded
-        nothing, record where the loop starts (the ``committed`` offset, else where
-        ``auto_offset_reset`` points), so the store always knows where it stands."""
-        unrecorded = self._engine.unrecorded(list(committed))
-        if not unrecorded:
-            return
-        starts = {}
-        for tp in unrecorded:
-            offset = committed.get(tp)
-            if offset is None:
-                offset = start_offset(None, *self._consumer.watermarks(tp),
-                                      "earliest" if tp[0] in self._consumer.from_start
-                                      else self.config.auto_offset_reset)
-            starts[tp] = offset
-        self._engine.record(starts)
 
     def _log_started(self, **details: Any) -> None:
         _log.info("kasper.started", processor=self.config.name, **details,
@@ -126,9 +99,9 @@ class StaticAssignment(Assignment):
         self._committer.check_not_running(keys)
         committed = self._consumer.committed(keys)
         self._committer.announce({tp: o for tp, o in committed.items() if o is not None})
-        self._open(partitions)
-        self._record_starts(committed)
-        committed = self._consumer.assign(partitions, self._engine.resume_from())
+        self._partitions.open(partitions)
+        self._partitions.record_starts(committed)
+        committed = self._consumer.assign(partitions, self._partitions.resume_from())
         self._committer.offsets.mark_committed(
             {tp: o for tp, o in committed.items() if o is not None})
         self._observer.on_start(self._consumer.assigned)
@@ -165,12 +138,11 @@ class GroupAssignment(Assignment):
 
     reads_ahead = False
 
-    def __init__(self, config: Config, clients: KafkaClients, *, engine: TurnEngine,
-                 committer: OffsetCommitter, prefetcher: Prefetcher, observer: LoopObserver,
-                 factory: ProcessorFactory, stores: Sequence[StoreSpec]) -> None:
-        super().__init__(config, clients, engine=engine, committer=committer,
-                         prefetcher=prefetcher, observer=observer, factory=factory,
-                         stores=stores)
+    def __init__(self, config: Config, clients: KafkaClients, *, partitions: Partitions,
+                 committer: OffsetCommitter, prefetcher: Prefetcher,
+                 observer: LoopObserver) -> None:
+        super().__init__(config, clients, partitions=partitions, committer=committer,
+                         prefetcher=prefetcher, observer=observer)
         self._poll_budget_ms = float(config.to_consumer_conf().get("max.poll.interval.ms",
                                                                    300_000))
         self._next_group_check = 0.0
@@ -209,11 +181,11 @@ class GroupAssignment(Assignment):
         processing stands. Returns the starts of ``keys`` lower than their committed
         offsets."""
         started = time.perf_counter()
-        self._open(partitions)
+        self._partitions.open(partitions)
         ready = [(t, p) for p in partitions for t in self.config.input_topics]
         committed = self._consumer.committed(ready)
-        self._record_starts(committed)
-        starts = lowered(committed, self._engine.resume_from())
+        self._partitions.record_starts(committed)
+        starts = lowered(committed, self._partitions.resume_from())
         self._committer.offsets.mark_committed(
             {tp: o for tp, o in starts.items() if o is not None})
         if waited:
@@ -238,8 +210,7 @@ class GroupAssignment(Assignment):
         self._prefetcher.drop([*keys, *left])
         self._committer.offsets.forget([*keys, *left])
         self._peers.forget(partitions)
-        steps = [step for p in partitions for step in self._engine.close_partition(p)]
-        close_all(steps, self.config.name)
+        self._partitions.close(partitions)
         self._consumer.pause(left)
         self._peers.wait(sorted({p for _, p in left}), set(self._consumer.assigned) - gone)
         _log.info("kasper.partitions_revoked", processor=self.config.name,
@@ -279,7 +250,7 @@ class GroupAssignment(Assignment):
         offsets pending (a killed exactly-once member's, until it times out) the read
         waits for it, so the answer is final."""
         keys = [(topic, p) for topic in self.config.input_topics
-                for p in range(self._partition_count)]
+                for p in range(self._partition_count or 0)]
         committed = self._consumer.committed(keys)
         lags = {}
         for tp in keys:
@@ -308,10 +279,10 @@ class GroupAssignment(Assignment):
                               "consumer_overrides")
 
 
-def assignment_for(config: Config, clients: KafkaClients, *, engine: TurnEngine,
-                   committer: OffsetCommitter, prefetcher: Prefetcher, observer: LoopObserver,
-                   factory: ProcessorFactory, stores: Sequence[StoreSpec]) -> Assignment:
+def assignment_for(config: Config, clients: KafkaClients, *, partitions: Partitions,
+                   committer: OffsetCommitter, prefetcher: Prefetcher,
+                   observer: LoopObserver) -> Assignment:
     """The assignment ``config.assignment`` asks for."""
     kind = GroupAssignment if config.group_mode else StaticAssignment
-    return kind(config, clients, engine=engine, committer=committer, prefetcher=prefetcher,
-                observer=observer, factory=factory, stores=stores)
+    return kind(config, clients, partitions=partitions, committer=committer,
+                prefetcher=prefetcher, observer=observer)

@@ -1,7 +1,8 @@
 """Committers: how a loop commits a turn's input offsets, chosen once at start.
 ``OffsetCommitter`` commits through the consumer (at-least-once); ``TransactionCommitter``
-commits them in the turn's transaction (exactly-once), runs a turn aborted for a
-transient error again, and names the loop that fenced it. Both write the commit notes
+commits them in the turn's transaction (exactly-once) and names the loop that fenced
+it. A committer only commits: the engine calls ``commit`` in step 5 of the turn, and
+the loop drives the turns (``turns.py``, which retries them). Both write the commit notes
 that tell operators' tools a loop is running (announced at start, re-committed as a
 heartbeat while idle, "stopped" at close) and refuse to start while another runner's
 note is recent: ``check_not_running``, the one check the Spark stream runner uses too.
@@ -17,23 +18,23 @@ import structlog
 
 from kasper_py.config import Config
 from kasper_py.exceptions import AlreadyRunningError, FencedError, KasperError
-from kasper_py.kafka.batching import Batch
 from kasper_py.kafka.offsets import HEARTBEAT_SECONDS, CommitNote, OffsetTracker, running_elsewhere
 from kasper_py.kafka.ports import InputPort, KafkaClients, ProducerPort, Transactions
 from kasper_py.message import TopicPartitionKey
 from kasper_py.observability.observe import LoopObserver
-from kasper_py.turn import TurnEngine, TurnResult
 
 __all__ = ["OffsetCommitter", "TransactionCommitter", "check_not_running", "committer_for"]
 
 _log = structlog.get_logger("kasper_py")
 Offsets = dict[TopicPartitionKey, int]
-_TURN_RETRIES = 5
-"""Exactly-once: aborted turns in a row, for errors Kafka calls transient, run again
-before the loop stops."""
-_RETRY_PAUSE = 0.5
+Endpoint = Callable[[], str | None]
+"""The URL the loop answers queries on, once its query server is up (else ``None``)."""
 _FENCED_NOTE_WAIT = 5.0
 """Fenced: how long to wait for the note of the loop that took over, to name it."""
+
+
+def _no_endpoint() -> str | None:
+    return None
 
 
 def check_not_running(config: Config, notes: Iterable[CommitNote | None], *, force: bool,
@@ -66,18 +67,17 @@ class OffsetCommitter:
     """What the turn engine wraps each turn in: nothing here."""
 
     def __init__(self, config: Config, consumer: InputPort, observer: LoopObserver, *,
-                 holding: Callable[[], bool], endpoint: str | None = None,
+                 holding: Callable[[], bool], endpoint: Endpoint = _no_endpoint,
                  force: bool = False) -> None:
         """``holding`` says whether records of the next batch are read and not yet
-        processed (the consumer's position is then past them). ``endpoint`` is
-        announced in the notes; ``force`` starts despite another running loop."""
+        processed (the consumer's position is then past them). ``endpoint`` gives the
+        URL this loop answers queries on (once its query server is up), announced in
+        the notes; ``force`` starts despite another running loop."""
         self.config = config
         self.offsets = OffsetTracker()
         """The next offsets this loop committed, per topic-partition."""
         self._consumer, self._observer = consumer, observer
-        self.endpoint = endpoint
-        """The URL this loop answers queries on, announced in its notes (the loop sets it
-        once its query server is up)."""
+        self._endpoint = endpoint
         self._holding, self._force = holding, force
         self._last_commit = time.monotonic()
         self._started_at = time.time()
@@ -119,11 +119,6 @@ class OffsetCommitter:
 
     # -- turns ----------------------------------------------------------------------
 
-    def run(self, engine: TurnEngine, batch: Batch,
-            meanwhile: Callable[[], object] | None) -> TurnResult:
-        """One turn of ``engine`` over ``batch``, committed through ``commit``."""
-        return engine.run(batch, meanwhile)
-
     def commit(self, next_offsets: Offsets) -> None:
         """The engine's commit: the input offsets (moved past transaction markers), with
         a running note. A turn of timers and tasks alone has no input to commit."""
@@ -143,7 +138,7 @@ class OffsetCommitter:
         self._consumer.commit(next_offsets, self._note(state))
 
     def _note(self, state: Literal["running", "stopped"]) -> str:
-        return CommitNote.now(state, self.config.partition_set, self.endpoint).encode()
+        return CommitNote.now(state, self.config.partition_set, self._endpoint()).encode()
 
     def _past_markers(self, next_offsets: Offsets) -> Offsets:
         """Transaction markers (and, read_committed, aborted records) after a batch's last
@@ -214,7 +209,7 @@ class TransactionCommitter(OffsetCommitter):
 
     def __init__(self, config: Config, consumer: InputPort, producer: ProducerPort,
                  observer: LoopObserver, *, holding: Callable[[], bool],
-                 endpoint: str | None = None, force: bool = False) -> None:
+                 endpoint: Endpoint = _no_endpoint, force: bool = False) -> None:
         super().__init__(config, consumer, observer, holding=holding, endpoint=endpoint,
                          force=force)
         self._producer = producer
@@ -242,34 +237,6 @@ class TransactionCommitter(OffsetCommitter):
             return super()._recommit(offsets, state, fail=fail)
         except FencedError as exc:
             raise self.fenced(exc) from exc
-
-    def run(self, engine: TurnEngine, batch: Batch,
-            meanwhile: Callable[[], object] | None) -> TurnResult:
-        """One turn in a transaction; one aborted for an error Kafka calls transient
-        runs again, up to ``_TURN_RETRIES`` times in a row."""
-        attempt = 0
-        while True:
-            aborted = engine.aborted
-            try:
-                return engine.run(batch, meanwhile)
-            except KasperError as exc:
-                for _ in range(engine.aborted - aborted):
-                    self._observer.on_transaction("aborted", 0.0)
-                if isinstance(exc, FencedError):
-                    raise self.fenced(exc) from exc
-                attempt += 1
-                if not exc.retriable or attempt > _TURN_RETRIES:
-                    raise
-                self._retry(engine, exc, attempt)
-
-    def _retry(self, engine: TurnEngine, exc: KasperError, attempt: int) -> None:
-        """After a transient abort nothing of the turn is visible and its store writes
-        are dropped; rebuild the processors (plain Python state as after a restart) and
-        run the same batch again, read from the committed offsets."""
-        _log.warning("kasper.turn_retried", processor=self.config.name, attempt=attempt,
-                     of=_TURN_RETRIES, error=str(exc))
-        time.sleep(_RETRY_PAUSE * attempt)
-        engine.rebuild_processors()
 
     def commit(self, next_offsets: Offsets) -> None:
         """The engine's commit: the turn's transaction, with the input offsets if any."""
@@ -322,9 +289,12 @@ class TransactionCommitter(OffsetCommitter):
 
 
 def committer_for(config: Config, clients: KafkaClients, observer: LoopObserver, *,
-                  holding: Callable[[], bool], force: bool = False) -> OffsetCommitter:
-    """The committer ``config.processing_guarantee`` asks for, on ``clients``."""
+                  holding: Callable[[], bool], endpoint: Endpoint = _no_endpoint,
+                  force: bool = False) -> OffsetCommitter:
+    """The committer ``config.processing_guarantee`` asks for, on ``clients``; its notes
+    announce ``endpoint`` (the loop's query server)."""
     if config.exactly_once:
         return TransactionCommitter(config, clients.consumer, clients.producer, observer,
-                                    holding=holding, force=force)
-    return OffsetCommitter(config, clients.consumer, observer, holding=holding, force=force)
+                                    holding=holding, endpoint=endpoint, force=force)
+    return OffsetCommitter(config, clients.consumer, observer, holding=holding,
+                           endpoint=endpoint, force=force)

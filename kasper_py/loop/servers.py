@@ -75,10 +75,12 @@ class LoopServers:
         return observer
 
     def serve_tables(self, specs: Sequence[StoreSpec], partitions: Mapping[int, PartitionState],
-                     views: Mapping[str, View], *, locate: bool) -> Tables:
+                     views: Mapping[str, View], *, locate: bool,
+                     partition_count: Callable[[], int | None] = lambda: None) -> Tables:
         """The tables of ``specs`` in the open ``partitions`` (the turn engine's); served
         with ``views`` on a query server of their own when ``config.query_port`` is set.
         With ``locate`` (real Kafka clients) they find other instances from commit notes.
+        ``partition_count`` gives the input topics' partitions once the loop started.
         Raises ``ConfigError`` (the query port or its TLS files) or ``ValueError`` (a view
         path; views without a query port)."""
 
@@ -91,11 +93,12 @@ class LoopServers:
             if views:
                 raise ValueError("views are served on the query server: set "
                                  "Config.query_port")
-            return tables_for(self.config, specs, open_stores)
+            return tables_for(self.config, specs, open_stores,
+                              partition_count=partition_count)
         server = QueryServer(self.config, self.observer.on_query_rejected)
         try:
             tables = tables_for(self.config, specs, open_stores, endpoint=server.endpoint,
-                                locate=locate)
+                                locate=locate, partition_count=partition_count)
             server.mount(query_app(tables, views, server.endpoint))
         except BaseException:
             server.close()

@@ -9,7 +9,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from kasper_py import exceptions
-from kasper_py.observability.observe import STEPS, TurnStats
+from kasper_py.observability.observe import TurnStats
+from kasper_py.turn.steps import TIMED
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -146,7 +147,7 @@ class Collectors:
         for name in exceptions.__all__:
             if name != "KasperError":
                 self.errors.labels(self.processor, name)
-        for step in STEPS:
+        for step in TIMED:
             self.step_seconds.labels(self.processor, step)
         for result in ("committed", "aborted"):
             self.transactions.labels(self.processor, result)

@@ -27,9 +27,6 @@ __all__ = [
     "with_store_observer",
 ]
 
-STEPS = ("process", "flush", "produce", "read_ahead", "commit")
-
-
 @dataclass
 class TurnStats:
     """One completed (committed) turn: its input, its output and how long each step took."""
@@ -37,7 +34,8 @@ class TurnStats:
     batch: Batch
     produced: int
     durations: dict[str, float] = field(default_factory=dict)
-    """Seconds per step: process, flush, produce, read_ahead, commit."""
+    """Seconds per timed step (``kasper_py.turn.TIMED``): process, flush, produce,
+    read_ahead, commit."""
     committed: dict[TopicPartitionKey, int] = field(default_factory=dict)
     """Next offset to read per assigned (topic, partition), as committed so far; where
     nothing is committed yet, where ``auto_offset_reset`` starts (from the watermarks)."""

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
+from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import trace
@@ -27,6 +28,7 @@ from opentelemetry.trace import Link, Span, SpanContext, SpanKind, Status, Statu
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from kasper_py.message import OutgoingRecord
+from kasper_py.turn.steps import STEPS
 
 if TYPE_CHECKING:
     from kasper_py.config import Config
@@ -39,9 +41,13 @@ TRACEPARENT = "traceparent"
 MAX_LINKS = 128
 """Links per turn span at most (the SDK's default limit): the first distinct ones."""
 _PROPAGATOR = TraceContextTextMapPropagator()
-_OPENS = {"before_process": "kasper.process", "after_process": "kasper.flush",
-          "after_flush": "kasper.produce", "after_produce": "kasper.commit"}
-"""The step span each step boundary opens (after closing the one open)."""
+_OPENS = {"before_process": f"kasper.{STEPS[0].name}",
+          **{step.after: f"kasper.{following.name}"
+             for step, following in pairwise(STEPS)
+             if step.after is not None and following.timed}}
+"""The step span each step boundary opens (after closing the one open): the next timed
+step's (``kasper_py.turn.STEPS``), so ``kasper.produce`` holds the ack wait (step 4);
+none for the runner's report."""
 
 
 class TurnTracer:

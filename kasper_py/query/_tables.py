@@ -42,13 +42,20 @@ class Tables:
     A view receives this object."""
 
     def __init__(self, config: Config, specs: Sequence[StoreSpec], open_stores: OpenStores,
-                 locator: Locator | None = None) -> None:
+                 locator: Locator | None = None,
+                 partition_count: Callable[[], int | None] = lambda: None) -> None:
+        """``partition_count`` gives the partitions of the input topics, ``None`` until
+        the loop knows them (it started)."""
         self.config = config
         self._specs = {spec.name: spec for spec in specs}
         self._open_stores = open_stores
         self._locator = locator
-        self.partition_count: int | None = None
+        self._partition_count = partition_count
+
+    @property
+    def partition_count(self) -> int | None:
         """Partitions of the input topics; known once the loop started."""
+        return self._partition_count()
 
     # -- what is here -------------------------------------------------------------------
 

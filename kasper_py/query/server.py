@@ -53,11 +53,14 @@ class QueryServer(HttpServer):
 
 
 def tables_for(config: Config, specs: Sequence[StoreSpec], open_stores: OpenStores, *,
-               endpoint: str | None = None, locate: bool = False) -> Tables:
+               endpoint: str | None = None, locate: bool = False,
+               partition_count: Callable[[], int | None] = lambda: None) -> Tables:
     """The queryable tables of a processor's ``specs``, reading ``open_stores``. With
     ``locate`` (real Kafka clients) a key of a partition held elsewhere is found from the
-    running loops' commit notes; ``endpoint`` is this instance's own URL."""
-    return Tables(config, specs, open_stores, Locator(config, endpoint) if locate else None)
+    running loops' commit notes; ``endpoint`` is this instance's own URL.
+    ``partition_count`` gives the input topics' partitions once the loop knows them."""
+    return Tables(config, specs, open_stores, Locator(config, endpoint) if locate else None,
+                  partition_count)
 
 
 def query_app(tables: Tables, views: Mapping[str, View], endpoint: str | None) -> Handler:

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kasper_py.turn import STEPS
+from kasper_py.turn import BOUNDARIES
 
 __all__ = ["CRASH_STEPS", "INJECTED", "Faults", "positive"]
 
-CRASH_STEPS = STEPS
+CRASH_STEPS = BOUNDARIES
 """The step boundaries of a turn at which ``Faults.crash_at`` can stop a process."""
 INJECTED = "injected by InMemoryBroker.faults"
 """How the errors a fault raises say so."""

@@ -50,7 +50,8 @@ class TimeKeeper:
     """
 
     def __init__(self, config: Config, wall_clock: Callable[[], float] | None,
-                 tasks: Sequence[Task] = ()) -> None:
+                 tasks: Sequence[Task] = (), *,
+                 leading: Callable[[], bool] | None = None) -> None:
         if any(not isinstance(task, Task) for task in tasks):
             raise TypeError(f"tasks must be Task objects, got {list(tasks)!r}")
         self.extractor = extractor_for(config.timestamp_extractor)
@@ -59,10 +60,10 @@ class TimeKeeper:
         self._advanced: set[int] = set()
         now = self.now()
         self._tasks = [] if now is None else [_Scheduled(t, t.first_due(now)) for t in tasks]
-        self.leader: Callable[[], bool] = _always
+        self.leader: Callable[[], bool] = leading or _always
         """Whether this process leads its app's processes now: a task ``on_leader`` runs
         only while it does (a run due elsewhere is skipped here, not caught up). Alone,
-        a process always leads; the loop sets its leader election's."""
+        a process always leads; the loop hands in its leader election's."""
 
     def now(self) -> int | None:
         """The wall clock in milliseconds since the epoch; ``None`` without one."""

@@ -56,9 +56,8 @@ def test_a_leader_task_runs_only_while_leading_and_a_run_due_elsewhere_is_skippe
     runs: list[tuple[str, int]] = []
     tasks = [Task(lambda now, _s: runs.append(("leader", now)), every=10, on_leader=True),
              Task(lambda now, _s: runs.append(("every", now)), every=10)]
-    keeper = TimeKeeper(CONFIG, lambda: clock[0], tasks)
     leading = [True]
-    keeper.leader = lambda: leading[0]
+    keeper = TimeKeeper(CONFIG, lambda: clock[0], tasks, leading=lambda: leading[0])
 
     def at(seconds: float) -> list[tuple[str, int]]:
         clock[0] = 1_000.0 + seconds

@@ -24,6 +24,7 @@ from kasper_py.loop.assignment import (
     assignment_for,
 )
 from kasper_py.loop.committer import OffsetCommitter, committer_for
+from kasper_py.loop.partitions import Partitions
 from kasper_py.loop.peers import PEER_WAIT_MARGIN
 from kasper_py.loop.prefetch import Prefetcher
 from kasper_py.observability.observe import NoopObserver
@@ -98,9 +99,10 @@ def parts(broker: InMemoryBroker, config: Config = CONFIG, *, consumer: Any = No
                               force=force)
     engine = TurnEngine(config, clients.producer, commit=committer.commit,
                         transactions=committer.transactions, wall_clock=clients.wall_clock)
-    assignment = assignment_for(config, clients, engine=engine, committer=committer,
-                                prefetcher=prefetcher, observer=observer, factory=built,
-                                stores=())
+    partitions = Partitions(config, clients, engine, factory=built, stores=(),
+                            store_observer=observer.store_observer)
+    assignment = assignment_for(config, clients, partitions=partitions, committer=committer,
+                                prefetcher=prefetcher, observer=observer)
     return Parts(assignment, clients, engine, committer, observer, built)
 
 

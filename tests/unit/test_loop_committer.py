@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from kasper_py import CommitError, Config, OffsetError, ProduceError
+from kasper_py import CommitError, Config, OffsetError
 from kasper_py.exceptions import AlreadyRunningError, FencedError
 from kasper_py.kafka.offsets import CommitNote
 from kasper_py.kafka.ports import KafkaClients
@@ -56,9 +56,10 @@ def assigned_clients(broker: InMemoryBroker, config: Config = CONFIG) -> KafkaCl
 
 
 def committer(clients: KafkaClients, config: Config = CONFIG, *, holding: bool = True,
-              observer: NoopObserver | None = None, force: bool = False) -> OffsetCommitter:
+              observer: NoopObserver | None = None, force: bool = False,
+              endpoint: str | None = None) -> OffsetCommitter:
     return committer_for(config, clients, observer or NoopObserver(),
-                         holding=lambda: holding, force=force)
+                         holding=lambda: holding, endpoint=lambda: endpoint, force=force)
 
 
 def notes(broker: InMemoryBroker) -> list[CommitNote]:
@@ -89,8 +90,7 @@ def test_a_turn_commits_its_offsets_with_a_running_note() -> None:
     """The engine's commit lands in the group with this loop's running note, naming its
     partition set and query endpoint."""
     broker = broker_with()
-    offsets = committer(assigned_clients(broker))
-    offsets.endpoint = "http://127.0.0.1:9"
+    offsets = committer(assigned_clients(broker), endpoint="http://127.0.0.1:9")
 
     offsets.commit({IN0: 4})
 
@@ -187,14 +187,6 @@ def test_a_loop_that_committed_nothing_writes_no_stopped_note() -> None:
     broker = broker_with()
     committer(assigned_clients(broker)).note_stopped()
     assert broker.commits(GROUP) == []
-
-
-def test_a_turn_runs_once_whatever_it_raises() -> None:
-    """At-least-once never runs a turn again, even for an error Kafka calls transient."""
-    engine = FakeEngine([CommitError("transient", retriable=True)])
-    with pytest.raises(CommitError):
-        committer(assigned_clients(broker_with())).run(engine, "batch", None)  # type: ignore[arg-type]
-    assert engine.runs == 1 and engine.rebuilt == 0
 
 
 # -- the one-runner check -----------------------------------------------------------------
@@ -340,48 +332,3 @@ def test_a_fenced_loop_still_closes(monkeypatch: pytest.MonkeyPatch) -> None:
     assigned_clients(broker, EOS).producer.init_transactions()
     offsets.note_stopped()
     assert [n.state for n in notes(broker)] == ["running"]
-
-
-class FakeEngine:
-    """Fails its first runs with ``errors``, aborting a transaction each time."""
-
-    def __init__(self, errors: list[Exception]) -> None:
-        self.errors, self.runs, self.rebuilt, self.aborted = list(errors), 0, 0, 0
-        self.result = object()
-
-    def run(self, batch: Any, meanwhile: Any) -> object:
-        self.runs += 1
-        if self.errors:
-            self.aborted += 1
-            raise self.errors.pop(0)
-        return self.result
-
-    def rebuild_processors(self) -> None:
-        self.rebuilt += 1
-
-
-def test_exactly_once_runs_a_transiently_aborted_turn_again(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each transient abort is counted and the turn runs again on rebuilt processors."""
-    monkeypatch.setattr(committer_module, "_RETRY_PAUSE", 0.0)
-    seen = Transactions()
-    offsets, _ = eos_committer(broker_with(), seen)
-    engine = FakeEngine([CommitError("t1", retriable=True), CommitError("t2", retriable=True)])
-
-    assert offsets.run(engine, "batch", None) is engine.result  # type: ignore[arg-type]
-    assert (engine.runs, engine.rebuilt, seen.ended) == (3, 2, ["aborted", "aborted"])
-
-
-def test_exactly_once_gives_up_after_five_retries_or_a_lasting_error(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(committer_module, "_RETRY_PAUSE", 0.0)
-    offsets, _ = eos_committer(broker_with())
-    engine = FakeEngine([CommitError("t", retriable=True) for _ in range(6)])
-    with pytest.raises(CommitError):
-        offsets.run(engine, "batch", None)  # type: ignore[arg-type]
-    assert (engine.runs, engine.rebuilt) == (6, 5)
-
-    engine = FakeEngine([ProduceError("lasting")])
-    with pytest.raises(ProduceError):
-        offsets.run(engine, "batch", None)  # type: ignore[arg-type]
-    assert engine.runs == 1

@@ -33,7 +33,7 @@ from kasper_py import (
     TopicProcessor,
 )
 from kasper_py.exceptions import FencedError, KasperError, SimulatedCrash
-from kasper_py.loop import committer
+from kasper_py.loop import turns as loop_turns
 from kasper_py.message import OutgoingMessage
 from kasper_py.observability.observe import NoopObserver
 from kasper_py.stores.base import StoreSpec
@@ -241,7 +241,7 @@ def test_a_retriable_commit_failure_runs_the_turn_again(monkeypatch: pytest.Monk
     """Transaction commits that fail with a transient error are aborted and the turn
     runs again on rebuilt processors (the factory is called again for every partition):
     every input's output is in the log once and the counts are exact."""
-    monkeypatch.setattr(committer, "_RETRY_PAUSE", 0.0)
+    monkeypatch.setattr(loop_turns, "_RETRY_PAUSE", 0.0)
     broker = broker_with_input(10)
     spec = broker.store("counts", effectively_once=True)
     broker.faults.fail_commit(times=2, retriable=True)
@@ -260,7 +260,7 @@ def test_a_retriable_commit_failure_runs_the_turn_again(monkeypatch: pytest.Monk
 def test_a_turn_aborted_six_times_stops_the_loop(monkeypatch: pytest.MonkeyPatch) -> None:
     """A transient abort is run again five times at most; the sixth stops the loop with
     the commit's error, nothing of the batch shown or committed."""
-    monkeypatch.setattr(committer, "_RETRY_PAUSE", 0.0)
+    monkeypatch.setattr(loop_turns, "_RETRY_PAUSE", 0.0)
     broker = broker_with_input(10)
     spec = broker.store("counts", effectively_once=True)
     broker.faults.fail_commit(times=6, retriable=True)
