@@ -1,5 +1,5 @@
 """``TopicProcessor``: the loop, composed of parts chosen once at start (``loop/``). It
-reads a batch and runs its turn, the steps of ``kasper_py.turn.STEPS`` (numbered there
+reads a batch and runs its turn, the steps of ``kasper_py.steps.STEPS`` (numbered there
 and in docs/guarantees.md), reading the next batch while the acks are outstanding. A
 failure before step 5 leaves the batch uncommitted, replayed on restart (the batch read
 ahead too). At start the loop refuses partitions another loop is running, unless

@@ -1,5 +1,5 @@
 """Package facades whose public names are imported on first use (a module
-``__getattr__``, PEP 562): ``kasper_py`` itself and ``kasper_py.turn``.
+``__getattr__``, PEP 562): ``kasper_py`` itself.
 """
 
 from __future__ import annotations

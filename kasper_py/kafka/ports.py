@@ -153,7 +153,7 @@ def _no_step(_step: str) -> None:
 @dataclass
 class KafkaClients:
     """The clients one ``TopicProcessor`` runs on. ``on_step`` is called at each step
-    boundary of a turn (``kasper_py.turn.BOUNDARIES``); real clients ignore it, the
+    boundary of a turn (``kasper_py.steps.BOUNDARIES``); real clients ignore it, the
     in-memory broker injects faults there."""
 
     consumer: InputPort

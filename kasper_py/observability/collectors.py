@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from kasper_py import exceptions
 from kasper_py.observability.observe import TurnStats
-from kasper_py.turn.steps import TIMED
+from kasper_py.steps import TIMED
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry

@@ -34,7 +34,7 @@ class TurnStats:
     batch: Batch
     produced: int
     durations: dict[str, float] = field(default_factory=dict)
-    """Seconds per timed step (``kasper_py.turn.TIMED``): process, flush, produce,
+    """Seconds per timed step (``kasper_py.steps.TIMED``): process, flush, produce,
     read_ahead, commit."""
     committed: dict[TopicPartitionKey, int] = field(default_factory=dict)
     """Next offset to read per assigned (topic, partition), as committed so far; where

@@ -28,7 +28,7 @@ from opentelemetry.trace import Link, Span, SpanContext, SpanKind, Status, Statu
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from kasper_py.message import OutgoingRecord
-from kasper_py.turn.steps import STEPS
+from kasper_py.steps import STEPS
 
 if TYPE_CHECKING:
     from kasper_py.config import Config
@@ -46,7 +46,7 @@ _OPENS = {"before_process": f"kasper.{STEPS[0].name}",
              for step, following in pairwise(STEPS)
              if step.after is not None and following.timed}}
 """The step span each step boundary opens (after closing the one open): the next timed
-step's (``kasper_py.turn.STEPS``), so ``kasper.produce`` holds the ack wait (step 4);
+step's (``kasper_py.steps.STEPS``), so ``kasper.produce`` holds the ack wait (step 4);
 none for the runner's report."""
 
 

@@ -6,7 +6,7 @@ shared no-op context manager per turn.
 What a tracer does, once per turn of the live loop:
 
 - ``turn(batch)``: a span around the turn (its retries with exactly-once included);
-- ``on_step(inner)``: the engine's step hook (``kasper_py.turn.BOUNDARIES``) opening and
+- ``on_step(inner)``: the engine's step hook (``kasper_py.steps.BOUNDARIES``) opening and
   closing a child span per step, then calling ``inner`` (fault injection);
 - ``port(port)``: the engine's output port, adding the turn's ``traceparent`` header to
   every record it produces.

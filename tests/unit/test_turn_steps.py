@@ -1,4 +1,4 @@
-"""The turn's steps, named and numbered once (``kasper_py.turn.STEPS``): the engine calls
+"""The turn's steps, named and numbered once (``kasper_py.steps.STEPS``): the engine calls
 its boundaries in order and times its steps under the metrics' labels, and the docs'
 table and list of the turn say the same numbers and names."""
 
