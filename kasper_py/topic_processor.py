@@ -22,7 +22,6 @@ from kasper_py.kafka.batching import Batch
 from kasper_py.kafka.consumer import InputConsumer
 from kasper_py.kafka.ports import KafkaClients
 from kasper_py.kafka.producer import OutputProducer
-from kasper_py.kafka.purge import purge_for
 from kasper_py.loop.assignment import assignment_for
 from kasper_py.loop.committer import committer_for
 from kasper_py.loop.leader import election_for
@@ -100,10 +99,10 @@ class TopicProcessor:
                                           committer=committer, prefetcher=self._prefetcher,
                                           observer=observer)
         self._ensure_topics = clients.ensure_topics
-        self._purge = purge_for(config, plan.internal if real_clients else ())
         self._turns = turns_for(  # a group member reads nothing ahead
             config, engine, committer, observer, tracing=tracing,
-            meanwhile=self._prefetcher.read_ahead if self._assignment.reads_ahead else None)
+            meanwhile=self._prefetcher.read_ahead if self._assignment.reads_ahead else None,
+            repartitions=plan.internal if real_clients else ())
         self.tables = self._servers.serve_tables(
             self._store_specs, engine.partitions, views or {}, locate=real_clients,
             partition_count=self._assignment.partition_count)
@@ -220,10 +219,8 @@ class TopicProcessor:
                 return
 
     def _turn(self, batch: Batch) -> None:
-        """Run ``batch``'s turn (``loop/turns.py``), purge the repartitions up to what it
-        committed (``kafka/purge.py``), report it (step 6)."""
+        """Run ``batch``'s turn (``loop/turns.py``), then report it (step 6)."""
         result = self._turns.run(batch)
-        self._purge.after_commit(self._committer.offsets.all())
         self._assignment.after_turn(result.durations)
         stats = turn_stats(batch, result, self._consumer, self._committer.offsets,
                            self.config.auto_offset_reset)

@@ -47,10 +47,15 @@ class RepartitionPurge:
         self._purged: dict[TopicPartitionKey, int] = {}
         """The offsets purged up to, per partition: never asked for twice."""
 
+    def due(self) -> bool:
+        """Whether the next ``after_commit`` would purge: there are repartitions, and
+        the interval has passed since the last purge (one clock read; no offsets)."""
+        return bool(self._topics) and self._clock() - self._last >= self._interval
+
     def after_commit(self, committed: Mapping[TopicPartitionKey, int]) -> None:
         """Purge ``committed`` (the next offsets committed per topic-partition) of the
         repartition topics when the interval has passed since the last purge."""
-        if not self._topics or self._clock() - self._last < self._interval:
+        if not self.due():
             return
         self._last = self._clock()
         due = {key: offset for key, offset in committed.items()

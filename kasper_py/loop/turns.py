@@ -2,20 +2,23 @@
 turn once, and whatever it raises stops the loop (at-least-once: the batch is replayed
 on restart); ``RetriedTurns`` (exactly-once) runs a turn aborted for an error Kafka
 calls transient again, on rebuilt processors, and names the loop that fenced this one.
-Either traces the turn, retries included. Committing is the committer's
-(``committer.py``), called by the engine in step 5; reporting (step 6) the loop's.
+Either traces the turn, retries included, and after each committed turn purges an
+app's repartitions up to what was committed (``kafka/purge.py``). Committing is the
+committer's (``committer.py``), called by the engine in step 5; reporting (step 6) the
+loop's.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import structlog
 
-from kasper_py.config import Config
+from kasper_py.config import Config, OutputTopic
 from kasper_py.exceptions import FencedError, KasperError
 from kasper_py.kafka.batching import Batch
+from kasper_py.kafka.purge import RepartitionPurge, purge_for
 from kasper_py.loop.committer import OffsetCommitter, TransactionCommitter
 from kasper_py.observability.observe import LoopObserver
 from kasper_py.observability.tracing import Tracing
@@ -36,15 +39,21 @@ Meanwhile = Callable[[], object] | None
 
 
 class Turns:
-    """Runs each turn of ``engine`` once, traced by ``tracing``, with ``meanwhile``."""
+    """Runs each turn of ``engine`` once, traced by ``tracing``, with ``meanwhile``;
+    once it is committed, ``purge`` is handed the offsets ``committer`` committed."""
 
-    def __init__(self, engine: TurnEngine, tracing: Tracing, meanwhile: Meanwhile) -> None:
+    def __init__(self, engine: TurnEngine, tracing: Tracing, meanwhile: Meanwhile, *,
+                 committer: OffsetCommitter, purge: RepartitionPurge) -> None:
         self._engine, self._tracing, self._meanwhile = engine, tracing, meanwhile
+        self._committer, self._purge = committer, purge
 
     def run(self, batch: Batch) -> TurnResult:
         """One turn over ``batch``, committed by the engine's commit (step 5)."""
         with self._tracing.turn(batch):
-            return self._attempts(batch)
+            result = self._attempts(batch)
+        if self._purge.due():
+            self._purge.after_commit(self._committer.offsets.all())
+        return result
 
     def _attempts(self, batch: Batch) -> TurnResult:
         return self._engine.run(batch, self._meanwhile)
@@ -56,11 +65,11 @@ class RetriedTurns(Turns):
     fencing error is named by ``fenced`` (the committer's, which reads the notes)."""
 
     def __init__(self, config: Config, engine: TurnEngine, tracing: Tracing,
-                 meanwhile: Meanwhile, *, observer: LoopObserver,
-                 fenced: Callable[[FencedError], FencedError]) -> None:
-        super().__init__(engine, tracing, meanwhile)
+                 meanwhile: Meanwhile, *, committer: TransactionCommitter,
+                 purge: RepartitionPurge, observer: LoopObserver) -> None:
+        super().__init__(engine, tracing, meanwhile, committer=committer, purge=purge)
         self.config = config
-        self._observer, self._fenced = observer, fenced
+        self._observer, self._fenced = observer, committer.fenced
 
     def _attempts(self, batch: Batch) -> TurnResult:
         attempt = 0
@@ -89,9 +98,12 @@ class RetriedTurns(Turns):
 
 
 def turns_for(config: Config, engine: TurnEngine, committer: OffsetCommitter,
-              observer: LoopObserver, *, tracing: Tracing, meanwhile: Meanwhile) -> Turns:
-    """The turns ``committer``'s mode asks for: retried under exactly-once."""
+              observer: LoopObserver, *, tracing: Tracing, meanwhile: Meanwhile,
+              repartitions: Sequence[OutputTopic] = ()) -> Turns:
+    """The turns ``committer``'s mode asks for: retried under exactly-once; purging
+    ``repartitions`` (an app's, on a real broker) after each."""
+    purge = purge_for(config, repartitions)
     if isinstance(committer, TransactionCommitter):
-        return RetriedTurns(config, engine, tracing, meanwhile, observer=observer,
-                            fenced=committer.fenced)
-    return Turns(engine, tracing, meanwhile)
+        return RetriedTurns(config, engine, tracing, meanwhile, committer=committer,
+                            purge=purge, observer=observer)
+    return Turns(engine, tracing, meanwhile, committer=committer, purge=purge)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+import pytest
 from structlog.testing import capture_logs
 
 from kasper_py.exceptions import AdminError
@@ -99,3 +100,16 @@ def test_a_processor_without_repartitions_never_makes_an_admin() -> None:
     purger = RepartitionPurge("app", (), no_admin, interval=30.0, clock=clock)
     clock.now += 60
     purger.after_commit({("source", 0): 10})
+
+
+def test_due_only_with_repartitions_once_the_interval_has_passed() -> None:
+    clock = [0.0]
+    purger = RepartitionPurge("app", [REPARTITION], lambda: pytest.fail("no admin"),
+                              interval=30.0, clock=lambda: clock[0])
+    assert not purger.due()
+    clock[0] = 30.0
+    assert purger.due()
+    lone = RepartitionPurge("lone", [], lambda: pytest.fail("no admin"), interval=30.0,
+                            clock=lambda: clock[0])
+    clock[0] = 1000.0
+    assert not lone.due()
