@@ -1,7 +1,8 @@
 """The ``kasper`` command line behind ``kasper_py.cli.main``: run a processor or an app
 (here), manage its group's offsets and show its lag (``offsets``), replay its dead
 letters (``dlq``), describe or reset an app (``app``), read its tables (``query``), and
-dispatch ``kasper reprocess``/``stream``/``stack`` to their own parsers. Configuration
+dispatch ``kasper reprocess``/``stream``/``stack`` and the topic commands (``topics``,
+``produce``, ``consume``) to their own parsers. Configuration
 comes from a TOML file, then ``KASPER_*`` environment variables, then flags (each
 overrides the one before); that loading, targets and exit codes live in ``base`` (the
 field types in ``fields``), shared by every command.

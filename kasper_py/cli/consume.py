@@ -16,7 +16,14 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-from kasper_py.cli.base import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CliError, print_error
+from kasper_py.cli.base import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_USAGE,
+    CliError,
+    print_error,
+)
 from kasper_py.cli.connection import (
     EPILOG,
     add_record_flags,
@@ -106,8 +113,8 @@ def _run(args: argparse.Namespace) -> int:
         consumer.assign([TopicPartition(args.topic, p, reading.starts[p])
                          for p in sorted(reading.starts)])
         return _read(consumer, reading, serdes, args)
-    except KeyboardInterrupt:
-        return EXIT_OK  # Ctrl-C is how --follow ends
+    except KeyboardInterrupt:  # Ctrl-C is how --follow ends; otherwise it cut the read
+        return EXIT_OK if args.follow else EXIT_INTERRUPTED
     finally:
         consumer.close()
 
