@@ -325,3 +325,30 @@ def test_help_lists_the_choices(bootstrap: str) -> None:
     assert "murmur2(key)" in run("produce", "--help", env=env).stdout
     top = kasper("--help", env=env).stdout
     assert all(name in top for name in ("topics", "produce", "consume"))
+
+
+def test_json_schema_round_trip_with_the_config_file(bootstrap: str,
+                                                     new_topic: Callable[..., str],
+                                                     tmp_path: Path) -> None:
+    """The registry and serdes may come from a processor's TOML file: JSON lines
+    validated by a JSON Schema are written, and a record the schema refuses names its
+    line."""
+    env, topic = cli_env(bootstrap), new_topic("tcli-jsonschema")
+    schema = tmp_path / "order.json"
+    schema.write_text(json.dumps({"type": "object", "title": "Order",
+                                  "properties": {"id": {"type": "string"},
+                                                 "amount": {"type": "integer"}},
+                                  "required": ["id", "amount"]}))
+    config = tmp_path / "kasper.toml"
+    config.write_text(f'value_serde = "json_schema"\n[registry]\nurl = '
+                      f'"{schema_registry_url()}"\nvalue_schema = "{schema}"\n')
+    produced = run("produce", topic, "--config", str(config), env=env,
+                   stdin='{"id": "o1", "amount": 5}\n{"id": "o2"}\n')
+    assert produced.returncode == 1
+    assert produced.stderr.startswith("kasper produce: error: line 2: json_schema serde "
+                                      f"cannot encode (subject '{topic}-value'): ")
+    assert produced.stderr.endswith(f"; 1 record written to {topic}\n")
+    read = run("consume", topic, "--config", str(config), "--json", env=env)
+    assert read.returncode == 0
+    assert [json.loads(line)["value"] for line in read.stdout.splitlines()] == [
+        {"id": "o1", "amount": 5}]
