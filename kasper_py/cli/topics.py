@@ -105,8 +105,12 @@ def _create(admin: Any, config: Any, args: argparse.Namespace) -> int:
     counts = {name: len(meta.partitions) for name, meta in admin.metadata().topics.items()}
     for name in dict.fromkeys(args.topics):
         done = "exists already" if name in existing else "created"
-        print(f"{name}: {done}, {counts.get(name, 0)} partitions")
+        print(f"{name}: {done}, {_partitions(counts.get(name, 0))}")
     return EXIT_OK
+
+
+def _partitions(count: int) -> str:
+    return f"{count} partition{'' if count == 1 else 's'}"
 
 
 def _settings(pairs: Sequence[str]) -> dict[str, str]:
@@ -137,7 +141,7 @@ def _describe(admin: Any, config: Any, names: Sequence[str]) -> int:
         replicas = len(meta.partitions[numbers[0]].replicas) if numbers else 0
         if index:
             print()
-        print(f"topic {name}: {len(numbers)} partitions, replication factor {replicas}")
+        print(f"topic {name}: {_partitions(len(numbers))}, replication factor {replicas}")
         print("settings: " + (", ".join(f"{k}={v}" for k, v in overrides.items())
                               or "the broker's defaults"))
         rows: list[tuple[str, ...]] = [("partition", "leader", "replicas", "in-sync", "low",

@@ -114,6 +114,11 @@ def test_topics_bad_input(bootstrap: str, unique_name: Callable[[str], str]) -> 
     missing = run("topics", "describe", topic, env=env)
     assert (missing.returncode, missing.stderr) == (
         1, f"kasper topics: error: topic {topic!r} does not exist on {bootstrap}\n")
+    plain = run("topics", "create", topic, env=env)  # the broker's num.partitions: 1
+    assert (plain.returncode, plain.stdout) == (0, f"{topic}: created, 1 partition\n")
+    assert run("topics", "describe", topic, env=env).stdout.splitlines()[:2] == [
+        f"topic {topic}: 1 partition, replication factor 1", "settings: the broker's defaults"]
+    assert run("topics", "delete", topic, "--yes", env=env).returncode == 0
     unreachable = run("topics", "list", "-b", "127.0.0.1:1", "--timeout", "1", env=env)
     assert unreachable.returncode == 4
     assert unreachable.stderr.startswith("kasper topics: error: reading metadata on "
