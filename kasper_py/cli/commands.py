@@ -1,7 +1,8 @@
 """The ``kasper`` command line behind ``kasper_py.cli.main``: run a processor or an app
 (here), manage its group's offsets and show its lag (``offsets``), replay its dead
 letters (``dlq``), describe or reset an app (``app``), read its tables (``query``), and
-dispatch ``kasper reprocess``/``stream``/``stack`` to their own parsers. Configuration
+dispatch ``kasper reprocess``/``stream``/``stack`` and the topic commands (``topics``,
+``produce``, ``consume``) to their own parsers. Configuration
 comes from a TOML file, then ``KASPER_*`` environment variables, then flags (each
 overrides the one before); that loading, targets and exit codes live in ``base`` (the
 field types in ``fields``), shared by every command.
@@ -52,6 +53,7 @@ from kasper_py.cli.base import (
     print_error,
     setup_logging,
 )
+from kasper_py.cli.consume import main as consume_main
 from kasper_py.cli.dlq import add_dlq_parser, replay
 from kasper_py.cli.offsets import (
     Progress,
@@ -62,7 +64,9 @@ from kasper_py.cli.offsets import (
     offsets_show,
     probe,
 )
+from kasper_py.cli.produce import main as produce_main
 from kasper_py.cli.query import main as query_main
+from kasper_py.cli.topics import main as topics_main
 from kasper_py.config import Config
 from kasper_py.exceptions import AlreadyRunningError, ConfigError, KasperError, TopicError
 from kasper_py.kafka.admin import ensure_output_topics, reason
@@ -128,6 +132,12 @@ def _parser() -> argparse.ArgumentParser:
                              "(see `kasper stream -h`)")
     commands.add_parser("query", add_help=False,
                         help="read a running processor's tables (see `kasper query -h`)")
+    commands.add_parser("topics", add_help=False,
+                        help="create, list, describe, delete topics (see `kasper topics -h`)")
+    commands.add_parser("produce", add_help=False,
+                        help="write lines or JSON records to a topic (see `kasper produce -h`)")
+    commands.add_parser("consume", add_help=False,
+                        help="read a topic's records, decoded (see `kasper consume -h`)")
     add_offsets_parsers(commands, _add_config_flags)
     add_dlq_parser(commands, _add_config_flags)
     add_app_parsers(commands, _add_config_flags)
@@ -203,7 +213,8 @@ def _stream(argv: list[str]) -> int:
 
 
 _OWN_PARSERS: dict[str, Callable[[list[str]], int]] = {
-    "stack": _stack, "reprocess": _reprocess, "stream": _stream, "query": query_main}
+    "stack": _stack, "reprocess": _reprocess, "stream": _stream, "query": query_main,
+    "topics": topics_main, "produce": produce_main, "consume": consume_main}
 
 
 # -- kasper run ---------------------------------------------------------------------

@@ -16,6 +16,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported
     AlterConfigOpType,
     ConfigEntry,
     ConfigResource,
+    ConfigSource,
     ResourceType,
 )
 from confluent_kafka.cimpl import NewTopic  # confluent_kafka.admin re-exports it untyped
@@ -105,8 +106,8 @@ class TopicAdmin:
             if spec.name not in raced:
                 _log.info("kasper.topic_created", processor=self._config.name,
                           topic=spec.name, partitions=spec.partitions, kind=spec.kind)
-        self._wait_visible({spec.name: None if spec.name in raced else spec.partitions
-                            for spec in specs})
+        self._wait_visible({spec.name: None if spec.name in raced or spec.partitions < 1
+                            else spec.partitions for spec in specs})
         return raced
 
     def _created(self, name: str, future: Any) -> bool:
@@ -175,6 +176,16 @@ class TopicAdmin:
                     f"reading the settings of topic {resource.name!r}", future.result,
                     timeout=self._timeout + 5).items()}
                 for resource, future in futures.items()}
+
+    def topic_overrides(self, name: str) -> dict[str, str]:
+        """The settings topic ``name`` has of its own, not the broker's defaults
+        (``DescribeConfigs``, source ``DYNAMIC_TOPIC_CONFIG``): ``kasper topics describe``."""
+        future = self._admin.describe_configs([ConfigResource(ResourceType.TOPIC, name)],
+                                              request_timeout=self._timeout)
+        entries = self._call(f"reading the settings of topic {name!r}",
+                             next(iter(future.values())).result, timeout=self._timeout + 5)
+        return {key: entry.value for key, entry in sorted(entries.items())
+                if entry.source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value}
 
     def alter_topic_config(self, name: str, settings: Mapping[str, str]) -> None:
         """Set ``settings`` on topic ``name``, leaving its others (``IncrementalAlterConfigs``)."""

@@ -43,8 +43,10 @@ from docsite.blocks import PAGES, ROOT, Block, blocks
 from docsite.reference import build_parser, parser_for
 
 NOT_RUN = {"text"}
-UNCHECKED_PROGRAMS = {"pip", "export"}
-"""Shell programs whose lines are not checked: packaging and the environment."""
+UNCHECKED_PROGRAMS = {"pip", "export", "printf", "kill", "wait"}
+"""Shell programs whose lines are not checked: packaging, the environment, the shell's
+own (text piped into a command, stopping a background job)."""
+_SEPARATORS = re.compile(r"\s+\|\|?\s+|\s*;\s*|\s+&&\s+|\s+&(?:\s+|$)")
 SPARK_ENTRIES = {"kasper_py/stream/__main__.py": "stream", "$ENTRY": "reprocess"}
 """The entry scripts the pages hand spark-submit, and the kasper command each runs."""
 PYTHON_MODULES = {"kasper_py.reprocess": "reprocess", "kasper_py.stream": "stream",
@@ -145,9 +147,25 @@ def _check_example(words: list[str], where: str) -> None:
         assert flag in shown, f"{where}: {words[0]} has no {flag}"
 
 
+def _shell_commands(line: str) -> list[list[str]]:
+    """The commands of one shell line: split at `` | ``, ``;``, `` && ``, `` || `` and
+    `` &`` (spaced, so usage notation's ``a|b`` stays one word)."""
+    pieces = _SEPARATORS.split(line.split(" #", maxsplit=1)[0])
+    return [words for piece in pieces if (words := shlex.split(piece, comments=True))]
+
+
 def _check_command(line: str, block: Block) -> None:
-    words = shlex.split(line, comments=True)
-    if not words or words[0] in UNCHECKED_PROGRAMS or re.match(r"^[A-Z_]+=", words[0]):
+    if "$(" in line:  # a variable set from a command's output: the shell's business
+        return
+    for words in _shell_commands(line):
+        skip = 0
+        while skip < len(words) and re.match(r"^[A-Z_]+=", words[skip]):  # VAR=value first
+            skip += 1
+        _check_words(words[skip:], block)
+
+
+def _check_words(words: list[str], block: Block) -> None:
+    if not words or words[0] in UNCHECKED_PROGRAMS:
         return
     program = words[0]
     if program == "kasper":
