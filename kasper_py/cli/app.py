@@ -25,6 +25,7 @@ from kasper_py.cli.base import (
     add_target_arguments,
     load_attr,
 )
+from kasper_py.cli.base import add_config_flags as add_name_flags
 from kasper_py.cli.offsets import (
     ResetTarget,
     admin_for,
@@ -58,7 +59,8 @@ def add_app_parsers(commands: Any, add_config_flags: Callable[[argparse.Argument
                               "internal topics, channels, stores and tasks")
     add_target_arguments(show)
     show.add_argument("--json", action="store_true", help="print it as JSON")
-    add_config_flags(show)
+    show.set_defaults(offline=True)  # reads the code and the config, never Kafka
+    add_name_flags(show, ("name",))
     reset = actions.add_parser(
         "reset", help="delete an app's internal topics, group offsets and local state, so "
         "its next start reprocesses its sources (a dry run unless --execute)")

@@ -32,6 +32,7 @@ from kasper_py._support.signals import held_signal
 from kasper_py.app import App, plan_for
 from kasper_py.cli.app import add_app_parsers, app_command
 from kasper_py.cli.base import (
+    CONFIG_FLAGS,
     EXIT_BROKER,
     EXIT_CONFIG,
     EXIT_FAILED,
@@ -39,6 +40,7 @@ from kasper_py.cli.base import (
     EXIT_OK,
     EXIT_REFUSED,
     EXIT_USAGE,
+    OPERATE_FLAGS,
     CliError,
     add_config_flags,
     add_target_arguments,
@@ -118,7 +120,7 @@ def _parser() -> argparse.ArgumentParser:
                      metavar="N", help="run N worker processes (default: the core count) on "
                      "disjoint partition sets, or all in the group with --assignment group; "
                      "the metrics port, if set, serves the supervisor, workers the next ones")
-    _add_config_flags(run)
+    _add_config_flags(run, tuple(CONFIG_FLAGS))
     commands.add_parser("stack", help="start/stop the local stack (see `kasper stack -h`)",
                         add_help=False)
     commands.add_parser("reprocess", add_help=False,
@@ -134,8 +136,11 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _add_config_flags(parser: argparse.ArgumentParser) -> None:
-    add_config_flags(parser)
+def _add_config_flags(parser: argparse.ArgumentParser,
+                      fields: Sequence[str] = OPERATE_FLAGS) -> None:
+    """The config flags of ``fields`` (by default those of a command working on a
+    group from outside) and ``--connect-timeout``."""
+    add_config_flags(parser, fields)
     parser.add_argument("--connect-timeout", type=float, default=10.0, metavar="SECONDS",
                         help="how long to wait for Kafka before giving up (default: 10)")
 
