@@ -7,6 +7,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -82,3 +83,21 @@ def test_subcommands_list_only_their_flags(bootstrap: str, command: list[str],
     assert "--name" in help_text and "--config" in help_text
     for flag in absent:
         assert flag not in help_text, (command, flag)
+
+
+def test_kasper_run_without_stores_names_the_flag(
+        bootstrap: str, kafka: Any, new_topic: Callable[..., str],
+        unique_name: Callable[[str], str]) -> None:
+    """A processor reading a store ``kasper run`` was not given: exit 1,
+    the error naming the store, that none is declared, and ``--stores``."""
+    topic = new_topic("hints-stores", partitions=1)
+    kafka.produce(topic, [(b"k", b"v")])
+    env = cli_env(bootstrap, KASPER_NAME=unique_name("hints-stores"),
+                  KASPER_INPUT_TOPICS=topic, KASPER_KEY_SERDE="str")
+    result = kasper("run", "queries_module:Count", "--app-dir", str(HERE),
+                    "--until-caught-up", "--batch-wait", "0.2", env=env)
+    assert result.returncode == 1, result.stderr[-2000:]
+    assert ("no store 'counts' (declared: none): declare it where the processor runs: "
+            "`kasper run ... --stores MODULE:ATTR` (a sequence of StoreSpecs, e.g. "
+            "[RocksDBTable('counts')]), TopicProcessor(..., stores=[...]), or an App "
+            "processor's stores=") in result.stderr.splitlines()[-1]
