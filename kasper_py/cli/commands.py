@@ -59,6 +59,7 @@ from kasper_py.cli.offsets import (
     Progress,
     add_offsets_parsers,
     admin_for,
+    clear_running_notes,
     lag,
     offsets_reset,
     offsets_show,
@@ -88,6 +89,8 @@ __all__ = ["EXIT_BROKER", "EXIT_CONFIG", "EXIT_FAILED", "EXIT_INTERRUPTED", "EXI
 
 _PROG = "kasper"
 _log = structlog.get_logger("kasper_py.cli")
+_CLEAR_TIMEOUT = 5.0
+"""Seconds a forced stop waits for Kafka to clear its running notes."""
 
 
 # -- argument parsing ---------------------------------------------------------------
@@ -358,6 +361,7 @@ def _run_loop(processor: TopicProcessor, until_caught_up: bool) -> int:
             processor.run_until_stopped(until_caught_up=until_caught_up)
     except KeyboardInterrupt:
         _log.warning("kasper.interrupted", processor=processor.config.name)
+        _clear_notes(processor.config)
         return EXIT_INTERRUPTED
     except AlreadyRunningError as exc:
         raise CliError(EXIT_REFUSED, f"processor {processor.config.name!r} refused to "
@@ -369,6 +373,17 @@ def _run_loop(processor: TopicProcessor, until_caught_up: bool) -> int:
         raise CliError(EXIT_FAILED, f"processor {processor.config.name!r} crashed: "
                        f"{type(exc).__name__}: {exc}") from None
     return EXIT_OK
+
+
+def _clear_notes(config: Config) -> None:
+    """A forced stop leaves commit notes saying running: clear this process's own (the
+    loop has stopped consuming), so a reset need not wait ``running_window``."""
+    try:
+        cleared = clear_running_notes(config, _CLEAR_TIMEOUT)
+    except KeyboardInterrupt:  # a third signal: leave the notes to expire
+        return
+    if cleared:
+        _log.info("kasper.notes_cleared", processor=config.name, partitions=cleared)
 
 
 class _RestoreDisplay(NoopStoreObserver):
