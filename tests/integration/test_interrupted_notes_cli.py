@@ -24,6 +24,14 @@ pytest_plugins = ["conftest_stores"]
 N = 40
 
 
+def _just_after_a_commit(committed: Callable[[], int]) -> None:
+    """Return as soon as the committed offset moves: a new turn has just begun."""
+    before, deadline = committed(), time.monotonic() + 30
+    while committed() == before:
+        assert time.monotonic() < deadline, "no commit within 30 s"
+        time.sleep(0.05)
+
+
 def test_a_double_ctrl_c_clears_its_note_and_a_dry_run_is_never_refused(
         bootstrap: str, new_topic: Callable[..., str], kafka: Any,
         unique_name: Callable[[str], str], tmp_path: Path) -> None:
@@ -35,7 +43,7 @@ def test_a_double_ctrl_c_clears_its_note_and_a_dry_run_is_never_refused(
     kafka.produce(source, [f"m{i}".encode() for i in range(N)])
     name = unique_name("cli-note")
     config = write_config(tmp_path, name, source, batch_size=2)
-    env = cli_env(bootstrap, sink, EXAMPLE_PAUSE="1")
+    env = cli_env(bootstrap, sink, EXAMPLE_PAUSE="2")
     process = subprocess.Popen([*kasper_command(), *run_args(config)], env=env, text=True,
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
@@ -51,8 +59,9 @@ def test_a_double_ctrl_c_clears_its_note_and_a_dry_run_is_never_refused(
                                    "commit) unless it has stopped\n")
         refused = kasper("offsets", "reset", "--to", "earliest", "-c", config, env=env)
         assert refused.returncode == 5 and "is being processed" in refused.stderr
-        process.send_signal(signal.SIGINT)
-        time.sleep(0.3)
+        _just_after_a_commit(lambda: kafka.committed(name, source)[0] or 0)
+        process.send_signal(signal.SIGINT)  # mid-batch: the turn sleeps 2 s more
+        time.sleep(0.2)
         process.send_signal(signal.SIGINT)
         _, err = process.communicate(timeout=60)
     finally:
