@@ -303,7 +303,8 @@ class RocksDBTable(StoreSpec):
                                     self.value_serde)
         if self.changelog and runtime.producer is None:
             raise StoreError(f"table {self.name!r} writes a changelog with the loop's "
-                             "producer: run it in a TopicProcessor, or pass changelog=False")
+                             "producer: run it in a TopicProcessor (or a ProcessorDriver), "
+                             "or pass changelog=False")
         if self.changelog and runtime.changelogs is not None:  # in memory (the driver's)
             self._reader = runtime.changelogs.reader(self.topic(runtime.config))
         db = LocalDB(self.path(runtime.config, runtime.partition))
