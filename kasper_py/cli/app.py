@@ -57,7 +57,7 @@ def add_app_parsers(commands: Any, add_config_flags: Callable[[argparse.Argument
     actions = app.add_subparsers(dest="action", required=True, metavar="ACTION")
     show = actions.add_parser("describe", help="print an app's processors, inputs, outputs, "
                               "internal topics, channels, stores and tasks")
-    add_target_arguments(show)
+    add_target_arguments(show, stores=False)  # an App declares its stores
     show.add_argument("--json", action="store_true", help="print it as JSON")
     show.set_defaults(offline=True)  # reads the code and the config, never Kafka
     add_name_flags(show, ("name",))

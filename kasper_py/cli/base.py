@@ -296,13 +296,17 @@ def _mapping(name: str, value: Any, source: str) -> dict[str, Any]:
 
 # -- the user's code: module:attr targets and store specs ------------------------------
 
-def add_target_arguments(parser: argparse.ArgumentParser) -> None:
-    """The processor to run (``target``), its ``--stores`` and the ``--app-dir`` they are
+def add_target_arguments(parser: argparse.ArgumentParser, *, stores: bool = True) -> None:
+    """The processor to run (``target``), its ``--stores`` (unless ``stores`` is False: a
+    command taking an App alone, which declares its own) and the ``--app-dir`` they are
     imported from."""
     parser.add_argument("target", help="module:factory, a ProcessorFactory (or processor "
                         "class); `kasper run` also takes an App (kasper_py.app)")
-    parser.add_argument("--stores", metavar="MODULE:ATTR",
-                        help="StoreSpecs to open: a sequence, or a callable taking the Config")
+    if stores:
+        parser.add_argument("--stores", metavar="MODULE:ATTR", help="StoreSpecs to open: "
+                            "a sequence, or a callable taking the Config")
+    else:
+        parser.set_defaults(stores=None)
     parser.add_argument("--app-dir", default=".", help="prepended to sys.path (default: .)")
 
 

@@ -73,7 +73,7 @@ def test_enumerated_flags_list_their_choices(bootstrap: str) -> None:
     (["lag"], ["--batch-size", "--query-host"]),
     (["dlq", "replay"], ["--processing-guarantee", "--metrics-port"]),
     (["app", "describe"], ["--bootstrap-servers", "--connect-timeout", "--batch-size",
-                           "--input-partitions"]),
+                           "--input-partitions", "--stores"]),
 ])
 def test_subcommands_list_only_their_flags(bootstrap: str, command: list[str],
                                            absent: list[str]) -> None:
