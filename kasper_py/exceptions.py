@@ -31,6 +31,9 @@
     └── StreamError          a streaming query on Spark was refused or failed
 
     SimulatedCrash (a BaseException)   kasper_py.testing's injected "kill -9"
+    UnknownStoreError (a KeyError)     context.store(name) of a store nobody declared: a
+                                       bug in the processor, so process() raising it is a
+                                       ProcessingError like any other
 
 Every error raised from a turn of the loop says which batch was left
 uncommitted (partitions and offset ranges) and chains the original cause.
@@ -67,6 +70,7 @@ __all__ = [
     "StreamError",
     "TopicError",
     "UnauthorizedError",
+    "UnknownStoreError",
     "UnknownTableError",
 ]
 
@@ -187,6 +191,14 @@ class StoreError(KasperError):
 
 class StoreUnavailableError(StoreError):
     """The store server could not be reached after the configured retries."""
+
+
+class UnknownStoreError(KeyError):
+    """``ProcessorContext.store(name)`` of a store that was not declared. A ``KeyError``,
+    as it always was, not a ``KasperError``: the processor's bug, not a store failure."""
+
+    def __str__(self) -> str:  # a KeyError quotes its message: keep it readable
+        return str(self.args[0]) if self.args else ""
 
 
 class RestoreError(KasperError):

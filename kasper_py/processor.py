@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar, overload
 
+from kasper_py.exceptions import UnknownStoreError
 from kasper_py.stores.base import KeyValueStore
 from kasper_py.stores.query import Queryable
 from kasper_py.time import PartitionClock, Timer, TimerCallback, TimerKind, extractor_for
@@ -109,7 +110,8 @@ class ProcessorContext:
     def store(self, name: str, kind: type[S]) -> S: ...
 
     def store(self, name: str, kind: type[KeyValueStore] = KeyValueStore) -> KeyValueStore:
-        """Return the store called ``name``; ``KeyError`` lists the declared ones.
+        """Return the store called ``name``; ``UnknownStoreError`` (a ``KeyError``) lists
+        the declared ones and how to declare it.
 
         ``kind`` (``RocksDBStore``, say) types the result for backend-specific calls;
         a store of another class is a ``TypeError``.
@@ -117,7 +119,12 @@ class ProcessorContext:
         try:
             store = self.stores[name]
         except KeyError:
-            raise KeyError(f"no store {name!r}; declared: {sorted(self.stores)}") from None
+            declared = ", ".join(map(repr, sorted(self.stores))) or "none"
+            raise UnknownStoreError(
+                f"no store {name!r} (declared: {declared}): declare it where the processor "
+                f"runs: `kasper run ... --stores MODULE:ATTR` (a sequence of StoreSpecs, "
+                f"e.g. [RocksDBTable({name!r})]), TopicProcessor(..., stores=[...]), or "
+                "an App processor's stores=") from None
         if not isinstance(store, kind):
             raise TypeError(f"store {name!r} is a {type(store).__name__}, "
                             f"not a {kind.__name__}")

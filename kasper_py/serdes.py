@@ -46,7 +46,10 @@ class BytesSerde:
             return value
         if isinstance(value, bytearray | memoryview):
             return bytes(value)
-        raise SerdeError(f"bytes serde cannot encode {type(value).__name__}; pass bytes")
+        hint = (" or declare the str serde (value_serde=\"str\" or key_serde=\"str\", in "
+                "Config, a table or the DSL)" if isinstance(value, str) else "")
+        raise SerdeError(f"bytes serde cannot encode {type(value).__name__}; pass bytes"
+                         + hint)
 
     def decode(self, data: bytes | None) -> Any:
         return data

@@ -25,6 +25,7 @@ from kasper_py.cli.base import (
     add_target_arguments,
     load_attr,
 )
+from kasper_py.cli.base import add_config_flags as add_name_flags
 from kasper_py.cli.offsets import (
     ResetTarget,
     admin_for,
@@ -56,9 +57,10 @@ def add_app_parsers(commands: Any, add_config_flags: Callable[[argparse.Argument
     actions = app.add_subparsers(dest="action", required=True, metavar="ACTION")
     show = actions.add_parser("describe", help="print an app's processors, inputs, outputs, "
                               "internal topics, channels, stores and tasks")
-    add_target_arguments(show)
+    add_target_arguments(show, stores=False)  # an App declares its stores
     show.add_argument("--json", action="store_true", help="print it as JSON")
-    add_config_flags(show)
+    show.set_defaults(offline=True)  # reads the code and the config, never Kafka
+    add_name_flags(show, ("name",))
     reset = actions.add_parser(
         "reset", help="delete an app's internal topics, group offsets and local state, so "
         "its next start reprocesses its sources (a dry run unless --execute)")
@@ -156,7 +158,8 @@ def app_reset(config: Config, args: argparse.Namespace) -> int:
     with admin_for(config, timeout) as admin, \
             admin_for(config, timeout, group=leader_group(config)) as leader:
         metadata = probe(config, admin, timeout)
-        found = _find(config, scope, metadata, (admin, leader), args.force)
+        found = _find(config, scope, metadata, (admin, leader), args.force,
+                      dry_run=not args.execute)
         targets = {} if args.to is None else reset_targets(config, found.sources, args.to,
                                                            admin)
         print(_plan_text(app, config, scope, found, to=args.to, targets=targets))
@@ -169,7 +172,7 @@ def app_reset(config: Config, args: argparse.Namespace) -> int:
 
 
 def _find(config: Config, scope: ResetScope, metadata: Any,
-          admins: tuple[KafkaAdmin, KafkaAdmin], force: bool) -> _Found:
+          admins: tuple[KafkaAdmin, KafkaAdmin], force: bool, *, dry_run: bool) -> _Found:
     """What exists of ``scope``, after refusing (exit 5) while a loop runs the app: a
     member in either group, or (unless ``force``) a recent commit note of a loop."""
     topics = {name: len(metadata.topics[name].partitions) for name in scope.topics
@@ -184,7 +187,8 @@ def _find(config: Config, scope: ResetScope, metadata: Any,
         if state.state != "DEAD":
             groups[admin.group_id] = [r for r in rows[admin.group_id] if r.committed is not None]
     if not force:
-        refuse_if_running(config, [r for group in rows.values() for r in group])
+        refuse_if_running(config, [r for group in rows.values() for r in group],
+                          dry_run=dry_run)
     return _Found(topics, groups, [p for p in scope.paths if p.exists()],
                   rows[config.group][:len(sources)])
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from kasper_py._support.names import NameResolutionError, resolve_name
 from kasper_py._support.secrets import scrub
+from kasper_py._support.variables import unknown_variables
 from kasper_py.app import App, RunTarget
 from kasper_py.cli.fields import FIELDS, parse_flag, parse_variable
 from kasper_py.config import Config
@@ -25,11 +26,11 @@ from kasper_py.stores.base import StoreSpec
 from kasper_py.time import Task, extractor_for
 
 __all__ = ["CONFIG_FLAGS", "ENV_PREFIX", "EXIT_BROKER", "EXIT_CONFIG", "EXIT_FAILED",
-           "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_REFUSED", "EXIT_USAGE", "CliError",
-           "ExitCodes", "add_config_flags", "add_target_arguments", "add_tasks_argument",
-           "config_from_args", "exit_code", "flag_name", "load_attr", "load_config",
-           "load_runnable", "load_target", "load_tasks", "load_views", "print_error",
-           "run_command", "setup_logging"]
+           "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_REFUSED", "EXIT_USAGE", "OFFLINE",
+           "OPERATE_FLAGS", "CliError", "ExitCodes", "add_config_flags",
+           "add_target_arguments", "add_tasks_argument", "config_from_args", "exit_code",
+           "flag_name", "load_attr", "load_config", "load_runnable", "load_target",
+           "load_tasks", "load_views", "print_error", "run_command", "setup_logging"]
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -116,6 +117,13 @@ CONFIG_FLAGS: dict[str, tuple[Callable[[str], Any], str]] = {
     name: (parse_flag(name), text) for name, text in _FLAG_HELP.items()}
 """The Config fields a command line may set: each one's parser (from the field's
 annotation, ``cli.fields``) and help."""
+OPERATE_FLAGS = ("name", "bootstrap_servers", "input_topics", "input_partitions",
+                 "group_id", "batch_wait")
+"""The flags of a command that works on a processor's group from outside (offsets, lag,
+dlq, app reset): which group, topics and partitions, and ``batch_wait`` (how long a loop
+that did not say it stopped counts as running). ``kasper run`` takes every one."""
+OFFLINE = "(offline)"
+"""``bootstrap_servers`` of a command that never connects (``kasper app describe``)."""
 
 
 def flag_name(field: str) -> str:
@@ -130,7 +138,9 @@ def add_config_flags(parser: argparse.ArgumentParser,
     parser.add_argument("--config", "-c", metavar="FILE", help="TOML file of Config fields")
     for name in fields:
         parse, text = CONFIG_FLAGS[name]
-        parser.add_argument(f"--{flag_name(name)}", dest=name, type=parse, help=text)
+        choices = FIELDS[name].choices or None  # listed in the usage and in -h
+        parser.add_argument(f"--{flag_name(name)}", dest=name, type=parse, help=text,
+                            choices=choices)
     parser.add_argument("--log-format", choices=("auto", "json", "console"), default="auto",
                         help="auto: JSON unless stderr is a terminal")
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ERROR")
@@ -149,9 +159,13 @@ def setup_logging(args: argparse.Namespace) -> None:
 def config_from_args(args: argparse.Namespace, env: Mapping[str, str] = os.environ) -> Config:
     """The ``Config`` from ``--config``, ``env`` and whichever config flags were added;
     when the command's target is an ``App``, its name and input topics come first (a
-    layer under the file: ``name`` and ``input_topics`` need not be given)."""
+    layer under the file: ``name`` and ``input_topics`` need not be given). A command
+    that sets ``offline`` (never connects) needs no ``bootstrap_servers``."""
     flags = {name: getattr(args, name, None) for name in CONFIG_FLAGS}
-    return load_config(args.config, env, flags, defaults=_app_defaults(args))
+    defaults = _app_defaults(args)
+    if getattr(args, "offline", False):  # never connects: Kafka need not be named
+        defaults.setdefault("bootstrap_servers", OFFLINE)
+    return load_config(args.config, env, flags, defaults=defaults)
 
 
 def _app_defaults(args: argparse.Namespace) -> dict[str, Any]:
@@ -233,6 +247,7 @@ def _read_toml(path: str) -> dict[str, Any]:
 def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
     """``KASPER_<FIELD>`` for each field; ``KASPER_CLIENT__SASL_PASSWORD`` sets the
     ``client_overrides`` key ``sasl.password`` (likewise ``CONSUMER__``, ``PRODUCER__``)."""
+    _warn_unknown(env)
     values: dict[str, Any] = {}
     for name, kind in FIELDS.items():
         raw = env.get(f"{ENV_PREFIX}{name.upper()}")
@@ -244,6 +259,24 @@ def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
             field = _OVERRIDE_ENV[prefix]
             values.setdefault(field, {})[key.lower().replace("_", ".")] = raw
     return values
+
+
+_WARNED: set[str] = set()
+"""Unknown variables already warned about in this process (configs load more than once)."""
+
+
+def _warn_unknown(env: Mapping[str, str]) -> None:
+    """``kasper: warning: ...`` on stderr for each ``KASPER_*`` variable nothing reads,
+    with the closest known name: a typo would otherwise be silently ignored."""
+    known = [f"{ENV_PREFIX}{name.upper()}" for name, kind in FIELDS.items() if not kind.table]
+    known += [f"{ENV_PREFIX}{prefix}__" for prefix in _OVERRIDE_ENV]
+    for variable, close in unknown_variables(env, known):
+        if variable in _WARNED:
+            continue
+        _WARNED.add(variable)
+        hint = f"; did you mean {close}?" if close else ""
+        print(f"kasper: warning: environment variable {variable} is not a setting kasper "
+              f"reads (ignored){hint}", file=sys.stderr, flush=True)
 
 
 def _parse_env(name: str, raw: str, variable: str) -> Any:
@@ -263,13 +296,17 @@ def _mapping(name: str, value: Any, source: str) -> dict[str, Any]:
 
 # -- the user's code: module:attr targets and store specs ------------------------------
 
-def add_target_arguments(parser: argparse.ArgumentParser) -> None:
-    """The processor to run (``target``), its ``--stores`` and the ``--app-dir`` they are
+def add_target_arguments(parser: argparse.ArgumentParser, *, stores: bool = True) -> None:
+    """The processor to run (``target``), its ``--stores`` (unless ``stores`` is False: a
+    command taking an App alone, which declares its own) and the ``--app-dir`` they are
     imported from."""
     parser.add_argument("target", help="module:factory, a ProcessorFactory (or processor "
                         "class); `kasper run` also takes an App (kasper_py.app)")
-    parser.add_argument("--stores", metavar="MODULE:ATTR",
-                        help="StoreSpecs to open: a sequence, or a callable taking the Config")
+    if stores:
+        parser.add_argument("--stores", metavar="MODULE:ATTR", help="StoreSpecs to open: "
+                            "a sequence, or a callable taking the Config")
+    else:
+        parser.set_defaults(stores=None)
     parser.add_argument("--app-dir", default=".", help="prepended to sys.path (default: .)")
 
 

@@ -33,6 +33,7 @@ from kasper_py._support.signals import held_signal
 from kasper_py.app import App, plan_for
 from kasper_py.cli.app import add_app_parsers, app_command
 from kasper_py.cli.base import (
+    CONFIG_FLAGS,
     EXIT_BROKER,
     EXIT_CONFIG,
     EXIT_FAILED,
@@ -40,6 +41,7 @@ from kasper_py.cli.base import (
     EXIT_OK,
     EXIT_REFUSED,
     EXIT_USAGE,
+    OPERATE_FLAGS,
     CliError,
     add_config_flags,
     add_target_arguments,
@@ -59,6 +61,7 @@ from kasper_py.cli.offsets import (
     Progress,
     add_offsets_parsers,
     admin_for,
+    clear_running_notes,
     lag,
     offsets_reset,
     offsets_show,
@@ -90,6 +93,8 @@ __all__ = ["EXIT_BROKER", "EXIT_CONFIG", "EXIT_FAILED", "EXIT_INTERRUPTED", "EXI
 
 _PROG = "kasper"
 _log = structlog.get_logger("kasper_py.cli")
+_CLEAR_TIMEOUT = 5.0
+"""Seconds a forced stop waits for Kafka to clear its running notes."""
 
 
 # -- argument parsing ---------------------------------------------------------------
@@ -122,7 +127,7 @@ def _parser() -> argparse.ArgumentParser:
                      metavar="N", help="run N worker processes (default: the core count) on "
                      "disjoint partition sets, or all in the group with --assignment group; "
                      "the metrics port, if set, serves the supervisor, workers the next ones")
-    _add_config_flags(run)
+    _add_config_flags(run, tuple(CONFIG_FLAGS))
     commands.add_parser("stack", help="start/stop the local stack (see `kasper stack -h`)",
                         add_help=False)
     commands.add_parser("reprocess", add_help=False,
@@ -144,8 +149,11 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _add_config_flags(parser: argparse.ArgumentParser) -> None:
-    add_config_flags(parser)
+def _add_config_flags(parser: argparse.ArgumentParser,
+                      fields: Sequence[str] = OPERATE_FLAGS) -> None:
+    """The config flags of ``fields`` (by default those of a command working on a
+    group from outside) and ``--connect-timeout``."""
+    add_config_flags(parser, fields)
     parser.add_argument("--connect-timeout", type=float, default=10.0, metavar="SECONDS",
                         help="how long to wait for Kafka before giving up (default: 10)")
 
@@ -364,6 +372,7 @@ def _run_loop(processor: TopicProcessor, until_caught_up: bool) -> int:
             processor.run_until_stopped(until_caught_up=until_caught_up)
     except KeyboardInterrupt:
         _log.warning("kasper.interrupted", processor=processor.config.name)
+        _clear_notes(processor.config)
         return EXIT_INTERRUPTED
     except AlreadyRunningError as exc:
         raise CliError(EXIT_REFUSED, f"processor {processor.config.name!r} refused to "
@@ -375,6 +384,17 @@ def _run_loop(processor: TopicProcessor, until_caught_up: bool) -> int:
         raise CliError(EXIT_FAILED, f"processor {processor.config.name!r} crashed: "
                        f"{type(exc).__name__}: {exc}") from None
     return EXIT_OK
+
+
+def _clear_notes(config: Config) -> None:
+    """A forced stop leaves commit notes saying running: clear this process's own (the
+    loop has stopped consuming), so a reset need not wait ``running_window``."""
+    try:
+        cleared = clear_running_notes(config, _CLEAR_TIMEOUT)
+    except KeyboardInterrupt:  # a third signal: leave the notes to expire
+        return
+    if cleared:
+        _log.info("kasper.notes_cleared", processor=config.name, partitions=cleared)
 
 
 class _RestoreDisplay(NoopStoreObserver):

@@ -9,6 +9,7 @@ import argparse
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
@@ -44,6 +45,7 @@ from kasper_py.kafka.topics import input_partitions
 from kasper_py.message import TopicPartitionKey
 
 __all__ = ["Progress", "ResetTarget", "add_offsets_parsers", "admin_for", "alter_offsets",
+           "clear_running_notes",
            "describe_target", "lag", "offsets_reset", "offsets_show", "probe",
            "read_progress", "refuse_if_active", "refuse_if_running", "reset_table",
            "reset_target", "reset_targets"]
@@ -204,7 +206,7 @@ def offsets_reset(config: Config, to: ResetTarget, dry_run: bool, timeout: float
         refuse_if_active(config, admin)
         current = _read_offsets(config, admin, metadata)
         if not force:
-            refuse_if_running(config, current)
+            refuse_if_running(config, current, dry_run=dry_run)
         targets = reset_targets(config, current, to, admin)
         print(reset_table(current, targets))
         if dry_run:
@@ -246,17 +248,46 @@ def refuse_if_active(config: Config, admin: KafkaAdmin) -> GroupState:
     return group
 
 
-def refuse_if_running(config: Config, current: list[PartitionProgress]) -> None:
+def refuse_if_running(config: Config, current: list[PartitionProgress], *,
+                      dry_run: bool = False) -> None:
     """``CliError(EXIT_REFUSED)`` while a loop runs: one with a static assignment is no
     group member, but its commit notes show it, and its next commit would overwrite a
-    reset."""
+    reset. A ``dry_run`` changes nothing, so it is never refused: it warns on stderr."""
     note = running_loop(config, [r.note for r in current])
-    if note is not None:
-        raise CliError(EXIT_REFUSED, f"group {config.group!r} is being processed: a kasper "
-                       f"loop is {note.describe()}, and its next commit would undo the "
-                       "reset; stop it first (its last commit then says it stopped), or "
-                       "pass --force if it is gone (a loop counts as running for "
-                       f"{running_window(config):.0f} s after its last commit)")
+    if note is None:
+        return
+    running = f"a kasper loop is {note.describe()}"
+    if dry_run:
+        print(f"kasper: warning: {running}: a reset now would be refused (and undone by "
+              "its next commit) unless it has stopped", file=sys.stderr, flush=True)
+        return
+    raise CliError(EXIT_REFUSED, f"group {config.group!r} is being processed: {running}, "
+                   "and its next commit would undo the reset; stop it first (its last "
+                   "commit then says it stopped), or pass --force if it is gone (a loop "
+                   f"counts as running for {running_window(config):.0f} s after its last "
+                   "commit)")
+
+
+def clear_running_notes(config: Config, timeout: float) -> int:
+    """After this process's loop was stopped at once (a second Ctrl-C: no last commit),
+    its commit notes still say running and would refuse resets for ``running_window``
+    seconds. Where a partition's last commit is this process's running note, commit the
+    same offset, read back from the broker (so none moves), with a stopped note: safe,
+    since nothing was committed after it and the loop no longer consumes. Returns how
+    many partitions; 0 when Kafka does not answer or the group has members (group mode:
+    the others' commits speak for it)."""
+    try:
+        with admin_for(config, timeout) as admin:
+            rows = _read_offsets(config, admin, probe(config, admin, timeout))
+            mine = {r.key: r.committed for r in rows if r.committed is not None
+                    and r.note is not None and r.note.is_mine() and r.note.state == "running"}
+            note = next((r.note for r in rows if r.key in mine), None)
+            if note is None:
+                return 0
+            admin.commit(mine, replace(note, state="stopped", at=time.time()).encode())
+    except (CliError, KasperError):
+        return 0
+    return len(mine)
 
 
 def reset_targets(config: Config, current: list[PartitionProgress], to: ResetTarget,

@@ -1,6 +1,8 @@
 """``kasper query``: read a running processor's tables from a shell, through
 ``QueryClient`` (so redirects to the instance holding a key are followed). Prints JSON:
-one value, or one ``[key, value]`` line per pair of a scan.
+one value, or one ``[key, value]`` line per pair of a scan. The key is sent as typed
+and decoded by the server, so its errors and hints reach the shell verbatim; a hint
+given with a value (the key found where another partitioner puts it) goes to stderr.
 """
 
 from __future__ import annotations
@@ -50,7 +52,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("key", nargs="?", help="the key, as the processor sees it (with "
                         "a json key serde: JSON text, e.g. 42 or '\"alice\"')")
     parser.add_argument("--key-serde", choices=("bytes", "str", "json"),
-                        help="the table's key serde, when /tables does not name one")
+                        help="ignored (kept for old scripts): the key is sent as typed "
+                             "and the server decodes it with the table's key serde")
     parser.add_argument("--prefix", help="a scan: keys starting with these bytes (UTF-8)")
     parser.add_argument("--start", help="a scan: keys from these bytes (inclusive)")
     parser.add_argument("--end", help="a scan: keys up to these bytes (exclusive)")
@@ -84,18 +87,22 @@ def main(argv: Sequence[str], env: Mapping[str, str] = os.environ) -> int:
 
 
 def _answer(client: QueryClient, args: argparse.Namespace) -> Any:
-    """The lines to print, as JSON values."""
+    """The lines to print, as JSON values; a lookup's hint goes to stderr."""
     if args.table is None:
         return client.tables()
     if args.key is None:
         return _scan(client, args)
     described = _describe(client, args.table)  # one /tables request: kind and key serde
-    serde = args.key_serde or described.get("key_serde")
-    serde = serde if serde in ("bytes", "str", "json") else None  # else the client says
-    key = json.loads(args.key) if serde == "json" else args.key
+    # The key goes as typed: its text is the key serde's bytes (JSON text for a json
+    # key), decoded by the server, whose error names what is wrong with it.
+    key = args.key.encode("utf-8")
     if described.get("kind") == "windowed":
-        return client.windows(args.table, key, args.time_from, args.time_to, key_serde=serde)
-    return [client.get(args.table, key, key_serde=serde)]
+        return client.windows(args.table, key, args.time_from, args.time_to,
+                              key_serde="bytes")
+    found = client.find(args.table, key, key_serde="bytes")
+    if found.hint:
+        print(f"{_PROG}: note: {found.hint}", file=sys.stderr, flush=True)
+    return [found.value]
 
 
 def _scan(client: QueryClient, args: argparse.Namespace) -> list[list[Any]]:

@@ -11,9 +11,15 @@ from typing import get_args
 from kasper_py.config import Partitioner
 from kasper_py.kafka.partitioner import murmur2, murmur2_partition
 
-__all__ = ["PARTITIONERS", "Partitioner", "murmur2", "partition_for"]
+__all__ = ["PARTITIONERS", "PRODUCERS", "Partitioner", "murmur2", "partition_for"]
 
 PARTITIONERS: tuple[Partitioner, ...] = get_args(Partitioner)
+PRODUCERS: dict[Partitioner, str] = {
+    "crc32": "librdkafka's default consistent_random: a plain confluent-kafka, Go or .NET "
+             "producer",
+    "murmur2": "the Java client's default, and kasper_py's own producer's"}
+"""Who partitions keys with each partitioner, for hints."""
+
 
 def partition_for(key: bytes, partitions: int, partitioner: Partitioner) -> int:
     """The partition of ``key`` among ``partitions``.

@@ -10,7 +10,9 @@ answer is ``NotHereError`` naming the instance that announced it holds the parti
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
+
+import structlog
 
 from kasper_py.config import Config
 from kasper_py.exceptions import (
@@ -22,19 +24,29 @@ from kasper_py.exceptions import (
     UnknownTableError,
 )
 from kasper_py.query._locate import Locator
-from kasper_py.query._partitioner import partition_for
+from kasper_py.query._partitioner import PARTITIONERS, PRODUCERS, Partitioner, partition_for
 from kasper_py.serdes import Serde, serde_for
 from kasper_py.stores.base import StoreSpec
 from kasper_py.stores.query import Queryable, Scan
 from kasper_py.windows.table import WindowedQueryable, WindowResult
 
-__all__ = ["MAX_LIMIT", "Tables"]
+__all__ = ["MAX_LIMIT", "Lookup", "Tables"]
+
+_log = structlog.get_logger("kasper_py")
 
 MAX_LIMIT = 10_000
 """The most pairs one scan page returns."""
 OpenStores = Callable[[], Mapping[int, Mapping[str, Queryable]]]
 """The stores open right now, by partition (the loop's, read from another thread), each
 as queries read it: a windowed table's as its ``WindowedQueryable``."""
+
+
+class Lookup(NamedTuple):
+    """A key's value, and a ``hint`` when the key was not where
+    ``Config.query_partitioner`` puts it (``Tables.find``)."""
+
+    value: Any
+    hint: str | None
 
 
 class Tables:
@@ -51,6 +63,7 @@ class Tables:
         self._open_stores = open_stores
         self._locator = locator
         self._partition_count = partition_count
+        self._warned = False
 
     @property
     def partition_count(self) -> int | None:
@@ -106,11 +119,78 @@ class Tables:
     def get(self, table: str, key: Any, *, partition: int | None = None) -> Any:
         """The committed value of ``key``; ``KeyNotFoundError`` when there is none,
         ``NotHereError`` when another instance holds its partition."""
-        store, _ = self._store_for(table, key, partition)
-        found = store.query_get_many([key])
-        if key not in found:
-            raise KeyNotFoundError(f"table {table!r} has no value for key {key!r}")
-        return found[key]
+        return self.find(table, key, partition=partition).value
+
+    def find(self, table: str, key: Any, *, partition: int | None = None) -> Lookup:
+        """``get``, with a hint when the key was found only in the partition another
+        partitioner gives it (its producers do not partition as
+        ``Config.query_partitioner`` says): a key is looked for under every partitioner
+        whose partition is held here, so a default setup answers whichever one the
+        input's producers used. A miss names the partitions looked in and the setting."""
+        spec = self._spec(table)
+        held = {p: s[table] for p, s in self._held().items() if table in s}
+        if partition is not None or (_everywhere(spec) and held):
+            store, partition = self._store_for(table, key, partition)
+            found = store.query_get_many([key])
+            if key not in found:
+                raise KeyNotFoundError(f"table {table!r} has no value for key {key!r} in "
+                                       f"input partition {partition}")
+            return Lookup(found[key], None)
+        home = self.partition_of(table, key)
+        others = self._other_partitions(table, key, home)
+        for where in (home, *others.values()):
+            found = held[where].query_get_many([key]) if where in held else {}
+            if key in found:
+                return Lookup(found[key], None if where == home
+                              else self._found_elsewhere(key, home, where, others))
+        if home not in held:
+            raise self._not_here(table, home, key)
+        raise KeyNotFoundError(f"table {table!r} has no value for key {key!r}"
+                               + self._miss_hint(home, others, held))
+
+    def _other_partitions(self, table: str, key: Any, home: int) -> dict[Partitioner, int]:
+        """The partition each partitioner but the configured one gives ``key``, where it
+        differs from ``home``."""
+        assert self.partition_count is not None  # partition_of checked it
+        encoded = bytes(self.key_serde(table).encode(key) or b"")
+        others: dict[Partitioner, int] = {}
+        for partitioner in PARTITIONERS:
+            if partitioner == self.config.query_partitioner:
+                continue
+            try:
+                other = partition_for(encoded, self.partition_count, partitioner)
+            except ValueError:  # an empty key has no crc32 home
+                continue
+            if other != home:
+                others[partitioner] = other
+        return others
+
+    def _found_elsewhere(self, key: Any, home: int, where: int,
+                         others: Mapping[Partitioner, int]) -> str:
+        partitioner = next(p for p, other in others.items() if other == where)
+        hint = (f"key {key!r} was found in input partition {where}, where the "
+                f"{partitioner} partitioner ({PRODUCERS[partitioner]}) puts it, not in "
+                f"partition {home} (query_partitioner={self.config.query_partitioner!r}): "
+                + _setting_hint(partitioner))
+        if not self._warned:
+            self._warned = True
+            _log.warning("kasper.query_partitioner_mismatch", processor=self.config.name,
+                         hint=hint)
+        return hint
+
+    def _miss_hint(self, home: int, others: Mapping[Partitioner, int],
+                   held: Mapping[int, Queryable]) -> str:
+        """Where the key was looked for and, when another partitioner's partition is held
+        elsewhere, the setting that would route the key there."""
+        looked = [f"{home} ({self.config.query_partitioner})"]
+        looked += [f"{other} ({name})" for name, other in others.items() if other in held]
+        hint = f" (looked in input partition {' and '.join(looked)})"
+        elsewhere = [(name, other) for name, other in others.items() if other not in held]
+        for name, other in elsewhere:
+            hint += (f"; if the input's producers use the {name} partitioner "
+                     f"({PRODUCERS[name]}), the key is in partition {other}, not held "
+                     f"here: {_setting_hint(name)}")
+        return hint
 
     def windows(self, table: str, key: Any, time_from: int = 0,
                 time_to: int = 2 ** 63 - 1) -> list[WindowResult]:
@@ -252,6 +332,11 @@ def _everywhere(spec: StoreSpec) -> bool:
 def _serde(spec: StoreSpec, what: str) -> Serde | None:
     serde = getattr(spec, what, None)
     return None if serde is None else serde_for(serde)
+
+
+def _setting_hint(partitioner: Partitioner) -> str:
+    return (f"set query_partitioner = \"{partitioner}\" (TOML, "
+            f"KASPER_QUERY_PARTITIONER={partitioner} or Config(query_partitioner=...))")
 
 
 def _json_hint(serde: Serde, raw: bytes) -> str:

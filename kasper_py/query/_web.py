@@ -3,7 +3,9 @@ the user's views. Routes (GET only)::
 
     /tables                          the tables, their kinds and the partitions held here
     /tables/{name}?prefix=&from=&to=&limit=&cursor=&partition=   one page of a scan
-    /tables/{name}/{key}             the key's value
+    /tables/{name}/{key}             the key's value (and a "hint" when it was found
+                                     where another partitioner than
+                                     Config.query_partitioner puts it)
     /tables/{name}/{key}?from=&to=   a windowed table's windows of the key (ms)
     <view path>                      a registered view
 
@@ -84,8 +86,9 @@ class QueryApp:
                                           _int_param(request, "to", 2 ** 63 - 1) or 0)
             return Response({"table": table, "key": key, "windows": [
                 {"start": w.start, "end": w.end, "value": w.value} for w in windows]})
-        value = self.tables.get(table, key, partition=partition)
-        return Response({"table": table, "key": key, "value": value})
+        found = self.tables.find(table, key, partition=partition)
+        hint = {"hint": found.hint} if found.hint else {}
+        return Response({"table": table, "key": key, "value": found.value, **hint})
 
     def _scan(self, table: str, request: Request, partition: int | None) -> dict[str, Any]:
         raw = _raw_params(request.target)

@@ -24,6 +24,7 @@ from kasper_py.exceptions import (
     UnauthorizedError,
     UnknownTableError,
 )
+from kasper_py.query._tables import Lookup
 from kasper_py.serdes import Serde, serde_for
 
 __all__ = ["QueryClient"]
@@ -80,7 +81,13 @@ class QueryClient:
 
     def get(self, table: str, key: Any, *, key_serde: str | Serde | None = None) -> Any:
         """The value of ``key``; ``KeyNotFoundError`` when the table has none."""
-        return self._get(self._key_path(table, key, key_serde))["value"]
+        return self.find(table, key, key_serde=key_serde).value
+
+    def find(self, table: str, key: Any, *, key_serde: str | Serde | None = None) -> Lookup:
+        """``get``, with the server's hint when it found the key where another
+        partitioner than its ``Config.query_partitioner`` puts it."""
+        answer = self._get(self._key_path(table, key, key_serde))
+        return Lookup(answer["value"], answer.get("hint"))
 
     def windows(self, table: str, key: Any, time_from: int = 0, time_to: int = 2 ** 63 - 1,
                 *, key_serde: str | Serde | None = None) -> list[dict[str, Any]]:

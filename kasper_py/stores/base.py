@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import repeat
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from kasper_py.exceptions import BadQueryError, StoreError
 from kasper_py.message import TopicPartitionKey
@@ -32,6 +32,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BufferedStore",
+    "ChangelogSource",
+    "Changelogs",
     "KeyValueStore",
     "OwnedState",
     "Scan",  # re-exported, as before the split: its home is query.py
@@ -71,6 +73,40 @@ def encode_keys(serde: Serde, keys: Sequence[Any], prefix: bytes = b"") -> list[
     return [prefix + key for key in encoded] if prefix else encoded
 
 
+class ChangelogSource(Protocol):
+    """Reads one changelog topic back, as ``stores.changelog.ChangelogReader`` does from
+    Kafka: the watermarks of a partition, then its records from a position."""
+
+    @property
+    def positions(self) -> dict[int, int]:
+        """The next offset to read of each assigned partition."""
+
+    def watermarks(self, partition: int) -> tuple[int, int]:
+        """(low, high) offsets of ``partition``."""
+
+    def assign(self, starts: Mapping[int, int]) -> None:
+        """Read these partitions from these offsets."""
+
+    def unassign(self) -> None:
+        """Stop reading."""
+
+    def read_until(self, ends: Mapping[int, int], apply: Callable[[int, list[Any]], None],
+                   observer: StoreObserver, *, processor: str, table: str,
+                   reason: str = "") -> int:
+        """Hand every record up to ``ends`` to ``apply`` (a partition and its next
+        records, each with ``key()``, ``value()`` and ``offset()``); the count read."""
+
+    def close(self) -> None:
+        """Release the reader."""
+
+
+class Changelogs(Protocol):
+    """Where a runner keeps changelog topics other than in Kafka."""
+
+    def reader(self, topic: str) -> ChangelogSource:
+        """A reader of ``topic``."""
+
+
 @dataclass(frozen=True)
 class StoreRuntime:
     """What a store needs from the loop that owns it."""
@@ -81,6 +117,9 @@ class StoreRuntime:
     """The runner's output port, for changelog writes acked before the commit."""
     observer: StoreObserver = NOOP_STORE_OBSERVER
     """Where the store reports its operations and restores (the loop's metrics)."""
+    changelogs: Changelogs | None = None
+    """Changelog topics held in memory (``ProcessorDriver``'s), read in place of Kafka's
+    to restore a local table; ``None``: the tables read their changelogs from Kafka."""
 
 
 class KeyValueStore(StoreLifecycle, Queryable):

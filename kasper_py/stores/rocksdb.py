@@ -36,6 +36,7 @@ from kasper_py.message import TopicPartitionKey
 from kasper_py.serdes import Serde, serde_for
 from kasper_py.stores.base import (
     BufferedStore,
+    ChangelogSource,
     KeyValueStore,
     OwnedState,
     StoreRuntime,
@@ -277,7 +278,7 @@ class RocksDBTable(StoreSpec):
         self.topic_config = dict(topic_config or {})
         self.restore_timeout = restore_timeout
         self._topic = changelog_topic
-        self._reader: ChangelogReader | None = None
+        self._reader: ChangelogSource | None = None
         self._global: _GlobalState | None = None
 
     def topic(self, config: Config) -> str:
@@ -302,7 +303,10 @@ class RocksDBTable(StoreSpec):
                                     self.value_serde)
         if self.changelog and runtime.producer is None:
             raise StoreError(f"table {self.name!r} writes a changelog with the loop's "
-                             "producer: run it in a TopicProcessor, or pass changelog=False")
+                             "producer: run it in a TopicProcessor (or a ProcessorDriver), "
+                             "or pass changelog=False")
+        if self.changelog and runtime.changelogs is not None:  # in memory (the driver's)
+            self._reader = runtime.changelogs.reader(self.topic(runtime.config))
         db = LocalDB(self.path(runtime.config, runtime.partition))
         try:
             offset = self._restore(runtime, db) if self.changelog else 0
@@ -330,12 +334,14 @@ class RocksDBTable(StoreSpec):
         finally:
             reader.unassign()
 
-    def _changelog_reader(self, config: Config) -> ChangelogReader:
+    def _changelog_reader(self, config: Config) -> ChangelogSource:
         if self._reader is None:
             topic = self.topic(config)
             ensure_changelog(config, topic, replication_factor=self.replication_factor,
                              topic_config=self.topic_config)
-            self._reader = ChangelogReader(config, topic, timeout=self.restore_timeout)
+            reader = ChangelogReader(config, topic, timeout=self.restore_timeout)
+            self._reader = reader
+            return reader
         return self._reader
 
     def _open_global(self, runtime: StoreRuntime) -> _GlobalState:

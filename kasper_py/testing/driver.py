@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any
 
+from kasper_py._support.closing import close_all
 from kasper_py.app import App, RunTarget, plan_for
 from kasper_py.config import Config
 from kasper_py.kafka.batching import Batch, decode_batch
@@ -26,6 +27,7 @@ from kasper_py.message import (
 from kasper_py.processor import MessageProcessor, ProcessorFactory
 from kasper_py.serdes import Serde, serde_for
 from kasper_py.stores.base import KeyValueStore, StoreRuntime, StoreSpec
+from kasper_py.testing.changelog import MemoryChangelogs
 from kasper_py.time import Task
 from kasper_py.turn import TurnEngine
 
@@ -70,6 +72,11 @@ class ProcessorDriver:
     read back in the next turn (on the partition its key hashes to among
     ``partitions``), until no turn sends to one; ``outputs()`` shows the repartition
     topics too. With no ``config``, the app's name and sources make one.
+
+    A ``RocksDBTable`` with a changelog writes it to ``changelogs`` (in memory, not in
+    ``sent``) and restores from it when its files are missing: a second driver given
+    ``changelogs=first.changelogs`` and another ``state_dir`` starts where the first
+    left off, as a loop restarted on another machine does.
     """
 
     def __init__(
@@ -83,6 +90,7 @@ class ProcessorDriver:
         tasks: Sequence[Task] = (),
         wall_clock_start: float | None = None,
         partitions: int = 1,
+        changelogs: MemoryChangelogs | None = None,
     ) -> None:
         app = RunTarget.of(factory).app
         config = config or Config(
@@ -93,7 +101,11 @@ class ProcessorDriver:
         self.config, self._factory, self._store_specs = plan.config, plan.factory, plan.stores
         self._internal = {topic.name for topic in plan.internal}
         self._partitions = partitions
-        self._port = _AckedList()
+        self.changelogs = changelogs if changelogs is not None else MemoryChangelogs()
+        """The local tables' changelog topics (kept out of ``sent``): pass them to a new
+        driver with a fresh ``state_dir`` to restart on another machine."""
+        self._port = _AckedList(self.changelogs, [
+            topic for spec in self._store_specs for topic in spec.owned_state(self.config).topics])
         self._wall_time = time.time() if wall_clock_start is None else float(wall_clock_start)
         exactly_once = self.config.exactly_once
         self._engine = TurnEngine(self.config, self._port,
@@ -202,7 +214,9 @@ class ProcessorDriver:
         state = self._engine.partitions.get(partition)
         if state is None:
             state = self._engine.open_partition(partition, self._factory, self._store_specs,
-                                                StoreRuntime(self.config, partition))
+                                                StoreRuntime(self.config, partition,
+                                                             self._port,
+                                                             changelogs=self.changelogs))
         assert state.processor is not None
         return state.processor
 
@@ -210,6 +224,12 @@ class ProcessorDriver:
         """The store ``name`` of ``partition``."""
         self.processor(partition)
         return self._engine.partitions[partition].stores[name]
+
+    def close(self) -> None:
+        """Close the processors and stores (a RocksDB table's files are then free for
+        another driver on the same ``state_dir``); the driver is not used after."""
+        close_all([*self._engine.close_steps(), *[spec.close for spec in self._store_specs]],
+                  self.config.name)
 
     def outputs(self, topic: str | None = None) -> list[tuple[Any, Any]]:
         """(key, value) pairs sent to ``topic`` (or every topic), decoded with the serdes."""
@@ -227,18 +247,25 @@ class ProcessorDriver:
 
 class _AckedList:
     """The driver's output port: produced messages count as acked when waited for;
-    in a transaction, once it commits (an aborted one's are dropped)."""
+    in a transaction, once it commits (an aborted one's are dropped). Records of the
+    tables' changelog topics go to ``changelogs`` instead (a committed transaction's
+    partitions each get a marker, as Kafka writes one)."""
 
-    def __init__(self) -> None:
+    def __init__(self, changelogs: MemoryChangelogs, changelog_topics: Collection[str]
+                 ) -> None:
         self.acked: list[OutgoingMessage] = []
         self._queued: list[OutgoingMessage] = []
         self._transaction: list[OutgoingMessage] | None = None
+        self._changelogs, self._changelog_topics = changelogs, frozenset(changelog_topics)
 
     def produce(self, messages: Sequence[OutgoingRecord]) -> None:
         self._queued.extend(map(OutgoingMessage.of, messages))
 
     def wait_for_acks(self, waiting: Callable[[], None] | None = None) -> None:
-        (self.acked if self._transaction is None else self._transaction).extend(self._queued)
+        if self._transaction is None:
+            self._deliver(self._queued)
+        else:
+            self._transaction.extend(self._queued)
         self._queued.clear()
 
     def missing_topics(self, topics: Collection[str]) -> dict[str, str]:
@@ -251,10 +278,25 @@ class _AckedList:
     def commit(self, next_offsets: dict[TopicPartitionKey, int], note: str | None = None,
                group: object = None) -> None:
         self.wait_for_acks()
-        self.acked.extend(self._transaction or ())
+        written = self._deliver(self._transaction or ())
+        for topic, partition in written:
+            self._changelogs.mark(topic, partition)
         self._transaction = None
 
     def abort(self) -> bool:
         self._queued.clear()
         was_open, self._transaction = self._transaction is not None, None
         return was_open
+
+    def _deliver(self, messages: Iterable[OutgoingMessage]) -> set[TopicPartitionKey]:
+        """Acked: ``messages`` to ``acked``, changelog records to the changelogs; returns
+        the changelog partitions written."""
+        written: set[TopicPartitionKey] = set()
+        for message in messages:
+            if message.topic in self._changelog_topics:
+                partition = message.partition or 0
+                self._changelogs.append(message.topic, partition, message.key, message.value)
+                written.add((message.topic, partition))
+            else:
+                self.acked.append(message)
+        return written

@@ -49,3 +49,8 @@ def top(request: Request, tables: Tables) -> Response:
 
 
 VIEWS = {"/top": top}
+
+
+def json_stores(config: Config) -> list[RocksDBTable]:
+    """The counts table with json keys (the input's keys are JSON text)."""
+    return [RocksDBTable("counts", key_serde="json", value_serde="json")]

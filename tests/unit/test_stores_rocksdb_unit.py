@@ -73,10 +73,11 @@ def test_local_only_word_count_is_exact_and_survives_reopen(tmp_path: Path) -> N
 
 
 def test_changelog_table_needs_the_loops_producer(tmp_path: Path) -> None:
-    """Outside a TopicProcessor a changelog-backed table says how to run it."""
-    driver = ProcessorDriver(WordCount, config=config(tmp_path), stores=[RocksDBTable("counts")])
-    with pytest.raises(StoreError, match="changelog=False"):
-        driver.process([make_message("lines", "a")])
+    """Opened with no runner's producer (neither a TopicProcessor nor a ProcessorDriver,
+    which keeps the changelog in memory), a changelog-backed table says how to run it."""
+    with pytest.raises(StoreError, match=r"run it in a TopicProcessor \(or a "
+                                         r"ProcessorDriver\), or pass changelog=False"):
+        RocksDBTable("counts").open(StoreRuntime(config(tmp_path), 0))
 
 
 def test_flush_produces_changelog_then_applies_after_delivery(tmp_path: Path) -> None:

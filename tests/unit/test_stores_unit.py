@@ -150,7 +150,7 @@ def test_context_store_is_typed_and_checked(tmp_path: Path) -> None:
     assert context.store("counts", MemoryStore) is memory
     with pytest.raises(TypeError, match="'counts' is a MemoryStore, not a RocksDBStore"):
         context.store("counts", RocksDBStore)
-    with pytest.raises(KeyError, match=r"declared: \['counts'\]"):
+    with pytest.raises(KeyError, match=r"no store 'totals' \(declared: 'counts'\): "):
         context.store("totals")
 
 
