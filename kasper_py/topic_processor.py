@@ -267,6 +267,7 @@ class TopicProcessor:
                    *self._servers.closing_queries(),  # before the stores close
                    *self._engine.close_steps(), *[spec.close for spec in self._store_specs],
                    lambda: self._producer.close(discard=not kafka_ok), self._consumer.close,
-                   self._observer.on_stop, *self._servers.closing_metrics()],
+                   self._observer.on_stop, *self._servers.closing_metrics(),
+                   self._tracing.close],  # i36-otel: a provider from Config.tracing
                   self.config.name)
         _log.info("kasper.closed", processor=self.config.name)

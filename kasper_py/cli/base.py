@@ -44,6 +44,7 @@ ExitCodes = Sequence[tuple[type[BaseException], int]]
 
 ENV_PREFIX = "KASPER_"
 # KASPER_CLIENT__..., KASPER_CONSUMER__..., KASPER_PRODUCER__...: a key of that table
+_OTEL_EXPORTER = "OTEL_TRACES_EXPORTER"
 _OVERRIDE_ENV = {name.removesuffix("_overrides").upper(): name
                  for name, kind in FIELDS.items() if kind.table}
 
@@ -107,6 +108,10 @@ _FLAG_HELP = {
                   "metrics (default: not served)",
     "query_host": "the address the query server binds (default: 127.0.0.1; beyond "
                   "loopback set query_token, from TOML or KASPER_QUERY_TOKEN)",
+    "tracing": "OpenTelemetry spans of every turn: otlp (exported over OTLP/HTTP), console "
+               "or none (default; OTEL_TRACES_EXPORTER sets it too)",
+    "otlp_endpoint": "the OTLP/HTTP collector's URL, e.g. http://127.0.0.1:4318 (default: "
+                     "OTEL_EXPORTER_OTLP_ENDPOINT, else http://localhost:4318)",
     "processing_guarantee": "at_least_once (default) or exactly_once",
     "assignment": "static (default: input_partitions) or group (join the consumer group; "
                   "processes come and go)",
@@ -243,6 +248,8 @@ def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
         if variable.startswith(ENV_PREFIX) and sep and prefix in _OVERRIDE_ENV and key:
             field = _OVERRIDE_ENV[prefix]
             values.setdefault(field, {})[key.lower().replace("_", ".")] = raw
+    if "tracing" not in values and env.get(_OTEL_EXPORTER, "").strip():
+        values["tracing"] = env[_OTEL_EXPORTER].strip()  # the standard variable, below ours
     return values
 
 
