@@ -187,7 +187,7 @@ def load_config(path: str | None, env: Mapping[str, str],
 
     Raises ``CliError(EXIT_CONFIG)`` naming the field, and where its value came from.
     """
-    layers = [("the app", dict(defaults or {})),
+    layers = [("the app", dict(defaults or {})), (_OTEL_EXPORTER, _from_standard_env(env)),
               (path or "", _read_toml(path) if path else {}), ("environment", _from_env(env)),
               ("flags", {k: v for k, v in (flags or {}).items() if v is not None})]
     values: dict[str, Any] = {}
@@ -248,9 +248,14 @@ def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
         if variable.startswith(ENV_PREFIX) and sep and prefix in _OVERRIDE_ENV and key:
             field = _OVERRIDE_ENV[prefix]
             values.setdefault(field, {})[key.lower().replace("_", ".")] = raw
-    if "tracing" not in values and env.get(_OTEL_EXPORTER, "").strip():
-        values["tracing"] = env[_OTEL_EXPORTER].strip()  # the standard variable, below ours
     return values
+
+
+def _from_standard_env(env: Mapping[str, str]) -> dict[str, Any]:
+    """OpenTelemetry's ``OTEL_TRACES_EXPORTER``: ``tracing`` below every setting of ours
+    (the SDK reads its other variables itself, see ``observability.otel_export``)."""
+    exporter = env.get(_OTEL_EXPORTER, "").strip()
+    return {"tracing": exporter} if exporter else {}
 
 
 def _parse_env(name: str, raw: str, variable: str) -> Any:

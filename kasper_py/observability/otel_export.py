@@ -10,6 +10,7 @@ The standard variables are the SDK's: ``OTEL_EXPORTER_OTLP_ENDPOINT`` (or
 from __future__ import annotations
 
 import os
+import sys
 from typing import TYPE_CHECKING
 
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
@@ -46,7 +47,7 @@ def service_resource(config: Config) -> Resource:
 
 def _exporter(config: Config) -> SpanExporter:
     if config.tracing == "console":
-        return ConsoleSpanExporter()
+        return ConsoleSpanExporter(out=sys.stdout)  # the stream now, not at import
     for variable in _PROTOCOL_VARIABLES:
         protocol = os.environ.get(variable, "").strip()
         if protocol and protocol != "http/protobuf":
