@@ -5,8 +5,9 @@ query API and UI on ``KASPER_JAEGER_PORT``.
 
 Jaeger's ``go.mod`` has a ``replace`` directive, which ``go install pkg@version`` refuses,
 so ``prepare`` downloads the module (``go mod download``) and builds inside it. Go's own
-caches (``GOMODCACHE``, ``GOCACHE``) live outside the stack, so a second clone's build
-downloads and compiles nothing again.
+caches (``GOMODCACHE``, ``GOCACHE``) live outside the stack, so the build of a second
+stack (another clone, or after ``rm -rf .kasper-stack``) downloads and compiles nothing
+again: it only links.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ JAEGER_VERSION = "v1.76.0"
 """The module version whose ``cmd/jaeger`` is Jaeger v2 (the v1 tags carry both)."""
 
 _BINARY = "jaeger"
-_GO_HINT = "install Go 1.24+ (https://go.dev/dl/)"
+_GO_HINT = "install Go 1.24.6 or later (https://go.dev/dl/)"  # its go.mod's minimum
 
 
 class Jaeger(Component):

@@ -68,7 +68,7 @@ def test_up_jaeger_without_go_names_what_to_install(tmp_path: Path) -> None:
     env = {**os.environ, "KASPER_STACK_DIR": str(tmp_path), "PATH": str(tmp_path / "bin")}
     up = kasper_stack("up", "jaeger", env=env)
     assert (up.returncode, up.stderr.strip()) == (
-        1, "error: go not found on PATH: install Go 1.24+ (https://go.dev/dl/)")
+        1, "error: go not found on PATH: install Go 1.24.6 or later (https://go.dev/dl/)")
     assert not (tmp_path / "jaeger" / "jaeger.pid").exists()
 
 

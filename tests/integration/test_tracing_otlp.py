@@ -26,7 +26,8 @@ from kasper_py import stack
 
 pytest.importorskip("opentelemetry.exporter.otlp.proto.http")
 
-pytestmark = pytest.mark.integration
+# the first test to need Jaeger may build it with Go (minutes, more on a loaded machine)
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(1800)]
 
 HERE = Path(__file__).parent
 STEPS = ["kasper.commit", "kasper.flush", "kasper.process", "kasper.produce"]
