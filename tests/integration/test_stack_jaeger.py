@@ -10,12 +10,19 @@ import json
 import os
 import subprocess
 import sys
+import time
 import urllib.request
+import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from kasper_py import stack
+
+sys.path.insert(0, str(Path(__file__).parent))
+pytest.register_assert_rewrite("conftest_stores")
+from conftest_stores import wait_for  # isort: skip  # noqa: E402 - after register_assert_rewrite
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1200)]
 
@@ -35,10 +42,28 @@ def jaeger_line() -> str:
     return line
 
 
+def one_span(service: str) -> dict[str, Any]:
+    """An OTLP/JSON export request of one span of ``service``."""
+    now = time.time_ns()
+    return {"resourceSpans": [{
+        "resource": {"attributes": [{"key": "service.name",
+                                     "value": {"stringValue": service}}]},
+        "scopeSpans": [{"spans": [{
+            "traceId": uuid.uuid4().hex, "spanId": uuid.uuid4().hex[:16], "name": "probe",
+            "kind": 1, "startTimeUnixNano": str(now - 1_000_000),
+            "endTimeUnixNano": str(now)}]}]}]}
+
+
+def services() -> list[str]:
+    """The services Jaeger's query API lists (``data`` is null while there are none)."""
+    with urllib.request.urlopen(f"{stack.jaeger_url()}/api/services", timeout=5) as reply:
+        return json.loads(reply.read())["data"] or []
+
+
 def test_up_jaeger_serves_queries_and_takes_otlp() -> None:
     """`up jaeger` (the first time: a Go build) starts it; status shows it running at its
-    query port; the query API lists services; an OTLP/HTTP export is accepted; `down
-    jaeger` stops what this test started."""
+    query port; a span exported over OTLP/HTTP makes its service appear in the query
+    API; `down jaeger` stops what this test started."""
     started_here = "stopped" in jaeger_line()
     up = kasper_stack("up", "jaeger")
     assert up.returncode == 0, up.stderr
@@ -48,13 +73,13 @@ def test_up_jaeger_serves_queries_and_takes_otlp() -> None:
     try:
         assert jaeger_line().split()[1:2] == ["running"]
         assert jaeger_line().split()[-1] == address
-        with urllib.request.urlopen(f"{stack.jaeger_url()}/api/services", timeout=5) as reply:
-            assert isinstance(json.loads(reply.read())["data"], list)
+        service = f"stack-test-{uuid.uuid4().hex[:8]}"
         export = urllib.request.Request(
-            f"{stack.jaeger_otlp_endpoint()}/v1/traces", data=b'{"resourceSpans": []}',
-            headers={"Content-Type": "application/json"}, method="POST")
+            f"{stack.jaeger_otlp_endpoint()}/v1/traces", data=json.dumps(one_span(service))
+            .encode(), headers={"Content-Type": "application/json"}, method="POST")
         with urllib.request.urlopen(export, timeout=5) as reply:
             assert reply.status == 200
+        wait_for(lambda: service in services(), f"{service} listed by /api/services")
     finally:
         if started_here:
             down = kasper_stack("down", "jaeger")
