@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -192,6 +193,24 @@ def test_run_without_tracing_adds_no_traceparent(
     run = kasper_run(unique_name("untraced"), source, env, "--config", str(config))
     assert run.returncode == 0, run.stderr
     assert [m.headers() for m in kafka.read_all(output)] == [None] * len(RECORDS)
+
+
+def test_unreachable_collector_fails_no_turn(
+        bootstrap: str, topics: tuple[str, str], kafka: Any,
+        unique_name: Callable[[str], str]) -> None:
+    """Nothing listens at ``--otlp-endpoint``: the run still processes and commits every
+    record and exits 0; the SDK logs the failed export."""
+    source, output = topics
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    name = unique_name("traced-nowhere")
+    run = kasper_run(name, source, kasper_env(bootstrap, output),
+                     "--tracing", "otlp", "--otlp-endpoint", closed)
+    assert run.returncode == 0, run.stderr
+    assert len(turns_of_outputs(kafka, output)) >= 1
+    assert kafka.committed(name, source) == {0: len(RECORDS)}
+    assert "Failed to export span" in run.stderr
 
 
 @pytest.mark.parametrize(("flags", "extra_env", "message"), [
