@@ -100,7 +100,7 @@ def prometheus_url() -> str:
 
 
 def jaeger_url() -> str:
-    """Base URL of the local Jaeger's query API and UI (traces under ``/api/v3/traces``)."""
+    """Base URL of the local Jaeger's query API (traces under ``/api/v3/traces``)."""
     return f"http://{Jaeger(Settings.load()).address}"
 
 

@@ -1,7 +1,8 @@
 """The stack's tracing backend: Jaeger v2 (``github.com/jaegertracing/jaeger/cmd/jaeger``),
 built once with the user's own ``go`` from the Go module proxy at a pinned version, and
 run with a config of its own: OTLP in over gRPC and HTTP, traces kept in memory, the
-query API and UI on ``KASPER_JAEGER_PORT``.
+query API on ``KASPER_JAEGER_PORT`` (the UI is a placeholder: its assets are built
+with npm for Jaeger's releases, not found in the Go module).
 
 Jaeger's ``go.mod`` has a ``replace`` directive, which ``go install pkg@version`` refuses,
 so ``prepare`` downloads the module (``go mod download``) and builds inside it. Go's own
@@ -42,7 +43,7 @@ class Jaeger(Component):
 
     @property
     def port(self) -> int:
-        """The query API and UI (``/api/v3/traces``, ``/api/services``)."""
+        """The query API (``/api/v3/traces``, ``/api/services``)."""
         return self.settings.jaeger_port
 
     @property

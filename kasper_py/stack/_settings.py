@@ -101,7 +101,7 @@ class Settings:
     """What each worker offers executors (``--memory``): an executor's heap
     (``spark.executor.memory``, 1g by default) must fit in it."""
     jaeger_port: int
-    """Jaeger's query API and UI (HTTP; traces under ``/api/v3/traces``)."""
+    """Jaeger's query API (HTTP; traces under ``/api/v3/traces``)."""
     jaeger_grpc_port: int
     """Jaeger's query API over gRPC."""
     jaeger_otlp_grpc_port: int
