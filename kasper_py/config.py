@@ -44,9 +44,11 @@ DecodePolicy = Literal["fail", "skip", "dead_letter"]
 ProcessPolicy = Literal["fail", "dead_letter"]
 Guarantee = Literal["at_least_once", "exactly_once"]
 Partitioner = Literal["crc32", "murmur2"]
+SpanExport = Literal["none", "otlp", "console"]
 _DECODE_POLICIES, _PROCESS_POLICIES = get_args(DecodePolicy), get_args(ProcessPolicy)
 _GUARANTEES, _PARTITIONERS = get_args(Guarantee), get_args(Partitioner)
 _ENDPOINT = re.compile(r"^https?://[^\s/]+/?$")
+_OTLP_ENDPOINT = re.compile(r"^https?://[^\s/]+(/\S*)?$")
 _MIN_TOKEN = 16
 _SERDE_FIELDS: tuple[tuple[str, Field], ...] = (("key_serde", "key"), ("value_serde", "value"))
 _FUNCTION_NAME = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")  # module:function
@@ -133,6 +135,13 @@ class Config:
     metrics_host: str = "0.0.0.0"
     """The address the metrics server binds: every interface by default, as Prometheus
     expects (metrics carry counts and timings, never the application's state)."""
+    tracing: SpanExport = "none"
+    """OpenTelemetry spans of every turn (the ``otel`` extra; docs/operations.md): ``otlp``
+    exports them over OTLP/HTTP, ``console`` prints them, ``none`` traces nothing. Their
+    service name is ``name`` unless ``OTEL_SERVICE_NAME`` is set."""
+    otlp_endpoint: str | None = None
+    """The OTLP/HTTP collector's base URL (spans go to ``<url>/v1/traces``); ``None``: the
+    SDK's ``OTEL_EXPORTER_OTLP_ENDPOINT``, else ``http://localhost:4318``."""
     query_port: int | None = None
     """Port serving the tables and views (``/tables``, your views) to ``QueryClient``,
     ``kasper query`` and other instances' redirects; ``None`` (the default) serves
@@ -215,7 +224,7 @@ class Config:
         self._check_serdes()
         self._check_dead_letters()
         self._check_outputs()
-        self._check_guarantee()
+        self._check_modes()
         self._check_timestamp_extractor()
         self._check_overrides()
 
@@ -382,10 +391,16 @@ class Config:
             raise ConfigError("output_topics", f"declares {', '.join(map(repr, twice))} twice")
         self._set("output_topics", declared)
 
-    def _check_guarantee(self) -> None:
+    def _check_modes(self) -> None:
         if self.processing_guarantee not in _GUARANTEES:
             raise ConfigError("processing_guarantee", f"must be one of {', '.join(_GUARANTEES)}"
                               f", got {self.processing_guarantee!r}")
+        if self.tracing not in get_args(SpanExport):
+            raise ConfigError("tracing", f"must be one of {', '.join(get_args(SpanExport))}, "
+                              f"got {self.tracing!r}")
+        url = self.otlp_endpoint
+        if url is not None and not (isinstance(url, str) and _OTLP_ENDPOINT.match(url)):
+            raise ConfigError("otlp_endpoint", f"must be an http(s) URL, got {url!r}")
 
     def _check_timestamp_extractor(self) -> None:
         extractor = self.timestamp_extractor

@@ -86,7 +86,7 @@ class TopicProcessor:
         self._committer = committer = committer_for(
             config, clients, observer, holding=self._prefetcher.holding,
             endpoint=lambda: self._servers.endpoint, force=force)
-        tracing = tracing_for(config, tracer_provider)
+        self._tracing = tracing = tracing_for(config, tracer_provider)
         self._election = election_for(config, plan.tasks, observer, kafka=real_clients)
         self._engine = engine = TurnEngine(
             config, tracing.port(clients.producer), commit=committer.commit,
@@ -243,6 +243,7 @@ class TopicProcessor:
                    *self._servers.closing_queries(),  # before the stores close
                    *self._engine.close_steps(), *[spec.close for spec in self._store_specs],
                    lambda: self._producer.close(discard=not kafka_ok), self._consumer.close,
-                   self._observer.on_stop, *self._servers.closing_metrics()],
+                   self._observer.on_stop, *self._servers.closing_metrics(),
+                   self._tracing.close],  # a tracer provider built from Config.tracing
                   self.config.name)
         _log.info("kasper.closed", processor=self.config.name)

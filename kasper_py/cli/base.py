@@ -45,6 +45,7 @@ ExitCodes = Sequence[tuple[type[BaseException], int]]
 
 ENV_PREFIX = "KASPER_"
 # KASPER_CLIENT__..., KASPER_CONSUMER__..., KASPER_PRODUCER__...: a key of that table
+_OTEL_EXPORTER = "OTEL_TRACES_EXPORTER"
 _OVERRIDE_ENV = {name.removesuffix("_overrides").upper(): name
                  for name, kind in FIELDS.items() if kind.table}
 
@@ -108,6 +109,10 @@ _FLAG_HELP = {
                   "metrics (default: not served)",
     "query_host": "the address the query server binds (default: 127.0.0.1; beyond "
                   "loopback set query_token, from TOML or KASPER_QUERY_TOKEN)",
+    "tracing": "OpenTelemetry spans of every turn: otlp (exported over OTLP/HTTP), console "
+               "or none (default; OTEL_TRACES_EXPORTER sets it too)",
+    "otlp_endpoint": "the OTLP/HTTP collector's URL, e.g. http://127.0.0.1:4318 (default: "
+                     "OTEL_EXPORTER_OTLP_ENDPOINT, else http://localhost:4318)",
     "processing_guarantee": "at_least_once (default) or exactly_once",
     "assignment": "static (default: input_partitions) or group (join the consumer group; "
                   "processes come and go)",
@@ -196,7 +201,7 @@ def load_config(path: str | None, env: Mapping[str, str],
 
     Raises ``CliError(EXIT_CONFIG)`` naming the field, and where its value came from.
     """
-    layers = [("the app", dict(defaults or {})),
+    layers = [("the app", dict(defaults or {})), (_OTEL_EXPORTER, _from_standard_env(env)),
               (path or "", _read_toml(path) if path else {}), ("environment", _from_env(env)),
               ("flags", {k: v for k, v in (flags or {}).items() if v is not None})]
     values: dict[str, Any] = {}
@@ -277,6 +282,13 @@ def _warn_unknown(env: Mapping[str, str]) -> None:
         hint = f"; did you mean {close}?" if close else ""
         print(f"kasper: warning: environment variable {variable} is not a setting kasper "
               f"reads (ignored){hint}", file=sys.stderr, flush=True)
+
+
+def _from_standard_env(env: Mapping[str, str]) -> dict[str, Any]:
+    """OpenTelemetry's ``OTEL_TRACES_EXPORTER``: ``tracing`` below every setting of ours
+    (the SDK reads its other variables itself, see ``observability.otel_export``)."""
+    exporter = env.get(_OTEL_EXPORTER, "").strip()
+    return {"tracing": exporter} if exporter else {}
 
 
 def _parse_env(name: str, raw: str, variable: str) -> Any:

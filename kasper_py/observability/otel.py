@@ -53,8 +53,10 @@ none for the runner's report."""
 class TurnTracer:
     """``Tracing`` on an OpenTelemetry tracer provider, for one processor's loop thread."""
 
-    def __init__(self, config: Config, tracer_provider: Any) -> None:
+    def __init__(self, config: Config, tracer_provider: Any, *, owned: bool = False) -> None:
+        """``owned``: this built ``tracer_provider`` and shuts it down at ``close()``."""
         self._tracer = trace.get_tracer("kasper_py", tracer_provider=tracer_provider)
+        self._provider = tracer_provider if owned else None
         self._attributes: dict[str, Any] = {
             "messaging.system": "kafka", "messaging.operation.type": "process",
             "messaging.consumer.group.name": config.group,
@@ -96,6 +98,11 @@ class TurnTracer:
 
     def port(self, port: OutputPort) -> OutputPort:
         return _TracedPort(port, self)
+
+    def close(self) -> None:
+        if self._provider is not None:
+            self._provider.shutdown()
+            self._provider = None
 
     def header(self) -> bytes:
         """The running turn's ``traceparent``."""

@@ -1,12 +1,13 @@
 """A real local stack for kasper_py: Kafka, a schema registry, Redis, Cassandra,
-Prometheus and a Spark standalone cluster on 127.0.0.1.
+Prometheus, a Spark standalone cluster and a tracing backend (Jaeger) on 127.0.0.1.
 
 ``kasper stack up|down|status [components...]`` (or ``python -m kasper_py.stack``)
 starts pinned servers as plain local processes, no Docker: Kafka and Cassandra from
 Maven Central jars, the schema registry (Apicurio, Confluent-compatible) from a jar
 built once from Maven Central, Redis and Prometheus from Debian packages, Spark's master and two
 workers (``spark``: ``spark-master``, ``spark-worker-1``, ``spark-worker-2``) from the
-pyspark wheel. Everything lives under ``$KASPER_STACK_DIR`` (default
+pyspark wheel, Jaeger v2 (``jaeger``, OTLP in, a query API out) built once with ``go``
+from the Go module proxy. Everything lives under ``$KASPER_STACK_DIR`` (default
 ``./.kasper-stack``); ports come from ``KASPER_*_PORT``, Redis's persistence from
 ``KASPER_REDIS_PERSISTENCE`` (``aof`` by default), what a Spark worker offers from
 ``KASPER_SPARK_WORKER_CORES`` (1) and ``KASPER_SPARK_WORKER_MEMORY`` (1g).
@@ -23,6 +24,7 @@ from kasper_py.stack import _lifecycle
 from kasper_py.stack._cli import main
 from kasper_py.stack._components import Prometheus, SparkMaster
 from kasper_py.stack._errors import StackError
+from kasper_py.stack._jaeger import Jaeger
 from kasper_py.stack._lifecycle import ComponentStatus
 from kasper_py.stack._registry import SchemaRegistry
 from kasper_py.stack._settings import LOOPBACK, Settings
@@ -33,6 +35,8 @@ __all__ = [
     "StackError",
     "cassandra_contact",
     "down",
+    "jaeger_otlp_endpoint",
+    "jaeger_url",
     "kafka_bootstrap",
     "main",
     "prometheus_url",
@@ -93,6 +97,16 @@ def cassandra_contact() -> tuple[str, int]:
 def prometheus_url() -> str:
     """Base URL of the local Prometheus (its HTTP API is under ``/api/v1``)."""
     return f"http://{LOOPBACK}:{Settings.load().prometheus_port}"
+
+
+def jaeger_url() -> str:
+    """Base URL of the local Jaeger's query API (traces under ``/api/v3/traces``)."""
+    return f"http://{Jaeger(Settings.load()).address}"
+
+
+def jaeger_otlp_endpoint() -> str:
+    """The local Jaeger's OTLP/HTTP receiver, as ``Config.otlp_endpoint`` takes it."""
+    return Jaeger(Settings.load()).otlp_endpoint
 
 
 def spark_master_url(stack_dir: StackDir = None) -> str:

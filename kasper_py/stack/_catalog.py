@@ -13,13 +13,14 @@ from kasper_py.stack._components import (
     SparkWorker1,
     SparkWorker2,
 )
+from kasper_py.stack._jaeger import Jaeger
 from kasper_py.stack._registry import SchemaRegistry
 from kasper_py.stack._settings import Settings
 
 COMPONENTS: dict[str, type[Component]] = {
     component.name: component for component in (
         Kafka, SchemaRegistry, Redis, Cassandra, Prometheus, SparkMaster, SparkWorker1,
-        SparkWorker2)
+        SparkWorker2, Jaeger)
 }
 
 GROUPS: dict[str, tuple[str, ...]] = {

@@ -17,8 +17,8 @@ _NAMES = f"{', '.join([*COMPONENTS, *GROUPS])} (master and workers) or all"
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m kasper_py.stack",
-        description="Run Kafka, Redis, Cassandra, Prometheus and a Spark standalone "
-                    "cluster as local processes.",
+        description="Run Kafka, Redis, Cassandra, Prometheus, a Spark standalone "
+                    "cluster and Jaeger as local processes.",
     )
     parser.add_argument("--stack-dir", help="default: $KASPER_STACK_DIR or ./.kasper-stack")
     commands = parser.add_subparsers(dest="command", required=True)

@@ -100,10 +100,19 @@ class Settings:
     spark_worker_memory: str
     """What each worker offers executors (``--memory``): an executor's heap
     (``spark.executor.memory``, 1g by default) must fit in it."""
+    jaeger_port: int
+    """Jaeger's query API (HTTP; traces under ``/api/v3/traces``)."""
+    jaeger_grpc_port: int
+    """Jaeger's query API over gRPC."""
+    jaeger_otlp_grpc_port: int
+    """Where Jaeger receives OTLP over gRPC."""
+    jaeger_otlp_http_port: int
+    """Where Jaeger receives OTLP over HTTP (``/v1/traces``): ``otlp_endpoint``."""
 
     @classmethod
     def load(cls, stack_dir: str | os.PathLike[str] | None = None) -> Settings:
-        """Build from the environment (``KASPER_*_PORT``, ``KASPER_REDIS_PERSISTENCE``,
+        """Build from the environment (``KASPER_*_PORT``, ``KASPER_JAEGER_*_PORT``,
+        ``KASPER_REDIS_PERSISTENCE``,
         ``KASPER_SPARK_WORKER_CORES`` and ``_MEMORY``) and ``stack_dir``."""
         return cls(
             stack_dir=resolve_stack_dir(stack_dir),
@@ -121,6 +130,10 @@ class Settings:
             spark_worker_ui_port=_port("KASPER_SPARK_WORKER_UI_PORT", 18081),
             spark_worker_cores=_count("KASPER_SPARK_WORKER_CORES", 1),
             spark_worker_memory=_memory("KASPER_SPARK_WORKER_MEMORY", "1g"),
+            jaeger_port=_port("KASPER_JAEGER_PORT", 16686),
+            jaeger_grpc_port=_port("KASPER_JAEGER_GRPC_PORT", 16685),
+            jaeger_otlp_grpc_port=_port("KASPER_JAEGER_OTLP_GRPC_PORT", 4317),
+            jaeger_otlp_http_port=_port("KASPER_JAEGER_OTLP_HTTP_PORT", 4318),
         )
 
     def component_dir(self, name: str) -> Path:
