@@ -22,6 +22,7 @@ from pathlib import Path
 from string import Template
 from typing import Any, ClassVar
 
+from kasper_py.stack._discovery import PROMETHEUS, targets_dir, targets_file
 from kasper_py.stack._errors import StackError
 from kasper_py.stack._install import apt_install, require_binary, resolve_jars, template
 from kasper_py.stack._process import port_open
@@ -304,9 +305,10 @@ _CASSANDRA_FAST_START = [
 
 
 class Prometheus(Component):
-    """Debian's prometheus, scraping whatever ``targets.json`` lists every second."""
+    """Debian's prometheus, scraping every second what ``targets.json`` and the files of
+    ``targets/`` list (``_discovery``: running processors register there)."""
 
-    name = "prometheus"
+    name = PROMETHEUS
     ready_timeout = 30.0
 
     @property
@@ -315,11 +317,13 @@ class Prometheus(Component):
 
     @property
     def targets_file(self) -> Path:
-        return self.directory / "targets.json"
+        return targets_file(self.settings)
 
     def prepare(self) -> str:
         (self.directory / "data").mkdir(parents=True, exist_ok=True)
-        self.render("prometheus.yml", "prometheus.yml", targets_file=self.targets_file)
+        targets_dir(self.settings).mkdir(exist_ok=True)
+        self.render("prometheus.yml", "prometheus.yml", targets_file=self.targets_file,
+                    targets_dir=targets_dir(self.settings))
         if not self.targets_file.exists():
             self.targets_file.write_text("[]\n")
         return apt_install("prometheus", "prometheus")

@@ -66,11 +66,57 @@ def _choice(variable: str, default: str, choices: tuple[str, ...]) -> str:
     return raw
 
 
+STACK_DIR_NAME = ".kasper-stack"
+
+
 def resolve_stack_dir(stack_dir: str | os.PathLike[str] | None = None) -> Path:
-    """``stack_dir``, else ``$KASPER_STACK_DIR``, else ``<cwd>/.kasper-stack``, absolute."""
-    if stack_dir is None:
-        stack_dir = os.environ.get("KASPER_STACK_DIR") or Path.cwd() / ".kasper-stack"
-    return Path(stack_dir).expanduser().resolve()
+    """Where the stack lives, absolute: ``stack_dir``, else ``$KASPER_STACK_DIR``, else
+    the first found of a ``.kasper-stack`` folder in the cwd or a folder above it (the
+    project's stack), the folder ``up`` last recorded for this user (``record_file()``)
+    if it still exists, and ``<cwd>/.kasper-stack``."""
+    chosen = stack_dir or os.environ.get("KASPER_STACK_DIR")
+    if chosen:
+        return Path(chosen).expanduser().resolve()
+    return _found_stack_dir()
+
+
+def _found_stack_dir() -> Path:
+    cwd = Path.cwd().resolve()
+    for folder in (cwd, *cwd.parents):
+        if (folder / STACK_DIR_NAME).is_dir():
+            return folder / STACK_DIR_NAME
+    recorded = _recorded_stack_dir()
+    return recorded if recorded is not None else cwd / STACK_DIR_NAME
+
+
+def record_file() -> Path:
+    """The per-user note of the last stack started from its own folder:
+    ``$XDG_STATE_HOME/kasper-py/stack-dir`` (``~/.local/state`` when unset)."""
+    state = os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state"
+    return Path(state) / "kasper-py" / "stack-dir"
+
+
+def _recorded_stack_dir() -> Path | None:
+    try:
+        recorded = Path(record_file().read_text().strip())
+    except OSError:
+        return None
+    return recorded if recorded.is_absolute() and recorded.is_dir() else None
+
+
+def record_stack_dir(stack_dir: Path) -> None:
+    """Note ``stack_dir`` in ``record_file()``, so the stack is found from any folder.
+
+    Best effort: without a writable home the stack still works from its own folder.
+    """
+    record = record_file()
+    partial = record.with_name(f"{record.name}.{os.getpid()}.tmp")
+    try:
+        record.parent.mkdir(parents=True, exist_ok=True)
+        partial.write_text(f"{stack_dir}\n")
+        partial.replace(record)  # a reader never sees half a path
+    except OSError:
+        partial.unlink(missing_ok=True)
 
 
 @dataclass(frozen=True)
@@ -100,6 +146,9 @@ class Settings:
     spark_worker_memory: str
     """What each worker offers executors (``--memory``): an executor's heap
     (``spark.executor.memory``, 1g by default) must fit in it."""
+    found: bool = False
+    """True when ``stack_dir`` was found (``resolve_stack_dir``), not given by the caller
+    or ``$KASPER_STACK_DIR``: ``up`` then records it for this user."""
 
     @classmethod
     def load(cls, stack_dir: str | os.PathLike[str] | None = None) -> Settings:
@@ -107,6 +156,7 @@ class Settings:
         ``KASPER_SPARK_WORKER_CORES`` and ``_MEMORY``) and ``stack_dir``."""
         return cls(
             stack_dir=resolve_stack_dir(stack_dir),
+            found=not (stack_dir or os.environ.get("KASPER_STACK_DIR")),
             kafka_port=_port("KASPER_KAFKA_PORT", 19092),
             kafka_controller_port=_port("KASPER_KAFKA_CONTROLLER_PORT", 19093),
             redis_port=_port("KASPER_REDIS_PORT", 16379),
