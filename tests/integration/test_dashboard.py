@@ -23,6 +23,7 @@ import pytest
 from kasper_py import stack
 from kasper_py.stack._settings import Settings
 from tests.dashboard import DASHBOARD, dashboard_expressions, series_read
+from tests.on_demand import on_demand
 
 sys.path.insert(0, str(Path(__file__).parent))
 pytest.register_assert_rewrite("conftest_stores")
@@ -87,10 +88,9 @@ def target_health(base: str, address: str) -> str | None:
 def prometheus() -> str:
     """Base URL of the stack's Prometheus, started if it is not running."""
     base = stack.prometheus_url()
-    try:
-        urllib.request.urlopen(f"{base}/-/ready", timeout=5).close()
-    except OSError:
-        stack.up(["prometheus"])
+    on_demand("prometheus", base,
+              lambda: urllib.request.urlopen(f"{base}/-/ready", timeout=5).close(),
+              external=False)
     return base
 
 
