@@ -42,7 +42,7 @@ class Component(ABC):
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.directory = settings.component_dir(self.name)
-        self.lib_dir = settings.lib_dir(self.name)
+        self.lib_dir = settings.lib_dir(self.name, self.recipe())
         self.pid_file = self.directory / f"{self.name}.pid"
         self.log_file = self.directory / f"{self.name}.log"
 
@@ -64,6 +64,11 @@ class Component(ABC):
     def environment(self) -> dict[str, str]:
         """Variables added to the server process's environment (none by default)."""
         return {}
+
+    def recipe(self) -> str:
+        """What this component's jars are made from (its pom), which names their folder
+        in the cache; empty for a component without jars of its own."""
+        return ""
 
     @abstractmethod
     def prepare(self) -> str:
@@ -108,9 +113,12 @@ class Kafka(Component):
     def port(self) -> int:
         return self.settings.kafka_port
 
+    def recipe(self) -> str:
+        return template("kafka-pom.xml")
+
     def prepare(self) -> str:
         java = require_binary("java", JAVA_HINT)
-        resolve_jars(template("kafka-pom.xml"), self.lib_dir)
+        resolve_jars(self.recipe(), self.lib_dir)
         self.directory.mkdir(parents=True, exist_ok=True)
         self.render(
             "kafka-server.properties", self.properties.name, host=LOOPBACK,
@@ -215,9 +223,12 @@ class Cassandra(Component):
     def port(self) -> int:
         return self.settings.cassandra_port
 
+    def recipe(self) -> str:
+        return template("cassandra-pom.xml")
+
     def prepare(self) -> str:
         java = require_binary("java", JAVA_HINT)
-        resolve_jars(template("cassandra-pom.xml"), self.lib_dir)
+        resolve_jars(self.recipe(), self.lib_dir)
         self.directory.mkdir(parents=True, exist_ok=True)
         self.render(
             "cassandra.yaml", "cassandra.yaml", host=LOOPBACK, directory=self.directory,

@@ -7,6 +7,7 @@ second stack at a temporary directory and other ports. No process handling here.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 import re
 import socket
@@ -89,6 +90,14 @@ def _found_stack_dir() -> Path:
     return recorded if recorded is not None else cwd / STACK_DIR_NAME
 
 
+def _cache_dir() -> Path:
+    chosen = os.environ.get("KASPER_STACK_CACHE")
+    if chosen:
+        return Path(chosen).expanduser().resolve()
+    cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(cache) / "kasper-py" / "stack"
+
+
 def record_file() -> Path:
     """The per-user note of the last stack started from its own folder:
     ``$XDG_STATE_HOME/kasper-py/stack-dir`` (``~/.local/state`` when unset)."""
@@ -146,6 +155,9 @@ class Settings:
     spark_worker_memory: str
     """What each worker offers executors (``--memory``): an executor's heap
     (``spark.executor.memory``, 1g by default) must fit in it."""
+    cache_dir: Path
+    """What a fresh clone need not build again (the jars): ``$KASPER_STACK_CACHE``, else
+    ``$XDG_CACHE_HOME/kasper-py/stack`` (``~/.cache`` when unset)."""
     found: bool = False
     """True when ``stack_dir`` was found (``resolve_stack_dir``), not given by the caller
     or ``$KASPER_STACK_DIR``: ``up`` then records it for this user."""
@@ -156,6 +168,7 @@ class Settings:
         ``KASPER_SPARK_WORKER_CORES`` and ``_MEMORY``) and ``stack_dir``."""
         return cls(
             stack_dir=resolve_stack_dir(stack_dir),
+            cache_dir=_cache_dir(),
             found=not (stack_dir or os.environ.get("KASPER_STACK_DIR")),
             kafka_port=_port("KASPER_KAFKA_PORT", 19092),
             kafka_controller_port=_port("KASPER_KAFKA_CONTROLLER_PORT", 19093),
@@ -177,9 +190,12 @@ class Settings:
         """Config, data, log and pid file of one component: removed by ``down --purge``."""
         return self.stack_dir / name
 
-    def lib_dir(self, name: str) -> Path:
-        """Jars resolved by Maven for one component; kept across ``down --purge``."""
-        return self.stack_dir / "lib" / name
+    def lib_dir(self, name: str, recipe: str) -> Path:
+        """Jars resolved or built by Maven for one component from ``recipe`` (its pom, or
+        a version), in the per-user cache: a fresh clone reuses them, ``down --purge``
+        and ``make clean`` keep them, a changed recipe gets a folder of its own."""
+        digest = hashlib.sha256(recipe.encode()).hexdigest()[:12]
+        return self.cache_dir / "lib" / f"{name}-{digest}"
 
 
 def free_ports(count: int = 1) -> int:

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from kasper_py import stack
+from kasper_py.stack._components import Kafka
 from kasper_py.stack._settings import Settings, record_file, resolve_stack_dir
 
 
@@ -131,3 +132,20 @@ def test_set_prometheus_targets_writes_the_hand_set_file(tmp_path: Path) -> None
     written = json.loads((tmp_path / "prometheus" / "targets.json").read_text())
     assert written == [{"targets": ["127.0.0.1:9500"]}]
     assert [p.name for p in (tmp_path / "prometheus").iterdir()] == ["targets.json"]
+
+
+def test_jars_live_in_the_user_cache_one_folder_per_recipe(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Jars are cached outside the stack (a fresh clone reuses them), under
+    $KASPER_STACK_CACHE else $XDG_CACHE_HOME/kasper-py/stack; a changed pom gets a
+    folder of its own instead of replacing the one a running server reads."""
+    monkeypatch.delenv("KASPER_STACK_CACHE", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    settings = Settings.load(tmp_path / "clone-1" / ".kasper-stack")
+    kafka_jars = Kafka(settings).lib_dir
+    assert kafka_jars.parent == tmp_path / "xdg" / "kasper-py" / "stack" / "lib"
+    assert kafka_jars.name.startswith("kafka-")
+    assert Kafka(Settings.load(tmp_path / "clone-2" / ".kasper-stack")).lib_dir == kafka_jars
+    assert settings.lib_dir("kafka", "another pom") != kafka_jars
+    monkeypatch.setenv("KASPER_STACK_CACHE", str(tmp_path / "cache"))
+    assert Kafka(Settings.load(tmp_path)).lib_dir.parent == tmp_path / "cache" / "lib"
