@@ -149,3 +149,13 @@ def test_jars_live_in_the_user_cache_one_folder_per_recipe(
     assert settings.lib_dir("kafka", "another pom") != kafka_jars
     monkeypatch.setenv("KASPER_STACK_CACHE", str(tmp_path / "cache"))
     assert Kafka(Settings.load(tmp_path)).lib_dir.parent == tmp_path / "cache" / "lib"
+
+
+def test_an_unwritable_targets_folder_leaves_the_processor_unscraped(tmp_path: Path) -> None:
+    """When the targets folder cannot be made (a file stands in its place), the processor
+    runs on, unregistered, rather than failing at start."""
+    (tmp_path / "prometheus").mkdir()
+    (tmp_path / "prometheus" / "targets").write_text("not a folder")
+    with stack.prometheus_target("orders", ("127.0.0.1", 9401), tmp_path) as target:
+        assert target is None
+    assert (tmp_path / "prometheus" / "targets").read_text() == "not a folder"
