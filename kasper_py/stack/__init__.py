@@ -25,9 +25,9 @@ from pathlib import Path
 from kasper_py.stack import _lifecycle
 from kasper_py.stack._cli import main
 from kasper_py.stack._components import SparkMaster
-from kasper_py.stack._discovery import scraped, targets_file, write_targets
 from kasper_py.stack._errors import StackError
 from kasper_py.stack._lifecycle import ComponentStatus
+from kasper_py.stack._prometheus import scraped, targets_file, write_targets
 from kasper_py.stack._registry import SchemaRegistry
 from kasper_py.stack._settings import LOOPBACK, Settings
 from kasper_py.stack._spark import spark_jars

@@ -1,5 +1,6 @@
-"""The servers of the local stack (Kafka, Redis, Cassandra, Prometheus, and a Spark
-standalone master with two workers): how each is installed, configured, run and probed.
+"""The servers of the local stack (Kafka, Redis, Cassandra, and a Spark standalone
+master with two workers): how each is installed, configured, run and probed. The
+schema registry and Prometheus have modules of their own.
 
 Each component only describes itself (files, command line, readiness probe); starting,
 stopping and timing them is the job of ``_lifecycle``.
@@ -22,7 +23,6 @@ from pathlib import Path
 from string import Template
 from typing import Any, ClassVar
 
-from kasper_py.stack._discovery import PROMETHEUS, targets_dir, targets_file
 from kasper_py.stack._errors import StackError
 from kasper_py.stack._install import apt_install, require_binary, resolve_jars, template
 from kasper_py.stack._process import port_open
@@ -69,6 +69,12 @@ class Component(ABC):
         """What this component's jars are made from (its pom), which names their folder
         in the cache; empty for a component without jars of its own."""
         return ""
+
+    def reconfigure(self, pid: int) -> bool:
+        """Bring the running server ``pid`` up to this version's configuration where it
+        can reload without a restart; True when it had to. Most cannot: False."""
+        del pid
+        return False
 
     @abstractmethod
     def prepare(self) -> str:
@@ -313,44 +319,6 @@ _CASSANDRA_FAST_START = [
     "-Dcassandra.ring_delay_ms=0",
     "-Dcassandra.superuser_setup_delay_ms=0",
 ]
-
-
-class Prometheus(Component):
-    """Debian's prometheus, scraping every second what ``targets.json`` and the files of
-    ``targets/`` list (``_discovery``: running processors register there)."""
-
-    name = PROMETHEUS
-    ready_timeout = 30.0
-
-    @property
-    def port(self) -> int:
-        return self.settings.prometheus_port
-
-    @property
-    def targets_file(self) -> Path:
-        return targets_file(self.settings)
-
-    def prepare(self) -> str:
-        (self.directory / "data").mkdir(parents=True, exist_ok=True)
-        targets_dir(self.settings).mkdir(exist_ok=True)
-        self.render("prometheus.yml", "prometheus.yml", targets_file=self.targets_file,
-                    targets_dir=targets_dir(self.settings))
-        if not self.targets_file.exists():
-            self.targets_file.write_text("[]\n")
-        return apt_install("prometheus", "prometheus")
-
-    def command(self, program: str) -> list[str]:
-        return [program, f"--config.file={self.directory / 'prometheus.yml'}",
-                f"--storage.tsdb.path={self.directory / 'data'}",
-                f"--web.listen-address={self.address}",
-                "--storage.tsdb.retention.time=1d"]
-
-    def is_ready(self) -> bool:
-        try:
-            with urllib.request.urlopen(f"http://{self.address}/-/ready", timeout=1) as reply:
-                return int(reply.status) == 200
-        except (urllib.error.URLError, OSError):
-            return False
 
 
 class SparkMaster(Component):

@@ -63,6 +63,8 @@ def start(component: Component, report: Report) -> ComponentStatus:
     current = status_of(component)
     if current.running:
         report(f"{component.name}: already running (pid {current.pid}) at {current.address}")
+        if current.pid is not None and component.reconfigure(current.pid):
+            report(f"{component.name}: configuration changed, reloaded")
         return current
     began = time.monotonic()
     program = component.prepare()

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import urllib.error
@@ -139,6 +140,41 @@ def test_a_processor_is_a_target_while_it_runs(prometheus: str,
     assert not (targets / mine).exists()
     wait_for(lambda: target_health(prometheus, scraped_processor.address) is None,
              f"Prometheus to drop {scraped_processor.address}", timeout=30)
+
+
+def loaded_config(base: str) -> str:
+    """The configuration Prometheus runs with (``/api/v1/status/config``)."""
+    with urllib.request.urlopen(f"{base}/api/v1/status/config", timeout=10) as reply:
+        return str(json.load(reply)["data"]["yaml"])
+
+
+def test_up_reloads_a_prometheus_running_an_older_config(prometheus: str) -> None:
+    """A Prometheus left running with a configuration from before the processors'
+    targets folder (a stack started by an older version) learns it from `kasper stack
+    up prometheus`: the file is rewritten and Prometheus reloads it, same pid."""
+    stack_dir = Settings.load().stack_dir
+    config = stack_dir / "prometheus" / "prometheus.yml"
+    glob = f"{stack_dir / 'prometheus' / 'targets'}/*.json"
+    (pid,) = [s.pid for s in stack.status() if s.name == "prometheus"]
+    assert pid is not None
+    current = config.read_text()
+    config.write_text("".join(line for line in current.splitlines(keepends=True)
+                              if glob not in line))
+    try:
+        os.kill(pid, signal.SIGHUP)
+        wait_for(lambda: glob not in loaded_config(prometheus), "the older config to load")
+        result = subprocess.run(
+            [sys.executable, "-m", "kasper_py", "stack", "up", "prometheus"],
+            capture_output=True, text=True, check=False,
+            env={**os.environ, "KASPER_STACK_DIR": str(stack_dir)})
+        wait_for(lambda: glob in loaded_config(prometheus), "the reloaded config", timeout=30)
+    finally:  # whatever happened, the stack's Prometheus runs this version's config
+        config.write_text(current)
+        os.kill(pid, signal.SIGHUP)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == (
+        f"prometheus: already running (pid {pid}) at 127.0.0.1:{Settings.load().prometheus_port}"
+        "\nprometheus: configuration changed, reloaded\n")
 
 
 def test_every_dashboard_expression_returns_data(prometheus: str,

@@ -1,9 +1,8 @@
-"""What the stack's Prometheus scrapes, by file-based discovery: ``targets.json`` (set
-by hand or by tests) and one ``targets/<pid>-<processor>.json`` per running
+"""The stack's Prometheus and what it scrapes, by file-based discovery: ``targets.json``
+(set by hand or by tests) and one ``targets/<pid>-<processor>.json`` per running
 ``kasper run``, written when its metrics port opens and removed when it exits.
 
-Nothing here starts Prometheus; a machine without the stack's Prometheus folder gets
-no files at all.
+A machine without the stack's Prometheus folder gets no target files at all.
 """
 
 from __future__ import annotations
@@ -12,9 +11,14 @@ import contextlib
 import json
 import os
 import re
+import signal
+import urllib.error
+import urllib.request
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from kasper_py.stack._components import Component
+from kasper_py.stack._install import apt_install
 from kasper_py.stack._process import alive
 from kasper_py.stack._settings import LOOPBACK, Settings
 
@@ -80,3 +84,56 @@ def _remove_dead(folder: Path) -> None:
         match = _PID_PREFIX.match(path.name)
         if match and not alive(int(match[1])):
             path.unlink(missing_ok=True)
+
+
+class Prometheus(Component):
+    """Debian's prometheus, scraping every second what ``targets.json`` and the files of
+    ``targets/`` list (running processors register there, see ``scraped``)."""
+
+    name = PROMETHEUS
+    ready_timeout = 30.0
+
+    @property
+    def port(self) -> int:
+        return self.settings.prometheus_port
+
+    @property
+    def targets_file(self) -> Path:
+        return targets_file(self.settings)
+
+    def prepare(self) -> str:
+        (self.directory / "data").mkdir(parents=True, exist_ok=True)
+        self._configure()
+        return apt_install("prometheus", "prometheus")
+
+    def reconfigure(self, pid: int) -> bool:
+        """Rewrite a configuration older than this version's and SIGHUP Prometheus, which
+        reloads it: a stack left running still learns to discover processors."""
+        if not self._configure():
+            return False
+        os.kill(pid, signal.SIGHUP)
+        return True
+
+    def _configure(self) -> bool:
+        """Write ``prometheus.yml`` and the targets; True when the file changed."""
+        config = self.directory / "prometheus.yml"
+        before = config.read_text() if config.is_file() else None
+        targets_dir(self.settings).mkdir(parents=True, exist_ok=True)
+        self.render("prometheus.yml", config.name, targets_file=self.targets_file,
+                    targets_dir=targets_dir(self.settings))
+        if not self.targets_file.exists():
+            self.targets_file.write_text("[]\n")
+        return config.read_text() != before
+
+    def command(self, program: str) -> list[str]:
+        return [program, f"--config.file={self.directory / 'prometheus.yml'}",
+                f"--storage.tsdb.path={self.directory / 'data'}",
+                f"--web.listen-address={self.address}",
+                "--storage.tsdb.retention.time=1d"]
+
+    def is_ready(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"http://{self.address}/-/ready", timeout=1) as reply:
+                return int(reply.status) == 200
+        except (urllib.error.URLError, OSError):
+            return False
