@@ -1,12 +1,15 @@
 # The README's two commands: `make demo` and `make test`. Each sets up the venv,
-# starts the local stack (kasper_py.stack) and runs. Set KASPER_BOOTSTRAP_SERVERS to
+# starts the part of the local stack (kasper_py.stack) it uses and runs: the demo
+# needs Kafka alone, the tests everything they test. Set KASPER_BOOTSTRAP_SERVERS to
 # use an existing Kafka cluster instead of the local broker.
 
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
+DEMO_STAMP := $(VENV)/.demo-stamp
 STACK_COMPONENTS := $(if $(KASPER_BOOTSTRAP_SERVERS),schema-registry redis cassandra prometheus,kafka schema-registry redis cassandra prometheus)
+DEMO_COMPONENTS := $(if $(KASPER_BOOTSTRAP_SERVERS),,kafka)
 PYTEST_ARGS ?=
 
 .PHONY: setup stack demo test unit lint docs bench down clean
@@ -19,11 +22,20 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[all,dev]'
 	touch $(STAMP)
 
+# What the demo imports and nothing more (no Spark wheel, no store clients): a first
+# `make demo` must not wait for the test tooling.
+$(DEMO_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[prometheus]'
+	touch $(DEMO_STAMP)
+
 stack: setup
 	$(BIN)/python -m kasper_py.stack up $(STACK_COMPONENTS)
 	$(BIN)/python -m kasper_py.stack spark-jars > /dev/null
 
-demo: stack
+demo: $(DEMO_STAMP)
+	$(if $(DEMO_COMPONENTS),$(BIN)/python -m kasper_py.stack up $(DEMO_COMPONENTS))
 	$(BIN)/python examples/demo.py
 
 lint: setup

@@ -193,6 +193,14 @@ class TopicProcessor:
         """The URL this loop answers queries on and announces in its commit notes."""
         return self._servers.endpoint
 
+    # i36-demo: the CLI registers this address for the stack Prometheus's discovery.
+    @property
+    def metrics_address(self) -> tuple[str, int] | None:
+        """(host, port) of the loop's own metrics server, the bound port when
+        ``Config.metrics_port`` is 0; None when the loop serves no metrics."""
+        server = self._servers.metrics
+        return None if server is None else (server.host, server.port)
+
     # -- the loop -------------------------------------------------------------
 
     def _start(self) -> None:

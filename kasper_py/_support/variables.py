@@ -14,6 +14,7 @@ __all__ = ["OTHER_VARIABLES", "PREFIX", "unknown_variables"]
 PREFIX = "KASPER_"
 OTHER_VARIABLES = frozenset({
     "KASPER_STACK_DIR",             # the stack's folder (kasper stack)
+    "KASPER_STACK_CACHE",           # the stack's per-user cache of built jars
     "KASPER_REDIS_PERSISTENCE",     # the stack's Redis: aof or none
     "KASPER_SPARK_WORKER_CORES",    # the stack's Spark worker
     "KASPER_SPARK_WORKER_MEMORY",

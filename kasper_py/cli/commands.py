@@ -83,6 +83,7 @@ from kasper_py.message import TopicPartitionKey
 from kasper_py.observability.observe import NoopStoreObserver
 from kasper_py.processor import ProcessorFactory
 from kasper_py.query import View
+from kasper_py.stack import prometheus_target
 from kasper_py.stores.base import StoreSpec
 from kasper_py.supervisor import Supervisor, WorkerSpec, split_partitions
 from kasper_py.time import Task
@@ -241,7 +242,8 @@ def _run(config: Config, args: argparse.Namespace) -> int:
     processor = _build_processor(config, factory, stores, tasks, force=args.force,
                                  views=views)
     _log.info("kasper.run", processor=config.name, target=args.target, config=repr(config))
-    return _run_loop(processor, args.until_caught_up)
+    with prometheus_target(config.name, processor.metrics_address):
+        return _run_loop(processor, args.until_caught_up)
 
 
 def _supervise(config: Config, args: argparse.Namespace) -> int:

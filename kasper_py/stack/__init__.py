@@ -7,8 +7,10 @@ Maven Central jars, the schema registry (Apicurio, Confluent-compatible) from a 
 built once from Maven Central, Redis and Prometheus from Debian packages, Spark's master and two
 workers (``spark``: ``spark-master``, ``spark-worker-1``, ``spark-worker-2``) from the
 pyspark wheel, Jaeger v2 (``jaeger``, OTLP in, a query API out) built once with ``go``
-from the Go module proxy. Everything lives under ``$KASPER_STACK_DIR`` (default
-``./.kasper-stack``); ports come from ``KASPER_*_PORT``, Redis's persistence from
+from the Go module proxy. Everything lives under ``$KASPER_STACK_DIR``, else the
+``.kasper-stack`` found in the current folder or above it, else the one ``up`` last
+recorded for this user, else ``./.kasper-stack``; so ``kasper stack status`` works from
+any folder. Ports come from ``KASPER_*_PORT``, Redis's persistence from
 ``KASPER_REDIS_PERSISTENCE`` (``aof`` by default), what a Spark worker offers from
 ``KASPER_SPARK_WORKER_CORES`` (1) and ``KASPER_SPARK_WORKER_MEMORY`` (1g).
 Tests and examples find the servers through the address helpers below.
@@ -16,16 +18,18 @@ Tests and examples find the servers through the address helpers below.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
+from pathlib import Path
 
 from kasper_py.stack import _lifecycle
 from kasper_py.stack._cli import main
-from kasper_py.stack._components import Prometheus, SparkMaster
+from kasper_py.stack._components import SparkMaster
 from kasper_py.stack._errors import StackError
 from kasper_py.stack._jaeger import Jaeger
 from kasper_py.stack._lifecycle import ComponentStatus
+from kasper_py.stack._prometheus import scraped, targets_file, write_targets
 from kasper_py.stack._registry import SchemaRegistry
 from kasper_py.stack._settings import LOOPBACK, Settings
 from kasper_py.stack._spark import spark_jars
@@ -39,6 +43,7 @@ __all__ = [
     "jaeger_url",
     "kafka_bootstrap",
     "main",
+    "prometheus_target",
     "prometheus_url",
     "redis_url",
     "schema_registry_url",
@@ -117,16 +122,27 @@ def spark_master_url(stack_dir: StackDir = None) -> str:
 
 
 def set_prometheus_targets(targets: Sequence[str], stack_dir: StackDir = None) -> None:
-    """Make the local Prometheus scrape exactly ``targets`` (``"host:port"``), within ~1 s.
+    """Make the local Prometheus scrape ``targets`` (``"host:port"``) within ~1 s, beside
+    the running ``kasper run`` processes it finds by itself.
 
     Rewrites the ``file_sd_configs`` file Prometheus watches; the write goes through a
     rename so Prometheus never reads a half-written file.
     """
-    targets_file = Prometheus(Settings.load(stack_dir)).targets_file
-    targets_file.parent.mkdir(parents=True, exist_ok=True)
-    partial = targets_file.with_suffix(".json.tmp")
-    partial.write_text(json.dumps([{"targets": list(targets)}], indent=2) + "\n")
-    partial.replace(targets_file)
+    write_targets(targets_file(Settings.load(stack_dir)), targets)
+
+
+def prometheus_target(processor: str, address: tuple[str, int] | None,
+                      stack_dir: StackDir = None) -> AbstractContextManager[Path | None]:
+    """While the ``with`` block runs, the stack's Prometheus scrapes the metrics server
+    at ``address`` (host, port), as ``kasper run`` has every processor do: a target file
+    named after the process and ``processor`` in the stack's ``prometheus/targets/``,
+    removed at the end. Yields that file; None when there is no address, or no stack
+    Prometheus on this machine (found as ``status`` finds the stack)."""
+    try:
+        settings = Settings.load(stack_dir)
+    except StackError:  # a bad KASPER_*_PORT concerns the stack, not this processor
+        return nullcontext(None)
+    return scraped(processor, address, settings)
 
 
 def _print(line: str) -> None:

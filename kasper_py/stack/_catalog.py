@@ -7,13 +7,13 @@ from kasper_py.stack._components import (
     Cassandra,
     Component,
     Kafka,
-    Prometheus,
     Redis,
     SparkMaster,
     SparkWorker1,
     SparkWorker2,
 )
 from kasper_py.stack._jaeger import Jaeger
+from kasper_py.stack._prometheus import Prometheus
 from kasper_py.stack._registry import SchemaRegistry
 from kasper_py.stack._settings import Settings
 

@@ -20,7 +20,9 @@ def _parser() -> argparse.ArgumentParser:
         description="Run Kafka, Redis, Cassandra, Prometheus, a Spark standalone "
                     "cluster and Jaeger as local processes.",
     )
-    parser.add_argument("--stack-dir", help="default: $KASPER_STACK_DIR or ./.kasper-stack")
+    parser.add_argument("--stack-dir", help="default: $KASPER_STACK_DIR, else a .kasper-stack "
+                        "in the current folder or one above it, else the stack last started "
+                        "(recorded per user), else ./.kasper-stack")
     commands = parser.add_subparsers(dest="command", required=True)
     start = commands.add_parser("up", help="start components (default: kafka redis)")
     start.add_argument("components", nargs="*", help=_NAMES)

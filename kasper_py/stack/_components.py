@@ -1,5 +1,6 @@
-"""The servers of the local stack (Kafka, Redis, Cassandra, Prometheus, and a Spark
-standalone master with two workers): how each is installed, configured, run and probed.
+"""The servers of the local stack (Kafka, Redis, Cassandra, and a Spark standalone
+master with two workers): how each is installed, configured, run and probed. The
+schema registry and Prometheus have modules of their own.
 
 Each component only describes itself (files, command line, readiness probe); starting,
 stopping and timing them is the job of ``_lifecycle``.
@@ -41,7 +42,7 @@ class Component(ABC):
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.directory = settings.component_dir(self.name)
-        self.lib_dir = settings.lib_dir(self.name)
+        self.lib_dir = settings.lib_dir(self.name, self.recipe())
         self.pid_file = self.directory / f"{self.name}.pid"
         self.log_file = self.directory / f"{self.name}.log"
 
@@ -63,6 +64,17 @@ class Component(ABC):
     def environment(self) -> dict[str, str]:
         """Variables added to the server process's environment (none by default)."""
         return {}
+
+    def recipe(self) -> str:
+        """What this component's jars are made from (its pom), which names their folder
+        in the cache; empty for a component without jars of its own."""
+        return ""
+
+    def reconfigure(self, pid: int) -> bool:
+        """Bring the running server ``pid`` up to this version's configuration where it
+        can reload without a restart; True when it had to. Most cannot: False."""
+        del pid
+        return False
 
     @abstractmethod
     def prepare(self) -> str:
@@ -107,9 +119,12 @@ class Kafka(Component):
     def port(self) -> int:
         return self.settings.kafka_port
 
+    def recipe(self) -> str:
+        return template("kafka-pom.xml")
+
     def prepare(self) -> str:
         java = require_binary("java", JAVA_HINT)
-        resolve_jars(template("kafka-pom.xml"), self.lib_dir)
+        resolve_jars(self.recipe(), self.lib_dir)
         self.directory.mkdir(parents=True, exist_ok=True)
         self.render(
             "kafka-server.properties", self.properties.name, host=LOOPBACK,
@@ -214,9 +229,12 @@ class Cassandra(Component):
     def port(self) -> int:
         return self.settings.cassandra_port
 
+    def recipe(self) -> str:
+        return template("cassandra-pom.xml")
+
     def prepare(self) -> str:
         java = require_binary("java", JAVA_HINT)
-        resolve_jars(template("cassandra-pom.xml"), self.lib_dir)
+        resolve_jars(self.recipe(), self.lib_dir)
         self.directory.mkdir(parents=True, exist_ok=True)
         self.render(
             "cassandra.yaml", "cassandra.yaml", host=LOOPBACK, directory=self.directory,
@@ -301,41 +319,6 @@ _CASSANDRA_FAST_START = [
     "-Dcassandra.ring_delay_ms=0",
     "-Dcassandra.superuser_setup_delay_ms=0",
 ]
-
-
-class Prometheus(Component):
-    """Debian's prometheus, scraping whatever ``targets.json`` lists every second."""
-
-    name = "prometheus"
-    ready_timeout = 30.0
-
-    @property
-    def port(self) -> int:
-        return self.settings.prometheus_port
-
-    @property
-    def targets_file(self) -> Path:
-        return self.directory / "targets.json"
-
-    def prepare(self) -> str:
-        (self.directory / "data").mkdir(parents=True, exist_ok=True)
-        self.render("prometheus.yml", "prometheus.yml", targets_file=self.targets_file)
-        if not self.targets_file.exists():
-            self.targets_file.write_text("[]\n")
-        return apt_install("prometheus", "prometheus")
-
-    def command(self, program: str) -> list[str]:
-        return [program, f"--config.file={self.directory / 'prometheus.yml'}",
-                f"--storage.tsdb.path={self.directory / 'data'}",
-                f"--web.listen-address={self.address}",
-                "--storage.tsdb.retention.time=1d"]
-
-    def is_ready(self) -> bool:
-        try:
-            with urllib.request.urlopen(f"http://{self.address}/-/ready", timeout=1) as reply:
-                return int(reply.status) == 200
-        except (urllib.error.URLError, OSError):
-            return False
 
 
 class SparkMaster(Component):

@@ -1,13 +1,15 @@
 """Getting the servers onto the machine: jars from Maven Central, binaries from apt.
 
 Jars are resolved with the user's own ``mvn`` (and so their ``~/.m2`` cache, mirrors
-and proxies) from the poms shipped beside this module. Debian packages are installed
+and proxies) from the poms shipped beside this module, into the per-user cache
+(``Settings.lib_dir``) that every clone shares. Debian packages are installed
 only when their binary is missing, and never left running as system services.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import os
 import shutil
@@ -43,10 +45,25 @@ def require_binary(binary: str, hint: str) -> str:
 
 def resolve_jars(pom_text: str, lib_dir: Path, extra_args: Sequence[str] = ()) -> list[Path]:
     """Copy the runtime dependencies of ``pom_text`` into ``lib_dir`` (once) and list them."""
-    if not is_resolved(pom_text, lib_dir, extra_args):
-        _copy_dependencies(pom_text, lib_dir, extra_args)
-        mark_resolved(pom_text, lib_dir, extra_args)
+    with building(lib_dir):
+        if not is_resolved(pom_text, lib_dir, extra_args):
+            _copy_dependencies(pom_text, lib_dir, extra_args)
+            mark_resolved(pom_text, lib_dir, extra_args)
     return sorted(lib_dir.glob("*.jar"))
+
+
+@contextlib.contextmanager
+def building(lib_dir: Path) -> Iterator[None]:
+    """Hold ``<lib_dir>.lock``: the cache is shared by every clone and process of a user,
+    and two first ``up``s must not fill one folder at once (the second waits, then finds
+    it complete)."""
+    lib_dir.parent.mkdir(parents=True, exist_ok=True)
+    with open(lib_dir.with_name(f"{lib_dir.name}.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def is_resolved(pom_text: str, lib_dir: Path, extra_args: Sequence[str] = ()) -> bool:

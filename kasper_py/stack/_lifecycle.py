@@ -16,7 +16,7 @@ from kasper_py.stack import _process
 from kasper_py.stack._catalog import COMPONENTS, GROUPS, build
 from kasper_py.stack._components import Component
 from kasper_py.stack._errors import StackError
-from kasper_py.stack._settings import LOOPBACK, Settings
+from kasper_py.stack._settings import LOOPBACK, Settings, record_stack_dir
 
 DEFAULT_UP = ("kafka", "redis")
 Report = Callable[[str], None]
@@ -63,6 +63,8 @@ def start(component: Component, report: Report) -> ComponentStatus:
     current = status_of(component)
     if current.running:
         report(f"{component.name}: already running (pid {current.pid}) at {current.address}")
+        if current.pid is not None and component.reconfigure(current.pid):
+            report(f"{component.name}: configuration changed, reloaded")
         return current
     began = time.monotonic()
     program = component.prepare()
@@ -108,8 +110,12 @@ def stop(component: Component, purge: bool, report: Report) -> None:
 
 
 def up(names: Sequence[str], settings: Settings, report: Report) -> list[ComponentStatus]:
-    """Start the named components (default kafka and redis) in the order given."""
-    return [start(build(name, settings), report) for name in select(names, DEFAULT_UP)]
+    """Start the named components (default kafka and redis) in the order given; a stack
+    found from the cwd is recorded for this user, so ``status`` finds it from anywhere."""
+    chosen = select(names, DEFAULT_UP)
+    if settings.found:
+        record_stack_dir(settings.stack_dir)
+    return [start(build(name, settings), report) for name in chosen]
 
 
 def down(names: Sequence[str], settings: Settings, purge: bool, report: Report) -> None:

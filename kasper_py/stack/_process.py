@@ -40,7 +40,7 @@ def _start_time(pid: int) -> str | None:
     return fields[19]
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
     """True when ``pid`` exists and is not a zombie."""
     if Path("/proc").is_dir():
         return _start_time(pid) is not None
@@ -90,7 +90,7 @@ def running_pid(pid_file: Path) -> int | None:
     if not lines or not lines[0].isdigit():
         return None
     pid = int(lines[0])
-    if not _alive(pid):
+    if not alive(pid):
         return None
     recorded_start = lines[1] if len(lines) > 1 else None
     if recorded_start and Path("/proc").is_dir() and _start_time(pid) != recorded_start:
@@ -121,10 +121,10 @@ def _signal(pid: int, signum: signal.Signals) -> None:
 def _wait_gone(pid: int, seconds: float) -> bool:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        if not _alive(pid):
+        if not alive(pid):
             return True
         time.sleep(0.1)
-    return not _alive(pid)
+    return not alive(pid)
 
 
 def log_tail(log_file: Path, lines: int = LOG_TAIL_LINES) -> str:
@@ -151,7 +151,7 @@ def wait_ready(name: str, pid: int, is_ready: Callable[[], bool], timeout: float
     """Poll ``is_ready`` until it is true; StackError if the process dies or time runs out."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if not _alive(pid):
+        if not alive(pid):
             raise StackError(start_failure(name, "exited during start-up", log_file))
         if is_ready():
             return

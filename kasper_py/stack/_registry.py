@@ -3,7 +3,8 @@
 Java 17, its schemas kept in an H2 database file under the component's folder.
 
 Maven Central serves Apicurio's application jar but not a runnable one, so ``prepare``
-runs ``mvn package`` on ``registry-pom.xml`` (a Quarkus build of that jar) once per pom.
+runs ``mvn package`` on ``registry-pom.xml`` (a Quarkus build of that jar) once per pom
+and user: the jar is kept in the per-user cache (``Settings.lib_dir``).
 """
 
 from __future__ import annotations
@@ -16,7 +17,13 @@ from pathlib import Path
 
 from kasper_py.stack._components import JAVA_HINT, Component
 from kasper_py.stack._errors import StackError
-from kasper_py.stack._install import is_resolved, mark_resolved, require_binary, template
+from kasper_py.stack._install import (
+    building,
+    is_resolved,
+    mark_resolved,
+    require_binary,
+    template,
+)
 from kasper_py.stack._settings import LOOPBACK
 
 CCOMPAT_PATH = "/apis/ccompat/v7"
@@ -42,13 +49,16 @@ class SchemaRegistry(Component):
         """The base URL Confluent clients take (``SchemaRegistryClient({"url": ...})``)."""
         return f"http://{self.address}{CCOMPAT_PATH}"
 
+    def recipe(self) -> str:
+        return "\n".join(_build_sources().values())
+
     def prepare(self) -> str:
         java = require_binary("java", JAVA_HINT)
         self.directory.mkdir(parents=True, exist_ok=True)
-        sources = _build_sources()
-        if not is_resolved("\n".join(sources.values()), self.lib_dir):
-            _build_jar(sources, self.lib_dir)
-            mark_resolved("\n".join(sources.values()), self.lib_dir)
+        with building(self.lib_dir):
+            if not is_resolved(self.recipe(), self.lib_dir):
+                _build_jar(_build_sources(), self.lib_dir)
+                mark_resolved(self.recipe(), self.lib_dir)
         return java
 
     def command(self, program: str) -> list[str]:

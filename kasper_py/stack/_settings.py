@@ -7,6 +7,7 @@ second stack at a temporary directory and other ports. No process handling here.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 import re
 import socket
@@ -66,11 +67,65 @@ def _choice(variable: str, default: str, choices: tuple[str, ...]) -> str:
     return raw
 
 
+STACK_DIR_NAME = ".kasper-stack"
+
+
 def resolve_stack_dir(stack_dir: str | os.PathLike[str] | None = None) -> Path:
-    """``stack_dir``, else ``$KASPER_STACK_DIR``, else ``<cwd>/.kasper-stack``, absolute."""
-    if stack_dir is None:
-        stack_dir = os.environ.get("KASPER_STACK_DIR") or Path.cwd() / ".kasper-stack"
-    return Path(stack_dir).expanduser().resolve()
+    """Where the stack lives, absolute: ``stack_dir``, else ``$KASPER_STACK_DIR``, else
+    the first found of a ``.kasper-stack`` folder in the cwd or a folder above it (the
+    project's stack), the folder ``up`` last recorded for this user (``record_file()``)
+    if it still exists, and ``<cwd>/.kasper-stack``."""
+    chosen = stack_dir or os.environ.get("KASPER_STACK_DIR")
+    if chosen:
+        return Path(chosen).expanduser().resolve()
+    return _found_stack_dir()
+
+
+def _found_stack_dir() -> Path:
+    cwd = Path.cwd().resolve()
+    for folder in (cwd, *cwd.parents):
+        if (folder / STACK_DIR_NAME).is_dir():
+            return folder / STACK_DIR_NAME
+    recorded = _recorded_stack_dir()
+    return recorded if recorded is not None else cwd / STACK_DIR_NAME
+
+
+def _cache_dir() -> Path:
+    chosen = os.environ.get("KASPER_STACK_CACHE")
+    if chosen:
+        return Path(chosen).expanduser().resolve()
+    cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(cache) / "kasper-py" / "stack"
+
+
+def record_file() -> Path:
+    """The per-user note of the last stack started from its own folder:
+    ``$XDG_STATE_HOME/kasper-py/stack-dir`` (``~/.local/state`` when unset)."""
+    state = os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state"
+    return Path(state) / "kasper-py" / "stack-dir"
+
+
+def _recorded_stack_dir() -> Path | None:
+    try:
+        recorded = Path(record_file().read_text().strip())
+    except OSError:
+        return None
+    return recorded if recorded.is_absolute() and recorded.is_dir() else None
+
+
+def record_stack_dir(stack_dir: Path) -> None:
+    """Note ``stack_dir`` in ``record_file()``, so the stack is found from any folder.
+
+    Best effort: without a writable home the stack still works from its own folder.
+    """
+    record = record_file()
+    partial = record.with_name(f"{record.name}.{os.getpid()}.tmp")
+    try:
+        record.parent.mkdir(parents=True, exist_ok=True)
+        partial.write_text(f"{stack_dir}\n")
+        partial.replace(record)  # a reader never sees half a path
+    except OSError:
+        partial.unlink(missing_ok=True)
 
 
 @dataclass(frozen=True)
@@ -108,6 +163,12 @@ class Settings:
     """Where Jaeger receives OTLP over gRPC."""
     jaeger_otlp_http_port: int
     """Where Jaeger receives OTLP over HTTP (``/v1/traces``): ``otlp_endpoint``."""
+    cache_dir: Path
+    """What a fresh clone need not build again (the jars): ``$KASPER_STACK_CACHE``, else
+    ``$XDG_CACHE_HOME/kasper-py/stack`` (``~/.cache`` when unset)."""
+    found: bool = False
+    """True when ``stack_dir`` was found (``resolve_stack_dir``), not given by the caller
+    or ``$KASPER_STACK_DIR``: ``up`` then records it for this user."""
 
     @classmethod
     def load(cls, stack_dir: str | os.PathLike[str] | None = None) -> Settings:
@@ -116,6 +177,8 @@ class Settings:
         ``KASPER_SPARK_WORKER_CORES`` and ``_MEMORY``) and ``stack_dir``."""
         return cls(
             stack_dir=resolve_stack_dir(stack_dir),
+            cache_dir=_cache_dir(),
+            found=not (stack_dir or os.environ.get("KASPER_STACK_DIR")),
             kafka_port=_port("KASPER_KAFKA_PORT", 19092),
             kafka_controller_port=_port("KASPER_KAFKA_CONTROLLER_PORT", 19093),
             redis_port=_port("KASPER_REDIS_PORT", 16379),
@@ -140,9 +203,12 @@ class Settings:
         """Config, data, log and pid file of one component: removed by ``down --purge``."""
         return self.stack_dir / name
 
-    def lib_dir(self, name: str) -> Path:
-        """Jars resolved by Maven for one component; kept across ``down --purge``."""
-        return self.stack_dir / "lib" / name
+    def lib_dir(self, name: str, recipe: str) -> Path:
+        """Jars resolved or built by Maven for one component from ``recipe`` (its pom, or
+        a version), in the per-user cache: a fresh clone reuses them, ``down --purge``
+        and ``make clean`` keep them, a changed recipe gets a folder of its own."""
+        digest = hashlib.sha256(recipe.encode()).hexdigest()[:12]
+        return self.cache_dir / "lib" / f"{name}-{digest}"
 
 
 def free_ports(count: int = 1) -> int:

@@ -42,7 +42,7 @@ def spark_jars(stack_dir: str | os.PathLike[str] | None = None) -> list[str]:
     """Resolve (once) and list the connector jars to add to pyspark's ``spark.jars``."""
     home, version = spark_home()
     wheel_jars = home / "jars"
-    lib_dir = Settings.load(stack_dir).lib_dir("spark")
+    lib_dir = Settings.load(stack_dir).lib_dir("spark", version)  # both poms: one folder
     exclude = [f"-DexcludeArtifactIds={','.join(sorted(_artifact_ids(wheel_jars)))}"]
     exact, fallback = _pom(version, version), _pom(version, TOKEN_PROVIDER_FALLBACK)
     if is_resolved(fallback, lib_dir, exclude):  # the exact one failed before: don't retry

@@ -30,6 +30,7 @@ from kasper_py.observability.observe import NoopObserver, TurnStats
 from kasper_py.stack import cassandra_contact as stack_cassandra_contact
 from kasper_py.stack import redis_url as stack_redis_url
 from kasper_py.stores.base import StoreRuntime, StoreSpec
+from tests.on_demand import on_demand
 
 from stores_worker import WordCount  # isort: skip - a sibling script, not a package
 
@@ -83,26 +84,28 @@ def wait_for(condition: Callable[[], object], what: str = "the condition",
 
 @pytest.fixture(scope="session")
 def redis_url() -> str:
-    """URL of the stack's Redis (or ``$KASPER_REDIS_URL``); fails when it does not answer."""
+    """URL of the stack's Redis, started when it is not running (or ``$KASPER_REDIS_URL``);
+    fails when it does not answer."""
     url = os.environ.get("KASPER_REDIS_URL") or stack_redis_url()
-    try:
-        redis.Redis.from_url(url, socket_connect_timeout=5).ping()
-    except redis.RedisError as exc:
-        pytest.fail(f"no Redis at {url}: run `make stack` first ({exc})")
+    on_demand("redis", url, redis.Redis.from_url(url, socket_connect_timeout=5).ping,
+              external="KASPER_REDIS_URL" in os.environ)
     return url
 
 
 @pytest.fixture(scope="session")
 def cassandra_contact() -> tuple[str, int]:
-    """(host, port) of the stack's Cassandra; fails when CQL does not answer."""
+    """(host, port) of the stack's Cassandra, started when it is not running; fails
+    when CQL does not answer."""
     host, port = stack_cassandra_contact()
-    cluster = Cluster([host], port=port, connect_timeout=10)
-    try:
-        cluster.connect().execute("SELECT release_version FROM system.local")
-    except Exception as exc:  # any failure means no Cassandra
-        pytest.fail(f"no Cassandra at {host}:{port}: run `make stack` first ({exc})")
-    finally:
-        cluster.shutdown()
+
+    def answers() -> None:
+        cluster = Cluster([host], port=port, connect_timeout=10)
+        try:
+            cluster.connect().execute("SELECT release_version FROM system.local")
+        finally:
+            cluster.shutdown()
+
+    on_demand("cassandra", f"{host}:{port}", answers, external=False)
     return host, port
 
 

@@ -8,19 +8,23 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from kasper_py import stack
+from kasper_py.stack._settings import Settings
 from tests.dashboard import DASHBOARD, dashboard_expressions, series_read
+from tests.on_demand import on_demand
 
 sys.path.insert(0, str(Path(__file__).parent))
 pytest.register_assert_rewrite("conftest_stores")
@@ -58,57 +62,129 @@ def render(expr: str, processor: str) -> str:
     return expr.replace("$__rate_interval", "1m")
 
 
+@dataclass(frozen=True)
+class Scraped:
+    """A running `kasper run` that Prometheus scrapes."""
+
+    name: str
+    address: str
+    process: subprocess.Popen[bytes]
 
 
+def active_targets(base: str) -> list[dict[str, Any]]:
+    """Prometheus's active scrape targets (``/api/v1/targets``)."""
+    with urllib.request.urlopen(f"{base}/api/v1/targets?state=active", timeout=10) as reply:
+        body = json.load(reply)
+    assert body["status"] == "success", body
+    return list(body["data"]["activeTargets"])
+
+
+def target_health(base: str, address: str) -> str | None:
+    """``up``, ``down`` or ``unknown`` for the target scraping ``address``; None if absent."""
+    found = [t["health"] for t in active_targets(base) if t["labels"]["instance"] == address]
+    return found[0] if found else None
 
 
 @pytest.fixture(scope="module")
 def prometheus() -> str:
     """Base URL of the stack's Prometheus, started if it is not running."""
     base = stack.prometheus_url()
-    try:
-        urllib.request.urlopen(f"{base}/-/ready", timeout=5).close()
-    except OSError:
-        stack.up(["prometheus"])
+    on_demand("prometheus", base,
+              lambda: urllib.request.urlopen(f"{base}/-/ready", timeout=5).close(),
+              external=False)
     return base
 
 
 @pytest.fixture
-def scraped_processor(bootstrap: str, new_topic: Callable[..., str], kafka: Any,
-                      unique_name: Callable[[str], str],
-                      tmp_path: Path) -> Iterator[str]:
-    """A `kasper run` that has processed N messages and is scraped by Prometheus;
-    yields its processor name."""
+def scraped_processor(bootstrap: str, new_topic: Callable[..., str], kafka: Any,  # noqa: PLR0917
+                      unique_name: Callable[[str], str], prometheus: str,
+                      tmp_path: Path) -> Iterator[Scraped]:
+    """A `kasper run` that has processed N messages, found and scraped by the stack's
+    Prometheus through the target file it registers itself (file-based discovery, no
+    hand-set target)."""
     source, sink = new_topic("dash-in", partitions=2), new_topic("dash-out", partitions=2)
     name, port = unique_name("dash"), free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("KASPER_")}
     env.update(KASPER_BOOTSTRAP_SERVERS=bootstrap, KASPER_NAME=name,
                KASPER_INPUT_TOPICS=source, KASPER_METRICS_PORT=str(port),
-               KASPER_BATCH_SIZE="5", KASPER_BATCH_WAIT="0.5", EXAMPLE_OUTPUT_TOPIC=sink)
+               KASPER_BATCH_SIZE="5", KASPER_BATCH_WAIT="0.5", EXAMPLE_OUTPUT_TOPIC=sink,
+               KASPER_STACK_DIR=str(Settings.load().stack_dir))
     log = (tmp_path / "stderr.log").open("w")
     process = subprocess.Popen(
         [sys.executable, "-m", "kasper_py", "run", "examples_module:factory", "--stores",
          "examples_module:stores", "--app-dir", str(HERE), "--metrics-host", "127.0.0.1"],
-        env=env, stderr=log)
-    stack.set_prometheus_targets([f"127.0.0.1:{port}"])
+        env=env, stderr=log, cwd=tmp_path)
+    address = f"127.0.0.1:{port}"
     try:
+        wait_for(lambda: target_health(prometheus, address) == "up",
+                 f"Prometheus to discover and scrape {address}", timeout=60)
         kafka.produce(source, [(f"k{i}".encode(), f"v{i}".encode()) for i in range(N)])
-        yield name
+        yield Scraped(name, address, process)
     finally:
-        stack.set_prometheus_targets([])
-        process.terminate()
-        process.wait(60)
+        if process.poll() is None:
+            process.terminate()
+            process.wait(60)
         log.close()
 
 
+def test_a_processor_is_a_target_while_it_runs(prometheus: str,
+                                               scraped_processor: Scraped) -> None:
+    """`kasper run` registers one target file naming itself while it runs (Prometheus
+    scrapes it: the fixture waited for that); once it has exited the file is gone and
+    Prometheus drops the target (its discovery re-reads the folder every second)."""
+    targets = Settings.load().stack_dir / "prometheus" / "targets"
+    mine = f"{scraped_processor.process.pid}-{scraped_processor.name}.json"
+    assert mine in [path.name for path in targets.glob("*.json")]
+    scraped_processor.process.terminate()
+    assert scraped_processor.process.wait(60) == 0
+    assert not (targets / mine).exists()
+    wait_for(lambda: target_health(prometheus, scraped_processor.address) is None,
+             f"Prometheus to drop {scraped_processor.address}", timeout=30)
+
+
+def loaded_config(base: str) -> str:
+    """The configuration Prometheus runs with (``/api/v1/status/config``)."""
+    with urllib.request.urlopen(f"{base}/api/v1/status/config", timeout=10) as reply:
+        return str(json.load(reply)["data"]["yaml"])
+
+
+def test_up_reloads_a_prometheus_running_an_older_config(prometheus: str) -> None:
+    """A Prometheus left running with a configuration from before the processors'
+    targets folder (a stack started by an older version) learns it from `kasper stack
+    up prometheus`: the file is rewritten and Prometheus reloads it, same pid."""
+    stack_dir = Settings.load().stack_dir
+    config = stack_dir / "prometheus" / "prometheus.yml"
+    glob = f"{stack_dir / 'prometheus' / 'targets'}/*.json"
+    (pid,) = [s.pid for s in stack.status() if s.name == "prometheus"]
+    assert pid is not None
+    current = config.read_text()
+    config.write_text("".join(line for line in current.splitlines(keepends=True)
+                              if glob not in line))
+    try:
+        os.kill(pid, signal.SIGHUP)
+        wait_for(lambda: glob not in loaded_config(prometheus), "the older config to load")
+        result = subprocess.run(
+            [sys.executable, "-m", "kasper_py", "stack", "up", "prometheus"],
+            capture_output=True, text=True, check=False,
+            env={**os.environ, "KASPER_STACK_DIR": str(stack_dir)})
+        wait_for(lambda: glob in loaded_config(prometheus), "the reloaded config", timeout=30)
+    finally:  # whatever happened, the stack's Prometheus runs this version's config
+        config.write_text(current)
+        os.kill(pid, signal.SIGHUP)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == (
+        f"prometheus: already running (pid {pid}) at 127.0.0.1:{Settings.load().prometheus_port}"
+        "\nprometheus: configuration changed, reloaded\n")
+
+
 def test_every_dashboard_expression_returns_data(prometheus: str,
-                                                 scraped_processor: str) -> None:
+                                                 scraped_processor: Scraped) -> None:
     """Once Prometheus has scraped the processor's N messages, each PromQL expression
     in the dashboard (with $processor set to it) returns at least one series; one that
     reads only ``PARSED_ONLY`` series is accepted by Prometheus's query API (a query
     that finds no data succeeds, a syntax error does not). The processor variable's
     label_values query finds the processor."""
-    name = scraped_processor
+    name = scraped_processor.name
     consumed = f'sum(kasper_messages_consumed_total{{processor="{name}"}})'
     wait_for(lambda: [float(r["value"][1]) for r in query(prometheus, consumed)] == [N],
              f"Prometheus to scrape {N} consumed messages of {name}")

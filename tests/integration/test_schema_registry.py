@@ -8,6 +8,7 @@ SIGTERM while the request is outstanding)."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import time
@@ -28,6 +29,7 @@ from kasper_py import Config, Message, MessageProcessor, SerdeError, TopicProces
 from kasper_py.registry import AvroSerde, RegistryConfig
 from kasper_py.sender import Sender
 from kasper_py.stack import schema_registry_url
+from tests.on_demand import on_demand
 
 pytest.register_assert_rewrite("conftest_stores")
 from conftest_stores import TcpProxy  # isort: skip  # noqa: E402 - after register_assert_rewrite
@@ -51,12 +53,11 @@ ORDER_JSON = json.dumps({"type": "object", "title": "Order",
 
 @pytest.fixture(scope="module")
 def registry_url() -> str:
-    """The registry's Confluent API; fails (not skips) when it does not answer."""
+    """The registry's Confluent API, the stack's started when it is not running; fails
+    (not skips) when it does not answer."""
     url = schema_registry_url()
-    try:
-        SchemaRegistryClient({"url": url}).get_subjects()
-    except Exception as exc:
-        pytest.fail(f"no schema registry at {url}: run `make stack` first ({exc})")
+    on_demand("schema-registry", url, SchemaRegistryClient({"url": url}).get_subjects,
+              external="KASPER_SCHEMA_REGISTRY_URL" in os.environ)
     return url
 
 
