@@ -31,6 +31,9 @@
                     .map(function (c) { return c.textContent.slice(0, 60); }),
       broken_names: names.filter(function (c) { return c.getClientRects().length > 1; })
                          .map(function (c) { return c.textContent; }),
+      cut_tables: Array.from(content.querySelectorAll(".md-typeset__scrollwrap"))
+                       .filter(function (t) { return t.scrollWidth > t.clientWidth + 1; })
+                       .map(function (t) { return t.innerText.slice(0, 60); }),
       page_overflow: document.documentElement.scrollWidth - window.innerWidth
     });
     document.body.appendChild(out);
