@@ -94,7 +94,7 @@ def test_config_reference_prints_types_and_names_whole(
 def test_diagrams_are_drawn(shown: dict[str, dict[str, Any]]) -> None:
     """Every diagram is an SVG with its labels; none is mermaid's syntax error."""
     assert shown["guarantees"]["diagrams"] == 1
-    assert "5 commit the offsets of batch n" in shown["guarantees"]["drawn"][0]
+    assert "5 · commit batch n's offsets" in shown["guarantees"]["drawn"][0]
     assert shown["applications"]["diagrams"] == 1
     assert "turn n+1" in shown["applications"]["drawn"][0]
     for page in PAGES:
