@@ -11,8 +11,10 @@
     }
     var content = document.querySelector(".md-content");
     var code = Array.from(content.querySelectorAll("pre > code"));
-    var names = Array.from(content.querySelectorAll("table code")).filter(function (c) {
-      return !/\s/.test(c.textContent);  // a name: one word, never to be broken
+    var names = Array.from(content.querySelectorAll("table td:first-child code"))
+                     .filter(function (c) {
+      // a row's name: one word of up to 40 characters, never broken (assets/site.js)
+      return !/\s/.test(c.textContent) && c.textContent.length <= 40;
     });
     var out = document.createElement("script");
     out.type = "application/json";
