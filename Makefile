@@ -11,8 +11,9 @@ DEMO_STAMP := $(VENV)/.demo-stamp
 STACK_COMPONENTS := $(if $(KASPER_BOOTSTRAP_SERVERS),schema-registry redis cassandra prometheus,kafka schema-registry redis cassandra prometheus)
 DEMO_COMPONENTS := $(if $(KASPER_BOOTSTRAP_SERVERS),,kafka)
 PYTEST_ARGS ?=
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: setup stack demo test unit lint docs bench down clean
+.PHONY: setup stack demo test unit lint docs docs-check chromium bench down clean
 
 setup: $(STAMP)
 
@@ -42,15 +43,28 @@ lint: setup
 	$(BIN)/ruff check kasper_py tests examples bench docsite
 	$(BIN)/mypy kasper_py
 
-# The documentation site on http://127.0.0.1:8000, rebuilt on every change. `make test`
-# builds it with --strict (tests/unit/test_docs_site.py) and runs its code blocks.
+# The documentation site on http://127.0.0.1:8000, rebuilt on every change (`python -m
+# docsite` is mkdocs without Material's end-of-life banner: docsite/__main__.py says why
+# the site stays on mkdocs). `make test` builds it with --strict
+# (tests/unit/test_docs_site.py), runs its code blocks, and opens it in Chromium.
 docs: setup
-	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve
+	$(BIN)/python -m docsite serve
+
+# The docs check: the built site in headless Chromium, with screenshots of the key pages
+# in site-shots/ (tests/integration/test_docs_browser.py)
+docs-check: setup chromium
+	KASPER_DOCS_SHOTS=site-shots $(BIN)/pytest tests/integration/test_docs_browser.py -q
+
+# Headless Chromium for the docs check: Debian's package, installed when missing
+chromium:
+	@command -v chromium > /dev/null || command -v chromium-browser > /dev/null || { \
+	  $(SUDO) apt-get update -qq && \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium; }
 
 unit: setup
 	$(BIN)/pytest tests/unit -q
 
-test: stack lint
+test: stack lint chromium
 	$(BIN)/pytest tests -q --timeout 900 --durations 15 $(PYTEST_ARGS)
 
 bench: stack
@@ -69,4 +83,4 @@ down:
 	$(BIN)/python -m kasper_py.stack down all
 
 clean: down
-	rm -rf $(VENV) .kasper-stack kasper-state site
+	rm -rf $(VENV) .kasper-stack kasper-state site site-shots

@@ -69,8 +69,13 @@ def _markdown(text: str) -> str:
     return "<br><br>".join(" ".join(p.split()) for p in paragraphs)
 
 
-def _annotation(source: str) -> str:
-    return source.replace("|", "&#124;")  # a table cell must not hold a bare pipe
+def _cell(text: str) -> str:
+    """``text`` fit for a table cell: a pipe outside a code span escaped as ``\\|``.
+    A pipe inside a code span stays as it is, since the table extension does not split
+    a row there, and an escape there (``&#124;`` or ``\\|``) would print as typed."""
+    parts = text.split("`")
+    return "`".join(part if index % 2 else part.replace("|", "\\|")
+                    for index, part in enumerate(parts))
 
 
 def _default(f: dataclasses.Field[Any]) -> str:
@@ -82,6 +87,8 @@ def _default(f: dataclasses.Field[Any]) -> str:
 
 
 def _field_rows(cls: type, sources: dict[str, tuple[str, str]]) -> Iterator[str]:
+    """A row per field: its name, type, default and sources in the first cell (the
+    name never broken), what it means in the second."""
     docs = field_docs(cls)
     hints = {n.target.id: ast.unparse(n.annotation)  # type: ignore[union-attr]
              for n in ast.walk(ast.parse(inspect.getsource(cls)))
@@ -90,10 +97,10 @@ def _field_rows(cls: type, sources: dict[str, tuple[str, str]]) -> Iterator[str]
         if f.name not in docs:
             raise ValueError(f"{cls.__name__}.{f.name} has no docstring under it")
         env, flag = sources.get(f.name, ("", ""))
-        where = "<br>".join(x for x in (env, flag) if x)
-        yield (f"| <a id=\"{cls.__name__.lower()}-{f.name}\"></a>`{f.name}` | "
-               f"`{_annotation(hints[f.name])}` | {_default(f)} | {where} | "
-               f"{_markdown(docs[f.name])} |")
+        about = "<br>".join(x for x in (f"`{hints[f.name]}`", f"default {_default(f)}",
+                                        env, flag) if x)
+        yield (f"| <a id=\"{cls.__name__.lower()}-{f.name}\"></a>**`{f.name}`**<br>"
+               f"{_cell(about)} | {_cell(_markdown(docs[f.name]))} |")
 
 
 def config_page() -> str:
@@ -107,9 +114,10 @@ def config_page() -> str:
                  else f"`{ENV_PREFIX}{f.name.removesuffix('_overrides').upper()}__<KEY>`",
                  f"`--{flag_name(f.name)}`" if f.name in CONFIG_FLAGS else "")
         for f in dataclasses.fields(Config)}
-    header = ["| field | type | default | environment, flag | meaning |",
-              "|---|---|---|---|---|"]
+    header = ["| field: type, default, environment, flag | meaning |", "|---|---|"]
     return "\n".join([
+        "---\nhide: [toc]\n---",  # the fields' table takes the page's width
+        "",
         "# Configuration fields",
         "",
         "Generated when the site is built from the docstring under each field of "
@@ -156,7 +164,7 @@ def _invocation(action: argparse.Action) -> str:
 
 
 def _help(action: argparse.Action) -> str:
-    text = " ".join((action.help or "").split()).replace("|", "&#124;")
+    text = " ".join((action.help or "").split())
     if "%(" in text:
         text = text % {"default": action.default, "prog": "kasper"}
     if action.choices and not isinstance(action, argparse._SubParsersAction):
@@ -178,7 +186,7 @@ def _command_section(command: str, parser: argparse.ArgumentParser,
         yield f"```text\n{parser.format_usage().strip()}\n```\n"
         if arguments:
             yield "| argument | meaning |\n|---|---|"
-            yield from (f"| {_invocation(a)} | {_help(a)} |" for a in arguments)
+            yield from (f"| {_invocation(a)} | {_cell(_help(a))} |" for a in arguments)
             yield ""
         if parser.epilog:
             yield " ".join(parser.epilog.split()) + "\n"

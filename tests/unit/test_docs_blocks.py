@@ -20,7 +20,8 @@
 - ``json``: parsed.
 - ``sql``: the Cassandra table stores.md shows must be the one the store creates (the
   statement in kasper_py/stores/cassandra.py, read with ``ast``), placeholders aside.
-- ``text`` (diagrams, program output) is not code. A block without a language fails.
+- ``text`` (diagrams in characters, program output) and ``mermaid`` (diagrams the site
+  draws) are not code. A block without a language fails.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ import pytest
 from docsite.blocks import PAGES, ROOT, Block, blocks
 from docsite.reference import build_parser, parser_for
 
-NOT_RUN = {"text"}
+NOT_RUN = {"text", "mermaid"}
 UNCHECKED_PROGRAMS = {"pip", "export", "printf", "kill", "wait"}
 """Shell programs whose lines are not checked: packaging, the environment, the shell's
 own (text piped into a command, stopping a background job)."""
