@@ -67,10 +67,9 @@ class TopicProcessor:
         on the wall clock, in turns of this loop (see ``kasper_py.time.Task``). ``views``
         maps paths to web views (``kasper_py.query.View``) served beside the tables on
         the query server (``config.query_port``). With no ``observer``, metrics are served
-        on ``config.metrics_port`` when set; ``store_observer`` also hears the stores (a
-        restore display). An OpenTelemetry ``tracer_provider`` traces every turn
-        (docs/operations.md, the ``otel`` extra). Raises ``ConfigError`` when the
-        extractor does not import."""
+        on ``config.metrics_port`` when set; ``store_observer`` also hears the stores. An
+        OpenTelemetry ``tracer_provider`` (else ``Config.tracing``'s) traces every turn
+        (docs/operations.md). ``ConfigError``: the extractor does not import."""
         self._plan = plan = plan_for(factory, config, stores=stores, tasks=tasks)
         self.config, self._store_specs, self._life = plan.config, plan.stores, Lifecycle()
         config = plan.config
@@ -153,16 +152,13 @@ class TopicProcessor:
     def __enter__(self) -> TopicProcessor:
         return self
 
-    def __exit__(self, *_exc: object) -> None:
-        """Leaving a ``with`` block closes the processor (see ``close``)."""
+    def __exit__(self, *_exc: object) -> None:  # leaving a ``with`` block closes it
         self.close()
 
     def has_consumed_all(self) -> bool:
         """True when every assigned partition's next offset reached its high watermark
-        and no batch read ahead waits to be processed. The high watermarks are the
-        consumer's cached ones, which every fetch response renews (a round trip only for
-        a partition with none cached yet): a running loop checks this after every batch
-        that is not full, at no cost to the broker."""
+        and no batch read ahead waits. The high watermarks are the consumer's cached ones,
+        renewed by every fetch response: free to check after every batch not full."""
         return (self._assignment.ensure_assigned() and not self._prefetcher.holding()
                 and consumed_all(self._consumer, self.config.auto_offset_reset))
 
@@ -193,13 +189,10 @@ class TopicProcessor:
         """The URL this loop answers queries on and announces in its commit notes."""
         return self._servers.endpoint
 
-    # i36-demo: the CLI registers this address for the stack Prometheus's discovery.
     @property
     def metrics_address(self) -> tuple[str, int] | None:
-        """(host, port) of the loop's own metrics server, the bound port when
-        ``Config.metrics_port`` is 0; None when the loop serves no metrics."""
-        server = self._servers.metrics
-        return None if server is None else (server.host, server.port)
+        """(host, port) of the loop's metrics server, if any (the stack's discovery)."""
+        return self._servers.metrics_address
 
     # -- the loop -------------------------------------------------------------
 

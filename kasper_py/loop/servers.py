@@ -107,6 +107,12 @@ class LoopServers:
         return tables
 
     @property
+    def metrics_address(self) -> tuple[str, int] | None:
+        """(host, port) of the metrics server, the bound port when ``Config.metrics_port``
+        is 0; None when the loop serves no metrics."""
+        return None if self.metrics is None else (self.metrics.host, self.metrics.port)
+
+    @property
     def endpoint(self) -> str | None:
         """The URL the query server answers on, announced in the commit notes."""
         return self.queries.endpoint if self.queries is not None else None
