@@ -22,7 +22,7 @@ from pathlib import Path
 
 from kasper_py.stack._components import Component
 from kasper_py.stack._errors import StackError
-from kasper_py.stack._install import is_resolved, mark_resolved, require_binary
+from kasper_py.stack._install import building, is_resolved, mark_resolved, require_binary
 from kasper_py.stack._process import port_open
 from kasper_py.stack._settings import LOOPBACK
 
@@ -51,12 +51,16 @@ class Jaeger(Component):
         """The OTLP/HTTP base URL (``Config.otlp_endpoint``; spans go to ``/v1/traces``)."""
         return f"http://{LOOPBACK}:{self.settings.jaeger_otlp_http_port}"
 
+    def recipe(self) -> str:
+        return f"{JAEGER_MODULE}/cmd/jaeger@{JAEGER_VERSION}"
+
     def prepare(self) -> str:
         self.directory.mkdir(parents=True, exist_ok=True)
         binary = self.lib_dir / _BINARY
-        if not is_resolved(JAEGER_VERSION, self.lib_dir) or not binary.is_file():
-            _build(binary)
-            mark_resolved(JAEGER_VERSION, self.lib_dir)
+        with building(self.lib_dir):  # one build per user, whichever stack asks first
+            if not is_resolved(self.recipe(), self.lib_dir) or not binary.is_file():
+                _build(binary)
+                mark_resolved(self.recipe(), self.lib_dir)
         settings = self.settings
         self.render("jaeger.yaml", "jaeger.yaml", host=LOOPBACK, query_port=self.port,
                     query_grpc_port=settings.jaeger_grpc_port,

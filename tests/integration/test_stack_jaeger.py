@@ -90,7 +90,8 @@ def test_up_jaeger_serves_queries_and_takes_otlp() -> None:
 
 def test_up_jaeger_without_go_names_what_to_install(tmp_path: Path) -> None:
     """A stack with no Jaeger built yet and no ``go`` on PATH: exit 1, naming Go."""
-    env = {**os.environ, "KASPER_STACK_DIR": str(tmp_path), "PATH": str(tmp_path / "bin")}
+    env = {**os.environ, "KASPER_STACK_DIR": str(tmp_path), "PATH": str(tmp_path / "bin"),
+           "KASPER_STACK_CACHE": str(tmp_path / "cache")}  # no Jaeger built for this user
     up = kasper_stack("up", "jaeger", env=env)
     assert (up.returncode, up.stderr.strip()) == (
         1, "error: go not found on PATH: install Go 1.24.6 or later (https://go.dev/dl/)")

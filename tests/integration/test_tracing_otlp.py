@@ -214,9 +214,9 @@ def test_unreachable_collector_fails_no_turn(
 
 
 @pytest.mark.parametrize(("flags", "extra_env", "message"), [
-    (["--tracing", "zipkin"], {},
+    ([], {"KASPER_TRACING": "zipkin"},
      "kasper: error: config field 'tracing': must be one of none, otlp, console, got "
-     "'zipkin' (from flags)"),
+     "'zipkin' (from environment)"),
     (["--tracing", "otlp", "--otlp-endpoint", "127.0.0.1:4318"], {},
      "kasper: error: config field 'otlp_endpoint': must be an http(s) URL, got "
      "'127.0.0.1:4318' (from flags)"),
@@ -239,6 +239,17 @@ def test_bad_tracing_settings_are_refused(  # noqa: PLR0917 - fixtures
     run = kasper_run(name, source, kasper_env(bootstrap, output, **extra_env), *flags)
     assert (run.returncode, run.stderr.strip().splitlines()[-1]) == (3, message)
     assert kafka.committed(name, source) == {0: None}
+
+
+def test_an_unknown_tracing_flag_lists_the_choices(bootstrap: str, topics: tuple[str, str],
+                                                    unique_name: Callable[[str], str]) -> None:
+    """``--tracing zipkin``: a usage error (exit 2) that lists what ``--tracing`` takes."""
+    source, output = topics
+    run = kasper_run(unique_name("badflag"), source, kasper_env(bootstrap, output),
+                     "--tracing", "zipkin")
+    assert (run.returncode, run.stderr.strip().splitlines()[-1]) == (
+        2, "kasper run: error: argument --tracing: invalid choice: 'zipkin' (choose from "
+        "'none', 'otlp', 'console')")
 
 
 DOC_PRELUDE = '''
