@@ -11,6 +11,10 @@ DEMO_STAMP := $(VENV)/.demo-stamp
 STACK_COMPONENTS := $(if $(KASPER_BOOTSTRAP_SERVERS),schema-registry redis cassandra prometheus,kafka schema-registry redis cassandra prometheus)
 DEMO_COMPONENTS := $(if $(KASPER_BOOTSTRAP_SERVERS),,kafka)
 PYTEST_ARGS ?=
+# This clone's own stack, whatever another clone recorded for `kasper stack` from any
+# folder (docs/getting-started.md): a second checkout must not start, test against or
+# stop the first one's servers.
+export KASPER_STACK_DIR ?= $(CURDIR)/.kasper-stack
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
 .PHONY: setup stack demo test unit lint docs docs-check chromium bench down clean
