@@ -116,11 +116,9 @@ class TimestampAlignment:
     def _frontiers(self, newest: dict[TopicPartitionKey, float]) -> dict[int, float]:
         """frontier(P) of every partition number gathered (see the class)."""
         partitions = {p for _, p in newest}
-        for key in newest:  # it brought records: it may hold P back again
-            self._since.pop(key, None)
-            self._expired.discard(key)
+        self._expired.difference_update(newest)  # it brought records: it may wait again
         missing = [(t, p) for t in self._topics for p in partitions if (t, p) not in newest]
-        waiting = self._waiting(missing) if missing else set()
+        waiting = self._waiting(missing)
         frontiers = dict.fromkeys(partitions, math.inf)
         for (_, partition), timestamp in newest.items():
             frontiers[partition] = min(frontiers[partition], timestamp)
@@ -130,22 +128,24 @@ class TimestampAlignment:
 
     def _waiting(self, missing: list[TopicPartitionKey]) -> set[TopicPartitionKey]:
         """Those of ``missing`` (nothing gathered) that hold their partition back now."""
+        if not missing:
+            self._since.clear()
+            return set()
         now, lags, waiting = self._clock(), self._lags(missing), set()
+        began, self._since = self._since, {}  # a wait ends when its partition has no records
         for key in missing:
             if key in self._expired:
                 continue
             lag = lags.get(key, 0)
             bound = self._idle if lag == 0 else max(self._idle, LAG_WAIT)
-            since = self._since.setdefault(key, now)
+            since = began.get(key, now)
             if now - since < bound:
                 waiting.add(key)
+                self._since[key] = since
             elif bound > 0:
                 self._expired.add(key)
-                del self._since[key]
                 _log.debug("kasper.alignment_idle_released", topic=key[0], partition=key[1],
                            lag=lag, waited=round(now - since, 3))
-            else:
-                del self._since[key]
         return waiting
 
 
