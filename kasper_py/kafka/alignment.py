@@ -73,18 +73,18 @@ class TimestampAlignment:
     def cut(self, records: list[Any]) -> tuple[list[Any], list[Any]]:
         if not records:
             return records, []
-        frontiers = self._frontiers(self._newest(records))
+        stamps = self._stamps(records)
+        newest: dict[TopicPartitionKey, float] = {}
+        for key, timestamp in filter(None, stamps):
+            if timestamp > newest.get(key, -math.inf):
+                newest[key] = timestamp
+        frontiers = self._frontiers(newest)
         released: list[Any] = []
         held: list[Any] = []
         stopped: set[TopicPartitionKey] = set()
-        for record in records:
-            if record.error() is not None:
-                released.append(record)
-                continue
-            key = (record.topic(), record.partition())
-            if key in stopped or (key[0] in self._topics
-                                  and record.timestamp()[1] > frontiers[key[1]]):
-                stopped.add(key)
+        for record, stamp in zip(records, stamps, strict=True):
+            if stamp is not None and (stamp[0] in stopped or stamp[1] > frontiers[stamp[0][1]]):
+                stopped.add(stamp[0])
                 held.append(record)
             else:
                 released.append(record)
@@ -98,20 +98,15 @@ class TimestampAlignment:
             self._since.pop(key, None)
             self._expired.discard(key)
 
-    def _newest(self, records: Sequence[Any]) -> dict[TopicPartitionKey, float]:
-        """The newest timestamp gathered of each aligned topic-partition."""
-        newest: dict[TopicPartitionKey, float] = {}
-        topics = self._topics
+    def _stamps(self, records: Sequence[Any]) -> list[tuple[TopicPartitionKey, int] | None]:
+        """Each record's topic-partition and timestamp; ``None`` for one that is never
+        held (an error, a topic not aligned). Read once: each is a call into the client."""
+        topics, stamps = self._topics, []
         for record in records:
-            if record.error() is not None:
-                continue
-            topic = record.topic()
-            if topic in topics:
-                key = (topic, record.partition())
-                timestamp = record.timestamp()[1]
-                if timestamp > newest.get(key, -math.inf):
-                    newest[key] = timestamp
-        return newest
+            topic = None if record.error() is not None else record.topic()
+            stamps.append(((topic, record.partition()), record.timestamp()[1])
+                          if topic in topics else None)
+        return stamps
 
     def _frontiers(self, newest: dict[TopicPartitionKey, float]) -> dict[int, float]:
         """frontier(P) of every partition number gathered (see the class)."""
