@@ -14,12 +14,14 @@ import pytest
 from confluent_kafka import Message as RawMessage
 
 from kasper_py import Config, ConfigError, Message, MessageProcessor, Sender, TopicProcessor
+from kasper_py.cli.base import EXIT_CONFIG, load_config
 from kasper_py.kafka.alignment import LAG_WAIT, UNALIGNED, TimestampAlignment
 from kasper_py.kafka.batching import Collector
 from kasper_py.loop.prefetch import Prefetcher
 from kasper_py.message import TopicPartitionKey
 from kasper_py.testing import InMemoryBroker
 from kasper_py.testing.memory_cluster import Commit
+from tests.unit.test_cli_unit import kasper
 
 
 def raw(topic: str, partition: int, offset: int, timestamp: int) -> RawMessage:
@@ -179,6 +181,22 @@ def test_max_task_idle_is_checked() -> None:
     for bad in (-1, float("inf"), True):
         with pytest.raises(ConfigError, match="max_task_idle"):
             Config(name="a", bootstrap_servers="x", input_topics=["t"], max_task_idle=bad)
+
+
+def test_max_task_idle_from_the_environment_and_through_the_cli() -> None:
+    """KASPER_MAX_TASK_IDLE is read as seconds, 'none' turns alignment off, and a bad
+    value stops `kasper run` with the config exit code and a line naming the field."""
+    env = {"KASPER_NAME": "a", "KASPER_BOOTSTRAP_SERVERS": "x", "KASPER_INPUT_TOPICS": "t,u"}
+    assert load_config(None, {**env, "KASPER_MAX_TASK_IDLE": "2.5"}).max_task_idle == 2.5
+    assert load_config(None, {**env, "KASPER_MAX_TASK_IDLE": "none"}).max_task_idle is None
+    assert load_config(None, env).max_task_idle == 0.0
+    result = kasper("run", "mod:factory", "--name", "p", "--bootstrap-servers", "127.0.0.1:1",
+                    "--input-topics", "t,u", env={"KASPER_MAX_TASK_IDLE": "-1"})
+    assert result.returncode == EXIT_CONFIG
+    assert result.stderr.strip().endswith(
+        "config field 'max_task_idle': must be a finite number of seconds >= 0 or None (no "
+        "alignment), got -1.0 (from environment)")
+    assert "Traceback" not in result.stderr
 
 
 # -- the loop on the in-memory broker --------------------------------------------------
