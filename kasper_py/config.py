@@ -101,6 +101,14 @@ class Config:
     estimated from every eighth record as it is read: a batch is released once it holds
     this much, and sized to hold about this much, so large messages make batches of
     fewer. Classic batches (``max_latency=None``) count messages only."""
+    max_task_idle: float | None = 0.0
+    """With two input topics or more (co-partitioned), each batch takes partition P's
+    records in timestamp order across the topics: up to the lowest of the newest
+    timestamps read of P in each topic; the rest waits for the next batch. An input of
+    P with nothing read holds P back while records are known (or not yet known) to wait
+    on the broker, 5 s at most, and while it is caught up for this many seconds (0, the
+    default: not at all; Kafka Streams' ``max.task.idle.ms``). ``None`` (``"none"``):
+    no alignment, a batch is whatever was read."""
     auto_offset_reset: Literal["earliest", "latest"] = "earliest"
     """Where to start on a partition that has no committed offset."""
     key_serde: str | Serde = "bytes"
@@ -325,6 +333,11 @@ class Config:
                 latency, int | float) or not 0 < latency < math.inf):
             raise ConfigError("max_latency", "must be a positive, finite number of seconds or "
                               f"None, got {latency!r}")
+        idle = self.max_task_idle
+        if idle is not None and (isinstance(idle, bool) or not isinstance(
+                idle, int | float) or not 0 <= idle < math.inf):
+            raise ConfigError("max_task_idle", "must be a finite number of seconds >= 0 or "
+                              f"None (no alignment), got {idle!r}")
         if self.auto_offset_reset not in ("earliest", "latest"):
             raise ConfigError("auto_offset_reset",
                               f"must be 'earliest' or 'latest', got {self.auto_offset_reset!r}")

@@ -81,7 +81,7 @@ class TopicProcessor:
         clients = clients or KafkaClients(InputConsumer(config), OutputProducer(config))
         self._consumer, self._producer = clients.consumer, clients.producer
         self._consumer.use(config, [topic.name for topic in plan.internal])
-        self._prefetcher = Prefetcher(config, clients)
+        self._prefetcher = Prefetcher(config, clients, [topic.name for topic in plan.internal])
         self._committer = committer = committer_for(
             config, clients, observer, holding=self._prefetcher.holding,
             endpoint=lambda: self._servers.endpoint, force=force)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kasper_py.exceptions import ConsumeError, OffsetError, SerdeError
+from kasper_py.kafka.alignment import UNALIGNED, Alignment
 from kasper_py.message import Message, TopicPartitionKey, Undecodable
 from kasper_py.serdes import BYTES, Serde, bound_to
 
@@ -88,14 +89,19 @@ class Collector:
     ``max_bytes`` from a ``sizing.BatchController`` before each batch) a batch waits
     ``batch_wait`` at most for its first record, then ``linger`` seconds at most for
     more, and on release takes whatever else the client has already fetched, without
-    waiting."""
+    waiting.
+
+    With an ``alignment`` (co-partitioned inputs aligned by timestamp) ``take`` keeps
+    the records it holds back as the start of the next batch; they do not count toward
+    its size, so a batch holding them still consumes."""
 
     def __init__(self, consume: Callable[[int, float], Sequence[Any]], batch_size: int,
                  batch_wait: float, clock: Callable[[], float] = time.monotonic,
                  linger: float | None = None, *,
-                 weigh: Callable[[Sequence[Any]], int] | None = None) -> None:
+                 weigh: Callable[[Sequence[Any]], int] | None = None,
+                 alignment: Alignment = UNALIGNED) -> None:
         self._consume, self._wait, self._clock = consume, batch_wait, clock
-        self._weigh = weigh or _weightless
+        self._weigh, self._alignment = weigh or _weightless, alignment
         self.size = batch_size
         """Records that make a full batch."""
         self.max_bytes: int | None = None
@@ -109,13 +115,16 @@ class Collector:
         """The records gathered so far, in arrival order."""
         self.bytes = 0
         """Bytes of keys and values gathered so far, by ``weigh`` (0 without one)."""
+        self.held = 0
+        """Of ``records``, how many (the first) the last batch held back."""
+        self._held_bytes = 0
         self._deadline: float | None = None
 
     @property
     def full(self) -> bool:
-        """True when the records gathered make a full batch."""
-        return len(self.records) >= self.size or (
-            self.max_bytes is not None and self.bytes >= self.max_bytes)
+        """True when the records gathered since the last batch make a full batch."""
+        return len(self.records) - self.held >= self.size or (
+            self.max_bytes is not None and self.bytes - self._held_bytes >= self.max_bytes)
 
     def gather(self, until: Callable[[], bool] | None = None, step: float | None = None) -> bool:
         """Consume toward a full batch; stop early once ``until()`` is true, letting each
@@ -133,7 +142,7 @@ class Collector:
                     self._add(self._room(), 0)
                 return True
             wait = remaining if step is None else min(step, remaining)
-            if self.linger is not None and not records:
+            if self.linger is not None and len(records) == self.held:
                 self._first(wait)
             else:
                 self._add(self._room(), wait)
@@ -142,9 +151,10 @@ class Collector:
     def _room(self) -> int:
         """Records the batch may still take: up to ``size``, and with ``max_bytes`` about
         what the bytes left hold at the bytes per record gathered so far."""
-        room = self.size - len(self.records)
-        if self.max_bytes is not None and self.bytes:
-            left = (self.max_bytes - self.bytes) * len(self.records) // self.bytes
+        count, nbytes = len(self.records) - self.held, self.bytes - self._held_bytes
+        room = self.size - count
+        if self.max_bytes is not None and nbytes > 0 and count:
+            left = (self.max_bytes - nbytes) * count // nbytes
             room = min(room, max(1, left))
         return room
 
@@ -153,7 +163,7 @@ class Collector:
         one is there); once in, the batch is released ``linger`` seconds later."""
         assert self.linger is not None and self._deadline is not None
         self._add(1, wait)
-        if self.records:
+        if len(self.records) > self.held:
             self._deadline = min(self._deadline, self._clock() + self.linger)
 
     def _add(self, count: int, wait: float) -> None:
@@ -165,12 +175,24 @@ class Collector:
     def drop(self, keys: set[TopicPartitionKey]) -> None:
         """Forget gathered records of ``keys`` (partitions revoked mid-gather). In place:
         a ``gather`` under way keeps appending to this same list."""
-        self.records[:] = [r for r in self.records if (r.topic(), r.partition()) not in keys]
+        held = self.held
+        kept = [r for r in self.records[:held] if (r.topic(), r.partition()) not in keys]
+        rest = [r for r in self.records[held:] if (r.topic(), r.partition()) not in keys]
+        if held:
+            self._held_bytes = self._held_bytes * len(kept) // held
+        self.held = len(kept)
+        self.records[:] = kept + rest
+        self._alignment.forget(keys)
 
     def take(self) -> list[Any]:
-        """The gathered records; the next batch starts empty, its wait not begun."""
-        records, self.records, self._deadline, self.bytes = self.records, [], None, 0
-        return records
+        """The gathered records the batch takes; the next batch starts with those held
+        back (none unless aligned), its wait not begun."""
+        records, nbytes = self.records, self.bytes
+        released, held = self._alignment.cut(records)
+        held_bytes = nbytes * len(held) // len(records) if held else 0
+        self.records, self._deadline = held, None
+        self.held, self.bytes, self._held_bytes = len(held), held_bytes, held_bytes
+        return released
 
 
 def _weightless(_records: Sequence[Any]) -> int:

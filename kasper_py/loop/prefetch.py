@@ -8,11 +8,12 @@ before its own turn.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from typing import Protocol
 
 from kasper_py.config import Config
 from kasper_py.exceptions import KasperError
+from kasper_py.kafka.alignment import UNALIGNED, Alignment, TimestampAlignment, consumer_lags
 from kasper_py.kafka.batching import Batch, Collector, build_batch
 from kasper_py.kafka.ports import KafkaClients
 from kasper_py.kafka.sizing import BatchController, FixedBatches, SampledBytes, Sizing
@@ -45,7 +46,10 @@ class Prefetcher:
     and turns timed on their clock; their producer tells when a turn's acks are in
     (reading ahead stops then)."""
 
-    def __init__(self, config: Config, clients: KafkaClients) -> None:
+    def __init__(self, config: Config, clients: KafkaClients,
+                 internal: Collection[str] = ()) -> None:
+        """``internal``: input topics the loop writes itself (an app's repartitions),
+        left out of the alignment of co-partitioned inputs."""
         self.config = config
         self._consumer, self._producer, self._clock = (clients.consumer, clients.producer,
                                                        clients.clock)
@@ -53,7 +57,8 @@ class Prefetcher:
         """Sizes each batch (and its linger); with ``max_latency``, from the last turns."""
         self._collector = Collector(
             clients.consumer.consume, self._sizing.size, config.batch_wait, clients.clock,
-            weigh=None if config.max_latency is None else SampledBytes())
+            weigh=None if config.max_latency is None else SampledBytes(),
+            alignment=_alignment(config, clients, internal))
         self._ahead_step = (_AHEAD_STEP if config.max_latency is None
                             else min(_AHEAD_STEP, config.max_latency / 50))
         self._handed_out = clients.clock()
@@ -127,7 +132,7 @@ class Prefetcher:
     def _take(self) -> Batch:
         """The gathered records, weighed for the sizing rule, decoded."""
         nbytes, records = self._collector.bytes, self._collector.take()
-        self._sizing.weigh(len(records), nbytes)
+        self._sizing.weigh(len(records), nbytes - self._collector.bytes)
         return build_batch(records, self.config.key_decoder, self.config.value_decoder,
                            self._consumer.transient_error,
                            set_aside=self.config.on_decode_error != "fail",
@@ -136,6 +141,18 @@ class Prefetcher:
 
     def _all_acked(self) -> bool:
         return self._producer.outstanding() == 0
+
+
+def _alignment(config: Config, clients: KafkaClients, internal: Collection[str]) -> Alignment:
+    """With two input topics or more (not counting ``internal`` ones) and
+    ``max_task_idle`` set, batches cut at a common timestamp frontier per partition
+    number (``alignment.TimestampAlignment``); else every record read goes."""
+    topics = [t for t in config.input_topics if t not in internal]
+    if len(topics) < 2 or config.max_task_idle is None:
+        return UNALIGNED
+    consumer = clients.consumer
+    return TimestampAlignment(topics, consumer_lags(consumer.positions, consumer.watermarks),
+                              clients.clock, config.max_task_idle, config.largest_batch)
 
 
 def _sizing(config: Config) -> Sizing:

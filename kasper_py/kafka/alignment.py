@@ -1,0 +1,170 @@
+"""Co-partitioned inputs aligned by timestamp: which gathered records a batch takes and
+which it holds for the next one. Chosen once at start: ``UNALIGNED`` (one input topic,
+or ``Config.max_task_idle=None``) takes everything; ``TimestampAlignment`` cuts each
+partition number at a common timestamp frontier, as Kafka Streams' ``PartitionGroup``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Collection, Iterable, Sequence
+from typing import Any, Protocol
+
+import structlog
+
+from kasper_py.message import TopicPartitionKey
+
+__all__ = ["LAG_WAIT", "UNALIGNED", "Alignment", "TimestampAlignment", "consumer_lags"]
+
+LAG_WAIT = 5.0
+"""Seconds at most a partition number waits for an input whose lag is known (records on
+the broker, none fetched yet) or not yet known (no fetch answered): then its records go
+without it (a stuck fetch, a paused partition), until that input brings records again."""
+
+Lags = Callable[[Collection[TopicPartitionKey]], dict[TopicPartitionKey, int | None]]
+"""Records left on the broker per topic-partition (``None``: not known yet)."""
+
+_log = structlog.get_logger("kasper_py")
+
+
+class Alignment(Protocol):
+    """Splits the gathered records into the batch's and those held for the next batch."""
+
+    def cut(self, records: list[Any]) -> tuple[list[Any], list[Any]]:
+        """(released, held), each in the order gathered."""
+
+    def forget(self, keys: Iterable[TopicPartitionKey]) -> None:
+        """``keys`` were revoked: forget what was learned of them."""
+
+
+class _Unaligned:
+    """Every gathered record goes in the batch (one input topic, or alignment off)."""
+
+    def cut(self, records: list[Any]) -> tuple[list[Any], list[Any]]:
+        return records, []
+
+    def forget(self, keys: Iterable[TopicPartitionKey]) -> None:
+        pass
+
+
+UNALIGNED: Alignment = _Unaligned()
+
+
+class TimestampAlignment:
+    """Partition number P's batch ends at frontier(P): the lowest, over the aligned
+    topics T, of the newest timestamp gathered of (T, P). A (T, P) with nothing gathered
+    sets it to minus infinity (all of P waits) while its lag is known or not yet known,
+    for ``LAG_WAIT`` seconds at most (or ``max_task_idle`` when longer), and while it is
+    caught up for ``max_task_idle`` seconds (0: a caught-up input never holds P back).
+    A (T, P) is held from its first record past the frontier on, so every batch takes
+    a contiguous run of offsets of each topic-partition and commits none past a held
+    record. More than ``most`` held records are all released (memory stays bounded)."""
+
+    def __init__(self, topics: Collection[str], lags: Lags, clock: Callable[[], float],
+                 max_task_idle: float, most: int) -> None:
+        self._topics, self._lags, self._clock = frozenset(topics), lags, clock
+        self._idle, self._most = max_task_idle, most
+        self._since: dict[TopicPartitionKey, float] = {}
+        """When each input P waits for began to hold P back (nothing gathered of it)."""
+        self._expired: set[TopicPartitionKey] = set()
+        """Inputs waited for to their bound: they hold nothing back until they bring
+        records again."""
+
+    def cut(self, records: list[Any]) -> tuple[list[Any], list[Any]]:
+        if not records:
+            return records, []
+        stamps = self._stamps(records)
+        newest: dict[TopicPartitionKey, float] = {}
+        for key, timestamp in filter(None, stamps):
+            if timestamp > newest.get(key, -math.inf):
+                newest[key] = timestamp
+        frontiers = self._frontiers(newest)
+        released: list[Any] = []
+        held: list[Any] = []
+        stopped: set[TopicPartitionKey] = set()
+        for record, stamp in zip(records, stamps, strict=True):
+            if stamp is not None and (stamp[0] in stopped or stamp[1] > frontiers[stamp[0][1]]):
+                stopped.add(stamp[0])
+                held.append(record)
+            else:
+                released.append(record)
+        if len(held) > self._most:
+            _log.debug("kasper.alignment_released", held=len(held), reason="memory bound")
+            return records, []
+        return released, held
+
+    def forget(self, keys: Iterable[TopicPartitionKey]) -> None:
+        for key in keys:
+            self._since.pop(key, None)
+            self._expired.discard(key)
+
+    def _stamps(self, records: Sequence[Any]) -> list[tuple[TopicPartitionKey, int] | None]:
+        """Each record's topic-partition and timestamp; ``None`` for one that is never
+        held (an error, a topic not aligned). Read once: each is a call into the client."""
+        topics, stamps = self._topics, []
+        for record in records:
+            topic = None if record.error() is not None else record.topic()
+            stamps.append(((topic, record.partition()), record.timestamp()[1])
+                          if topic in topics else None)
+        return stamps
+
+    def _frontiers(self, newest: dict[TopicPartitionKey, float]) -> dict[int, float]:
+        """frontier(P) of every partition number gathered (see the class)."""
+        partitions = {p for _, p in newest}
+        self._expired.difference_update(newest)  # it brought records: it may wait again
+        missing = [(t, p) for t in self._topics for p in partitions if (t, p) not in newest]
+        waiting = self._waiting(missing)
+        frontiers = dict.fromkeys(partitions, math.inf)
+        for (_, partition), timestamp in newest.items():
+            frontiers[partition] = min(frontiers[partition], timestamp)
+        for _, partition in waiting:
+            frontiers[partition] = -math.inf
+        return frontiers
+
+    def _waiting(self, missing: list[TopicPartitionKey]) -> set[TopicPartitionKey]:
+        """Those of ``missing`` (nothing gathered) that hold their partition back now."""
+        if not missing:
+            self._since.clear()
+            return set()
+        now, lags, waiting = self._clock(), self._lags(missing), set()
+        began, self._since = self._since, {}  # a wait ends when its partition has no records
+        for key in missing:
+            if key in self._expired:
+                continue
+            lag = lags.get(key, 0)
+            bound = self._idle if lag == 0 else max(self._idle, LAG_WAIT)
+            since = began.get(key, now)
+            if now - since < bound:
+                waiting.add(key)
+                self._since[key] = since
+            elif bound > 0:
+                self._expired.add(key)
+                _log.debug("kasper.alignment_idle_released", topic=key[0], partition=key[1],
+                           lag=lag, waited=round(now - since, 3))
+        return waiting
+
+
+def consumer_lags(positions: Callable[[], dict[TopicPartitionKey, int | None]],
+                  watermarks: Callable[[TopicPartitionKey, bool], tuple[int, int]]) -> Lags:
+    """``Lags`` from a consumer's positions and cached high watermarks: unknown until a
+    fetch answered; an empty partition has none; an assigned partition not yet read
+    from (no position) has an unknown lag; one not assigned has none."""
+
+    def lags(keys: Collection[TopicPartitionKey]) -> dict[TopicPartitionKey, int | None]:
+        at = positions()
+        result: dict[TopicPartitionKey, int | None] = {}
+        for key in keys:
+            if key not in at:
+                result[key] = 0
+                continue
+            low, high = watermarks(key, True)
+            position = at[key]
+            if high < 0:
+                result[key] = None
+            elif position is None:
+                result[key] = 0 if high <= max(low, 0) else None
+            else:
+                result[key] = max(high - position, 0)
+        return result
+
+    return lags

@@ -1,0 +1,110 @@
+"""Co-partitioned inputs aligned by timestamp on the real broker: a backlog of table
+records and of events, timestamps interleaved, with the table's partitions fetched only
+after every event was read (the race of a real start, made certain). With the defaults
+every event meets the table value current at its timestamp; with ``max_task_idle=None``
+the events read first meet none."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from confluent_kafka import TopicPartition
+
+from kasper_py import Config, Message, MessageProcessor, Sender, TopicProcessor
+from kasper_py.kafka.consumer import InputConsumer
+from kasper_py.kafka.ports import KafkaClients
+from kasper_py.kafka.producer import OutputProducer
+
+PARTITIONS = 2
+TABLE_VALUES = 20
+EVENTS = 100
+BASE = int(time.time() * 1000) - 3_600_000  # an hour ago: within any retention
+TABLE_TIMES = [BASE + 1000 * i for i in range(TABLE_VALUES)]
+EVENT_TIMES = [BASE + 100 + 200 * j for j in range(EVENTS)]
+
+
+class Join(MessageProcessor):
+    """Each event with the table value current at its timestamp: the batch's messages
+    in timestamp order, table updates before events at equal timestamps."""
+
+    table_value: str | None = None
+    table_topic = ""
+    output = ""
+
+    def process(self, messages: list[Message], sender: Sender) -> None:
+        for message in sorted(messages, key=lambda m: (m.timestamp,
+                                                      m.topic != self.table_topic)):
+            if message.topic == self.table_topic:
+                self.table_value = message.value
+            else:
+                sender.send(self.output, f"{message.value}:{self.table_value}",
+                            partition=message.partition)
+
+
+class TableFetchedLast:
+    """The real consumer, with the table's partitions paused (librdkafka fetches nothing
+    of them) until every event has been read."""
+
+    def __init__(self, consumer: InputConsumer, table: str, events: str) -> None:
+        self._consumer, self._table, self._events = consumer, table, events
+        self._events_read = 0
+        self._paused = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._consumer, name)
+
+    def consume(self, max_count: int, timeout: float) -> list[Any]:
+        client = self._consumer._consumer
+        table = [TopicPartition(self._table, p) for p in range(PARTITIONS)]
+        if self._events_read < EVENTS * PARTITIONS and not self._paused:
+            client.pause(table)
+            self._paused = True
+        elif self._events_read >= EVENTS * PARTITIONS and self._paused:
+            client.resume(table)
+            self._paused = False
+        records = self._consumer.consume(max_count, timeout)
+        self._events_read += sum(1 for r in records if r.topic() == self._events)
+        return records
+
+
+def expected(partition: int) -> list[str]:
+    return [f"e{partition}-{j}:t{partition}-{(ts - BASE) // 1000}"
+            for j, ts in enumerate(EVENT_TIMES)]
+
+
+@pytest.mark.parametrize("max_task_idle", [0.0, None], ids=["default", "unaligned"])
+def test_every_event_meets_the_table_value_current_at_its_timestamp(
+        bootstrap: str, new_topic: Callable[..., str], kafka: Any,
+        unique_name: Callable[[str], str], max_task_idle: float | None) -> None:
+    """Aligned (the default), every event gets the table value of its time, exactly, and
+    every offset ends committed; unaligned, the events read before the table get none."""
+    table, events = new_topic("table", PARTITIONS), new_topic("events", PARTITIONS)
+    output = new_topic("joined", PARTITIONS)
+    for p in range(PARTITIONS):
+        kafka.produce(table, [(b"k", f"t{p}-{i}", ts) for i, ts in enumerate(TABLE_TIMES)],
+                      partition=p)
+        kafka.produce(events, [(b"k", f"e{p}-{j}", ts) for j, ts in enumerate(EVENT_TIMES)],
+                      partition=p)
+    name = unique_name("align")
+    config = Config(name=name, bootstrap_servers=bootstrap, input_topics=[table, events],
+                    value_serde="str", max_task_idle=max_task_idle)
+    join = type("TableJoin", (Join,), {"table_topic": table, "output": output})
+    clients = KafkaClients(TableFetchedLast(InputConsumer(config), table, events),
+                           OutputProducer(config))
+    processor = TopicProcessor(config, join, clients=clients)  # type: ignore[arg-type]
+    processor.run_loop(until_caught_up=True)
+    processor.close()
+
+    joined = kafka.read_all(output)
+    for p in range(PARTITIONS):
+        values = [m.value().decode() for m in joined if m.partition() == p]
+        if max_task_idle is None:
+            assert values[0] == f"e{p}-0:None"
+            assert values != expected(p)
+        else:
+            assert values == expected(p)
+    assert kafka.committed(name, table, PARTITIONS) == {0: TABLE_VALUES, 1: TABLE_VALUES}
+    assert kafka.committed(name, events, PARTITIONS) == {0: EVENTS, 1: EVENTS}

@@ -1,0 +1,323 @@
+"""Co-partitioned inputs aligned by timestamp (``Config.max_task_idle``): a partition
+number's batch waits for an input with records known to wait on the broker, ends at the
+common timestamp frontier (the rest held, in order, for the next batch), is released by
+the idle bound, and is never held by a caught-up input; revoked partitions' held records
+are dropped; one input topic is gathered as before. On a ``Collector`` with a scripted
+consume and lag, and in the real loop on the in-memory broker."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from typing import Any
+
+import pytest
+from confluent_kafka import Message as RawMessage
+
+from kasper_py import Config, ConfigError, Message, MessageProcessor, Sender, TopicProcessor
+from kasper_py.cli.base import EXIT_CONFIG, load_config
+from kasper_py.kafka.alignment import LAG_WAIT, UNALIGNED, TimestampAlignment
+from kasper_py.kafka.batching import Collector
+from kasper_py.loop.prefetch import Prefetcher
+from kasper_py.message import TopicPartitionKey
+from kasper_py.testing import InMemoryBroker
+from kasper_py.testing.memory_cluster import Commit
+from tests.unit.test_cli_unit import kasper
+
+
+def raw(topic: str, partition: int, offset: int, timestamp: int) -> RawMessage:
+    return RawMessage(topic=topic, partition=partition, offset=offset, key=None,
+                      value=b"v", timestamp=(1, timestamp))
+
+
+class Script:
+    """A consume that hands out one scripted list of records per call (an empty one, or
+    nothing once the script is over, after moving the clock on by the timeout: the batch
+    wait ends), and lags the test sets."""
+
+    def __init__(self, calls: list[list[RawMessage]]) -> None:
+        self.calls, self.now = list(calls), 0.0
+        self.lag: dict[TopicPartitionKey, int | None] = {}
+
+    def clock(self) -> float:
+        return self.now
+
+    def consume(self, max_count: int, timeout: float) -> Sequence[RawMessage]:
+        records = self.calls.pop(0) if self.calls else []
+        if not records:
+            self.now += timeout
+        return records
+
+    def lags(self, keys: Collection[TopicPartitionKey]) -> dict[TopicPartitionKey, int | None]:
+        return {key: self.lag.get(key, 0) for key in keys}
+
+
+def collector(script: Script, size: int = 100, idle: float = 0.0,
+              most: int = 1000) -> Collector:
+    alignment = TimestampAlignment(["users", "clicks"], script.lags, script.clock, idle, most)
+    return Collector(script.consume, size, 1.0, script.clock, alignment=alignment)
+
+
+def coordinates(records: Sequence[Any]) -> list[tuple[str, int, int]]:
+    return [(r.topic(), r.partition(), r.offset()) for r in records]
+
+
+def clicks(partition: int, offsets: range, step: int = 100) -> list[RawMessage]:
+    return [raw("clicks", partition, o, 1000 + step * o) for o in offsets]
+
+
+def test_a_topic_with_known_lag_is_waited_for_and_the_rest_held_in_order() -> None:
+    """Clicks read before any users record wait while users has records on the broker;
+    once users arrive the batch ends at the newest users timestamp, and the clicks past
+    it come first in the next batch, in offset order."""
+    script = Script([clicks(0, range(6)), [],
+                     [raw("users", 0, 0, 900), raw("users", 0, 1, 1250)]])
+    script.lag[("users", 0)] = 2
+    gathering = collector(script)
+    gathering.gather()
+    assert gathering.take() == []
+    assert gathering.held == 6
+    script.lag[("users", 0)] = 0
+    gathering.gather()
+    assert coordinates(gathering.take()) == [
+        ("clicks", 0, 0), ("clicks", 0, 1), ("clicks", 0, 2), ("users", 0, 0), ("users", 0, 1)]
+    gathering.gather()
+    assert coordinates(gathering.take()) == [
+        ("clicks", 0, 3), ("clicks", 0, 4), ("clicks", 0, 5)]
+    assert gathering.held == 0
+
+
+def test_an_unknown_lag_holds_like_a_known_one() -> None:
+    """An input whose end offset the client has not learned yet (no fetch answered)
+    holds its partition number back, as one with records waiting."""
+    script = Script([clicks(0, range(2))])
+    script.lag[("users", 0)] = None
+    gathering = collector(script)
+    gathering.gather()
+    assert gathering.take() == []
+    assert gathering.held == 2
+
+
+def test_a_caught_up_topic_does_not_hold_and_other_partitions_are_not_held() -> None:
+    """users[1] has nothing left on the broker: partition 1's clicks go at once, while
+    partition 0's wait for users[0]'s known lag."""
+    script = Script([clicks(0, range(2)) + clicks(1, range(3))])
+    script.lag[("users", 0)] = 4
+    gathering = collector(script)
+    gathering.gather()
+    assert coordinates(gathering.take()) == [("clicks", 1, 0), ("clicks", 1, 1), ("clicks", 1, 2)]
+    assert coordinates(gathering.records) == [("clicks", 0, 0), ("clicks", 0, 1)]
+
+
+def test_the_lag_wait_is_bounded_then_the_records_go() -> None:
+    """A users partition whose records never come (a stuck fetch) holds partition 0 back
+    for LAG_WAIT seconds, then its clicks go, and later clicks are not held again."""
+    script = Script([clicks(0, range(2))])
+    script.lag[("users", 0)] = 3
+    gathering = collector(script)
+    while not (batch := (gathering.gather(), gathering.take())[1]):
+        pass
+    assert coordinates(batch) == [("clicks", 0, 0), ("clicks", 0, 1)]
+    assert script.now == pytest.approx(1.0 + LAG_WAIT)  # held first at 1.0 (batch_wait)
+    script.calls.append(clicks(0, range(2, 3)))
+    gathering.gather()
+    assert coordinates(gathering.take()) == [("clicks", 0, 2)]
+
+
+def test_max_task_idle_holds_for_a_caught_up_topic_that_long() -> None:
+    """With max_task_idle=2.5 a caught-up users partition holds partition 0 for 2.5 s
+    (more may arrive), then the clicks go."""
+    script = Script([clicks(0, range(2))])
+    gathering = collector(script, idle=2.5)
+    gathering.gather()
+    assert gathering.take() == []
+    while not (batch := (gathering.gather(), gathering.take())[1]):
+        pass
+    assert coordinates(batch) == [("clicks", 0, 0), ("clicks", 0, 1)]
+    # held first at 1.0 (batch_wait), then batches of 1.0: the first 2.5 s after that
+    assert script.now == pytest.approx(4.0)
+
+
+def test_a_batch_of_held_records_still_consumes_up_to_its_size() -> None:
+    """Held records do not count toward the next batch's size: with size 3 and 5 clicks
+    held, the next gather consumes until 3 new records are in."""
+    script = Script([clicks(0, range(5)), [raw("users", 0, 0, 950)],
+                     [raw("users", 0, 1, 960)], [raw("users", 0, 2, 2000)]])
+    script.lag[("users", 0)] = 3
+    gathering = collector(script, size=3)
+    assert gathering.gather() and gathering.take() == []
+    assert gathering.gather()
+    assert script.calls == []
+    released = gathering.take()
+    assert coordinates(released) == [("clicks", 0, 0), ("clicks", 0, 1), ("clicks", 0, 2),
+                                     ("clicks", 0, 3), ("clicks", 0, 4), ("users", 0, 0),
+                                     ("users", 0, 1)]
+    assert coordinates(gathering.records) == [("users", 0, 2)]
+
+
+def test_more_held_records_than_the_largest_batch_are_released() -> None:
+    """Memory stays bounded: past ``most`` held records, everything gathered goes."""
+    script = Script([clicks(0, range(4))])
+    script.lag[("users", 0)] = 1
+    gathering = collector(script, most=3)
+    gathering.gather()
+    assert len(gathering.take()) == 4
+
+
+def test_revoked_partitions_lose_their_held_records() -> None:
+    """Dropping a revoked partition forgets its held records; the others stay held, in
+    order, and still count as held."""
+    script = Script([clicks(0, range(2)) + clicks(1, range(2))])
+    script.lag[("users", 0)] = script.lag[("users", 1)] = 1
+    gathering = collector(script)
+    gathering.gather()
+    assert gathering.take() == []
+    gathering.drop({("clicks", 1)})
+    assert coordinates(gathering.records) == [("clicks", 0, 0), ("clicks", 0, 1)]
+    assert gathering.held == 2
+
+
+def test_max_task_idle_is_checked() -> None:
+    """A negative or infinite max_task_idle is refused, naming the field."""
+    for bad in (-1, float("inf"), True):
+        with pytest.raises(ConfigError, match="max_task_idle"):
+            Config(name="a", bootstrap_servers="x", input_topics=["t"], max_task_idle=bad)
+
+
+def test_max_task_idle_from_the_environment_and_through_the_cli() -> None:
+    """KASPER_MAX_TASK_IDLE is read as seconds, 'none' turns alignment off, and a bad
+    value stops `kasper run` with the config exit code and a line naming the field."""
+    env = {"KASPER_NAME": "a", "KASPER_BOOTSTRAP_SERVERS": "x", "KASPER_INPUT_TOPICS": "t,u"}
+    assert load_config(None, {**env, "KASPER_MAX_TASK_IDLE": "2.5"}).max_task_idle == 2.5
+    assert load_config(None, {**env, "KASPER_MAX_TASK_IDLE": "none"}).max_task_idle is None
+    assert load_config(None, env).max_task_idle == 0.0
+    result = kasper("run", "mod:factory", "--name", "p", "--bootstrap-servers", "127.0.0.1:1",
+                    "--input-topics", "t,u", env={"KASPER_MAX_TASK_IDLE": "-1"})
+    assert result.returncode == EXIT_CONFIG
+    assert result.stderr.strip().endswith(
+        "config field 'max_task_idle': must be a finite number of seconds >= 0 or None (no "
+        "alignment), got -1.0 (from environment)")
+    assert "Traceback" not in result.stderr
+
+
+# -- the loop on the in-memory broker --------------------------------------------------
+
+PARTITIONS = 2
+USERS = [(0, "v0"), (200, "v1"), (400, "v2"), (600, "v3"), (800, "v4")]
+"""(timestamp, profile) of the one user of each partition."""
+CLICK_TIMES = [50 + 100 * j for j in range(10)]
+
+
+class Enrich(MessageProcessor):
+    """Each click with the profile current at its timestamp: the batch's messages in
+    timestamp order, users before clicks at equal timestamps."""
+
+    profile: str | None = None
+
+    def process(self, messages: list[Message], sender: Sender) -> None:
+        for message in sorted(messages, key=lambda m: (m.timestamp, m.topic != "users")):
+            if message.topic == "users":
+                self.profile = message.value
+            else:
+                sender.send("enriched", f"{message.value}:{self.profile}",
+                            partition=message.partition)
+
+
+class UsersLate:
+    """The in-memory consumer, with the users partitions not fetched for the first
+    ``late`` consumes (a slow fetch): their records are on the broker all along."""
+
+    def __init__(self, consumer: Any, late: int) -> None:
+        self._consumer, self._late = consumer, late
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._consumer, name)
+
+    def consume(self, max_count: int, timeout: float) -> list[Any]:
+        users = {("users", p) for p in range(PARTITIONS)}
+        if self._late > 0:
+            self._late -= 1
+            self._consumer.paused |= users
+        else:
+            self._consumer.paused -= users
+        return self._consumer.consume(max_count, timeout)
+
+
+def enrich_run(max_task_idle: float | None) -> InMemoryBroker:
+    broker = InMemoryBroker()
+    for topic in ("users", "clicks", "enriched"):
+        broker.create_topic(topic, PARTITIONS)
+    for p in range(PARTITIONS):
+        for ts, profile in USERS:
+            broker.produce("users", profile, key="u", partition=p, timestamp=ts)
+        for j, ts in enumerate(CLICK_TIMES):
+            broker.produce("clicks", f"c{j}", key="u", partition=p, timestamp=ts)
+    config = Config(name="enrich", bootstrap_servers="in-memory",
+                    input_topics=["users", "clicks"], value_serde="str",
+                    max_task_idle=max_task_idle)
+    clients = broker.clients(config)
+    clients.consumer = UsersLate(clients.consumer, late=6)
+    processor = TopicProcessor(config, Enrich, clients=clients)
+    processor.run_loop(until_caught_up=True)
+    processor.close()
+    return broker
+
+
+def expected_enriched() -> list[str]:
+    return [f"c{j}:v{ts // 200}" for j, ts in enumerate(CLICK_TIMES)]
+
+
+def test_every_click_sees_the_profile_current_at_its_timestamp() -> None:
+    """Clicks fetched before any users record are held until users catch up to them:
+    every click gets the profile current at its timestamp, in both partitions, and every
+    offset ends committed."""
+    broker = enrich_run(max_task_idle=0.0)
+    for p in range(PARTITIONS):
+        assert [m.value.decode() for m in broker.read("enriched", p)] == expected_enriched()
+    committed = broker.committed("enrich")
+    assert {tp: committed[tp] for tp in sorted(committed)} == {
+        ("clicks", 0): 10, ("clicks", 1): 10, ("users", 0): 5, ("users", 1): 5}
+
+
+def test_no_commit_passes_a_click_newer_than_the_users_read() -> None:
+    """After every commit, the clicks committed are no newer than the first users record
+    not yet committed: a held click is never committed before the profiles it needs."""
+    broker = enrich_run(max_task_idle=0.0)
+    committed: dict[TopicPartitionKey, int] = {}
+    calls: dict[str | None, list[Commit]] = {}  # one commit call: one note
+    for commit in broker.commits("enrich"):
+        calls.setdefault(commit.metadata, []).append(commit)
+    assert len(calls) == 3  # two turns with input, and the one at close
+    for call in calls.values():
+        committed.update({(c.topic, c.partition): c.offset for c in call})
+        for p in range(PARTITIONS):
+            users_next = committed.get(("users", p), 0)
+            if users_next < len(USERS):
+                newest_allowed = USERS[users_next][0]
+                clicks_next = committed.get(("clicks", p), 0)
+                assert all(ts < newest_allowed for ts in CLICK_TIMES[:clicks_next])
+
+
+def test_without_alignment_the_early_clicks_miss_their_profiles() -> None:
+    """max_task_idle=None turns alignment off: a batch is what was read, so the clicks
+    read before the users get no profile (the race alignment closes)."""
+    broker = enrich_run(max_task_idle=None)
+    enriched = [m.value.decode() for m in broker.read("enriched", 0)]
+    assert enriched != expected_enriched()
+    assert enriched[0] == "c0:None"
+
+
+def test_one_input_topic_is_not_aligned() -> None:
+    """One input topic (or only an app's own repartitions besides it) gathers with no
+    alignment object at all: the single-input path does no extra work."""
+    broker = InMemoryBroker()
+    broker.create_topic("clicks", 1)
+    broker.create_topic("by-user", 1)
+    one = Config(name="a", bootstrap_servers="in-memory", input_topics=["clicks"])
+    two = Config(name="a", bootstrap_servers="in-memory", input_topics=["clicks", "by-user"])
+    off = Config(name="a", bootstrap_servers="in-memory", input_topics=["clicks", "by-user"],
+                 max_task_idle=None)
+    assert Prefetcher(one, broker.clients(one))._collector._alignment is UNALIGNED
+    assert Prefetcher(two, broker.clients(two), ["by-user"])._collector._alignment is UNALIGNED
+    assert Prefetcher(off, broker.clients(off))._collector._alignment is UNALIGNED
+    aligned = Prefetcher(two, broker.clients(two))._collector._alignment
+    assert isinstance(aligned, TimestampAlignment)
