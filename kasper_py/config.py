@@ -22,7 +22,8 @@ from kasper_py._support.client_conf import (
     producer_conf,
     refuse_unsafe_overrides,
 )
-from kasper_py._support.secrets import MASK, masked_settings, remember_secrets
+from kasper_py._support.query_settings import Partitioner, check_port, check_query_settings
+from kasper_py._support.secrets import MASK, masked_settings
 from kasper_py.exceptions import ConfigError
 from kasper_py.output_topic import OutputTopic
 from kasper_py.registry.config import RegistryConfig
@@ -43,21 +44,12 @@ _CLASSIC_BATCH = 1_000
 DecodePolicy = Literal["fail", "skip", "dead_letter"]
 ProcessPolicy = Literal["fail", "dead_letter"]
 Guarantee = Literal["at_least_once", "exactly_once"]
-Partitioner = Literal["crc32", "murmur2"]
 SpanExport = Literal["none", "otlp", "console"]
 _DECODE_POLICIES, _PROCESS_POLICIES = get_args(DecodePolicy), get_args(ProcessPolicy)
-_GUARANTEES, _PARTITIONERS = get_args(Guarantee), get_args(Partitioner)
-_ENDPOINT = re.compile(r"^https?://[^\s/]+/?$")
+_GUARANTEES = get_args(Guarantee)
 _OTLP_ENDPOINT = re.compile(r"^https?://[^\s/]+(/\S*)?$")
-_MIN_TOKEN = 16
 _SERDE_FIELDS: tuple[tuple[str, Field], ...] = (("key_serde", "key"), ("value_serde", "value"))
 _FUNCTION_NAME = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")  # module:function
-
-
-def _check_port(name: str, port: Any) -> None:
-    if port is not None and (isinstance(port, bool) or not isinstance(port, int)
-                             or not 0 <= port <= 65535):
-        raise ConfigError(name, f"must be a port 0..65535 or None, got {port!r}")
 
 
 @dataclass(frozen=True, repr=False)
@@ -248,43 +240,13 @@ class Config:
             raise ConfigError("group_id", f"must be a non-empty string, got {self.group_id!r}")
         if not isinstance(self.state_dir, str) or not self.state_dir:
             raise ConfigError("state_dir", "must be a non-empty path")
-        _check_port("metrics_port", self.metrics_port)
+        check_port("metrics_port", self.metrics_port)
         if not isinstance(self.metrics_host, str) or not self.metrics_host.strip():
             raise ConfigError("metrics_host",
                               f"must be an address to bind, got {self.metrics_host!r}")
-        self._check_queries()
-
-    def _check_queries(self) -> None:
-        _check_port("query_port", self.query_port)
-        if self.query_port is not None and self.query_port != 0 \
-                and self.query_port == self.metrics_port:
-            raise ConfigError("query_port", f"{self.query_port} is the metrics port too: the "
-                              "tables are served apart from the metrics; choose another")
-        if not isinstance(self.query_host, str) or not self.query_host.strip():
-            raise ConfigError("query_host", f"must be an address to bind, got {self.query_host!r}")
-        token = self.query_token
-        if token is not None:
-            if not isinstance(token, str) or len(token) < _MIN_TOKEN or token != token.strip():
-                raise ConfigError("query_token", f"must be a string of at least {_MIN_TOKEN} "
-                                  "characters without surrounding spaces (a random secret)")
-            remember_secrets({"query_token": token})
-        tls = {"query_tls_cert": self.query_tls_cert, "query_tls_key": self.query_tls_key}
-        for name, path in tls.items():
-            if path is not None and not (isinstance(path, str) and path):
-                raise ConfigError(name, f"must be a PEM file path or None, got {path!r}")
-        if (self.query_tls_cert is None) != (self.query_tls_key is None):
-            missing = next(name for name, path in tls.items() if path is None)
-            raise ConfigError(missing, "is needed too: TLS takes a certificate and its key")
-        if self.query_partitioner not in _PARTITIONERS:
-            raise ConfigError("query_partitioner", "must be 'crc32' (librdkafka's default) or "
-                              f"'murmur2' (the Java client's), got {self.query_partitioner!r}")
-        endpoint = self.query_endpoint
-        if endpoint is None:
-            return
-        if not isinstance(endpoint, str) or not _ENDPOINT.match(endpoint):
-            raise ConfigError("query_endpoint", "must be an http(s) URL without spaces or a "
-                              f"path, like 'http://host:9100', got {endpoint!r}")
-        self._set("query_endpoint", endpoint.rstrip("/"))
+        endpoint = check_query_settings(self)
+        if endpoint is not None:
+            self._set("query_endpoint", endpoint)
 
     def _check_topics(self) -> None:
         topics = self.input_topics

@@ -8,7 +8,7 @@ from __future__ import annotations
 import zlib
 from typing import get_args
 
-from kasper_py.config import Partitioner
+from kasper_py._support.query_settings import Partitioner
 from kasper_py.kafka.partitioner import murmur2, murmur2_partition
 
 __all__ = ["PARTITIONERS", "PRODUCERS", "Partitioner", "murmur2", "partition_for"]
