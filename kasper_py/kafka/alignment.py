@@ -146,9 +146,11 @@ class TimestampAlignment:
 
 def consumer_lags(positions: Callable[[], dict[TopicPartitionKey, int | None]],
                   watermarks: Callable[[TopicPartitionKey, bool], tuple[int, int]]) -> Lags:
-    """``Lags`` from a consumer's positions and cached high watermarks: unknown until a
-    fetch answered; an empty partition has none; an assigned partition not yet read
-    from (no position) has an unknown lag; one not assigned has none."""
+    """``Lags`` from a consumer's positions and cached high watermarks (read_committed:
+    the last stable offset; a position is past the transaction markers once the fetch
+    reached the end, ``InputConsumer.positions``): unknown until a fetch answered; an
+    empty partition has none; an assigned partition not yet read from (no position) has
+    an unknown lag; one not assigned has none."""
 
     def lags(keys: Collection[TopicPartitionKey]) -> dict[TopicPartitionKey, int | None]:
         at = positions()

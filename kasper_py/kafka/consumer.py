@@ -56,8 +56,12 @@ class InputConsumer:
 
     def __init__(self, config: Config) -> None:
         self._config = config
-        self._consumer = Consumer(with_client_log(config.to_consumer_conf(), config.name,
-                                                  "consumer"))
+        conf = config.to_consumer_conf()
+        self._consumer = Consumer(with_client_log(conf, config.name, "consumer"))
+        self._ends: dict[TopicPartitionKey, int] | None = (
+            {} if conf.get("enable.partition.eof") else None)
+        """With ``enable.partition.eof`` (co-partitioned inputs aligned): the offset each
+        partition's fetch last reached its end at, past any transaction marker."""
         self.assigned: list[TopicPartitionKey] = []
         self.from_start: frozenset[str] = frozenset()
         self._paused: set[TopicPartitionKey] = set()
@@ -94,6 +98,7 @@ class InputConsumer:
         self._consumer.assign([TopicPartition(*tp, self._start(tp, o))
                                for tp, o in committed.items()])
         self.assigned = keys
+        self._forget_ends(keys)
         return committed
 
     def _start(self, key: TopicPartitionKey, offset: int | None) -> int:
@@ -114,6 +119,7 @@ class InputConsumer:
         def assign(consumer: Consumer, partitions: list[TopicPartition]) -> None:
             keys = [(tp.topic, tp.partition) for tp in partitions]
             self.assigned = sorted({*self.assigned, *keys})
+            self._forget_ends(keys)
             self._assigning = frozenset(keys)
             try:
                 starts = {**self._from_start(keys), **(on_assign(keys) or {})}
@@ -140,6 +146,7 @@ class InputConsumer:
                 self._consumer.resume(paused)
             self._paused -= gone
             self.assigned = [tp for tp in self.assigned if tp not in gone]
+            self._forget_ends(keys)
 
         self._consumer.subscribe(list(self._config.input_topics), on_assign=assign,
                                  on_revoke=revoke, on_lost=revoke)
@@ -179,6 +186,13 @@ class InputConsumer:
             raise ConsumeError(f"resuming {list(starts)}: {exc.args[0]}") from exc
         self._paused -= set(starts)
 
+    def _forget_ends(self, keys: Iterable[TopicPartitionKey]) -> None:
+        """A partition (re)assigned, revoked or sought reads from a new place: where its
+        fetch last ended says nothing of it."""
+        if self._ends:
+            for key in keys:
+                self._ends.pop(key, None)
+
     def _seek(self, position: TopicPartition) -> None:
         """Seek one assigned partition. Until the client has looked up where an assigned
         partition starts (its committed offset: a round trip, milliseconds) a seek is
@@ -187,6 +201,7 @@ class InputConsumer:
         while True:
             try:
                 self._consumer.seek(position)
+                self._forget_ends([(position.topic, position.partition)])
                 return
             except KafkaException as exc:
                 error = exc.args[0]
@@ -199,9 +214,22 @@ class InputConsumer:
     def consume(self, max_count: int, timeout: float) -> list[Any]:
         """Up to ``max_count`` raw records within ``timeout`` seconds."""
         try:
-            return self._consumer.consume(num_messages=max_count, timeout=timeout)
+            records = self._consumer.consume(num_messages=max_count, timeout=timeout)
         except KafkaException as exc:
             raise ConsumeError(f"consume failed: {exc.args[0]}") from exc
+        return records if self._ends is None else self._noting_ends(records)
+
+    def _noting_ends(self, records: list[Any]) -> list[Any]:
+        """``records`` without the partition-end events, each noted in ``_ends``."""
+        kept, ends = [], self._ends
+        assert ends is not None
+        for record in records:
+            error = record.error()
+            if error is not None and error.code() == KafkaError._PARTITION_EOF:
+                ends[(record.topic(), record.partition())] = record.offset()
+            else:
+                kept.append(record)
+        return kept
 
     def transient_error(self, record: Any) -> bool:
         """True (and logged) when ``record`` carries an error librdkafka recovers from by
@@ -278,10 +306,18 @@ class InputConsumer:
                 for tp in result}
 
     def positions(self) -> dict[TopicPartitionKey, int | None]:
-        """Next offset the application will read, per assigned partition, if known."""
+        """Next offset the application will read, per assigned partition, if known: past
+        the last record read, or (with ``enable.partition.eof``) past the end a fetch
+        reached, transaction markers included, when that is further."""
         result = self._consumer.position([TopicPartition(t, p) for t, p in self.assigned])
-        return {(tp.topic, tp.partition): (None if tp.offset == OFFSET_INVALID or tp.offset < 0
-                                           else tp.offset) for tp in result}
+        ends = self._ends or {}
+        positions: dict[TopicPartitionKey, int | None] = {}
+        for tp in result:
+            key = (tp.topic, tp.partition)
+            read = None if tp.offset == OFFSET_INVALID or tp.offset < 0 else tp.offset
+            end = ends.get(key)
+            positions[key] = read if end is None or (read is not None and read > end) else end
+        return positions
 
     def watermarks(self, key: TopicPartitionKey, cached: bool = False) -> tuple[int, int]:
         """(low, high) watermark of one partition; cached values come from fetch responses."""

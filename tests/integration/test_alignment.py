@@ -14,6 +14,7 @@ import pytest
 from confluent_kafka import TopicPartition
 
 from kasper_py import Config, Message, MessageProcessor, Sender, TopicProcessor
+from kasper_py.kafka.alignment import consumer_lags
 from kasper_py.kafka.consumer import InputConsumer
 from kasper_py.kafka.ports import KafkaClients
 from kasper_py.kafka.producer import OutputProducer
@@ -108,3 +109,37 @@ def test_every_event_meets_the_table_value_current_at_its_timestamp(
             assert values == expected(p)
     assert kafka.committed(name, table, PARTITIONS) == {0: TABLE_VALUES, 1: TABLE_VALUES}
     assert kafka.committed(name, events, PARTITIONS) == {0: EVENTS, 1: EVENTS}
+
+
+def test_an_input_read_to_its_end_past_a_transaction_marker_is_caught_up(
+        bootstrap: str, new_topic: Callable[..., str], unique_name: Callable[[str], str]) -> None:
+    """Co-partitioned inputs, one written by a committed transaction: once its fetch
+    reached the end, its position is past the commit marker, so it has no lag and never
+    holds the other input back (a marker is no record to wait for)."""
+    from confluent_kafka import Producer
+
+    table, events = new_topic("eof-table"), new_topic("eof-events")
+    producer = Producer({"bootstrap.servers": bootstrap,
+                         "transactional.id": unique_name("align-tx")})
+    producer.init_transactions()
+    producer.begin_transaction()
+    for _ in range(5):
+        producer.produce(table, b"v", key=b"k")
+    producer.commit_transaction()
+    config = Config(name=unique_name("align-eof"), bootstrap_servers=bootstrap,
+                    input_topics=[table, events])
+    consumer = InputConsumer(config)
+    lags = consumer_lags(consumer.positions, consumer.watermarks)
+    keys = [(table, 0), (events, 0)]
+    try:
+        consumer.assign([0])
+        read: list[Any] = []
+        deadline = time.monotonic() + 30
+        while lags(keys) != dict.fromkeys(keys, 0) and time.monotonic() < deadline:
+            read += consumer.consume(100, 0.5)
+        assert lags(keys) == {(table, 0): 0, (events, 0): 0}
+        assert len(read) == 5  # the five records; the marker and end events are no records
+        assert all(record.error() is None for record in read)
+        assert consumer.positions()[(table, 0)] == 6  # past the marker at offset 5
+    finally:
+        consumer.close()
