@@ -21,18 +21,18 @@ SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[all,dev]'
+	$(BIN)/pip install --quiet -e '.[all,dev]' -c constraints.txt
 	touch $(STAMP)
 
 # What the demo imports and nothing more (no Spark wheel, no store clients): a first
 # `make demo` must not wait for the test tooling.
-$(DEMO_STAMP): pyproject.toml
+$(DEMO_STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[prometheus]'
+	$(BIN)/pip install --quiet -e '.[prometheus]' -c constraints.txt
 	touch $(DEMO_STAMP)
 
 stack: setup
