@@ -47,8 +47,6 @@ class ClientSettings(Protocol):
     @property
     def max_latency(self) -> float | None: ...
     @property
-    def max_task_idle(self) -> float | None: ...
-    @property
     def auto_offset_reset(self) -> str: ...
     @property
     def delivery_timeout(self) -> float: ...
@@ -115,10 +113,7 @@ def consumer_conf(config: ClientSettings) -> dict[str, ClientValue]:
         "enable.auto.commit": False,
         "enable.auto.offset.store": False,
         "isolation.level": "read_committed",
-        # co-partitioned inputs aligned (kafka/alignment.py): where a partition's fetch
-        # reached its end, past transaction markers, tells a caught-up input from one behind
-        "enable.partition.eof": (len(config.input_topics) > 1
-                                 and config.max_task_idle is not None),
+        "enable.partition.eof": False,
         **_prefetch(config.largest_batch, config.batch_bytes),
     }
     if config.group_mode:

@@ -56,12 +56,15 @@ class InputConsumer:
 
     def __init__(self, config: Config) -> None:
         self._config = config
-        conf = config.to_consumer_conf()
+        # Co-partitioned inputs aligned (kafka/alignment.py): where a partition's fetch
+        # reached its end, past transaction markers, tells a caught-up input from one
+        # behind. This consumer only: a changelog restore reads to its own end its way.
+        aligned = len(config.input_topics) > 1 and config.max_task_idle is not None
+        conf = {**config.to_consumer_conf(), "enable.partition.eof": aligned}
         self._consumer = Consumer(with_client_log(conf, config.name, "consumer"))
-        self._ends: dict[TopicPartitionKey, int] | None = (
-            {} if conf.get("enable.partition.eof") else None)
-        """With ``enable.partition.eof`` (co-partitioned inputs aligned): the offset each
-        partition's fetch last reached its end at, past any transaction marker."""
+        self._ends: dict[TopicPartitionKey, int] | None = {} if aligned else None
+        """With co-partitioned inputs aligned: the offset each partition's fetch last
+        reached its end at, past any transaction marker."""
         self.assigned: list[TopicPartitionKey] = []
         self.from_start: frozenset[str] = frozenset()
         self._paused: set[TopicPartitionKey] = set()
