@@ -68,7 +68,10 @@ def test_sigkill_during_a_repartitioned_count_loses_and_repeats_nothing(
     done = subprocess.run([*command, "--until-caught-up"], env=env, capture_output=True,
                           text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert 0 < progress[-1] < sum(committed()), at_kill  # every kill landed mid-run
+    # the kills landed mid-run: the first after some progress, at least half before the
+    # end (on a fast machine the last can come after everything was processed)
+    assert progress[0] > 0, at_kill
+    assert progress[len(progress) // 2] < sum(committed()), at_kill
 
     assert kafka.committed(name, lines, partitions) == {
         p: len(text[p::partitions]) for p in range(partitions)}
