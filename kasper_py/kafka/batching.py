@@ -189,10 +189,34 @@ class Collector:
         back (none unless aligned), its wait not begun."""
         records, nbytes = self.records, self.bytes
         released, held = self._alignment.cut(records)
+        if len(released) > self.size:  # held ones carried in: a batch never passes size
+            released, over = _earliest(released, self.size)
+            held = over + held  # each partition's records stay in order
         held_bytes = nbytes * len(held) // len(records) if held else 0
         self.records, self._deadline = held, None
         self.held, self.bytes, self._held_bytes = len(held), held_bytes, held_bytes
         return released
+
+
+def _earliest(records: list[Any], size: int) -> tuple[list[Any], list[Any]]:
+    """(taken, rest): at most ``size`` of ``records``, the earliest by timestamp, each
+    topic-partition's taken ones a run from its first (so its batch is a run of offsets
+    and co-partitioned inputs meet in time order); in gathered order. Timestamps that
+    go back within a partition can leave nothing earliest first: then the first
+    ``size`` gathered go."""
+    stamps = [record.timestamp()[1] for record in records]
+    cutoff = sorted(stamps)[size - 1]
+    taken: list[Any] = []
+    rest: list[Any] = []
+    stopped: set[TopicPartitionKey] = set()
+    for record, stamp in zip(records, stamps, strict=True):
+        key = (record.topic(), record.partition())
+        if key in stopped or stamp > cutoff or len(taken) >= size:
+            stopped.add(key)
+            rest.append(record)
+        else:
+            taken.append(record)
+    return (taken, rest) if taken else (records[:size], records[size:])
 
 
 def _weightless(_records: Sequence[Any]) -> int:

@@ -138,8 +138,10 @@ def test_max_task_idle_holds_for_a_caught_up_topic_that_long() -> None:
 
 
 def test_a_batch_of_held_records_still_consumes_up_to_its_size() -> None:
-    """Held records do not count toward the next batch's size: with size 3 and 5 clicks
-    held, the next gather consumes until 3 new records are in."""
+    """Held records do not count toward the next gather: with size 3 and 5 clicks held,
+    it consumes until 3 new records are in. The batch then takes 3, the earliest by
+    timestamp (the users records before the clicks after them), each partition's a run
+    of offsets; the rest wait for the next batch, in order."""
     script = Script([clicks(0, range(5)), [raw("users", 0, 0, 950)],
                      [raw("users", 0, 1, 960)], [raw("users", 0, 2, 2000)]])
     script.lag[("users", 0)] = 3
@@ -148,10 +150,10 @@ def test_a_batch_of_held_records_still_consumes_up_to_its_size() -> None:
     assert gathering.gather()
     assert script.calls == []
     released = gathering.take()
-    assert coordinates(released) == [("clicks", 0, 0), ("clicks", 0, 1), ("clicks", 0, 2),
-                                     ("clicks", 0, 3), ("clicks", 0, 4), ("users", 0, 0),
-                                     ("users", 0, 1)]
-    assert coordinates(gathering.records) == [("users", 0, 2)]
+    assert coordinates(released) == [("clicks", 0, 0), ("users", 0, 0), ("users", 0, 1)]
+    assert coordinates(gathering.records) == [("clicks", 0, 1), ("clicks", 0, 2),
+                                              ("clicks", 0, 3), ("clicks", 0, 4),
+                                              ("users", 0, 2)]
 
 
 def test_more_held_records_than_the_largest_batch_are_released() -> None:
@@ -321,3 +323,59 @@ def test_one_input_topic_is_not_aligned() -> None:
     assert Prefetcher(off, broker.clients(off))._collector._alignment is UNALIGNED
     aligned = Prefetcher(two, broker.clients(two))._collector._alignment
     assert isinstance(aligned, TimestampAlignment)
+
+
+def test_a_batch_with_held_records_carried_in_never_passes_its_size() -> None:
+    """Records held by the frontier come first in the next batch; with new ones they
+    may outnumber ``size``: the batch takes ``size`` in gathered order, and the rest
+    follow in the next one, every partition's offsets contiguous and in order."""
+
+    class Record:
+        def __init__(self, topic: str, offset: int) -> None:
+            self._topic, self._offset = topic, offset
+
+        def topic(self) -> str:
+            return self._topic
+
+        def partition(self) -> int:
+            return 0
+
+        def offset(self) -> int:
+            return self._offset
+
+        def timestamp(self) -> tuple[int, int]:
+            return (1, self._offset)
+
+        def error(self) -> None:
+            return None
+
+    class HoldFirstTime:
+        """Holds every record of topic ``b`` in the first cut, none after."""
+
+        def __init__(self) -> None:
+            self.cuts = 0
+
+        def cut(self, records: list[Any]) -> tuple[list[Any], list[Any]]:
+            self.cuts += 1
+            if self.cuts > 1:
+                return records, []
+            return ([r for r in records if r.topic() == "a"],
+                    [r for r in records if r.topic() == "b"])
+
+        def forget(self, keys: Any) -> None:
+            pass
+
+    arrivals = [[Record("a", n) for n in range(5)] + [Record("b", n) for n in range(5)],
+                [Record("a", n) for n in range(5, 10)], [], []]
+    collector = Collector(lambda count, wait: arrivals.pop(0)[:count] if arrivals else [],
+                          10, 0.05, alignment=HoldFirstTime())
+    collector.gather()
+    first = collector.take()
+    assert [(r.topic(), r.offset()) for r in first] == [("a", n) for n in range(5)]
+    collector.size = 6
+    collector.gather()
+    second = collector.take()
+    assert len(second) == 6
+    assert [(r.topic(), r.offset()) for r in second] == [("b", n) for n in range(5)] + [("a", 5)]
+    third = collector.take()
+    assert [(r.topic(), r.offset()) for r in third] == [("a", n) for n in range(6, 10)]
