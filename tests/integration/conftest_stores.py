@@ -272,11 +272,17 @@ def kill_randomly_then_finish(args: list[str], kills: int, committed: Callable[[
     ``total`` input committed, not all), so the test cannot pass without a real crash."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     rng = random.Random(seed)
-    at_kill = []
+    at_kill: list[int] = []
     for _ in range(kills):
+        before = committed()
         worker = subprocess.Popen(args, env=env, stdout=subprocess.PIPE)
         assert worker.stdout is not None and worker.stdout.readline() == b"started\n"
         time.sleep(rng.uniform(0.3, 1.5))
+        # On a loaded machine a worker can need longer than the random pause to commit its
+        # first batch; a kill before any progress proves nothing, so wait for some.
+        deadline = time.monotonic() + 60
+        while committed() == before < total and time.monotonic() < deadline:
+            time.sleep(0.05)
         worker.kill()
         worker.wait(30)
         at_kill.append(committed())
