@@ -18,6 +18,23 @@ import structlog
 from tests.on_demand import on_demand
 
 
+# Under `pytest -n N --dist loadgroup` (make test), a file's tests run on one worker, in
+# order; files that share a server they start and stop, or a session-wide Spark cluster,
+# share a group so they never run at the same time on two workers.
+SHARED_GROUPS = {"test_stack_jaeger.py": "jaeger", "test_tracing_otlp.py": "jaeger",
+                 "test_stack.py": "stack", "test_stack_anywhere.py": "stack"}
+SPARK_FIXTURES = {"spark_master", "spark_cluster", "own_spark_cluster"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if SPARK_FIXTURES & set(getattr(item, "fixturenames", ())):
+            group = "spark"
+        else:
+            group = SHARED_GROUPS.get(item.path.name, item.path.name)
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
 @pytest.fixture(autouse=True)
 def restore_logging() -> Iterator[None]:
     """Put structlog and the root logger back as they were after each test: the CLI,

@@ -37,6 +37,27 @@ class Alignment(Protocol):
         """``keys`` were revoked: forget what was learned of them."""
 
 
+def runs_until(records: Sequence[Any], stamps: Sequence[tuple[TopicPartitionKey, float] | None],
+               limit: Callable[[TopicPartitionKey], float],
+               most: int | None = None) -> tuple[list[Any], list[Any]]:
+    """(taken, rest), each in the order of ``records``: each topic-partition's records
+    are taken from its first on, until one is stamped past ``limit(key)`` or ``most``
+    are taken; that one and every later one of its topic-partition are the rest, so what
+    is taken of each is a run of offsets. A record stamped ``None`` is always taken."""
+    taken: list[Any] = []
+    rest: list[Any] = []
+    stopped: set[TopicPartitionKey] = set()
+    room = len(records) if most is None else most
+    for record, stamp in zip(records, stamps, strict=True):
+        if stamp is not None and (stamp[0] in stopped or stamp[1] > limit(stamp[0])
+                                  or len(taken) >= room):
+            stopped.add(stamp[0])
+            rest.append(record)
+        else:
+            taken.append(record)
+    return taken, rest
+
+
 class _Unaligned:
     """Every gathered record goes in the batch (one input topic, or alignment off)."""
 
@@ -79,15 +100,7 @@ class TimestampAlignment:
             if timestamp > newest.get(key, -math.inf):
                 newest[key] = timestamp
         frontiers = self._frontiers(newest)
-        released: list[Any] = []
-        held: list[Any] = []
-        stopped: set[TopicPartitionKey] = set()
-        for record, stamp in zip(records, stamps, strict=True):
-            if stamp is not None and (stamp[0] in stopped or stamp[1] > frontiers[stamp[0][1]]):
-                stopped.add(stamp[0])
-                held.append(record)
-            else:
-                released.append(record)
+        released, held = runs_until(records, stamps, lambda key: frontiers[key[1]])
         if len(held) > self._most:
             _log.debug("kasper.alignment_released", held=len(held), reason="memory bound")
             return records, []

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kasper_py.exceptions import ConsumeError, OffsetError, SerdeError
-from kasper_py.kafka.alignment import UNALIGNED, Alignment
+from kasper_py.kafka.alignment import UNALIGNED, Alignment, runs_until
 from kasper_py.message import Message, TopicPartitionKey, Undecodable
 from kasper_py.serdes import BYTES, Serde, bound_to
 
@@ -204,18 +204,9 @@ def _earliest(records: list[Any], size: int) -> tuple[list[Any], list[Any]]:
     and co-partitioned inputs meet in time order); in gathered order. Timestamps that
     go back within a partition can leave nothing earliest first: then the first
     ``size`` gathered go."""
-    stamps = [record.timestamp()[1] for record in records]
-    cutoff = sorted(stamps)[size - 1]
-    taken: list[Any] = []
-    rest: list[Any] = []
-    stopped: set[TopicPartitionKey] = set()
-    for record, stamp in zip(records, stamps, strict=True):
-        key = (record.topic(), record.partition())
-        if key in stopped or stamp > cutoff or len(taken) >= size:
-            stopped.add(key)
-            rest.append(record)
-        else:
-            taken.append(record)
+    stamps = [((r.topic(), r.partition()), r.timestamp()[1]) for r in records]
+    cutoff = sorted(stamp for _, stamp in stamps)[size - 1]
+    taken, rest = runs_until(records, stamps, lambda _key: cutoff, size)
     return (taken, rest) if taken else (records[:size], records[size:])
 
 
