@@ -68,8 +68,12 @@ chromium:
 unit: setup
 	$(BIN)/pytest tests/unit -q
 
+# Three workers: the integration tests mostly wait on servers and subprocesses; a file's
+# tests stay on one worker, in order (tests/conftest.py groups them).
+TEST_WORKERS ?= 3
+
 test: stack lint chromium
-	$(BIN)/pytest tests -q --timeout 900 --durations 15 $(PYTEST_ARGS)
+	$(BIN)/pytest tests -q --timeout 900 --durations 15 -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 bench: stack
 	$(BIN)/python bench/bench_passthrough.py

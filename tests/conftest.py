@@ -17,21 +17,19 @@ import structlog
 
 from tests.on_demand import on_demand
 
-
 # Under `pytest -n N --dist loadgroup` (make test), a file's tests run on one worker, in
 # order; files that share a server they start and stop, or a session-wide Spark cluster,
 # share a group so they never run at the same time on two workers.
 SHARED_GROUPS = {"test_stack_jaeger.py": "jaeger", "test_tracing_otlp.py": "jaeger",
                  "test_stack.py": "stack", "test_stack_anywhere.py": "stack"}
-SPARK_FIXTURES = {"spark_master", "spark_cluster", "own_spark_cluster"}
+SPARK_GROUPS = {"spark_master": "spark", "spark_cluster": "spark",
+                "own_spark_cluster": "spark-own"}  # one private cluster at a time
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if SPARK_FIXTURES & set(getattr(item, "fixturenames", ())):
-            group = "spark"
-        else:
-            group = SHARED_GROUPS.get(item.path.name, item.path.name)
+        spark = [SPARK_GROUPS[f] for f in getattr(item, "fixturenames", ()) if f in SPARK_GROUPS]
+        group = spark[0] if spark else SHARED_GROUPS.get(item.path.name, item.path.name)
         item.add_marker(pytest.mark.xdist_group(group))
 
 

@@ -139,7 +139,7 @@ def test_a_processor_is_a_target_while_it_runs(prometheus: str,
     assert scraped_processor.process.wait(60) == 0
     assert not (targets / mine).exists()
     wait_for(lambda: target_health(prometheus, scraped_processor.address) is None,
-             f"Prometheus to drop {scraped_processor.address}", timeout=30)
+             f"Prometheus to drop {scraped_processor.address}", timeout=90)
 
 
 def loaded_config(base: str) -> str:
