@@ -19,8 +19,11 @@ from typing import Any
 import psycopg
 import pytest
 
-from kasper_py import stack
+from kasper_py import Config, StoreError, stack
 from kasper_py.steps import BOUNDARIES
+from kasper_py.stores.base import StoreRuntime
+from kasper_py.stores.postgres import PostgresTable
+from kasper_py.stores.query import Scan
 from tests.on_demand import on_demand
 
 pytest.register_assert_rewrite("conftest_stores")
@@ -175,3 +178,73 @@ def _offsets(run: WordLogRun) -> dict[int, Any]:
         return run.rows()[0]
     except psycopg.errors.UndefinedTable:
         return {}
+
+
+def _table(postgres_url: str, unique_name: Callable[[str], str]) -> tuple[Any, Config]:
+    name = unique_name("pg-api").replace("-", "_")
+    config = Config(name=name, bootstrap_servers="127.0.0.1:1", input_topics=["t"])
+    return PostgresTable("api", url=postgres_url, table=name), config
+
+
+def test_a_failed_turn_writes_nothing_and_a_replay_is_not_applied_twice(
+        postgres_url, unique_name) -> None:
+    """Discarded upserts and appended rows never reach the server; a rollback keeps the
+    rows appended before its savepoint; a batch whose offsets the database holds is not
+    written again by a store opened afterwards (a replay after a crash)."""
+    spec, config = _table(postgres_url, unique_name)
+    store = spec.open(StoreRuntime(config, 0))
+    store.put("kept", 1)
+    store.append("first")
+    point = store.savepoint()
+    store.append("undone")
+    store.put("undone", 2)
+    store.rollback(point)
+    store.flush({("t", 0): 5})
+    store.put_many({"new": 2, "kept": 3})
+    store.append_many(["discarded"])
+    store.discard_pending()
+    store.flush({("t", 0): 5})
+    replayed = spec.open(StoreRuntime(config, 0))
+    assert replayed.applied_offsets() == {("t", 0): 5}
+    replayed.put("kept", 99)
+    replayed.append("again")
+    replayed.flush({("t", 0): 5})
+    assert replayed.get_many(["kept", "new", "undone"]) == {"kept": 1}
+    with psycopg.connect(postgres_url) as connection:
+        rows = connection.execute(f"SELECT value FROM {spec.table}_appended "
+                                  "ORDER BY seq").fetchall()
+    assert [json.loads(bytes(v)) for (v,) in rows] == ["first"]
+    spec.close()
+
+
+def test_a_second_writer_of_a_partition_is_fenced(postgres_url, unique_name) -> None:
+    """Two stores of one partition: once one has moved the offsets, the other's write
+    fails with a StoreError naming the fence, and nothing of it is written."""
+    spec, config = _table(postgres_url, unique_name)
+    first, second = spec.open(StoreRuntime(config, 1)), spec.open(StoreRuntime(config, 1))
+    first.put("a", 1)
+    first.flush({("t", 1): 10})
+    second.put("a", 2)
+    second.append("lost")
+    with pytest.raises(StoreError, match=r"partition 1 fenced: offset of t is 10, expected None"):
+        second.flush({("t", 1): 20})
+    assert spec.open(StoreRuntime(config, 1)).get_many(["a"]) == {"a": 1}
+    spec.close()
+
+
+def test_queries_read_committed_rows_in_key_order(postgres_url, unique_name) -> None:
+    """``query_get_many`` reads what turns committed (not the pending writes); scans
+    are ordered by key, take ranges and page with a cursor."""
+    spec, config = _table(postgres_url, unique_name)
+    store = spec.open(StoreRuntime(config, 0))
+    store.put_many({f"k{i}": i for i in range(5)})
+    store.flush({("t", 0): 1})
+    store.put("k9", 9)
+    assert store.query_get_many(["k1", "k9"]) == {"k1": 1}
+    first = store.query_scan(Scan(prefix=b"k", limit=2))
+    assert (first.items, first.ordered) == ([("k0", 0), ("k1", 1)], True)
+    rest = store.query_scan(Scan(prefix=b"k", limit=5, cursor=first.cursor))
+    assert (rest.items, rest.cursor) == ([("k2", 2), ("k3", 3), ("k4", 4)], None)
+    ranged = store.query_scan(Scan(start=b"k1", end=b"k3", limit=10))
+    assert ranged.items == [("k1", 1), ("k2", 2)]
+    spec.close()
