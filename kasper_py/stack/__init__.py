@@ -7,7 +7,8 @@ Maven Central jars, the schema registry (Apicurio, Confluent-compatible) from a 
 built once from Maven Central, Redis and Prometheus from Debian packages, Spark's master and two
 workers (``spark``: ``spark-master``, ``spark-worker-1``, ``spark-worker-2``) from the
 pyspark wheel, Jaeger v2 (``jaeger``, OTLP in, a query API out) built once with ``go``
-from the Go module proxy. Everything lives under ``$KASPER_STACK_DIR``, else the
+from the Go module proxy, PostgreSQL (``postgres``, Debian's server run on a cluster of
+its own). Everything lives under ``$KASPER_STACK_DIR``, else the
 ``.kasper-stack`` found in the current folder or above it, else the one ``up`` last
 recorded for this user, else ``./.kasper-stack``; so ``kasper stack status`` works from
 any folder. Ports come from ``KASPER_*_PORT``, Redis's persistence from
@@ -29,6 +30,7 @@ from kasper_py.stack._components import SparkMaster
 from kasper_py.stack._errors import StackError
 from kasper_py.stack._jaeger import Jaeger
 from kasper_py.stack._lifecycle import ComponentStatus
+from kasper_py.stack._postgres import Postgres
 from kasper_py.stack._prometheus import scraped, targets_file, write_targets
 from kasper_py.stack._registry import SchemaRegistry
 from kasper_py.stack._settings import LOOPBACK, Settings
@@ -43,6 +45,7 @@ __all__ = [
     "jaeger_url",
     "kafka_bootstrap",
     "main",
+    "postgres_url",
     "prometheus_target",
     "prometheus_url",
     "redis_url",
@@ -112,6 +115,12 @@ def jaeger_url() -> str:
 def jaeger_otlp_endpoint() -> str:
     """The local Jaeger's OTLP/HTTP receiver, as ``Config.otlp_endpoint`` takes it."""
     return Jaeger(Settings.load()).otlp_endpoint
+
+
+def postgres_url() -> str:
+    """``$KASPER_POSTGRES_URL`` if set (an existing server), else the local PostgreSQL's
+    ``postgresql://postgres@127.0.0.1:<port>/postgres`` (trust authentication)."""
+    return os.environ.get("KASPER_POSTGRES_URL") or Postgres(Settings.load()).url
 
 
 def spark_master_url(stack_dir: StackDir = None) -> str:

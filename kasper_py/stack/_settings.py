@@ -163,6 +163,8 @@ class Settings:
     """Where Jaeger receives OTLP over gRPC."""
     jaeger_otlp_http_port: int
     """Where Jaeger receives OTLP over HTTP (``/v1/traces``): ``otlp_endpoint``."""
+    postgres_port: int
+    """PostgreSQL's port (``KASPER_POSTGRES_PORT``)."""
     cache_dir: Path
     """What a fresh clone need not build again (the jars): ``$KASPER_STACK_CACHE``, else
     ``$XDG_CACHE_HOME/kasper-py/stack`` (``~/.cache`` when unset)."""
@@ -197,6 +199,7 @@ class Settings:
             jaeger_grpc_port=_port("KASPER_JAEGER_GRPC_PORT", 16685),
             jaeger_otlp_grpc_port=_port("KASPER_JAEGER_OTLP_GRPC_PORT", 4317),
             jaeger_otlp_http_port=_port("KASPER_JAEGER_OTLP_HTTP_PORT", 4318),
+            postgres_port=_port("KASPER_POSTGRES_PORT", 15432),
         )
 
     def component_dir(self, name: str) -> Path:

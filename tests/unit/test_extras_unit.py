@@ -13,7 +13,7 @@ from packaging.requirements import Requirement
 
 PYPROJECT = Path(__file__).parents[2] / "pyproject.toml"
 EXTRAS = tomllib.loads(PYPROJECT.read_text())["project"]["optional-dependencies"]
-BACKENDS = ["redis", "cassandra", "rocksdb", "prometheus", "spark", "registry", "otel"]
+BACKENDS = ["redis", "cassandra", "rocksdb", "prometheus", "spark", "registry", "otel", "postgres"]
 
 
 @pytest.mark.parametrize("extra", BACKENDS)

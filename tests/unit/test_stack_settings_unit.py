@@ -8,6 +8,7 @@ import pytest
 
 from kasper_py.stack import StackError
 from kasper_py.stack._components import Redis
+from kasper_py.stack._postgres import Postgres
 from kasper_py.stack._settings import Settings
 
 
@@ -41,3 +42,21 @@ def test_unknown_redis_persistence_names_the_variable(tmp_path: Path,
     with pytest.raises(StackError, match="KASPER_REDIS_PERSISTENCE='rdb' is not one of aof, "
                                          "aof-always, none"):
         redis_command(tmp_path)
+
+
+def test_postgres_listens_on_its_own_port_and_the_loopback_only(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The stack's PostgreSQL runs its own cluster from the stack folder on
+    ``KASPER_POSTGRES_PORT`` (15432 by default), TCP on 127.0.0.1 only, no Unix socket in
+    the system's folder; its URL names that port with trust authentication."""
+    monkeypatch.delenv("KASPER_POSTGRES_PORT", raising=False)
+    assert Postgres(Settings.load(tmp_path)).url == "postgresql://postgres@127.0.0.1:15432/postgres"
+    monkeypatch.setenv("KASPER_POSTGRES_PORT", "43999")
+    postgres = Postgres(Settings.load(tmp_path))
+    command = postgres.command("/usr/lib/postgresql/15/bin/postgres")
+    at = command.index("/usr/lib/postgresql/15/bin/postgres")
+    assert command[at:] == [
+        "/usr/lib/postgresql/15/bin/postgres", "-D", str(tmp_path.resolve() / "postgres" / "data"),
+        "-p", "43999", "-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories=",
+        "-c", "max_connections=200"]
+    assert postgres.url == "postgresql://postgres@127.0.0.1:43999/postgres"
