@@ -120,6 +120,9 @@ class StoreRuntime:
     changelogs: Changelogs | None = None
     """Changelog topics held in memory (``ProcessorDriver``'s), read in place of Kafka's
     to restore a local table; ``None``: the tables read their changelogs from Kafka."""
+    wall_clock: Callable[[], float] = time.time
+    """Seconds since the epoch, for tables with a time to live (``ttl=``): the loop's
+    clock, or ``ProcessorDriver``'s, which moves only when the test moves it."""
 
 
 class KeyValueStore(StoreLifecycle, Queryable):

@@ -111,7 +111,7 @@ class ProcessorDriver:
         self._engine = TurnEngine(self.config, self._port,
                                   commit=self._port.commit if exactly_once else None,
                                   transactions=self._port if exactly_once else None,
-                                  wall_clock=lambda: self._wall_time, tasks=plan.tasks,
+                                  wall_clock=self._wall_clock, tasks=plan.tasks,
                                   routes=plan.routes)
         self._next_offset: dict[TopicPartitionKey, int] = {}
         self.committed: dict[TopicPartitionKey, int] = {}
@@ -146,6 +146,9 @@ class ProcessorDriver:
     @property
     def wall_time(self) -> float:
         """The driver's wall clock, in seconds since the epoch."""
+        return self._wall_time
+
+    def _wall_clock(self) -> float:
         return self._wall_time
 
     def stream_time(self, partition: int = 0) -> int | None:
@@ -216,7 +219,8 @@ class ProcessorDriver:
             state = self._engine.open_partition(partition, self._factory, self._store_specs,
                                                 StoreRuntime(self.config, partition,
                                                              self._port,
-                                                             changelogs=self.changelogs))
+                                                             changelogs=self.changelogs,
+                                                             wall_clock=self._wall_clock))
         assert state.processor is not None
         return state.processor
 
@@ -295,7 +299,8 @@ class _AckedList:
         for message in messages:
             if message.topic in self._changelog_topics:
                 partition = message.partition or 0
-                self._changelogs.append(message.topic, partition, message.key, message.value)
+                self._changelogs.append(message.topic, partition, message.key, message.value,
+                                        message.timestamp or 0)
                 written.add((message.topic, partition))
             else:
                 self.acked.append(message)
