@@ -253,9 +253,15 @@ class BufferedStore(KeyValueStore):
     def flush(self, next_offsets: Mapping[TopicPartitionKey, int]) -> None:
         """Hand the buffered writes to ``_write``; the buffer is empty afterwards, even
         when the write failed (the loop stops, and the batch is replayed)."""
+        self._expire()
         writes, self._pending = self._pending, {}
         if writes or (self.effectively_once and next_offsets):
             self._observed("flush", lambda: self._write(writes, next_offsets))
+
+    def _expire(self) -> int:
+        """Buffer a delete for each key whose time to live has passed, before the
+        buffer is written; return how many (none by default: RocksDB's ttl does)."""
+        return 0
 
     def savepoint(self) -> object:
         """A copy of the buffered writes (usually few or none: a savepoint is taken

@@ -97,7 +97,9 @@ class RocksDBStore(BufferedStore):
         """Produce the writes to ``<changelog>[p]`` (key and value as stored; a delete is
         a tombstone); they are applied locally in ``after_delivery``. Without a
         changelog the ``WriteBatch`` is written here."""
-        written = self._written_ms = now_ms(self._clock)
+        # With a ttl the records carry the time their keys' expiry counts from (0: the
+        # producer stamps them, as without one).
+        written = self._written_ms = now_ms(self._clock) if self._ttl is not None else 0
         if self._producer is None or self.changelog_topic is None:
             self.db.write(writes, written_ms=written)
             return
@@ -125,13 +127,7 @@ class RocksDBStore(BufferedStore):
                                                       self._written_ms))
         self._in_flight, self._in_flight_count = {}, 0
 
-    def flush(self, next_offsets: Mapping[TopicPartitionKey, int]) -> None:
-        """With a ttl, first buffer a tombstone for each expired key (``expire``), then
-        hand the buffered writes on as every store does."""
-        self.expire()
-        super().flush(next_offsets)
-
-    def expire(self) -> int:
+    def _expire(self) -> int:
         """With a ttl: buffer a delete (a changelog tombstone, once flushed) for up to
         ``ttl.sweep_limit`` keys whose expiry has passed, earliest first, leaving the
         keys this turn wrote; return how many. Called at open (after the restore) and
@@ -357,7 +353,7 @@ class RocksDBTable(StoreSpec):
             db.close()
             raise
         store = RocksDBStore(self, db, runtime, changelog_offset=offset)
-        store.expire()  # the first turn reads no key that expired while it was away
+        store._expire()  # the first turn reads no key that expired while it was away
         return store
 
     def _restore(self, runtime: StoreRuntime, db: LocalDB) -> int:

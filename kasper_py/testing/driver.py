@@ -105,7 +105,8 @@ class ProcessorDriver:
         """The local tables' changelog topics (kept out of ``sent``): pass them to a new
         driver with a fresh ``state_dir`` to restart on another machine."""
         self._port = _AckedList(self.changelogs, [
-            topic for spec in self._store_specs for topic in spec.owned_state(self.config).topics])
+            topic for spec in self._store_specs for topic in spec.owned_state(self.config).topics],
+            self._wall_clock)
         self._wall_time = time.time() if wall_clock_start is None else float(wall_clock_start)
         exactly_once = self.config.exactly_once
         self._engine = TurnEngine(self.config, self._port,
@@ -253,11 +254,13 @@ class _AckedList:
     """The driver's output port: produced messages count as acked when waited for;
     in a transaction, once it commits (an aborted one's are dropped). Records of the
     tables' changelog topics go to ``changelogs`` instead (a committed transaction's
-    partitions each get a marker, as Kafka writes one)."""
+    partitions each get a marker, as Kafka writes one); a record without a timestamp
+    takes the driver's wall clock, as a Kafka producer stamps its own."""
 
-    def __init__(self, changelogs: MemoryChangelogs, changelog_topics: Collection[str]
-                 ) -> None:
+    def __init__(self, changelogs: MemoryChangelogs, changelog_topics: Collection[str],
+                 wall_clock: Callable[[], float]) -> None:
         self.acked: list[OutgoingMessage] = []
+        self._wall_clock = wall_clock
         self._queued: list[OutgoingMessage] = []
         self._transaction: list[OutgoingMessage] | None = None
         self._changelogs, self._changelog_topics = changelogs, frozenset(changelog_topics)
@@ -300,7 +303,7 @@ class _AckedList:
             if message.topic in self._changelog_topics:
                 partition = message.partition or 0
                 self._changelogs.append(message.topic, partition, message.key, message.value,
-                                        message.timestamp or 0)
+                                        message.timestamp or int(self._wall_clock() * 1000))
                 written.add((message.topic, partition))
             else:
                 self.acked.append(message)
