@@ -57,7 +57,7 @@ def test_cassandra_values_are_written_using_ttl(cassandra_contact, unique_name) 
     store = spec.open(StoreRuntime(cfg, 0))
     store.put_many({"a": 1, "b": 2})
     store.flush({("t", 0): 2})
-    session = spec._session  # noqa: SLF001 - the table's own session reads TTL()
+    session = spec._session
     [row] = session.execute(f"SELECT TTL(value) FROM kasper_tests.{spec.table} WHERE "
                             "prefix = %s AND partition = 0 AND key = %s", (cfg.name, b"a"))
     assert 0 < row[0] <= 4
