@@ -5,8 +5,12 @@ ttl, in the same run.
 Each turn writes ``--batch`` new keys (never seen before) through ``ProcessorDriver``
 with its changelog in memory, and the driver's wall clock moves ``--batch`` /
 ``--rate`` seconds a turn, so with ``--ttl`` seconds about ``ttl * rate`` keys are
-live at a time. At each checkpoint of keys seen it prints the process's RSS, the
-RocksDB folder's size, RocksDB's key estimate, and the seconds a fresh folder takes
+live at a time. At each checkpoint of keys seen it prints the process's peak RSS (the
+in-memory changelogs of the bench grow with every record: not the table's cost), the
+RocksDB folder's flushed data (``.sst``) and write-ahead log (``.log``: writes not yet
+flushed from the memtables, 64 MB per column family by default, so it grows until the
+first flush), the live keys (counted) and RocksDB's estimate (which subtracts deletes
+not yet compacted, so it undercounts after many), and the seconds a fresh folder takes
 to restore from the changelog as compaction leaves it (the latest record of each key;
 tombstones past ``delete.retention.ms`` gone; the in-memory changelog keeps every
 record, so the bench compacts it first, as Kafka's cleaner would). The dedup store
@@ -60,8 +64,10 @@ def _config(folder: Path) -> Config:
                   value_serde="str", state_dir=str(folder))
 
 
-def _folder_mb(folder: Path) -> float:
-    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()) / 1e6
+def _folder_mb(folder: Path, suffix: str) -> float:
+    """MB of the folder's files ending ``suffix``: ``.sst`` (flushed data), ``.log`` (the
+    write-ahead log, which holds what the memtables hold until they flush)."""
+    return sum(f.stat().st_size for f in folder.rglob(f"*{suffix}") if f.is_file()) / 1e6
 
 
 def _compacted(changelogs: MemoryChangelogs, topic: str) -> MemoryChangelogs:
@@ -123,7 +129,10 @@ def run(kind: str, args: argparse.Namespace) -> list[dict[str, float]]:
                 store = driver.store("t", 0)
                 assert isinstance(store, RocksDBStore)
                 rows.append({"keys_seen": seen, "rss_mb": _rss_mb(),
-                             "rocksdb_mb": _folder_mb(Path(folder)), "keys": store.size(),
+                             "sst_mb": _folder_mb(Path(folder), ".sst"),
+                             "wal_mb": _folder_mb(Path(folder), ".log"),
+                             "keys": sum(1 for _ in store.items()),
+                             "estimate": store.size(),
                              "restore_s": _restore_seconds(args, kind, driver.changelogs,
                                                            now, spec)})
                 print(kind, rows[-1], flush=True)
@@ -146,15 +155,17 @@ def main() -> None:
     results = {kind: run(kind, args) for kind in ("ttl", "dedup", "no-ttl")}
     print(f"\nttl={args.ttl:g}s at {args.rate:g} keys/s: about {args.ttl * args.rate:,.0f} "
           "keys live (RSS is the process's peak, across the three runs in turn)")
-    print(f"{'kind':8} {'keys seen':>10} {'rocksdb MB':>10} {'keys':>10} {'restore s':>9}")
+    print(f"{'kind':8} {'keys seen':>10} {'sst MB':>7} {'wal MB':>7} {'keys':>9} "
+          f"{'estimate':>9} {'restore s':>9} {'peak RSS MB':>11}")
     for kind, rows in results.items():
         for row in rows:
-            print(f"{kind:8} {row['keys_seen']:>10,.0f} {row['rocksdb_mb']:>10.1f} "
-                  f"{row['keys']:>10,.0f} {row['restore_s']:>9.2f}")
+            print(f"{kind:8} {row['keys_seen']:>10,.0f} {row['sst_mb']:>7.1f} "
+                  f"{row['wal_mb']:>7.1f} {row['keys']:>9,.0f} {row['estimate']:>9,.0f} "
+                  f"{row['restore_s']:>9.2f} {row['rss_mb']:>11.0f}")
     for kind, rows in results.items():
         first, last = rows[0], rows[-1]
-        size = last["rocksdb_mb"] / first["rocksdb_mb"]
-        print(f"{kind}: last/first checkpoint: rocksdb size x{size:.2f}, "
+        size = last["keys"] / first["keys"]
+        print(f"{kind}: last/first checkpoint: live keys x{size:.2f}, "
               f"restore x{last['restore_s'] / max(first['restore_s'], 1e-9):.2f}, "
               f"keys seen x{last['keys_seen'] / first['keys_seen']:.1f}")
 
