@@ -58,17 +58,25 @@ class LocalDB:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
             # Raw mode stores bytes as they are; rocksdict's stubs type its pickling mode.
-            self._db: Any = Rdict(str(self.path), _options(), column_families={
-                _META: _options(), _EXPIRY: _options(), _EXPIRY_ORDER: _options()})
+            # The expiry column families only with a ttl: a table without one is as it was
+            # (rocksdict opens the families a folder already has by itself).
+            families = [_META] if self.ttl_ms is None else [_META, _EXPIRY, _EXPIRY_ORDER]
+            self._db: Any = Rdict(str(self.path), _options(),
+                                  column_families={name: _options() for name in families})
         except Exception as exc:
             raise StoreError(f"cannot open RocksDB at {self.path} (is another process using "
                              f"this partition?): {exc}") from exc
         self._meta: Any = self._db.get_column_family_handle(_META)
         self._meta_db: Any = self._db.get_column_family(_META)
-        self._expiry: Any = self._db.get_column_family_handle(_EXPIRY)
-        self._expiry_db: Any = self._db.get_column_family(_EXPIRY)
-        self._order: Any = self._db.get_column_family_handle(_EXPIRY_ORDER)
-        self._order_db: Any = self._db.get_column_family(_EXPIRY_ORDER)
+        self._expiry: Any = None
+        self._expiry_db: Any = None
+        self._order: Any = None
+        self._order_db: Any = None
+        if self.ttl_ms is not None:
+            self._expiry = self._db.get_column_family_handle(_EXPIRY)
+            self._expiry_db = self._db.get_column_family(_EXPIRY)
+            self._order = self._db.get_column_family_handle(_EXPIRY_ORDER)
+            self._order_db = self._db.get_column_family(_EXPIRY_ORDER)
 
     def topic(self) -> str | None:
         """The changelog these files were written from, if recorded."""
