@@ -26,6 +26,7 @@ _EXPIRY_ORDER = "kasper_expiry_order"
 """expiry time (8 bytes) + key -> nothing: the keys in the order they expire. An entry
 whose key was rewritten or deleted since is stale; ``expired`` removes it when it
 comes first."""
+_MAX_WAL = 64 * 1024 * 1024
 _TOPIC_KEY = b"changelog_topic"
 _INDEXED_KEY = b"expiry_indexed"
 
@@ -61,7 +62,13 @@ class LocalDB:
             # The expiry column families only with a ttl: a table without one is as it was
             # (rocksdict opens the families a folder already has by itself).
             families = [_META] if self.ttl_ms is None else [_META, _EXPIRY, _EXPIRY_ORDER]
-            self._db: Any = Rdict(str(self.path), _options(),
+            options = _options()
+            if self.ttl_ms is not None:
+                # The small families (offsets, expiry) rarely fill a memtable, and the
+                # write-ahead log is kept until every family flushed: bound it, so a table
+                # that deletes as much as it writes stays small on disk too.
+                options.set_max_total_wal_size(_MAX_WAL)
+            self._db: Any = Rdict(str(self.path), options,
                                   column_families={name: _options() for name in families})
         except Exception as exc:
             raise StoreError(f"cannot open RocksDB at {self.path} (is another process using "
