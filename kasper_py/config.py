@@ -101,6 +101,12 @@ class Config:
     on the broker, 5 s at most, and while it is caught up for this many seconds (0, the
     default: not at all; Kafka Streams' ``max.task.idle.ms``). ``None`` (``"none"``):
     no alignment, a batch is whatever was read."""
+    idle_advance: float | None = None
+    """Seconds of wall clock after which a partition with no new record has its stream
+    time advanced (``None``, the default: stream time moves with records only): from
+    then on its stream time is the one it had at its last record plus the wall-clock
+    time since, so stream-time timers fire (and windows close through them) on quiet
+    input; a later record older than that is late (see time-and-windows.md)."""
     auto_offset_reset: Literal["earliest", "latest"] = "earliest"
     """Where to start on a partition that has no committed offset."""
     key_serde: str | Serde = "bytes"
@@ -300,6 +306,11 @@ class Config:
                 idle, int | float) or not 0 <= idle < math.inf):
             raise ConfigError("max_task_idle", "must be a finite number of seconds >= 0 or "
                               f"None (no alignment), got {idle!r}")
+        advance = self.idle_advance
+        if advance is not None and (isinstance(advance, bool) or not isinstance(
+                advance, int | float) or not 0 < advance < math.inf):
+            raise ConfigError("idle_advance", "must be a positive, finite number of seconds "
+                              f"or None, got {advance!r}")
         if self.auto_offset_reset not in ("earliest", "latest"):
             raise ConfigError("auto_offset_reset",
                               f"must be 'earliest' or 'latest', got {self.auto_offset_reset!r}")

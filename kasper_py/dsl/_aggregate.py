@@ -24,13 +24,14 @@ from kasper_py.message import Headers
 from kasper_py.sender import SendRecord
 from kasper_py.serdes import JSON
 from kasper_py.stores.base import KeyValueStore
-from kasper_py.windows import Aggregation, WindowedTable, WindowKind
+from kasper_py.windows import Aggregation, Deduplicator, WindowedTable, WindowKind
 
 PARTIAL = "kasper.partial"
 """The header of a combined record (reserved: a record of yours must not end with it)."""
 _FIRST = object()
 """A reduce's aggregate before its first value."""
 _KEY, _VALUE = operator.itemgetter(0), operator.itemgetter(1)
+_TIME_OF = operator.itemgetter(2)
 
 Merge = Callable[[Any, Any, Any], Any]
 """``merge(key, aggregate, partial)``: the aggregate with a partial's records folded in."""
@@ -248,3 +249,21 @@ def windowed_table(context: Any, store: str, windows: WindowKind, aggregation: A
                    emit: str) -> WindowedTable:
     """The ``WindowedTable`` a windowed aggregation keeps its windows in."""
     return WindowedTable(context, store, windows, aggregation, emit=emit)  # type: ignore[arg-type]
+
+
+class DropDuplicates(Op):
+    """Records whose id (``id_of(key, value)``, or the key) is its first occurrence
+    within the ``Deduplicator``'s window of event time; the others are dropped. Records
+    without a timestamp fail the turn."""
+
+    __slots__ = ("dedup", "id_of")
+
+    def __init__(self, dedup: Deduplicator, id_of: Callable[[Any, Any], Any] | None) -> None:
+        super().__init__()
+        self.dedup = dedup
+        self.id_of = id_of
+
+    def push(self, records: Records) -> None:
+        id_of = self.id_of
+        ids = _KEY if id_of is None else (lambda r: id_of(r[0], r[1]))
+        self.emit(self.dedup.first_occurrences(records, ids, _TIME_OF))

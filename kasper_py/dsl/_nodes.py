@@ -32,6 +32,7 @@ _PREFIX: dict[str, str] = {
     "left_join_global": "KSTREAM-LEFTJOIN", "aggregate": "KSTREAM-AGGREGATE",
     "count": "KSTREAM-AGGREGATE", "reduce": "KSTREAM-REDUCE", "sum": "KSTREAM-REDUCE",
     "windowed_aggregate": "KSTREAM-AGGREGATE", "to_stream": "KTABLE-TOSTREAM",
+    "drop_duplicates": "KSTREAM-DEDUPLICATE",
     "table_filter": "KTABLE-FILTER", "table_map_values": "KTABLE-MAPVALUES",
     "table_join": "KTABLE-JOIN", "table_left_join": "KTABLE-LEFTJOIN",
     "fk_subscribe": "KTABLE-FK-JOIN-SUBSCRIPTION-REGISTRATION",

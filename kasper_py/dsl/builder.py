@@ -32,7 +32,7 @@ from kasper_py.dsl._nodes import FromRepartition, Graph, Node, Source, Stage
 from kasper_py.exceptions import ConfigError
 from kasper_py.stores.base import StoreSpec
 from kasper_py.stores.memory import MemoryTable
-from kasper_py.windows import Aggregation, WindowKind
+from kasper_py.windows import Aggregation, Deduplicator, WindowKind
 from kasper_py.windows import count as count_aggregation
 
 __all__ = ["Builder", "GlobalTable", "Grouped", "Stream", "Table", "WindowedGrouped"]
@@ -243,6 +243,23 @@ class Stream:
         for stream in (self, *others):
             stream._node.add(head)
         return Stream(self._graph, head, rekeyed=any(s._rekeyed for s in (self, *others)))
+
+    def drop_duplicates(self, within: float, store: str, *,
+                        key: Callable[[Any, Any], Any] | None = None,
+                        name: str | None = None) -> Stream:
+        """Each id's first record within ``within`` seconds of event time; later ones
+        are dropped (``kasper_py.windows.Deduplicator``'s rule, kept in ``store``). The
+        id is ``key(key, value)``, or the record's key; a re-keyed stream is
+        repartitioned first, so records of one key meet in one partition."""
+        graph = self._graph
+        store = graph.store_name(store)
+        head = (graph.repartition(self._node, name or f"{store}-by-key") if self._rekeyed
+                else self._node)
+        graph.store(head.stage, store, windowed=True)
+        node = graph.then(head, "drop_duplicates", name, stores=(store,), make=lambda b: (
+            agg.DropDuplicates(Deduplicator(b.context, store, within=within,
+                                            key_serde="json"), key)))
+        return Stream(graph, node, rekeyed=False)
 
     def to(self, topic: str, *, name: str | None = None) -> None:
         """Produce each record to ``topic`` (the config's serdes; its timestamp)."""

@@ -136,6 +136,9 @@ class Collectors:
             "late_records", "Records a windowed table or join dropped because their window "
             "had closed (stream time past its end plus grace).", ["processor", "store"],
             **common)
+        self.keys_expired = prom.Counter(
+            "store_keys_expired", "Keys a table with a time to live (ttl=) removed as "
+            "expired, each with a changelog tombstone.", ["processor", "store"], **common)
         self._stores_seen: set[str] = set()
 
     def _initialize(self) -> None:

@@ -311,6 +311,10 @@ class PrometheusObserver(LoopObserver, StoreObserver):
         """Count records a window of ``store`` dropped as late."""
         self.collectors.late_records.labels(self.processor, store).inc(count)
 
+    def on_keys_expired(self, store: str, count: int) -> None:
+        """Count keys ``store`` removed as expired (its ``ttl``)."""
+        self.collectors.keys_expired.labels(self.processor, store).inc(count)
+
     # -- health ---------------------------------------------------------------
 
     def liveness(self) -> HealthReport:

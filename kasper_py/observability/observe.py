@@ -70,6 +70,9 @@ class StoreObserver(Protocol):
         """The windows of ``store`` dropped ``count`` records that arrived after their
         window closed (stream time past the window's end plus its grace period)."""
 
+    def on_keys_expired(self, store: str, count: int) -> None:
+        """``store`` removed ``count`` keys whose time to live (``ttl=``) had passed."""
+
 
 class NoopStoreObserver:
     """Observes nothing: what a store reports to when no one listens."""
@@ -85,6 +88,9 @@ class NoopStoreObserver:
         pass
 
     def on_late_records(self, store: str, count: int) -> None:
+        pass
+
+    def on_keys_expired(self, store: str, count: int) -> None:
         pass
 
 
@@ -113,6 +119,10 @@ class StoreObservers:
     def on_late_records(self, store: str, count: int) -> None:
         for observer in self.observers:
             observer.on_late_records(store, count)
+
+    def on_keys_expired(self, store: str, count: int) -> None:
+        for observer in self.observers:
+            observer.on_keys_expired(store, count)
 
 
 class LoopObserver(Protocol):

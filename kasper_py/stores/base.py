@@ -120,6 +120,9 @@ class StoreRuntime:
     changelogs: Changelogs | None = None
     """Changelog topics held in memory (``ProcessorDriver``'s), read in place of Kafka's
     to restore a local table; ``None``: the tables read their changelogs from Kafka."""
+    wall_clock: Callable[[], float] = time.time
+    """Seconds since the epoch, for tables with a time to live (``ttl=``): the loop's
+    clock, or ``ProcessorDriver``'s, which moves only when the test moves it."""
 
 
 class KeyValueStore(StoreLifecycle, Queryable):
@@ -250,9 +253,15 @@ class BufferedStore(KeyValueStore):
     def flush(self, next_offsets: Mapping[TopicPartitionKey, int]) -> None:
         """Hand the buffered writes to ``_write``; the buffer is empty afterwards, even
         when the write failed (the loop stops, and the batch is replayed)."""
+        self._expire()
         writes, self._pending = self._pending, {}
         if writes or (self.effectively_once and next_offsets):
             self._observed("flush", lambda: self._write(writes, next_offsets))
+
+    def _expire(self) -> int:
+        """Buffer a delete for each key whose time to live has passed, before the
+        buffer is written; return how many (none by default: RocksDB's ttl does)."""
+        return 0
 
     def savepoint(self) -> object:
         """A copy of the buffered writes (usually few or none: a savepoint is taken

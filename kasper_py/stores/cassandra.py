@@ -23,6 +23,7 @@ of one Cassandra partition: cheap, unlike a scan across token order.
 
 from __future__ import annotations
 
+import math
 import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -35,6 +36,7 @@ from kasper_py.serdes import Serde, serde_for
 from kasper_py.stores.base import BufferedStore, OwnedState, StoreRuntime, StoreSpec, Writes
 from kasper_py.stores.lifecycle import already_applied
 from kasper_py.stores.query import Scan, ScanPage
+from kasper_py.stores.ttl import Ttl
 
 try:
     from cassandra import (
@@ -66,12 +68,15 @@ _RETRIABLE = (NoHostAvailable, OperationTimedOut, Unavailable, ReadTimeout, Writ
 
 
 class _Statements:
-    """The prepared statements of one table."""
+    """The prepared statements of one table; ``ttl`` (whole seconds) writes each value
+    ``USING TTL``, so Cassandra drops it that long after its last write."""
 
-    def __init__(self, session: Any, table: str) -> None:
+    def __init__(self, session: Any, table: str, ttl: int | None = None) -> None:
         where = "WHERE prefix = ? AND partition = ?"
+        using = "" if ttl is None else f" USING TTL {int(ttl)}"
         self.select = session.prepare(f"SELECT key, value FROM {table} {where} AND key IN ?")
-        self.update = session.prepare(f"UPDATE {table} SET value = ? {where} AND key = ?")
+        self.update = session.prepare(
+            f"UPDATE {table}{using} SET value = ? {where} AND key = ?")
         self.delete = session.prepare(f"DELETE FROM {table} {where} AND key = ?")
         self.offsets = session.prepare(f"SELECT offsets FROM {table} {where} LIMIT 1")
         self.set_offsets = session.prepare(
@@ -89,7 +94,9 @@ class CassandraTable(StoreSpec):
     effectively-once condition). ``effectively_once=True`` writes each batch and its
     input offsets in one conditional batch, so replayed input is skipped. Failures to
     reach Cassandra are retried ``retries`` times with doubling backoff, then raise
-    ``StoreUnavailableError``.
+    ``StoreUnavailableError``. ``ttl`` (seconds, rounded up to whole ones) writes every
+    value ``USING TTL``: a key lives that long after its last write (the offsets,
+    written apart, never expire).
     """
 
     def __init__(self, name: str, *, contact_points: Sequence[str] = ("127.0.0.1",),
@@ -99,7 +106,8 @@ class CassandraTable(StoreSpec):
                  key_serde: str | Serde = "str", value_serde: str | Serde = "json",
                  prefix: str | None = None, effectively_once: bool = False, retries: int = 3,
                  backoff: float = 0.2, max_backoff: float = 2.0, timeout: float = 10.0,
-                 chunk_size: int = 100, cluster_options: Mapping[str, Any] | None = None) -> None:
+                 chunk_size: int = 100, cluster_options: Mapping[str, Any] | None = None,
+                 ttl: float | Ttl | None = None) -> None:
         self.name = name
         self.keyspace, self.table = _identifier("keyspace", keyspace), _identifier(
             "table", table or name)
@@ -115,6 +123,7 @@ class CassandraTable(StoreSpec):
         self.timeout = timeout
         self.chunk_size = chunk_size
         self.cluster_options = dict(cluster_options or {})
+        self.ttl = Ttl.of(ttl)
         self._cluster: Any = None
         self._session: Any = None
         self._statements: _Statements | None = None
@@ -162,7 +171,8 @@ class CassandraTable(StoreSpec):
                 f"CREATE TABLE IF NOT EXISTS {table} (prefix text, partition int, key blob, "
                 "value blob, offsets map<text, bigint> static, "
                 "PRIMARY KEY ((prefix, partition), key))")
-            statements = _Statements(session, table)
+            ttl = None if self.ttl is None else math.ceil(self.ttl.seconds)
+            statements = _Statements(session, table, ttl)
         except BaseException:
             cluster.shutdown()
             raise

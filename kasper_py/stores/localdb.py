@@ -20,7 +20,15 @@ from kasper_py.stores.query import Scan, next_key
 __all__ = ["LocalDB"]
 
 _META = "kasper_meta"
+_EXPIRY = "kasper_expiry"
+"""key -> the time it expires, 8 bytes big-endian milliseconds."""
+_EXPIRY_ORDER = "kasper_expiry_order"
+"""expiry time (8 bytes) + key -> nothing: the keys in the order they expire. An entry
+whose key was rewritten or deleted since is stale; ``expired`` removes it when it
+comes first."""
+_MAX_WAL = 64 * 1024 * 1024
 _TOPIC_KEY = b"changelog_topic"
+_INDEXED_KEY = b"expiry_indexed"
 
 
 def _options() -> Options:
@@ -33,10 +41,14 @@ def _options() -> Options:
 class LocalDB:
     """One RocksDB folder: table data in the default column family (encoded key ->
     encoded value), and in ``kasper_meta`` the changelog topic and, per changelog
-    partition, ``changelog_offset/<p>`` = the next changelog offset already applied."""
+    partition, ``changelog_offset/<p>`` = the next changelog offset already applied.
 
-    def __init__(self, path: Path) -> None:
+    ``ttl_ms`` (a table's time to live) also keeps each key's expiry, the time of its
+    write plus ``ttl_ms``, in ``kasper_expiry`` and ``kasper_expiry_order``."""
+
+    def __init__(self, path: Path, *, ttl_ms: int | None = None) -> None:
         self.path = path
+        self.ttl_ms = ttl_ms
         self.round_trips = 0
         """Native calls made: multi-gets and ``WriteBatch`` writes."""
         self._closing = threading.Lock()
@@ -47,12 +59,31 @@ class LocalDB:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
             # Raw mode stores bytes as they are; rocksdict's stubs type its pickling mode.
-            self._db: Any = Rdict(str(self.path), _options(), column_families={_META: _options()})
+            # The expiry column families only with a ttl: a table without one is as it was
+            # (rocksdict opens the families a folder already has by itself).
+            families = [_META] if self.ttl_ms is None else [_META, _EXPIRY, _EXPIRY_ORDER]
+            options = _options()
+            if self.ttl_ms is not None:
+                # The small families (offsets, expiry) rarely fill a memtable, and the
+                # write-ahead log is kept until every family flushed: bound it, so a table
+                # that deletes as much as it writes stays small on disk too.
+                options.set_max_total_wal_size(_MAX_WAL)
+            self._db: Any = Rdict(str(self.path), options,
+                                  column_families={name: _options() for name in families})
         except Exception as exc:
             raise StoreError(f"cannot open RocksDB at {self.path} (is another process using "
                              f"this partition?): {exc}") from exc
         self._meta: Any = self._db.get_column_family_handle(_META)
         self._meta_db: Any = self._db.get_column_family(_META)
+        self._expiry: Any = None
+        self._expiry_db: Any = None
+        self._order: Any = None
+        self._order_db: Any = None
+        if self.ttl_ms is not None:
+            self._expiry = self._db.get_column_family_handle(_EXPIRY)
+            self._expiry_db = self._db.get_column_family(_EXPIRY)
+            self._order = self._db.get_column_family_handle(_EXPIRY_ORDER)
+            self._order_db = self._db.get_column_family(_EXPIRY_ORDER)
 
     def topic(self) -> str | None:
         """The changelog these files were written from, if recorded."""
@@ -76,14 +107,16 @@ class LocalDB:
         return values
 
     def write(self, writes: Mapping[bytes, bytes | None],
-              offsets: Mapping[int, int] | None = None) -> None:
-        """One atomic ``WriteBatch``: puts, deletes (``None``), and changelog offsets."""
+              offsets: Mapping[int, int] | None = None, written_ms: int = 0) -> None:
+        """One atomic ``WriteBatch``: puts, deletes (``None``), and changelog offsets;
+        with a ttl, each key's expiry from ``written_ms``, the time of the write."""
         batch = WriteBatch(raw_mode=True)
         for key, value in writes.items():
             if value is None:
                 batch.delete(key)
             else:
                 batch.put(key, value)
+        self._index(batch, [(key, value, written_ms) for key, value in writes.items()])
         for partition, offset in (offsets or {}).items():
             batch.put(_offset_key(partition), str(offset).encode(), self._meta)
         self.round_trips += 1
@@ -93,16 +126,59 @@ class LocalDB:
         """Apply changelog records (confluent-kafka messages) and their next offset in
         one ``WriteBatch``; a ``None`` value is a tombstone."""
         batch = WriteBatch(raw_mode=True)
+        latest: dict[bytes, tuple[bytes, bytes | None, int]] = {}
         for record in records:
-            value = record.value()
+            key, value = record.key(), record.value()
             if value is None:
-                batch.delete(record.key())
+                batch.delete(key)
             else:
-                batch.put(record.key(), value)
+                batch.put(key, value)
+            latest[key] = (key, value, record.timestamp()[1])
+        self._index(batch, list(latest.values()))
         next_offset = records[-1].offset() + 1
         batch.put(_offset_key(partition), str(next_offset).encode(), self._meta)
         self.round_trips += 1
         self._db.write(batch)
+
+    def _index(self, batch: WriteBatch, writes: list[tuple[bytes, bytes | None, int]]) -> None:
+        """With a ttl: move each written key's entry in the expiry order to its write
+        time (``(key, value, written_ms)``) plus the ttl, or drop it for a delete; one
+        ``MultiGet`` of the keys' current expiry finds the entries to move."""
+        if self.ttl_ms is None or not writes:
+            return
+        self.round_trips += 1
+        current = self._expiry_db.get([key for key, _, _ in writes])
+        for (key, value, written_ms), old in zip(writes, current, strict=True):
+            if old is not None:
+                batch.delete(bytes(old) + key, self._order)
+            if value is None:
+                batch.delete(key, self._expiry)
+                continue
+            expires = (written_ms + self.ttl_ms).to_bytes(8, "big")
+            batch.put(key, expires, self._expiry)
+            batch.put(expires + key, b"", self._order)
+
+    def expired(self, now_ms: int, limit: int) -> list[bytes]:
+        """Up to ``limit`` keys whose expiry is ``now_ms`` or earlier, earliest first:
+        one iterator over the head of the expiry order (never the whole table)."""
+        due: list[bytes] = []
+        now = now_ms.to_bytes(8, "big")
+        for raw in self._order_db.keys(from_key=b""):  # an iterator from the first entry
+            entry = bytes(raw)
+            if entry[:8] > now or len(due) == limit:
+                break
+            due.append(entry[8:])
+        return due
+
+    def expiry_indexed(self) -> bool:
+        """True when every key's expiry is recorded (the files were written with a ttl
+        from the start, or restored with one): turning ttl on for a table whose files
+        were written without one must restore them from the changelog."""
+        return self._meta_db.get(_INDEXED_KEY) is not None
+
+    def estimated_keys(self) -> int:
+        """RocksDB's ``rocksdb.estimate-num-keys`` of the table's data."""
+        return int(self._db.property_int_value("rocksdb.estimate-num-keys") or 0)
 
     def items(self) -> Iterator[tuple[bytes, bytes]]:
         """Every (encoded key, encoded value) in key order."""
@@ -145,6 +221,14 @@ class LocalDB:
         shutil.rmtree(self.path, ignore_errors=True)
         self._open()
         self._meta_db[_TOPIC_KEY] = topic.encode()
+        self.mark_indexed()
+
+    def mark_indexed(self) -> None:
+        """Record whether the keys' expiry is kept (a ttl), as ``expiry_indexed`` reads it."""
+        if self.ttl_ms is None:
+            self._meta_db.delete(_INDEXED_KEY)
+        else:
+            self._meta_db[_INDEXED_KEY] = b"1"
 
     def close(self) -> None:
         """Flush and close; the folder's LOCK is released once no handle is left."""
@@ -153,6 +237,7 @@ class LocalDB:
                 self._db.close()
             # Column family handles keep the database open: drop every reference.
             self._db = self._meta = self._meta_db = None
+            self._expiry = self._expiry_db = self._order = self._order_db = None
 
 
 def _offset_key(partition: int) -> bytes:

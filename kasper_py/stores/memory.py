@@ -6,6 +6,7 @@ read the flushed dict under a lock that ``flush`` holds while it applies a turn.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
@@ -13,6 +14,7 @@ from kasper_py.message import TopicPartitionKey
 from kasper_py.serdes import Serde, serde_for
 from kasper_py.stores.base import KeyValueStore, StoreRuntime, StoreSpec
 from kasper_py.stores.query import Scan, ScanPage, in_range, next_key
+from kasper_py.stores.ttl import Clock, Ttl, now_ms
 
 __all__ = ["MemoryStore", "MemoryTable"]
 
@@ -21,10 +23,16 @@ _DELETED = object()
 
 class MemoryStore(KeyValueStore):
     """Keys and values are Python objects kept as they are; writes apply on ``flush``.
-    Not a ``BufferedStore``: that one buffers serde bytes, and this store has none."""
+    Not a ``BufferedStore``: that one buffers serde bytes, and this store has none.
+    With a ``ttl``, ``flush`` also removes up to ``ttl.sweep_limit`` expired keys."""
 
-    def __init__(self) -> None:
+    def __init__(self, ttl: Ttl | None = None, clock: Clock = time.time) -> None:
         self.data: dict[Any, Any] = {}
+        self.name = "memory"
+        """The table's name, as metrics report it (``MemoryTable`` sets it)."""
+        self.ttl, self._clock = ttl, clock
+        self._written: dict[Any, int] = {}
+        """With a ttl: each key's last write (ms), oldest first (a rewrite moves it last)."""
         self._pending: dict[Any, Any] = {}
         self.flushes = 0
         self._lock = threading.Lock()
@@ -51,15 +59,38 @@ class MemoryStore(KeyValueStore):
             self._pending[key] = _DELETED
 
     def flush(self, next_offsets: Mapping[TopicPartitionKey, int]) -> None:
-        """Apply buffered writes to the dict, all at once for queries."""
+        """Apply buffered writes to the dict, all at once for queries; with a ttl, then
+        remove the keys whose last write is ``ttl`` or longer ago."""
+        now = now_ms(self._clock)
         with self._lock:
             for key, value in self._pending.items():
                 if value is _DELETED:
                     self.data.pop(key, None)
                 else:
                     self.data[key] = value
+            if self.ttl is not None:
+                self._expire(now, self.ttl)
         self._pending.clear()
         self.flushes += 1
+
+    def _expire(self, now: int, ttl: Ttl) -> None:
+        """Record the turn's writes in the write order, then pop the oldest expired keys
+        (at most ``ttl.sweep_limit``): the order's head only, never a full scan."""
+        written = self._written
+        for key in self._pending:
+            written.pop(key, None)
+            if key in self.data:
+                written[key] = now
+        expired: list[Any] = []
+        for key, at in written.items():
+            if at + ttl.ms > now or len(expired) == ttl.sweep_limit:
+                break
+            expired.append(key)
+        for key in expired:
+            del written[key]
+            self.data.pop(key, None)
+        if expired:
+            self.observer.on_keys_expired(self.name, len(expired))
 
     def discard_pending(self) -> None:
         """Drop buffered writes, as a failed turn does."""
@@ -108,16 +139,21 @@ def _key_bytes(key: Any) -> bytes:
 class MemoryTable(StoreSpec):
     """Declares an in-memory store called ``name``; one ``MemoryStore`` per partition.
     ``key_serde`` serves queries only: it reads a URL's key and gives the bytes the
-    key's partition is computed from."""
+    key's partition is computed from. ``ttl`` (seconds, or a ``Ttl``) removes a key that
+    long after its last write, by the runtime's wall clock."""
 
-    def __init__(self, name: str, *, key_serde: str | Serde = "str") -> None:
+    def __init__(self, name: str, *, key_serde: str | Serde = "str",
+                 ttl: float | Ttl | None = None) -> None:
         self.name = name
         self.key_serde = serde_for(key_serde)
+        self.ttl = Ttl.of(ttl)
         self.partitions: dict[int, MemoryStore] = {}
 
     def open(self, runtime: StoreRuntime) -> MemoryStore:
         """Return the partition's store, reusing it if this spec opened it before; it
         reports to ``runtime.observer`` (late records of windows kept in it)."""
-        store = self.partitions.setdefault(runtime.partition, MemoryStore())
+        store = self.partitions.setdefault(runtime.partition,
+                                           MemoryStore(self.ttl, runtime.wall_clock))
+        store.name = self.name
         store.observer = runtime.observer
         return store

@@ -28,6 +28,7 @@ from kasper_py.serdes import Serde, serde_for
 from kasper_py.stores.base import BufferedStore, OwnedState, StoreRuntime, StoreSpec, Writes
 from kasper_py.stores.lifecycle import already_applied
 from kasper_py.stores.query import Scan, ScanPage
+from kasper_py.stores.ttl import Ttl
 
 try:
     import redis
@@ -43,7 +44,8 @@ T = TypeVar("T")
 
 # Applies one batch atomically with its input offsets, fenced on the offsets it expects.
 # KEYS[1] offsets hash, then ARGV[1] keys to SET, then the keys to DEL.
-# ARGV: n_set, n_offsets, the n_set values, then per topic: topic, expected, next.
+# ARGV: n_set, n_offsets, the n_set values, then per topic: topic, expected, next; last
+# the time to live in ms (0: none), set on each written key with PX.
 # Replies 1 when applied, 0 when this batch was already applied (a retried call whose
 # reply was lost), and an error when another writer moved the offsets.
 _APPLY_BATCH = """
@@ -64,7 +66,11 @@ for i = 0, n_off - 1 do
       ', expected ' .. expected .. '; another process writes this partition')
   end
 end
-for i = 1, n_set do redis.call('SET', KEYS[1 + i], ARGV[2 + i]) end
+local ttl = tonumber(ARGV[#ARGV])
+for i = 1, n_set do
+  if ttl > 0 then redis.call('SET', KEYS[1 + i], ARGV[2 + i], 'PX', ttl)
+  else redis.call('SET', KEYS[1 + i], ARGV[2 + i]) end
+end
 for i = 2 + n_set, #KEYS do redis.call('DEL', KEYS[i]) end
 for i = 0, n_off - 1 do
   redis.call('HSET', KEYS[1], ARGV[base + 3 * i + 1], ARGV[base + 3 * i + 3])
@@ -82,14 +88,17 @@ class RedisTable(StoreSpec):
     with the input (or only read). ``effectively_once=True`` stores each partition's
     input offsets atomically with its writes, so replayed input is skipped. Connection
     failures are retried ``retries`` times, backing off from ``backoff`` seconds doubling
-    up to ``max_backoff``, then raise ``StoreUnavailableError``.
+    up to ``max_backoff``, then raise ``StoreUnavailableError``. ``ttl`` (seconds) sets
+    Redis' own expiry on every key written (``SET ... PX``): a key lives that long after
+    its last write, and Redis removes it.
     """
 
     def __init__(self, name: str, *, url: str = "redis://127.0.0.1:6379/0",
                  key_serde: str | Serde = "str", value_serde: str | Serde = "json",
                  prefix: str | None = None, shared: bool = False,
                  effectively_once: bool = False, retries: int = 5, backoff: float = 0.1,
-                 max_backoff: float = 2.0, timeout: float = 5.0) -> None:
+                 max_backoff: float = 2.0, timeout: float = 5.0,
+                 ttl: float | Ttl | None = None) -> None:
         if not name or "/" in name:
             raise ValueError(f"table name must be non-empty with no '/', got {name!r}")
         self.name = name
@@ -100,6 +109,7 @@ class RedisTable(StoreSpec):
         self.effectively_once = effectively_once
         self.retries, self.backoff, self.max_backoff = retries, backoff, max_backoff
         self.timeout = timeout
+        self.ttl = Ttl.of(ttl)
         self._client: redis.Redis | None = None
 
     def open(self, runtime: StoreRuntime) -> RedisStore:
@@ -149,6 +159,7 @@ class RedisStore(BufferedStore):
         self.effectively_once = table.effectively_once
         self.offsets_key = f"{prefix}/{table.name}#offsets/{self.partition}"
         self._table, self._client = table, client
+        self._ttl_ms = 0 if table.ttl is None else table.ttl.ms
         self._applied: dict[TopicPartitionKey, int] = {}
         if self.effectively_once:
             self._script = client.register_script(_APPLY_BATCH)
@@ -160,7 +171,8 @@ class RedisStore(BufferedStore):
         return {k: v for k, v in zip(keys, values, strict=True) if v is not None}
 
     def _write(self, writes: Writes, next_offsets: Mapping[TopicPartitionKey, int]) -> None:
-        """One round trip: ``MULTI``, ``MSET``, ``DEL``, ``EXEC``. Effectively-once: one
+        """One round trip: ``MULTI``, ``MSET`` (with a ttl, a ``SET ... PX`` per key),
+        ``DEL``, ``EXEC``. Effectively-once: one
         ``EVALSHA`` of a script that applies the writes and ``HSET``s the offsets hash
         atomically, refusing if another writer moved it; nothing for a replayed batch
         (Redis holds its writes already)."""
@@ -217,7 +229,10 @@ class RedisStore(BufferedStore):
         sets = {k: v for k, v in writes.items() if v is not None}
         deletes = [k for k, v in writes.items() if v is None]
         pipe = self._client.pipeline(transaction=True)
-        if sets:
+        if sets and self._ttl_ms:
+            for key, value in sets.items():
+                pipe.set(key, value, px=self._ttl_ms)
+        elif sets:
             pipe.mset(sets)
         if deletes:
             pipe.delete(*deletes)
@@ -232,7 +247,7 @@ class RedisStore(BufferedStore):
             expected = self._applied.get((topic, partition))
             triples += [topic, "" if expected is None else str(expected), str(offset)]
         keys = [self.offsets_key.encode(), *(k for k, _ in sets), *deletes]
-        args = [len(sets), len(next_offsets), *(v for _, v in sets), *triples]
+        args = [len(sets), len(next_offsets), *(v for _, v in sets), *triples, self._ttl_ms]
         return self._script(keys=keys, args=args)
 
     def _read_offsets(self) -> dict[TopicPartitionKey, int]:

@@ -51,6 +51,7 @@ from kasper_py.stores.changelog import (
 )
 from kasper_py.stores.localdb import LocalDB
 from kasper_py.stores.query import Scan, ScanPage
+from kasper_py.stores.ttl import Ttl, now_ms
 
 __all__ = ["GlobalTableStore", "LocalDB", "RocksDBStore", "RocksDBTable"]
 
@@ -75,6 +76,10 @@ class RocksDBStore(BufferedStore):
         it took is unknown until the changelog's end is read again."""
         self._in_flight: dict[bytes, bytes | None] = {}
         self._in_flight_count = 0
+        self._ttl, self._clock = table.ttl, runtime.wall_clock
+        self._written_ms = 0
+        """The wall clock of the turn whose writes are in flight: their changelog
+        records' timestamp, from which a restore computes the keys' expiry again."""
 
     @property
     def round_trips(self) -> int:
@@ -92,12 +97,15 @@ class RocksDBStore(BufferedStore):
         """Produce the writes to ``<changelog>[p]`` (key and value as stored; a delete is
         a tombstone); they are applied locally in ``after_delivery``. Without a
         changelog the ``WriteBatch`` is written here."""
+        # With a ttl the records carry the time their keys' expiry counts from (0: the
+        # producer stamps them, as without one).
+        written = self._written_ms = now_ms(self._clock) if self._ttl is not None else 0
         if self._producer is None or self.changelog_topic is None:
-            self.db.write(writes)
+            self.db.write(writes, written_ms=written)
             return
         topic, partition = self.changelog_topic, self.partition
-        self._producer.produce([(topic, value, key, partition, None, None, 0)  # OutgoingRecords
-                                for key, value in writes.items()])
+        self._producer.produce([(topic, value, key, partition, None, None, written)
+                                for key, value in writes.items()])  # OutgoingRecords
         self._in_flight.update(writes)
         self._in_flight_count += len(writes)
 
@@ -115,8 +123,29 @@ class RocksDBStore(BufferedStore):
             marker = 1 if self._transactional else 0
             end = self._changelog_offset + self._in_flight_count + marker
         self._changelog_offset = end
-        self._observed("apply", lambda: self.db.write(self._in_flight, {self.partition: end}))
+        self._observed("apply", lambda: self.db.write(self._in_flight, {self.partition: end},
+                                                      self._written_ms))
         self._in_flight, self._in_flight_count = {}, 0
+
+    def _expire(self) -> int:
+        """With a ttl: buffer a delete (a changelog tombstone, once flushed) for up to
+        ``ttl.sweep_limit`` keys whose expiry has passed, earliest first, leaving the
+        keys this turn wrote; return how many. Called at open (after the restore) and
+        by every flush, so a key lives at most until the first turn after it expired
+        (later when more than ``sweep_limit`` keys expire at once)."""
+        if self._ttl is None:
+            return 0
+        limit, pending = self._ttl.sweep_limit, self._pending
+        due = [key for key in self.db.expired(now_ms(self._clock), limit) if key not in pending]
+        if due:
+            pending.update(dict.fromkeys(due))
+            self.observer.on_keys_expired(self.name, len(due))
+        return len(due)
+
+    def size(self) -> int:
+        """RocksDB's estimate of the keys in this partition's files
+        (``rocksdb.estimate-num-keys``; deletes not yet compacted may still count)."""
+        return self.db.estimated_keys()
 
     def _drop_unapplied(self) -> None:
         """Forget the writes produced to the changelog but not applied (with exactly-once
@@ -259,13 +288,17 @@ class RocksDBTable(StoreSpec):
     ``global_table=True`` instead keeps every partition of ``changelog_topic`` (written
     by another processor) in one read-only database, current between batches.
     ``changelog=False`` keeps the table local only: lost with its folder.
+
+    ``ttl`` (seconds, or a ``Ttl``) removes a key that long after its last write, with
+    a changelog tombstone, so a restore never brings it back (see stores.md, "Time to
+    live").
     """
 
     def __init__(self, name: str, *, key_serde: str | Serde = "str",
                  value_serde: str | Serde = "json", changelog: bool = True,
                  changelog_topic: str | None = None, global_table: bool = False,
                  replication_factor: int = -1, topic_config: Mapping[str, str] | None = None,
-                 restore_timeout: float = 600.0) -> None:
+                 restore_timeout: float = 600.0, ttl: float | Ttl | None = None) -> None:
         if not name or "/" in name:
             raise ValueError(f"table name must be non-empty with no '/', got {name!r}")
         if global_table and not changelog:
@@ -277,6 +310,10 @@ class RocksDBTable(StoreSpec):
         self.replication_factor = replication_factor
         self.topic_config = dict(topic_config or {})
         self.restore_timeout = restore_timeout
+        self.ttl = Ttl.of(ttl)
+        if self.ttl is not None and global_table:
+            raise ValueError("a global table is written by its changelog's owner: give "
+                             "the ttl to that table")
         self._topic = changelog_topic
         self._reader: ChangelogSource | None = None
         self._global: _GlobalState | None = None
@@ -307,20 +344,26 @@ class RocksDBTable(StoreSpec):
                              "or pass changelog=False")
         if self.changelog and runtime.changelogs is not None:  # in memory (the driver's)
             self._reader = runtime.changelogs.reader(self.topic(runtime.config))
-        db = LocalDB(self.path(runtime.config, runtime.partition))
+        db = LocalDB(self.path(runtime.config, runtime.partition),
+                     ttl_ms=None if self.ttl is None else self.ttl.ms)
         try:
             offset = self._restore(runtime, db) if self.changelog else 0
+            db.mark_indexed()
         except BaseException:
             db.close()
             raise
-        return RocksDBStore(self, db, runtime, changelog_offset=offset)
+        store = RocksDBStore(self, db, runtime, changelog_offset=offset)
+        store._expire()  # the first turn reads no key that expired while it was away
+        return store
 
     def _restore(self, runtime: StoreRuntime, db: LocalDB) -> int:
         """Bring ``db`` level with its changelog partition; return the next offset."""
         reader = self._changelog_reader(runtime.config)
         topic, partition = self.topic(runtime.config), runtime.partition
         low, high = reader.watermarks(partition)
-        recorded = db.changelog_offset(partition) if db.topic() == topic else None
+        # Files written without a ttl hold no expiry: read them again from the changelog.
+        indexed = self.ttl is None or db.expiry_indexed()
+        recorded = db.changelog_offset(partition) if db.topic() == topic and indexed else None
         start, wipe, reason = restore_plan(recorded, low, high)
         if wipe:
             db.reset(topic)

@@ -23,6 +23,7 @@ class _Record:
     _key: bytes | None
     _value: bytes | None
     _offset: int
+    _timestamp: int = 0
 
     def key(self) -> bytes | None:
         return self._key
@@ -32,6 +33,10 @@ class _Record:
 
     def offset(self) -> int:
         return self._offset
+
+    def timestamp(self) -> tuple[int, int]:
+        """(create time, milliseconds), as the producer set it."""
+        return 1, self._timestamp
 
 
 _MARKER = None
@@ -44,11 +49,11 @@ class MemoryChangelogs:
     def __init__(self) -> None:
         self._topics: dict[str, dict[int, list[_Record | None]]] = {}
 
-    def append(self, topic: str, partition: int, key: bytes | None, value: bytes | None
-               ) -> None:
-        """One record at the end of ``topic``'s ``partition``."""
+    def append(self, topic: str, partition: int, key: bytes | None, value: bytes | None,
+               timestamp: int = 0) -> None:
+        """One record at the end of ``topic``'s ``partition`` (``timestamp`` in ms)."""
         log = self._log(topic, partition)
-        log.append(_Record(key, value, len(log)))
+        log.append(_Record(key, value, len(log), timestamp))
 
     def mark(self, topic: str, partition: int) -> None:
         """A transaction's commit marker at the end of ``topic``'s ``partition``."""

@@ -105,13 +105,14 @@ class ProcessorDriver:
         """The local tables' changelog topics (kept out of ``sent``): pass them to a new
         driver with a fresh ``state_dir`` to restart on another machine."""
         self._port = _AckedList(self.changelogs, [
-            topic for spec in self._store_specs for topic in spec.owned_state(self.config).topics])
+            topic for spec in self._store_specs for topic in spec.owned_state(self.config).topics],
+            self._wall_clock)
         self._wall_time = time.time() if wall_clock_start is None else float(wall_clock_start)
         exactly_once = self.config.exactly_once
         self._engine = TurnEngine(self.config, self._port,
                                   commit=self._port.commit if exactly_once else None,
                                   transactions=self._port if exactly_once else None,
-                                  wall_clock=lambda: self._wall_time, tasks=plan.tasks,
+                                  wall_clock=self._wall_clock, tasks=plan.tasks,
                                   routes=plan.routes)
         self._next_offset: dict[TopicPartitionKey, int] = {}
         self.committed: dict[TopicPartitionKey, int] = {}
@@ -146,6 +147,9 @@ class ProcessorDriver:
     @property
     def wall_time(self) -> float:
         """The driver's wall clock, in seconds since the epoch."""
+        return self._wall_time
+
+    def _wall_clock(self) -> float:
         return self._wall_time
 
     def stream_time(self, partition: int = 0) -> int | None:
@@ -216,7 +220,8 @@ class ProcessorDriver:
             state = self._engine.open_partition(partition, self._factory, self._store_specs,
                                                 StoreRuntime(self.config, partition,
                                                              self._port,
-                                                             changelogs=self.changelogs))
+                                                             changelogs=self.changelogs,
+                                                             wall_clock=self._wall_clock))
         assert state.processor is not None
         return state.processor
 
@@ -249,11 +254,13 @@ class _AckedList:
     """The driver's output port: produced messages count as acked when waited for;
     in a transaction, once it commits (an aborted one's are dropped). Records of the
     tables' changelog topics go to ``changelogs`` instead (a committed transaction's
-    partitions each get a marker, as Kafka writes one)."""
+    partitions each get a marker, as Kafka writes one); a record without a timestamp
+    takes the driver's wall clock, as a Kafka producer stamps its own."""
 
-    def __init__(self, changelogs: MemoryChangelogs, changelog_topics: Collection[str]
-                 ) -> None:
+    def __init__(self, changelogs: MemoryChangelogs, changelog_topics: Collection[str],
+                 wall_clock: Callable[[], float]) -> None:
         self.acked: list[OutgoingMessage] = []
+        self._wall_clock = wall_clock
         self._queued: list[OutgoingMessage] = []
         self._transaction: list[OutgoingMessage] | None = None
         self._changelogs, self._changelog_topics = changelogs, frozenset(changelog_topics)
@@ -295,7 +302,8 @@ class _AckedList:
         for message in messages:
             if message.topic in self._changelog_topics:
                 partition = message.partition or 0
-                self._changelogs.append(message.topic, partition, message.key, message.value)
+                self._changelogs.append(message.topic, partition, message.key, message.value,
+                                        message.timestamp or int(self._wall_clock() * 1000))
                 written.add((message.topic, partition))
             else:
                 self.acked.append(message)

@@ -58,6 +58,11 @@ class TimeKeeper:
         self._wall_clock = wall_clock
         self._clocks: dict[int, PartitionClock] = {}
         self._advanced: set[int] = set()
+        self._idle_ms = None if config.idle_advance is None else round(
+            config.idle_advance * 1000)
+        self._last_input: dict[int, tuple[int, int]] = {}
+        """With ``idle_advance``: per partition, (wall clock, stream time) of its last
+        batch of records."""
         now = self.now()
         self._tasks = [] if now is None else [_Scheduled(t, t.first_due(now)) for t in tasks]
         self.leader: Callable[[], bool] = leading or _always
@@ -83,6 +88,7 @@ class TimeKeeper:
         """The partition left this process: drop its clock and timers."""
         self._clocks.pop(partition, None)
         self._advanced.discard(partition)
+        self._last_input.pop(partition, None)
 
     def clear_timers(self, partition: int) -> None:
         """The partition's processor is rebuilt: its timers go with the old instance (the
@@ -133,6 +139,9 @@ class TimeKeeper:
         batch_time = newest(messages, self.extractor)
         if batch_time is not None:
             self.advance(partition, batch_time)
+        now, stream_time = self.now(), self.clock(partition).stream_time
+        if self._idle_ms is not None and now is not None and stream_time is not None:
+            self._last_input[partition] = (now, stream_time)
         return batch_time
 
     def advance(self, partition: int, millis: int) -> None:
@@ -150,6 +159,7 @@ class TimeKeeper:
         now = self.now()
         if now is None:
             return
+        self._advance_idle(now)
         for partition in sorted(self._clocks):
             self._fire_timers(self._clocks[partition], "wall_clock", now, sender)
         for scheduled in self._tasks:
@@ -158,6 +168,32 @@ class TimeKeeper:
                 scheduled.due = scheduled.task.next_due(scheduled.due, now)
             elif scheduled.due <= now:  # another process leads: its run, not ours
                 scheduled.due = scheduled.task.next_due(scheduled.due, now)
+
+    def _advance_idle(self, now: int) -> None:
+        """``Config.idle_advance``: a partition whose last records came ``idle_advance``
+        or more ago (wall clock) moves its stream time to the stream time it had then
+        plus the wall-clock time since; its stream-time timers fire with the turn's."""
+        idle = self._idle_ms
+        if idle is None:
+            return
+        for partition, (at, stream_time) in self._last_input.items():
+            if now - at >= idle and partition in self._clocks:
+                self.advance(partition, stream_time + now - at)
+
+    def _idle_dues(self) -> list[int]:
+        """Wall-clock times at which an idle partition's stream time reaches its next
+        stream-time timer (never before ``idle_advance`` has passed)."""
+        if self._idle_ms is None:
+            return []
+        dues = []
+        for partition, (at, stream_time) in self._last_input.items():
+            clock = self._clocks.get(partition)
+            timers = [] if clock is None else [t.due for t in clock.timers if t.kind ==
+                                               "stream_time" and t.due is not None
+                                               and not t.cancelled]
+            if timers:
+                dues.append(at + max(self._idle_ms, min(timers) - stream_time))
+        return dues
 
     def fire_stream_time(self, sender: Sender, partition: int | None = None) -> None:
         """Run the stream-time timers due of ``partition`` (or of every partition) whose
@@ -199,6 +235,7 @@ class TimeKeeper:
         dues = [s.due for s in self._tasks]
         dues += [t.due for c in self._clocks.values() for t in c.timers
                  if t.kind == "wall_clock" and t.due is not None and not t.cancelled]
+        dues += self._idle_dues()
         return None if not dues else (min(dues) - now) / 1000
 
     def stream_times(self) -> Mapping[int, int | None]:

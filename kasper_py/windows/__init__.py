@@ -11,15 +11,18 @@ write.
 - aggregation.py: ``Aggregation``, ``count``, ``sum_of``, ``reduce``
 - table.py: ``WindowedTable`` and the ``WindowResult`` it emits
 - join.py: ``StreamJoin``, a windowed join of two co-partitioned topics
+- dedup.py: ``Deduplicator``, the first record of each id within a window of event time
 """
 
 from kasper_py.windows.aggregation import Aggregation, count, reduce, sum_of
+from kasper_py.windows.dedup import Deduplicator
 from kasper_py.windows.join import JoinResult, StreamJoin
 from kasper_py.windows.kinds import Hopping, Session, Sliding, Tumbling, WindowKind
 from kasper_py.windows.table import WindowedTable, WindowResult
 
 __all__ = [
     "Aggregation",
+    "Deduplicator",
     "Hopping",
     "JoinResult",
     "Session",

@@ -152,6 +152,14 @@ class WindowedTable(TimedState):
         self._end_batch()
         return results
 
+    def advance(self, stream_time: int) -> list[WindowResult]:
+        """Move stream time on to ``stream_time`` with no record and return what closing
+        windows emit: call it from a stream-time timer, whose time moves on quiet input
+        with ``Config.idle_advance`` (see time-and-windows.md)."""
+        self._sync()
+        self.stream_time = max(self.stream_time, stream_time)
+        return self.update(())
+
     def fetch(self, key: Any, time_from: int, time_to: int) -> list[WindowResult]:
         """The windows of ``key`` still in the store that overlap ``[time_from, time_to]``
         (ms, both inclusive), with their current aggregates, earliest first."""
