@@ -209,6 +209,13 @@ class Config:
     which works from TOML and is imported where the turns run (Spark executors
     included; checked when the ``TopicProcessor`` or driver is built). ``None``: the
     Kafka timestamp."""
+    async_concurrency: int = 64
+    """``AsyncMessageProcessor``: the most of its calls in flight at once in this process,
+    every partition together (``kasper_py.aio``)."""
+    async_timeout: float | None = None
+    """``AsyncMessageProcessor``: seconds a batch's coroutines may take together; past
+    them the batch fails with a ``TimeoutError`` (uncommitted, or ``on_process_error``'s
+    way). ``None`` (``"none"``): no limit."""
     client_overrides: Mapping[str, ClientValue] = field(default_factory=dict)
     """librdkafka settings applied to every client: consumer, producer, admin (e.g. SASL)."""
     consumer_overrides: Mapping[str, ClientValue] = field(default_factory=dict)
@@ -300,9 +307,19 @@ class Config:
                 idle, int | float) or not 0 <= idle < math.inf):
             raise ConfigError("max_task_idle", "must be a finite number of seconds >= 0 or "
                               f"None (no alignment), got {idle!r}")
+        self._check_async()
         if self.auto_offset_reset not in ("earliest", "latest"):
             raise ConfigError("auto_offset_reset",
                               f"must be 'earliest' or 'latest', got {self.auto_offset_reset!r}")
+
+    def _check_async(self) -> None:
+        count, timeout = self.async_concurrency, self.async_timeout
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise ConfigError("async_concurrency", f"must be a positive int, got {count!r}")
+        if timeout is not None and (isinstance(timeout, bool) or not isinstance(
+                timeout, int | float) or not 0 < timeout < math.inf):
+            raise ConfigError("async_timeout", "must be a positive, finite number of seconds "
+                              f"or None, got {timeout!r}")
 
     def _check_serdes(self) -> None:
         if self.registry is not None:
