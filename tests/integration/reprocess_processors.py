@@ -6,11 +6,19 @@ Spark's Python workers import this module by name: the tests ship it with
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections import Counter
 from typing import Any
 
-from kasper_py import Config, Message, MessageProcessor, ProcessorContext, Sender
+from kasper_py import (
+    AsyncMessageProcessor,
+    Config,
+    Message,
+    MessageProcessor,
+    ProcessorContext,
+    Sender,
+)
 from kasper_py.stack import redis_url
 from kasper_py.stores.redis import RedisTable
 
@@ -33,6 +41,20 @@ class Tagged(MessageProcessor):
             value = b"%s|%d|%d|%d|%s" % (m.topic.encode(), m.partition, m.offset,
                                          -1 if m.timestamp is None else m.timestamp, m.value)
             sender.send(self.output, value, key=m.key, headers=m.headers or None)
+
+
+class AsyncTagged(AsyncMessageProcessor):
+    """``Tagged``'s output from an async lookup per message (1 ms of ``asyncio.sleep``),
+    one key's messages in offset order; raises ``ValueError`` on ``fail_on``."""
+
+    def __init__(self, context: ProcessorContext, output: str,
+                 fail_on: bytes | None = None) -> None:
+        super().__init__(context)
+        self.tagged = Tagged(context, output, fail_on)
+
+    async def process_message(self, message: Message, sender: Sender) -> None:
+        await asyncio.sleep(0.001)
+        self.tagged.process([message], sender)
 
 
 class WordCount(MessageProcessor):
