@@ -41,11 +41,13 @@ def to_arrow(messages: Sequence[Message]) -> Any:
     bytes (``value_serde="bytes"``) are parsed by Arrow's own JSON reader into the same
     columns, much faster than Python; any other value is one ``value`` column."""
     pa = import_pyarrow()
-    meta = {"topic": [m.topic for m in messages], "partition": [m.partition for m in messages],
-            "offset": [m.offset for m in messages],
-            "timestamp": [m.timestamp for m in messages], "key": [m.key for m in messages]}
-    table = pa.table(meta)
-    values = _values(pa, [m.value for m in messages])
+    if not messages:
+        return pa.table({name: [] for name in META_COLUMNS})
+    # a Message is a tuple: zip(*) transposes the batch into its fields in C
+    topics, partitions, offsets, keys, values, timestamps = list(zip(*messages, strict=True))[:6]
+    table = pa.table({"topic": topics, "partition": partitions, "offset": offsets,
+                      "timestamp": pa.array(timestamps, pa.int64()), "key": keys})
+    values = _values(pa, list(values))
     for name in values.column_names:
         column = name if name not in META_COLUMNS else f"value.{name}"
         table = table.append_column(column, values.column(name))
