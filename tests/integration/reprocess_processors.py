@@ -19,6 +19,7 @@ from kasper_py import (
     ProcessorContext,
     Sender,
 )
+from kasper_py.arrow import ArrowMessageProcessor, send_table
 from kasper_py.stack import redis_url
 from kasper_py.stores.redis import RedisTable
 
@@ -55,6 +56,22 @@ class AsyncTagged(AsyncMessageProcessor):
     async def process_message(self, message: Message, sender: Sender) -> None:
         await asyncio.sleep(0.001)
         self.tagged.process([message], sender)
+
+
+class ArrowDoubler(ArrowMessageProcessor):
+    """Sends ``{"offset": ..., "doubled": 2 * amount}`` keyed by ``user`` for each JSON
+    event, computed on the batch's Arrow columns."""
+
+    def __init__(self, context: ProcessorContext, output: str) -> None:
+        super().__init__(context)
+        self.output = output
+
+    def process_table(self, table: Any, sender: Sender) -> None:
+        import pyarrow.compute as pc  # on the executors too: pyspark[sql] brings pyarrow
+
+        doubled = table.select(["user", "offset"]).append_column(
+            "doubled", pc.multiply(table.column("amount"), 2))
+        send_table(sender, self.output, doubled, key="user")
 
 
 class WordCount(MessageProcessor):
