@@ -84,6 +84,8 @@ bench: stack
 	$(BIN)/python bench/bench_scaling.py
 	$(BIN)/python bench/bench_windows.py
 	$(BIN)/python bench/bench_ttl.py
+	$(BIN)/python bench/bench_async.py
+	$(BIN)/python bench/bench_arrow.py
 	$(BIN)/python bench/bench_latency.py
 	$(BIN)/python bench/bench_app.py
 	$(BIN)/python bench/bench_dsl.py

@@ -14,6 +14,7 @@ import typing as _typing
 from kasper_py._support.lazy import lazy_names as _lazy_names
 
 if _typing.TYPE_CHECKING:
+    from kasper_py.aio import AsyncMessageProcessor
     from kasper_py.config import Config, OutputTopic
     from kasper_py.exceptions import (
         CommitError,
@@ -52,6 +53,7 @@ __all__ = [
     "TIMESTAMP_CREATE_TIME",
     "TIMESTAMP_LOG_APPEND_TIME",
     "TIMESTAMP_NONE",
+    "AsyncMessageProcessor",
     "CommitError",
     "Config",
     "ConfigError",
@@ -84,6 +86,7 @@ __all__ = [
 __version__ = "0.1.0"
 
 _HOMES = {
+    "kasper_py.aio": "AsyncMessageProcessor",
     "kasper_py.config": "Config OutputTopic",
     "kasper_py.exceptions": "CommitError ConfigError ConsumeError DeadLetterLimitError "
                             "KasperError OffsetError ProcessingError ProduceError "

@@ -215,6 +215,13 @@ class Config:
     which works from TOML and is imported where the turns run (Spark executors
     included; checked when the ``TopicProcessor`` or driver is built). ``None``: the
     Kafka timestamp."""
+    async_concurrency: int = 64
+    """``AsyncMessageProcessor``: the most of its calls in flight at once in this process,
+    every partition together (``kasper_py.aio``)."""
+    async_timeout: float | None = None
+    """``AsyncMessageProcessor``: seconds a batch's coroutines may take together; past
+    them the batch fails with a ``TimeoutError`` (uncommitted, or ``on_process_error``'s
+    way). ``None`` (``"none"``): no limit."""
     client_overrides: Mapping[str, ClientValue] = field(default_factory=dict)
     """librdkafka settings applied to every client: consumer, producer, admin (e.g. SASL)."""
     consumer_overrides: Mapping[str, ClientValue] = field(default_factory=dict)
@@ -296,21 +303,17 @@ class Config:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
                 raise ConfigError(name, f"must be a positive number of seconds, got {value!r}")
-        latency = self.max_latency
-        if latency is not None and (isinstance(latency, bool) or not isinstance(
-                latency, int | float) or not 0 < latency < math.inf):
-            raise ConfigError("max_latency", "must be a positive, finite number of seconds or "
-                              f"None, got {latency!r}")
-        idle = self.max_task_idle
-        if idle is not None and (isinstance(idle, bool) or not isinstance(
-                idle, int | float) or not 0 <= idle < math.inf):
+        for name in ("max_latency", "idle_advance", "async_timeout"):
+            value = getattr(self, name)
+            if value is not None and not _is_seconds(value, above=0):
+                raise ConfigError(name, "must be a positive, finite number of seconds or "
+                                  f"None, got {value!r}")
+        if self.max_task_idle is not None and not _is_seconds(self.max_task_idle, above=None):
             raise ConfigError("max_task_idle", "must be a finite number of seconds >= 0 or "
-                              f"None (no alignment), got {idle!r}")
-        advance = self.idle_advance
-        if advance is not None and (isinstance(advance, bool) or not isinstance(
-                advance, int | float) or not 0 < advance < math.inf):
-            raise ConfigError("idle_advance", "must be a positive, finite number of seconds "
-                              f"or None, got {advance!r}")
+                              f"None (no alignment), got {self.max_task_idle!r}")
+        count = self.async_concurrency
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise ConfigError("async_concurrency", f"must be a positive int, got {count!r}")
         if self.auto_offset_reset not in ("earliest", "latest"):
             raise ConfigError("auto_offset_reset",
                               f"must be 'earliest' or 'latest', got {self.auto_offset_reset!r}")
@@ -484,3 +487,11 @@ class Config:
                 value = value.name
             parts.append(f"{f.name}={value!r}")
         return f"Config({', '.join(parts)})"
+
+
+def _is_seconds(value: object, *, above: float | None) -> bool:
+    """``value`` is a finite number of seconds (not a bool), past ``above`` (> it), or
+    >= 0 when ``above`` is None."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    return (value > above if above is not None else value >= 0) and value < math.inf

@@ -116,6 +116,10 @@ _FLAG_HELP = {
     "processing_guarantee": "at_least_once (default) or exactly_once",
     "assignment": "static (default: input_partitions) or group (join the consumer group; "
                   "processes come and go)",
+    "async_concurrency": "an AsyncMessageProcessor's calls in flight at once in this "
+                         "process (default 64)",
+    "async_timeout": "seconds an AsyncMessageProcessor's batch may take ('none': no limit, "
+                     "the default)",
 }
 
 CONFIG_FLAGS: dict[str, tuple[Callable[[str], Any], str]] = {

@@ -14,7 +14,6 @@ scheduled tasks do not run. Nothing here imports pyspark.
 from __future__ import annotations
 
 import base64
-import importlib
 import json
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
@@ -22,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from kasper_py._support.closing import close_all
+from kasper_py.arrow import import_pyarrow
 from kasper_py.config import Config
 from kasper_py.exceptions import OffsetError
 from kasper_py.kafka.batching import decode_batch
@@ -120,7 +120,7 @@ def run_task(
                   *(store_spec.close for store_spec in spec.stores)]
         close_all(steps, spec.config.name)
     if done:  # an empty task yields nothing: a batch without columns would not match
-        yield _arrow().RecordBatch.from_pylist([stats.row() for stats in done])
+        yield import_pyarrow().RecordBatch.from_pylist([stats.row() for stats in done])
 
 
 def _finish(runner: PartitionRunner, report: Callable[[list[PartitionStats]], None] | None
@@ -135,11 +135,6 @@ def _check_new(partition: int, done: Sequence[PartitionStats]) -> None:
     if any(stats.partition == partition for stats in done):
         raise OffsetError(f"partition {partition} reached this task in two separate runs; "
                           "its records must arrive together, sorted by partition")
-
-
-def _arrow() -> Any:
-    # pyarrow ships no type stubs; importing it by name keeps mypy's strict mode as is.
-    return importlib.import_module("pyarrow")
 
 
 class PartitionRunner:

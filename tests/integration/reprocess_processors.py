@@ -6,11 +6,20 @@ Spark's Python workers import this module by name: the tests ship it with
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections import Counter
 from typing import Any
 
-from kasper_py import Config, Message, MessageProcessor, ProcessorContext, Sender
+from kasper_py import (
+    AsyncMessageProcessor,
+    Config,
+    Message,
+    MessageProcessor,
+    ProcessorContext,
+    Sender,
+)
+from kasper_py.arrow import ArrowMessageProcessor, send_table
 from kasper_py.stack import redis_url
 from kasper_py.stores.redis import RedisTable
 
@@ -33,6 +42,36 @@ class Tagged(MessageProcessor):
             value = b"%s|%d|%d|%d|%s" % (m.topic.encode(), m.partition, m.offset,
                                          -1 if m.timestamp is None else m.timestamp, m.value)
             sender.send(self.output, value, key=m.key, headers=m.headers or None)
+
+
+class AsyncTagged(AsyncMessageProcessor):
+    """``Tagged``'s output from an async lookup per message (1 ms of ``asyncio.sleep``),
+    one key's messages in offset order; raises ``ValueError`` on ``fail_on``."""
+
+    def __init__(self, context: ProcessorContext, output: str,
+                 fail_on: bytes | None = None) -> None:
+        super().__init__(context)
+        self.tagged = Tagged(context, output, fail_on)
+
+    async def process_message(self, message: Message, sender: Sender) -> None:
+        await asyncio.sleep(0.001)
+        self.tagged.process([message], sender)
+
+
+class ArrowDoubler(ArrowMessageProcessor):
+    """Sends ``{"offset": ..., "doubled": 2 * amount}`` keyed by ``user`` for each JSON
+    event, computed on the batch's Arrow columns."""
+
+    def __init__(self, context: ProcessorContext, output: str) -> None:
+        super().__init__(context)
+        self.output = output
+
+    def process_table(self, table: Any, sender: Sender) -> None:
+        import pyarrow.compute as pc  # on the executors too: pyspark[sql] brings pyarrow
+
+        doubled = table.select(["user", "offset"]).append_column(
+            "doubled", pc.multiply(table.column("amount"), 2))
+        send_table(sender, self.output, doubled, key="user")
 
 
 class WordCount(MessageProcessor):

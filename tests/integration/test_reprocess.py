@@ -198,6 +198,33 @@ def test_failing_processor_fails_the_job_without_handoff(bootstrap, new_topic, k
     assert kafka.committed(cfg.group, source) == {0: None}
 
 
+def test_async_processor_reprocesses_like_the_live_loop(bootstrap, new_topic, kafka,
+                                                       unique_name, spark) -> None:
+    """An AsyncMessageProcessor on Spark sends what it sends on the live loop (its
+    failures on Spark: test_reprocess_task.py)."""
+    source, live_out, spark_out = new_topic("in", partitions=2), new_topic("lo"), new_topic("so")
+    kafka.produce(source, [(b"k%d" % (i % 7), b"v%d" % i) for i in range(300)])
+    cfg = config(bootstrap, unique_name("async"), [source], batch_size=50)
+    run_live(cfg, partial(procs.AsyncTagged, output=live_out))
+    reprocess(cfg, partial(procs.AsyncTagged, output=spark_out), spark=spark)
+    assert outputs(kafka, spark_out) == outputs(kafka, live_out)
+    assert sum(outputs(kafka, spark_out).values()) == 300
+
+
+def test_arrow_processor_reprocesses_like_the_live_loop(bootstrap, new_topic, kafka,
+                                                       unique_name, spark) -> None:
+    """An ArrowMessageProcessor on Spark sends what it sends on the live loop."""
+    source, live_out, spark_out = new_topic("in", partitions=2), new_topic("lo"), new_topic("so")
+    kafka.produce(source, [(b"u%d" % (i % 3), json.dumps({"user": f"u{i % 3}", "amount": i})
+                            .encode()) for i in range(300)])
+    cfg = config(bootstrap, unique_name("arrow"), [source], batch_size=50, value_serde="json",
+                 key_serde="str")
+    run_live(cfg, partial(procs.ArrowDoubler, output=live_out))
+    reprocess(cfg, partial(procs.ArrowDoubler, output=spark_out), spark=spark)
+    assert outputs(kafka, spark_out) == outputs(kafka, live_out)
+    assert sum(outputs(kafka, spark_out).values()) == 300
+
+
 def test_bad_ranges_fail_before_spark_with_clear_errors(bootstrap, new_topic, kafka,
                                                         unique_name) -> None:
     """End before start, offsets outside the watermarks, a partition that is not an

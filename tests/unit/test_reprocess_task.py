@@ -4,6 +4,7 @@ loop's order with stores, headers/timestamps/serdes, and errors naming offsets."
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 from collections.abc import Iterable
@@ -12,6 +13,7 @@ from typing import Any, ClassVar
 import pytest
 
 from kasper_py import (
+    AsyncMessageProcessor,
     Config,
     Message,
     MessageProcessor,
@@ -310,3 +312,27 @@ def test_poison_messages_are_dead_lettered_as_the_loop_does() -> None:
     assert (headers["kasper.error"], headers["kasper.error.type"],
             headers["kasper.source.offset"]) == (b"boom", b"ValueError", b"1")
     assert rows[0]["messages"] == 3
+
+
+class AsyncEcho(AsyncMessageProcessor):
+    """Echoes each value upper-cased to ``out`` after an await; fails on ``boom``."""
+
+    async def process_message(self, message: Message, sender: Sender) -> None:
+        await asyncio.sleep(0.001 * (5 - message.offset % 5))
+        if message.value == b"boom":
+            raise ValueError("boom")
+        sender.send("out", message.value.upper(), key=message.key)
+
+
+def test_an_async_processor_in_a_spark_task() -> None:
+    """Each batch's calls are all done before its output is produced; a call that
+    raises fails the task naming the partition, the offsets and the cause."""
+    rows, log, _ = run([arrow([("t", 0, o, b"v%d" % o) for o in range(6)])],
+                       factory=AsyncEcho)
+    produced = [sorted(m.value for m in entry[1]) for entry in log if entry[0] == "produce"]
+    assert produced == [[b"V0", b"V1", b"V2"], [b"V3", b"V4", b"V5"]]
+    assert rows[0]["produced"] == 6
+    with pytest.raises(ProcessingError, match=r"partition 0 raised ValueError: boom.*t\[0\] "
+                                              r"offsets 3\.\.5"):
+        run([arrow([("t", 0, o, b"boom" if o == 4 else b"v") for o in range(6)])],
+            factory=AsyncEcho)

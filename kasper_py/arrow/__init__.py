@@ -1,0 +1,93 @@
+"""Columnar batches: a partition's batch as an Arrow table (``to_arrow``), output sent
+from an Arrow table or a Polars frame (``send_table``), and ``ArrowMessageProcessor``,
+which receives the table. Needs the ``arrow`` extra (pyarrow); nothing else imports it.
+"""
+
+from __future__ import annotations
+
+import importlib
+from abc import abstractmethod
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from kasper_py.processor import MessageProcessor
+
+if TYPE_CHECKING:
+    from kasper_py.message import Message
+    from kasper_py.sender import Sender
+
+__all__ = ["ArrowMessageProcessor", "import_pyarrow", "send_table", "to_arrow"]
+
+META_COLUMNS = ("topic", "partition", "offset", "timestamp", "key")
+"""The columns every table has, before the value's."""
+
+
+def import_pyarrow() -> Any:
+    """pyarrow (with its JSON reader), imported on first use; a missing install says
+    which extra brings it. Imported by name: pyarrow ships no type stubs, so mypy's
+    strict mode stays as is."""
+    try:
+        pa = importlib.import_module("pyarrow")
+        importlib.import_module("pyarrow.json")
+    except ImportError as exc:
+        raise ImportError("columnar batches need pyarrow: pip install 'kasper-py[arrow]'") from exc
+    return pa
+
+
+def to_arrow(messages: Sequence[Message]) -> Any:
+    """The batch as an Arrow table: ``topic``, ``partition``, ``offset``, ``timestamp``
+    (ms or null), ``key``, then the values. Values decoded to objects (``json``, Avro)
+    give one column per field (a field missing from a record is null); undecoded JSON
+    bytes (``value_serde="bytes"``) are parsed by Arrow's own JSON reader into the same
+    columns, much faster than Python; any other value is one ``value`` column."""
+    pa = import_pyarrow()
+    if not messages:
+        return pa.table({name: [] for name in META_COLUMNS})
+    # a Message is a tuple: zip(*) transposes the batch into its fields in C
+    topics, partitions, offsets, keys, values, timestamps = list(zip(*messages, strict=True))[:6]
+    table = pa.table({"topic": topics, "partition": partitions, "offset": offsets,
+                      "timestamp": pa.array(timestamps, pa.int64()), "key": keys})
+    values = _values(pa, list(values))
+    for name in values.column_names:
+        column = name if name not in META_COLUMNS else f"value.{name}"
+        table = table.append_column(column, values.column(name))
+    return table
+
+
+def _values(pa: Any, values: list[Any]) -> Any:
+    """The values' columns (a table of as many rows)."""
+    if values and all(isinstance(value, dict) for value in values):
+        return pa.Table.from_pylist(values)
+    if values and all(isinstance(value, bytes) and value[:1] == b"{" for value in values):
+        return pa.json.read_json(pa.py_buffer(b"\n".join(values)),
+                                 read_options=pa.json.ReadOptions(use_threads=False))
+    return pa.table({"value": values})
+
+
+def send_table(sender: Sender, topic: str, table: Any, *, key: str | None = None,
+               value: Sequence[str] | None = None) -> None:
+    """Send one message to ``topic`` per row of ``table`` (an Arrow table, or anything
+    with ``to_arrow()``: a Polars frame): its ``key`` column as the key (none when
+    ``None``), the ``value`` columns (default: every other) as a dict value, which the
+    topic's serde encodes (``json``, Avro). Rows keep the table's order."""
+    if hasattr(table, "to_arrow"):
+        table = table.to_arrow()
+    columns = list(value) if value is not None else [
+        name for name in table.column_names if name != key]
+    rows = table.select(columns).to_pylist()
+    keys = table.column(key).to_pylist() if key is not None else [None] * len(rows)
+    sender.send_many(topic, [(k, row, None, None) for k, row in zip(keys, rows, strict=True)])
+
+
+class ArrowMessageProcessor(MessageProcessor):
+    """A processor of whole columns: ``process_table(table, sender)`` receives the
+    partition's batch as ``to_arrow`` makes it, and sends with ``send_table``. The turn
+    around it is the loop's own (and the Spark task's, whose records already come as
+    Arrow batches), so its guarantees are every processor's."""
+
+    def process(self, messages: list[Message], sender: Sender) -> None:
+        self.process_table(to_arrow(messages), sender)
+
+    @abstractmethod
+    def process_table(self, table: Any, sender: Sender) -> None:
+        """Handle one batch of one partition, as a table (see ``to_arrow``)."""

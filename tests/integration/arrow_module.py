@@ -1,0 +1,27 @@
+"""An ``ArrowMessageProcessor`` for the columnar CLI test: for each JSON event
+``{"user": ..., "amount": n}`` it sends ``{"offset": ..., "doubled": 2n}`` keyed by user
+to ``$ARROW_OUTPUT_TOPIC``, computed on the batch's columns; a negative amount raises.
+
+    kasper run arrow_module:Doubler --app-dir tests/integration --config kasper.toml
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pyarrow.compute as pc
+
+from kasper_py import Sender
+from kasper_py.arrow import ArrowMessageProcessor, send_table
+
+
+class Doubler(ArrowMessageProcessor):
+    """Doubles the ``amount`` column; refuses a batch with a negative amount."""
+
+    def process_table(self, table: Any, sender: Sender) -> None:
+        if pc.any(pc.less(table.column("amount"), 0)).as_py():
+            raise ValueError("negative amount")
+        doubled = table.select(["user", "offset"]).append_column(
+            "doubled", pc.multiply(table.column("amount"), 2))
+        send_table(sender, os.environ["ARROW_OUTPUT_TOPIC"], doubled, key="user")
