@@ -25,8 +25,10 @@ from pathlib import Path
 
 from kasper_py.stack import _lifecycle
 from kasper_py.stack._cli import main
-from kasper_py.stack._components import SparkMaster
+from kasper_py.stack._components import SparkMaster, kafka_answers, redis_answers
+from kasper_py.stack._engine import Podman
 from kasper_py.stack._errors import StackError
+from kasper_py.stack._images import kafka_image, kafka_version, redis_image
 from kasper_py.stack._jaeger import Jaeger
 from kasper_py.stack._lifecycle import ComponentStatus
 from kasper_py.stack._prometheus import scraped, targets_file, write_targets
@@ -38,13 +40,19 @@ __all__ = [
     "ComponentStatus",
     "StackError",
     "cassandra_contact",
+    "docker_host",
     "down",
     "jaeger_otlp_endpoint",
     "jaeger_url",
+    "kafka_answers",
     "kafka_bootstrap",
+    "kafka_image",
+    "kafka_version",
     "main",
     "prometheus_target",
     "prometheus_url",
+    "redis_answers",
+    "redis_image",
     "redis_url",
     "schema_registry_url",
     "set_prometheus_targets",
@@ -112,6 +120,13 @@ def jaeger_url() -> str:
 def jaeger_otlp_endpoint() -> str:
     """The local Jaeger's OTLP/HTTP receiver, as ``Config.otlp_endpoint`` takes it."""
     return Jaeger(Settings.load()).otlp_endpoint
+
+
+def docker_host(stack_dir: StackDir = None) -> str | None:
+    """Where the stack's container engine (``kasper stack up podman``) serves the Docker
+    API, ``unix://<stack>/podman/podman.sock``; None when that socket does not exist."""
+    engine = Podman(Settings.load(stack_dir))
+    return engine.docker_host if engine.socket_path.exists() else None
 
 
 def spark_master_url(stack_dir: StackDir = None) -> str:
