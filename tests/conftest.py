@@ -15,8 +15,9 @@ from typing import Any
 import pytest
 import structlog
 
-from tests.container_stack import on_containers
-from tests.on_demand import on_demand
+pytest.register_assert_rewrite("tests.container_stack")
+from tests.container_stack import on_containers  # noqa: E402 - after register_assert_rewrite
+from tests.on_demand import on_demand  # noqa: E402
 
 pytest_plugins = ["tests.container_stack", "kasper_py.testing.container_fixtures"]
 

@@ -1,0 +1,152 @@
+"""kasper_py.testing.containers on the real container engine (the stack's Podman here):
+Kafka and Redis up in containers, a processor run through them end to end, and no
+container left behind, after a failing test included."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from kasper_py import Config, Message, MessageProcessor, ProcessorContext, Sender, TopicProcessor
+from kasper_py.stores.redis import RedisTable
+from kasper_py.testing.containers import (
+    ContainerEngineError,
+    KafkaContainer,
+    RedisContainer,
+    docker_client,
+)
+from tests.conftest import KafkaHelper
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def engine() -> Any:
+    """The engine's docker-py client; these tests are about containers, so they skip
+    (naming what to install) where no engine answers."""
+    try:
+        return docker_client()
+    except ContainerEngineError as exc:
+        pytest.skip(str(exc))
+
+
+def exists(engine: Any, container_id: str) -> bool:
+    """True while the engine still knows the container, running or not."""
+    return any(c.id == container_id for c in engine.containers.list(all=True))
+
+
+class CountWords(MessageProcessor):
+    """Counts words in Redis and sends each word's new count to ``counts``."""
+
+    def __init__(self, context: ProcessorContext) -> None:
+        self.table = context.store("counts")
+
+    def process(self, messages: list[Message], sender: Sender) -> None:
+        words = [word for message in messages for word in message.value.split()]
+        current = self.table.get_many(sorted(set(words)))
+        for word in words:
+            current[word] = int(current.get(word) or 0) + 1
+        self.table.put_many(current)
+        for word, count in sorted(current.items()):
+            sender.send("counts-out", str(count), key=word)
+
+
+def test_a_processor_runs_end_to_end_through_kafka_and_redis_containers(
+        engine: Any, unique_name: Callable[[str], str]) -> None:
+    """Input produced to the container broker is counted into the container Redis,
+    outputs and committed offsets are exact; both containers are gone afterwards."""
+    with KafkaContainer() as kafka, RedisContainer() as store:
+        ids = [kafka.container_id, store.container_id]
+        assert kafka.bootstrap_servers.startswith("127.0.0.1:5")
+        source = unique_name("lines")
+        admin = AdminClient({"bootstrap.servers": kafka.bootstrap_servers})
+        for topic in (source, "counts-out"):
+            admin.create_topics([NewTopic(topic, num_partitions=1)])[topic].result(30)
+        helper = KafkaHelper(kafka.bootstrap_servers)
+        helper.produce(source, ["a b a", "c a", "b"])
+        name = unique_name("wc")
+        config = Config(name=name, bootstrap_servers=kafka.bootstrap_servers,
+                        input_topics=[source], batch_size=2, batch_wait=0.2,
+                        value_serde="str")
+        table = RedisTable("counts", url=store.url, prefix=name, value_serde="json")
+        processor = TopicProcessor(config, CountWords, stores=[table])
+        try:
+            processor.run_loop(until_caught_up=True)
+        finally:
+            processor.close()
+        latest = {m.key(): m.value() for m in helper.read_all("counts-out")}
+        assert latest == {b"a": b"3", b"b": b"2", b"c": b"1"}
+        assert helper.committed(name, source) == {0: 3}
+        client = redis.Redis.from_url(store.url)
+        keys = sorted(client.keys(f"{name}/counts/*"))
+        assert dict(zip(keys, client.mget(keys), strict=True)) == {
+            f"{name}/counts/0/{word}".encode(): count for word, count in
+            (("a", b"3"), ("b", b"2"), ("c", b"1"))}
+        assert all(exists(engine, container_id) for container_id in ids)
+    assert not any(exists(engine, container_id) for container_id in ids)
+
+
+def test_an_error_in_the_with_block_removes_the_container(engine: Any) -> None:
+    """The exception reaches the caller and the container does not outlive it."""
+    with pytest.raises(ZeroDivisionError), RedisContainer() as store:
+        container_id = store.container_id
+        assert redis.Redis.from_url(store.url).ping()
+        _ = 1 / 0
+    assert not exists(engine, container_id)
+
+
+def test_a_server_that_never_answers_is_removed_with_its_log(engine: Any) -> None:
+    """A container whose server exits at start is a ContainerStartError quoting its log,
+    and is removed."""
+    before = {c.id for c in engine.containers.list(all=True)}
+    broken = RedisContainer()
+    broken.command = lambda: ["redis-server", "--no-such-option"]  # type: ignore[method-assign]
+    with pytest.raises(Exception, match="no-such-option"):
+        broken.start()
+    assert {c.id for c in engine.containers.list(all=True)} <= before
+
+
+def test_a_failing_pytest_test_leaves_no_container(engine: Any, tmp_path: Path) -> None:
+    """A user's test that fails while holding the session's Redis fixture: pytest reports
+    the failure and the fixture removes the container at the session's end."""
+    (tmp_path / "conftest.py").write_text(
+        'pytest_plugins = ["kasper_py.testing.container_fixtures"]\n')
+    (tmp_path / "test_user.py").write_text(textwrap.dedent("""
+        import redis
+
+        def test_fails(redis_container):
+            open("container-id", "w").write(redis_container.container_id)
+            assert redis.Redis.from_url(redis_container.url).ping()
+            assert False, "the user's assertion"
+    """))
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_user.py"],
+        check=False, cwd=tmp_path, capture_output=True, text=True, timeout=300,
+        env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "the user's assertion" in result.stdout
+    container_id = (tmp_path / "container-id").read_text()
+    assert not exists(engine, container_id)
+
+
+def test_the_images_command_finds_the_built_images() -> None:
+    """`python -m kasper_py.stack images` after a build: each image exists, none is
+    built again."""
+    result = subprocess.run([sys.executable, "-m", "kasper_py.stack", "images"],
+                            check=False, capture_output=True, text=True, timeout=1800,
+                            cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert [line.split(":")[0] for line in lines] == [
+        "localhost/kasper-py/debian", "localhost/kasper-py/kafka", "localhost/kasper-py/redis"]
+    assert all(line.endswith(": exists") for line in lines), lines
