@@ -7,9 +7,11 @@ Maven Central jars, the schema registry (Apicurio, Confluent-compatible) from a 
 built once from Maven Central, Redis and Prometheus from Debian packages, Spark's master and two
 workers (``spark``: ``spark-master``, ``spark-worker-1``, ``spark-worker-2``) from the
 pyspark wheel, Jaeger v2 (``jaeger``, OTLP in, a query API out) built once with ``go``
-from the Go module proxy. Everything lives under ``$KASPER_STACK_DIR``, else the
-``.kasper-stack`` found in the current folder or above it, else the one ``up`` last
-recorded for this user, else ``./.kasper-stack``; so ``kasper stack status`` works from
+from the Go module proxy, and a container engine (``podman``: Podman and runc from
+Debian's packages, the Docker API on a unix socket for ``kasper_py.testing.containers``;
+``images`` builds the images its containers run). Everything lives under
+``$KASPER_STACK_DIR``, else the ``.kasper-stack`` found in the current folder or above
+it, else the one ``up`` last recorded for this user, else ``./.kasper-stack``; so ``kasper stack status`` works from
 any folder. Ports come from ``KASPER_*_PORT``, Redis's persistence from
 ``KASPER_REDIS_PERSISTENCE`` (``aof`` by default), what a Spark worker offers from
 ``KASPER_SPARK_WORKER_CORES`` (1) and ``KASPER_SPARK_WORKER_MEMORY`` (1g).

@@ -19,7 +19,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m kasper_py.stack",
         description="Run Kafka, Redis, Cassandra, Prometheus, a Spark standalone "
-                    "cluster and Jaeger as local processes.",
+                    "cluster, Jaeger and a container engine (Podman) as local processes.",
     )
     parser.add_argument("--stack-dir", help="default: $KASPER_STACK_DIR, else a .kasper-stack "
                         "in the current folder or one above it, else the stack last started "

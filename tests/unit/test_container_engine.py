@@ -59,7 +59,7 @@ def test_image_recipes_fill_every_placeholder() -> None:
 def test_free_ports_are_in_the_5xxxx_range_and_free() -> None:
     """Host networking shares the host's ports: containers keep to 50000-59999."""
     port = free_port(2)
-    assert 50000 <= port and port + 1 < 60000
+    assert port >= 50000 and port + 1 < 60000
 
 
 def test_no_engine_is_an_error_naming_what_to_install(monkeypatch: pytest.MonkeyPatch,
