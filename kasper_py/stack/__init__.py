@@ -13,8 +13,9 @@ Debian's packages, the Docker API on a unix socket for ``kasper_py.testing.conta
 ``$KASPER_STACK_DIR``, else the ``.kasper-stack`` found in the current folder or above
 it, else the one ``up`` last recorded for this user, else ``./.kasper-stack``; so
 ``kasper stack status`` works from any folder. Ports come from ``KASPER_*_PORT``,
-Redis's persistence from ``KASPER_REDIS_PERSISTENCE`` (``aof`` by default), what a Spark worker offers from
-``KASPER_SPARK_WORKER_CORES`` (1) and ``KASPER_SPARK_WORKER_MEMORY`` (1g).
+Redis's persistence from ``KASPER_REDIS_PERSISTENCE`` (``aof`` by default), what a
+Spark worker offers from ``KASPER_SPARK_WORKER_CORES`` (1) and
+``KASPER_SPARK_WORKER_MEMORY`` (1g).
 Tests and examples find the servers through the address helpers below.
 """
 
