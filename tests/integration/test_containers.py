@@ -20,6 +20,7 @@ from kasper_py import Config, Message, MessageProcessor, ProcessorContext, Sende
 from kasper_py.stores.redis import RedisTable
 from kasper_py.testing.containers import (
     ContainerEngineError,
+    ContainerStartError,
     KafkaContainer,
     RedisContainer,
     docker_client,
@@ -77,7 +78,7 @@ def test_a_processor_runs_end_to_end_through_kafka_and_redis_containers(
         name = unique_name("wc")
         config = Config(name=name, bootstrap_servers=kafka.bootstrap_servers,
                         input_topics=[source], batch_size=2, batch_wait=0.2,
-                        value_serde="str")
+                        key_serde="str", value_serde="str")
         table = RedisTable("counts", url=store.url, prefix=name, value_serde="json")
         processor = TopicProcessor(config, CountWords, stores=[table])
         try:
@@ -111,7 +112,7 @@ def test_a_server_that_never_answers_is_removed_with_its_log(engine: Any) -> Non
     before = {c.id for c in engine.containers.list(all=True)}
     broken = RedisContainer()
     broken.command = lambda: ["redis-server", "--no-such-option"]  # type: ignore[method-assign]
-    with pytest.raises(Exception, match="no-such-option"):
+    with pytest.raises(ContainerStartError, match="no-such-option"):
         broken.start()
     assert {c.id for c in engine.containers.list(all=True)} <= before
 
