@@ -10,7 +10,8 @@ one (``apache/kafka:<the stack's Kafka version>``, ``redis:7.0``) when the engin
 it or can pull it, else the image ``python -m kasper_py.stack images`` built on this
 machine; ``image=`` picks another. The engine is ``$DOCKER_HOST``, else the stack's
 Podman (``kasper stack up podman``), else Docker's default socket. Leaving the
-``with`` block, by an error or not, removes the container. pytest fixtures over these
+``with`` block, by an error or not, removes the container; one left by a killed test
+run is removed by the next start (``OWNER_LABEL``). pytest fixtures over these
 are in ``kasper_py.testing.container_fixtures``.
 """
 
@@ -39,6 +40,9 @@ INSTALL_HINT = (
 
 PORT_RANGE = (50000, 60000)
 LOOPBACK = "127.0.0.1"
+OWNER_LABEL = "org.kasper-py.testing.owner-pid"
+"""The label naming the process that started a container: one whose process is gone (a
+test run killed with -9 removes nothing) is removed by the next start on the machine."""
 
 
 class ContainerEngineError(KasperError):
@@ -105,6 +109,27 @@ def resolve_image(client: Any, official: str, local: str) -> str:
         "images with `python -m kasper_py.stack images`")
 
 
+def remove_orphans(client: Any) -> list[str]:
+    """Remove the containers started here by processes that no longer run; their ids."""
+    removed = []
+    for container in client.containers.list(all=True, filters={"label": OWNER_LABEL}):
+        owner = container.labels.get(OWNER_LABEL, "")
+        if owner.isdigit() and not _process_alive(int(owner)):
+            container.remove(force=True)
+            removed.append(str(container.id))
+    return removed
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True
+
+
 class ServerContainer:
     """One server in a container with host networking; a context manager."""
 
@@ -138,8 +163,10 @@ class ServerContainer:
         # Ryuk, testcontainers' reaper, is an image of its own that no registry may serve;
         # the `with` block (and the fixtures built on it) remove what they started.
         testcontainers_config.ryuk_disabled = True
+        remove_orphans(client)
         image = self.image or resolve_image(client, self.official_image, self.local_image)
-        container = DockerContainer(image, network_mode="host")
+        container = DockerContainer(image, network_mode="host",
+                                    labels={OWNER_LABEL: str(os.getpid())})
         for name, value in self.environment().items():
             container.with_env(name, value)
         if (command := self.command()) is not None:

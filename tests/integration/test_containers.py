@@ -19,6 +19,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kasper_py import Config, Message, MessageProcessor, ProcessorContext, Sender, TopicProcessor
 from kasper_py.stores.redis import RedisTable
 from kasper_py.testing.containers import (
+    OWNER_LABEL,
     ContainerEngineError,
     ContainerStartError,
     KafkaContainer,
@@ -115,6 +116,30 @@ def test_a_server_that_never_answers_is_removed_with_its_log(engine: Any) -> Non
     with pytest.raises(ContainerStartError, match="no-such-option"):
         broken.start()
     assert {c.id for c in engine.containers.list(all=True)} <= before
+
+
+def test_a_container_of_a_killed_test_run_is_removed_by_the_next_start(engine: Any) -> None:
+    """A container whose owner process is gone (a run killed with -9 removes nothing) is
+    removed when the next container starts; a live owner's is left alone."""
+    image = RedisContainer().local_image
+    gone_pid = _exited_pid()
+    orphan = engine.containers.create(image, labels={OWNER_LABEL: str(gone_pid)})
+    alive = engine.containers.create(image, labels={OWNER_LABEL: str(os.getpid())})
+    try:
+        with RedisContainer():
+            assert not exists(engine, orphan.id)
+            assert exists(engine, alive.id)
+    finally:
+        alive.remove(force=True)
+        if exists(engine, orphan.id):
+            orphan.remove(force=True)
+
+
+def _exited_pid() -> int:
+    """The pid of a child that has exited and been reaped."""
+    child = subprocess.Popen(["true"])
+    child.wait()
+    return child.pid
 
 
 def test_a_failing_pytest_test_leaves_no_container(engine: Any, tmp_path: Path) -> None:
