@@ -76,6 +76,7 @@ containers: setup
 
 # The core integration tests again with Kafka and Redis in containers (docs/testing.md)
 CONTAINER_TESTS := \
+	tests/integration/test_containers.py::test_with_kasper_stack_containers_the_suite_runs_on_containers \
 	tests/integration/test_topic_processor.py::test_happy_path_outputs_exactly_and_commits \
 	tests/integration/test_topic_processor.py::test_processor_error_leaves_offsets_unchanged \
 	tests/integration/test_topic_processor.py::test_kill_minus_nine_loses_nothing \

@@ -27,6 +27,7 @@ from kasper_py.testing.containers import (
     docker_client,
 )
 from tests.conftest import KafkaHelper
+from tests.container_stack import on_containers
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -176,3 +177,15 @@ def test_the_images_command_finds_the_built_images() -> None:
     assert [line.split(":")[0] for line in lines] == [
         "localhost/kasper-py/debian", "localhost/kasper-py/kafka", "localhost/kasper-py/redis"]
     assert all(line.endswith(": exists") for line in lines), lines
+
+
+def test_with_kasper_stack_containers_the_suite_runs_on_containers(
+        request: pytest.FixtureRequest, engine: Any) -> None:
+    """`KASPER_STACK=containers` (make test's second step): the suite's broker is the
+    session's Kafka container, running, and workers find it through the environment."""
+    if not on_containers():
+        pytest.skip("the suite runs on the local stack (KASPER_STACK is not containers)")
+    bootstrap = request.getfixturevalue("bootstrap")
+    kafka = request.getfixturevalue("kafka_container")
+    assert bootstrap == kafka.bootstrap_servers == os.environ["KASPER_BOOTSTRAP_SERVERS"]
+    assert exists(engine, kafka.container_id)
