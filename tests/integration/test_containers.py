@@ -189,3 +189,23 @@ def test_with_kasper_stack_containers_the_suite_runs_on_containers(
     kafka = request.getfixturevalue("kafka_container")
     assert bootstrap == kafka.bootstrap_servers == os.environ["KASPER_BOOTSTRAP_SERVERS"]
     assert exists(engine, kafka.container_id)
+
+
+def test_kasper_stack_up_podman_serves_the_docker_api() -> None:
+    """`kasper stack up podman` (idempotent) leaves the engine running; `status` shows it
+    at its unix socket, where the Docker API answers with Podman's version."""
+    from kasper_py.stack._engine import api_version
+
+    def kasper_stack(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "kasper_py", "stack", *args],
+                              check=False, capture_output=True, text=True, timeout=600,
+                              cwd=ROOT)
+
+    up = kasper_stack("up", "podman")
+    assert up.returncode == 0, up.stderr
+    status = kasper_stack("status")
+    (line,) = [line for line in status.stdout.splitlines() if line.startswith("podman ")]
+    assert "running" in line
+    socket = line.split()[-1].removeprefix("unix://")
+    assert socket.endswith("/podman/podman.sock")
+    assert '"Name":"Podman Engine"' in (api_version(Path(socket)) or "")
