@@ -31,7 +31,13 @@ from kasper_py.stack._cli import main
 from kasper_py.stack._components import SparkMaster, kafka_answers, redis_answers
 from kasper_py.stack._engine import Podman
 from kasper_py.stack._errors import StackError
-from kasper_py.stack._images import kafka_image, kafka_version, redis_image
+from kasper_py.stack._images import (
+    kafka_image,
+    kafka_version,
+    redis_image,
+    registry_image,
+    registry_version,
+)
 from kasper_py.stack._jaeger import Jaeger
 from kasper_py.stack._lifecycle import ComponentStatus
 from kasper_py.stack._prometheus import scraped, targets_file, write_targets
@@ -57,6 +63,8 @@ __all__ = [
     "redis_answers",
     "redis_image",
     "redis_url",
+    "registry_image",
+    "registry_version",
     "schema_registry_url",
     "set_prometheus_targets",
     "spark_jars",

@@ -2,7 +2,8 @@
 
 One Debian root filesystem (``debootstrap --variant=minbase`` from the mirror apt is
 configured with) is imported once as the base of every image; Kafka adds Debian's
-Java and the jars the stack resolves from Maven Central, Redis adds Debian's package.
+Java and the jars the stack resolves from Maven Central, Redis adds Debian's package,
+the schema registry Debian's Java and the Apicurio jar the stack builds.
 Each image is tagged with the version the stack runs, and an image that exists is
 never built again.
 """
@@ -24,6 +25,7 @@ from kasper_py.stack._components import Kafka
 from kasper_py.stack._engine import Podman, current_ulimits
 from kasper_py.stack._errors import StackError
 from kasper_py.stack._install import apt_install, resolve_jars, template
+from kasper_py.stack._registry import SchemaRegistry
 from kasper_py.stack._settings import Settings
 
 PREFIX = "localhost/kasper-py"
@@ -85,11 +87,25 @@ def redis_image() -> str:
     return f"{PREFIX}/redis:{_upstream(redis_package_version())}"
 
 
+def registry_image() -> str:
+    """The local schema registry image, tagged with the stack's Apicurio version."""
+    return f"{PREFIX}/apicurio-registry:{registry_version()}"
+
+
+def registry_version() -> str:
+    """The Apicurio Registry version of the stack's registry pom."""
+    return _pom_version("registry-pom.xml", "apicurio.version")
+
+
 def kafka_version() -> str:
     """The Kafka version of the stack's pom (``kafka.version``)."""
-    found = re.search(r"<kafka.version>([^<]+)</kafka.version>", template("kafka-pom.xml"))
+    return _pom_version("kafka-pom.xml", "kafka.version")
+
+
+def _pom_version(pom: str, tag: str) -> str:
+    found = re.search(rf"<{re.escape(tag)}>([^<]+)</{re.escape(tag)}>", template(pom))
     if found is None:
-        raise StackError("kafka-pom.xml names no kafka.version")
+        raise StackError(f"{pom} names no {tag}")
     return found.group(1)
 
 
@@ -114,7 +130,8 @@ def _upstream(debian_version: str) -> str:
 
 
 def build_images(settings: Settings, report: Report) -> list[str]:
-    """Build the base, Kafka and Redis images that do not exist yet; list their names."""
+    """Build the base, Kafka, Redis and schema registry images that do not exist yet;
+    list their names."""
     engine = Podman(settings)
     built = [_ensure_base(engine, report)]
     kafka = Image(kafka_image(), "kafka-Containerfile", {"version": kafka_version()})
@@ -123,6 +140,10 @@ def build_images(settings: Settings, report: Report) -> list[str]:
     redis = Image(redis_image(), "redis-Containerfile",
                   {"version": _upstream(package), "pin": f"={package}"})
     built.append(_ensure(engine, redis, report, lambda folder: None))
+    registry = Image(registry_image(), "registry-Containerfile",
+                     {"version": registry_version()})
+    built.append(_ensure(engine, registry, report,
+                         lambda folder: _registry_context(settings, folder)))
     return built
 
 
@@ -195,6 +216,14 @@ def _kafka_context(settings: Settings, context: Path) -> None:
         _link_or_copy(jar, libs / jar.name)
     (context / "log4j2.properties").write_text(template("kafka-log4j2.properties"))
     (context / "kafka-image.sh").write_text(template("kafka-image.sh"))
+
+
+def _registry_context(settings: Settings, context: Path) -> None:
+    """The stack's schema registry jar (built once, as ``kasper stack up schema-registry``
+    does)."""
+    registry = SchemaRegistry(settings)
+    registry.prepare()
+    _link_or_copy(registry.lib_dir / "schema-registry.jar", context / "schema-registry.jar")
 
 
 def _link_or_copy(source: Path, target: Path) -> None:

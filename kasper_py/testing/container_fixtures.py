@@ -1,10 +1,11 @@
 """pytest fixtures over ``kasper_py.testing.containers``, loaded with
 ``pytest_plugins = ["kasper_py.testing.container_fixtures"]``.
 
-``kafka_container`` and ``redis_container`` are session-wide (one server per test run,
-removed at its end); ``kafka_bootstrap`` and ``redis_container_url`` hand back their
-addresses. Where no container engine answers, the tests using them are skipped, and the
-reason names what to install.
+``kafka_container``, ``redis_container`` and ``schema_registry_container`` are
+session-wide (one server per test run, removed at its end); ``kafka_bootstrap`` and
+``redis_container_url`` hand back their addresses (the registry's is
+``schema_registry_container.url``). Where no container engine answers, the tests using
+them are skipped, and the reason names what to install.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from kasper_py.testing.containers import (
     ContainerEngineError,
     KafkaContainer,
     RedisContainer,
+    SchemaRegistryContainer,
     ServerContainer,
 )
 
@@ -57,3 +59,9 @@ def redis_container() -> Iterator[RedisContainer]:
 def redis_container_url(redis_container: RedisContainer) -> str:
     """The container Redis's URL, ``redis://127.0.0.1:<port>/0``."""
     return redis_container.url
+
+
+@pytest.fixture(scope="session")
+def schema_registry_container() -> Iterator[SchemaRegistryContainer]:
+    """A schema registry (Apicurio, Confluent-compatible) in a container for the session."""
+    yield from _started(SchemaRegistryContainer())

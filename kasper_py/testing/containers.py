@@ -1,4 +1,5 @@
-"""Real servers in containers for integration tests: Kafka (KRaft) and Redis, started
+"""Real servers in containers for integration tests: Kafka (KRaft), Redis and a schema
+registry, started
 through testcontainers (``pip install 'kasper-py[containers]'``) on Docker or Podman.
 
     with KafkaContainer() as kafka:
@@ -21,6 +22,8 @@ import os
 import random
 import socket
 import time
+import urllib.error
+import urllib.request
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -284,3 +287,28 @@ class RedisContainer(ServerContainer):
     def answers(self) -> bool:
         return stack.redis_answers(LOOPBACK, self.port)
 
+
+class SchemaRegistryContainer(ServerContainer):
+    """A Confluent-compatible schema registry (Apicurio Registry, in-memory storage)."""
+
+    def __init__(self, image: str | None = None) -> None:
+        super().__init__(image)
+        self.official_image = f"apicurio/apicurio-registry-mem:{stack.registry_version()}"
+        self.local_image = stack.registry_image()
+        self.port = free_port()
+
+    @property
+    def url(self) -> str:
+        """The Confluent-compatible API, what ``SchemaRegistryClient({"url": ...})`` and
+        ``Config.schema_registry_url`` take."""
+        return f"http://{LOOPBACK}:{self.port}/apis/ccompat/v7"
+
+    def environment(self) -> dict[str, str]:
+        return {"QUARKUS_HTTP_HOST": LOOPBACK, "QUARKUS_HTTP_PORT": str(self.port)}
+
+    def answers(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"{self.url}/subjects", timeout=2) as reply:
+                return int(reply.status) == 200 and reply.read().startswith(b"[")
+        except (urllib.error.URLError, OSError):
+            return False

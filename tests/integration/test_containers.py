@@ -4,10 +4,12 @@ container left behind, after a failing test included."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 import textwrap
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -24,6 +26,7 @@ from kasper_py.testing.containers import (
     ContainerStartError,
     KafkaContainer,
     RedisContainer,
+    SchemaRegistryContainer,
     docker_client,
 )
 from tests.conftest import KafkaHelper
@@ -97,6 +100,26 @@ def test_a_processor_runs_end_to_end_through_kafka_and_redis_containers(
             (("a", b"3"), ("b", b"2"), ("c", b"1"))}
         assert all(exists(engine, container_id) for container_id in ids)
     assert not any(exists(engine, container_id) for container_id in ids)
+
+
+def test_the_schema_registry_container_registers_and_serves_a_schema(engine: Any) -> None:
+    """The Confluent-compatible API of the registry container: a registered schema gets
+    an id, is listed under its subject and read back; the container is gone after."""
+    schema = '{"type": "record", "name": "Word", "fields": [{"name": "w", "type": "string"}]}'
+    with SchemaRegistryContainer() as registry:
+        container_id = registry.container_id
+        request = urllib.request.Request(
+            f"{registry.url}/subjects/words-value/versions", method="POST",
+            data=json.dumps({"schema": schema}).encode(),
+            headers={"Content-Type": "application/vnd.schemaregistry.v1+json"})
+        with urllib.request.urlopen(request, timeout=30) as reply:
+            schema_id = json.loads(reply.read())["id"]
+        with urllib.request.urlopen(f"{registry.url}/subjects", timeout=30) as reply:
+            assert json.loads(reply.read()) == ["words-value"]
+        with urllib.request.urlopen(f"{registry.url}/schemas/ids/{schema_id}",
+                                    timeout=30) as reply:
+            assert json.loads(json.loads(reply.read())["schema"]) == json.loads(schema)
+    assert not exists(engine, container_id)
 
 
 def test_an_error_in_the_with_block_removes_the_container(engine: Any) -> None:
@@ -175,7 +198,8 @@ def test_the_images_command_finds_the_built_images() -> None:
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert [line.split(":")[0] for line in lines] == [
-        "localhost/kasper-py/debian", "localhost/kasper-py/kafka", "localhost/kasper-py/redis"]
+        "localhost/kasper-py/debian", "localhost/kasper-py/kafka", "localhost/kasper-py/redis",
+        "localhost/kasper-py/apicurio-registry"]
     assert all(line.endswith(": exists") for line in lines), lines
 
 
