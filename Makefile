@@ -17,7 +17,7 @@ PYTEST_ARGS ?=
 export KASPER_STACK_DIR ?= $(CURDIR)/.kasper-stack
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: setup stack demo test unit lint docs docs-check chromium bench down clean
+.PHONY: setup stack containers demo test unit lint docs docs-check chromium bench down clean
 
 setup: $(STAMP)
 
@@ -68,12 +68,29 @@ chromium:
 unit: setup
 	$(BIN)/pytest tests/unit -q
 
+# The container engine (Podman from Debian's packages, the Docker API on a unix socket)
+# and the images its tests run, built locally once (docs/testing.md)
+containers: setup
+	$(BIN)/python -m kasper_py.stack up podman
+	$(BIN)/python -m kasper_py.stack images
+
+# The core integration tests again with Kafka and Redis in containers (docs/testing.md)
+CONTAINER_TESTS := \
+	tests/integration/test_containers.py::test_with_kasper_stack_containers_the_suite_runs_on_containers \
+	tests/integration/test_topic_processor.py::test_happy_path_outputs_exactly_and_commits \
+	tests/integration/test_topic_processor.py::test_processor_error_leaves_offsets_unchanged \
+	tests/integration/test_topic_processor.py::test_kill_minus_nine_loses_nothing \
+	tests/integration/test_exactly_once.py::test_kill_minus_nine_loses_and_repeats_nothing \
+	tests/integration/test_stores_redis.py::test_word_count_is_exact \
+	tests/integration/test_stores_redis.py::test_kill_minus_nine_never_undercounts
+
 # Three workers: the integration tests mostly wait on servers and subprocesses; a file's
 # tests stay on one worker, in order (tests/conftest.py groups them).
 TEST_WORKERS ?= 3
 
-test: stack lint chromium
+test: stack containers lint chromium
 	$(BIN)/pytest tests -q --timeout 900 --durations 15 -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
+	KASPER_STACK=containers $(BIN)/pytest $(CONTAINER_TESTS) -q --timeout 900 --durations 5
 
 bench: stack
 	$(BIN)/python bench/bench_passthrough.py

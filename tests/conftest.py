@@ -15,7 +15,11 @@ from typing import Any
 import pytest
 import structlog
 
-from tests.on_demand import on_demand
+pytest.register_assert_rewrite("tests.container_stack")
+from tests.container_stack import on_containers  # noqa: E402 - after register_assert_rewrite
+from tests.on_demand import on_demand  # noqa: E402
+
+pytest_plugins = ["tests.container_stack", "kasper_py.testing.container_fixtures"]
 
 # Under `pytest -n N --dist loadgroup` (make test), a file's tests run on one worker, in
 # order; files that share a server they start and stop, or a session-wide Spark cluster,
@@ -57,11 +61,14 @@ def _bootstrap() -> str:
 
 
 @pytest.fixture(scope="session")
-def bootstrap() -> str:
+def bootstrap(request: pytest.FixtureRequest) -> str:
     """Bootstrap servers of the test broker, the stack's Kafka started when it is not
-    running; fails (not skips) when none answers."""
+    running; fails (not skips) when none answers. With ``KASPER_STACK=containers`` a
+    broker in a container instead (tests/container_stack.py)."""
     from confluent_kafka.admin import AdminClient
 
+    if on_containers():
+        return str(request.getfixturevalue("container_bootstrap"))
     servers = _bootstrap()
     on_demand("kafka", servers, lambda: AdminClient({"bootstrap.servers": servers})
               .list_topics(timeout=15), external="KASPER_BOOTSTRAP_SERVERS" in os.environ)

@@ -8,7 +8,9 @@ built once from Maven Central, Redis and Prometheus from Debian packages, Spark'
 workers (``spark``: ``spark-master``, ``spark-worker-1``, ``spark-worker-2``) from the
 pyspark wheel, Jaeger v2 (``jaeger``, OTLP in, a query API out) built once with ``go``
 from the Go module proxy, PostgreSQL (``postgres``, Debian's server run on a cluster of
-its own). Everything lives under ``$KASPER_STACK_DIR``, else the
+its own), and a container engine (``podman``: Podman and runc from Debian's packages,
+the Docker API on a unix socket for ``kasper_py.testing.containers``; ``images`` builds
+the images its containers run). Everything lives under ``$KASPER_STACK_DIR``, else the
 ``.kasper-stack`` found in the current folder or above it, else the one ``up`` last
 recorded for this user, else ``./.kasper-stack``; so ``kasper stack status`` works from
 any folder. Ports come from ``KASPER_*_PORT``, Redis's persistence from
@@ -26,8 +28,16 @@ from pathlib import Path
 
 from kasper_py.stack import _lifecycle
 from kasper_py.stack._cli import main
-from kasper_py.stack._components import SparkMaster
+from kasper_py.stack._components import SparkMaster, kafka_answers, redis_answers
+from kasper_py.stack._engine import Podman
 from kasper_py.stack._errors import StackError
+from kasper_py.stack._images import (
+    kafka_image,
+    kafka_version,
+    redis_image,
+    registry_image,
+    registry_version,
+)
 from kasper_py.stack._jaeger import Jaeger
 from kasper_py.stack._lifecycle import ComponentStatus
 from kasper_py.stack._postgres import Postgres
@@ -40,15 +50,23 @@ __all__ = [
     "ComponentStatus",
     "StackError",
     "cassandra_contact",
+    "docker_host",
     "down",
     "jaeger_otlp_endpoint",
     "jaeger_url",
+    "kafka_answers",
     "kafka_bootstrap",
+    "kafka_image",
+    "kafka_version",
     "main",
     "postgres_url",
     "prometheus_target",
     "prometheus_url",
+    "redis_answers",
+    "redis_image",
     "redis_url",
+    "registry_image",
+    "registry_version",
     "schema_registry_url",
     "set_prometheus_targets",
     "spark_jars",
@@ -121,6 +139,13 @@ def postgres_url() -> str:
     """``$KASPER_POSTGRES_URL`` if set (an existing server), else the local PostgreSQL's
     ``postgresql://postgres@127.0.0.1:<port>/postgres`` (trust authentication)."""
     return os.environ.get("KASPER_POSTGRES_URL") or Postgres(Settings.load()).url
+
+
+def docker_host(stack_dir: StackDir = None) -> str | None:
+    """Where the stack's container engine (``kasper stack up podman``) serves the Docker
+    API, ``unix://<stack>/podman/podman.sock``; None when that socket does not exist."""
+    engine = Podman(Settings.load(stack_dir))
+    return engine.docker_host if engine.socket_path.exists() else None
 
 
 def spark_master_url(stack_dir: StackDir = None) -> str:

@@ -12,6 +12,7 @@ from kasper_py.stack._components import (
     SparkWorker1,
     SparkWorker2,
 )
+from kasper_py.stack._engine import Podman
 from kasper_py.stack._jaeger import Jaeger
 from kasper_py.stack._postgres import Postgres
 from kasper_py.stack._prometheus import Prometheus
@@ -21,7 +22,7 @@ from kasper_py.stack._settings import Settings
 COMPONENTS: dict[str, type[Component]] = {
     component.name: component for component in (
         Kafka, SchemaRegistry, Redis, Cassandra, Prometheus, SparkMaster, SparkWorker1,
-        SparkWorker2, Jaeger, Postgres)
+        SparkWorker2, Jaeger, Postgres, Podman)
 }
 
 GROUPS: dict[str, tuple[str, ...]] = {

@@ -1,4 +1,4 @@
-"""The ``up | down | status | spark-jars`` command line; ``kasper stack`` delegates here."""
+"""The ``up | down | status | spark-jars | images`` command line (``kasper stack``)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import sys
 from kasper_py.stack import _lifecycle
 from kasper_py.stack._catalog import COMPONENTS, GROUPS
 from kasper_py.stack._errors import StackError
+from kasper_py.stack._images import build_images
 from kasper_py.stack._settings import Settings
 from kasper_py.stack._spark import spark_jars
 
@@ -18,7 +19,8 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m kasper_py.stack",
         description="Run Kafka, Redis, Cassandra, Prometheus, a Spark standalone "
-                    "cluster, Jaeger and PostgreSQL as local processes.",
+                    "cluster, Jaeger, PostgreSQL and a container engine (Podman) as local "
+                    "processes.",
     )
     parser.add_argument("--stack-dir", help="default: $KASPER_STACK_DIR, else a .kasper-stack "
                         "in the current folder or one above it, else the stack last started "
@@ -31,6 +33,8 @@ def _parser() -> argparse.ArgumentParser:
     stop.add_argument("--purge", action="store_true", help="also delete their data and logs")
     commands.add_parser("status", help="show what runs where")
     commands.add_parser("spark-jars", help="resolve the Spark Kafka connector jars, print paths")
+    commands.add_parser("images", help="build the container images (Kafka, Redis) from "
+                        "Debian's packages and Maven Central, unless they exist")
     return parser
 
 
@@ -56,6 +60,8 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> None:
     elif args.command == "status":
         for component in _lifecycle.status(settings):
             report(str(component))
+    elif args.command == "images":
+        build_images(settings, report)
     else:
         for jar in spark_jars(settings.stack_dir):
             report(jar)

@@ -158,18 +158,23 @@ class Kafka(Component):
         return [*self._java_prefix(program, *heap), "kafka.Kafka", str(self.properties)]
 
     def is_ready(self) -> bool:
-        if not port_open(LOOPBACK, self.settings.kafka_port):
-            return False  # no client yet: librdkafka would log every refused connection
-        # Imported here, like every client library, so the stack module loads without them.
-        from confluent_kafka import KafkaException  # noqa: PLC0415
-        from confluent_kafka.admin import AdminClient  # noqa: PLC0415
+        return kafka_answers(LOOPBACK, self.settings.kafka_port)
 
-        admin = AdminClient({"bootstrap.servers": self.address, "log_level": 0})
-        try:
-            metadata = admin.list_topics(timeout=2)
-        except KafkaException:
-            return False
-        return bool(metadata.brokers)
+
+def kafka_answers(host: str, port: int) -> bool:
+    """True when the broker at ``host:port`` answers a metadata request listing a broker."""
+    if not port_open(host, port):
+        return False  # no client yet: librdkafka would log every refused connection
+    # Imported here, like every client library, so the stack module loads without them.
+    from confluent_kafka import KafkaException  # noqa: PLC0415
+    from confluent_kafka.admin import AdminClient  # noqa: PLC0415
+
+    admin = AdminClient({"bootstrap.servers": f"{host}:{port}", "log_level": 0})
+    try:
+        metadata = admin.list_topics(timeout=2)
+    except KafkaException:
+        return False
+    return bool(metadata.brokers)
 
 
 class Redis(Component):
@@ -199,13 +204,18 @@ class Redis(Component):
                 "--daemonize", "no", "--dir", str(self.data_dir), "--protected-mode", "yes"]
 
     def is_ready(self) -> bool:
-        # A raw RESP PING: the probe must not need the optional `redis` package.
-        try:
-            with socket.create_connection((LOOPBACK, self.settings.redis_port), timeout=1) as sock:
-                sock.sendall(b"PING\r\n")
-                return sock.recv(64).startswith(b"+PONG")
-        except OSError:
-            return False
+        return redis_answers(LOOPBACK, self.settings.redis_port)
+
+
+def redis_answers(host: str, port: int) -> bool:
+    """True when the Redis at ``host:port`` answers PING."""
+    # A raw RESP PING: the probe must not need the optional `redis` package.
+    try:
+        with socket.create_connection((host, port), timeout=1) as sock:
+            sock.sendall(b"PING\r\n")
+            return sock.recv(64).startswith(b"+PONG")
+    except OSError:
+        return False
 
 
 def _redis_persistence(mode: str) -> list[str]:

@@ -22,6 +22,10 @@ The broker is ``memory`` (what a test calls), ``memory_cluster`` (what it holds)
 ``memory_clients`` (the consumer and producer it hands a loop) and ``faults``; the
 driver is ``driver``. The library below never imports them: a ``TopicProcessor`` gets
 the broker's clients through its ``clients=`` port (``kasper_py.kafka.ports``).
+
+For integration tests against real servers, ``containers`` starts Kafka and Redis in
+containers and ``container_fixtures`` is its pytest plugin; they need the
+``containers`` extra and are not imported here.
 """
 
 from __future__ import annotations

@@ -30,6 +30,7 @@ from kasper_py.observability.observe import NoopObserver, TurnStats
 from kasper_py.stack import cassandra_contact as stack_cassandra_contact
 from kasper_py.stack import redis_url as stack_redis_url
 from kasper_py.stores.base import StoreRuntime, StoreSpec
+from tests.container_stack import on_containers
 from tests.on_demand import on_demand
 
 from stores_worker import WordCount  # isort: skip - a sibling script, not a package
@@ -83,9 +84,12 @@ def wait_for(condition: Callable[[], object], what: str = "the condition",
 
 
 @pytest.fixture(scope="session")
-def redis_url() -> str:
+def redis_url(request: pytest.FixtureRequest) -> str:
     """URL of the stack's Redis, started when it is not running (or ``$KASPER_REDIS_URL``);
-    fails when it does not answer."""
+    fails when it does not answer. With ``KASPER_STACK=containers`` a Redis in a
+    container instead (tests/container_stack.py)."""
+    if on_containers():
+        return str(request.getfixturevalue("container_redis_url"))
     url = os.environ.get("KASPER_REDIS_URL") or stack_redis_url()
     on_demand("redis", url, redis.Redis.from_url(url, socket_connect_timeout=5).ping,
               external="KASPER_REDIS_URL" in os.environ)

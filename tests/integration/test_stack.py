@@ -74,7 +74,7 @@ def test_status_command_prints_every_component(
     lines = capsys.readouterr().out.splitlines()
     assert [line.split()[0] for line in lines] == [
         "kafka", "schema-registry", "redis", "cassandra", "prometheus", "spark-master",
-        "spark-worker-1", "spark-worker-2", "jaeger", "postgres"]
+        "spark-worker-1", "spark-worker-2", "jaeger", "postgres", "podman"]
     assert "running" in lines[0]
 
 

@@ -1,0 +1,314 @@
+"""Real servers in containers for integration tests: Kafka (KRaft), Redis and a schema
+registry, started
+through testcontainers (``pip install 'kasper-py[containers]'``) on Docker or Podman.
+
+    with KafkaContainer() as kafka:
+        config = Config(name="wc", bootstrap_servers=kafka.bootstrap_servers, ...)
+
+Every container runs with host networking on free ports in 50000-59999, so the address
+handed back is ``127.0.0.1:<port>`` whatever the engine. The image is the official
+one (``apache/kafka:<the stack's Kafka version>``, ``redis:7.0``) when the engine has
+it or can pull it, else the image ``python -m kasper_py.stack images`` built on this
+machine; ``image=`` picks another. The engine is ``$DOCKER_HOST``, else the stack's
+Podman (``kasper stack up podman``), else Docker's default socket. Leaving the
+``with`` block, by an error or not, removes the container; one left by a killed test
+run is removed by the next start (``OWNER_LABEL``). pytest fixtures over these
+are in ``kasper_py.testing.container_fixtures``.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import socket
+import time
+import urllib.error
+import urllib.request
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from kasper_py import stack
+from kasper_py.exceptions import KasperError
+
+if TYPE_CHECKING:
+    from typing import Self
+
+    from testcontainers.core.container import DockerContainer
+
+INSTALL_HINT = (
+    "a container engine: Docker, or Podman on Debian with `python -m kasper_py.stack up "
+    "podman` (installs podman and runc, serves the Docker API), and `pip install "
+    "'kasper-py[containers]'`")
+"""What a machine needs for container tests; said by every ``ContainerEngineError``."""
+
+PORT_RANGE = (50000, 60000)
+LOOPBACK = "127.0.0.1"
+OWNER_LABEL = "org.kasper-py.testing.owner-pid"
+"""The label naming the process that started a container: one whose process is gone (a
+test run killed with -9 removes nothing) is removed by the next start on the machine."""
+
+
+class ContainerEngineError(KasperError):
+    """No container engine answers, or the ``containers`` extra is not installed; the
+    message names what to install."""
+
+
+class ContainerStartError(KasperError):
+    """A container started but its server did not answer in time; the message ends with
+    the tail of the container's log. The container has been removed."""
+
+
+def free_port(count: int = 1) -> int:
+    """A port P in 50000-59999 such that P ... P+count-1 are free on 127.0.0.1 now:
+    host networking shares the host's ports, and the stack's own are below 50000."""
+    while True:
+        first = random.randrange(PORT_RANGE[0], PORT_RANGE[1] - count)
+        if all(_bindable(first + offset) for offset in range(count)):
+            return first
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as probe:
+        try:
+            probe.bind((LOOPBACK, port))
+        except OSError:
+            return False
+    return True
+
+
+def docker_client() -> Any:
+    """A docker-py client of the engine (see the module docstring), after ``/version``
+    answered; ContainerEngineError naming what to install otherwise."""
+    try:
+        import docker  # noqa: PLC0415 - the optional containers extra
+    except ImportError:
+        raise ContainerEngineError(f"docker-py is not installed; needs {INSTALL_HINT}") \
+            from None
+    if not os.environ.get("DOCKER_HOST") and (local := stack.docker_host()) is not None:
+        os.environ["DOCKER_HOST"] = local  # testcontainers' own client reads it too
+    try:
+        client = docker.from_env(timeout=30)
+        client.version()
+    except Exception as exc:  # docker-py raises DockerException, requests' and OS errors
+        where = os.environ.get("DOCKER_HOST") or "Docker's default socket"
+        raise ContainerEngineError(
+            f"no container engine answers at {where} ({exc}); needs {INSTALL_HINT}") from None
+    return client
+
+
+def resolve_image(client: Any, official: str, local: str) -> str:
+    """``official`` when the engine has it or pulls it, else ``local`` when the engine
+    has it (built by ``python -m kasper_py.stack images``); else an error saying so."""
+    import docker.errors  # noqa: PLC0415 - the optional containers extra
+
+    for name, pull in ((official, False), (local, False), (official, True)):
+        try:
+            client.images.pull(name) if pull else client.images.get(name)
+            return name
+        except docker.errors.DockerException:
+            continue
+    raise ContainerEngineError(
+        f"neither {official} (no registry answered) nor {local} is there: build the local "
+        "images with `python -m kasper_py.stack images`")
+
+
+def remove_orphans(client: Any) -> list[str]:
+    """Remove the containers started here by processes that no longer run; their ids."""
+    removed = []
+    for container in client.containers.list(all=True, filters={"label": OWNER_LABEL}):
+        owner = container.labels.get(OWNER_LABEL, "")
+        if owner.isdigit() and not _process_alive(int(owner)):
+            container.remove(force=True)
+            removed.append(str(container.id))
+    return removed
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True
+
+
+class ServerContainer:
+    """One server in a container with host networking; a context manager."""
+
+    official_image: str
+    local_image: str
+    ready_timeout = 120.0
+
+    def __init__(self, image: str | None = None) -> None:
+        self.image = image
+        self._container: DockerContainer | None = None
+
+    def command(self) -> list[str] | None:
+        """The container's command line (None: the image's own)."""
+        return None
+
+    def environment(self) -> dict[str, str]:
+        """The container's environment variables."""
+        return {}
+
+    def answers(self) -> bool:
+        """True once the server answers a real request."""
+        raise NotImplementedError
+
+    def start(self) -> Self:
+        """Start the container and return once the server answers; on failure the
+        container is removed and ContainerStartError carries its log's tail."""
+        from testcontainers.core.config import testcontainers_config  # noqa: PLC0415
+        from testcontainers.core.container import DockerContainer  # noqa: PLC0415
+
+        client = docker_client()
+        # Ryuk, testcontainers' reaper, is an image of its own that no registry may serve;
+        # the `with` block (and the fixtures built on it) remove what they started.
+        testcontainers_config.ryuk_disabled = True
+        remove_orphans(client)
+        image = self.image or resolve_image(client, self.official_image, self.local_image)
+        container = DockerContainer(image, network_mode="host",
+                                    labels={OWNER_LABEL: str(os.getpid())})
+        for name, value in self.environment().items():
+            container.with_env(name, value)
+        if (command := self.command()) is not None:
+            container.with_command(command)
+        self._container = container
+        try:
+            container.start()
+            self._wait_ready(container)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _wait_ready(self, container: DockerContainer) -> None:
+        deadline = time.monotonic() + self.ready_timeout
+        while not self.answers():
+            container.reload()
+            if container.status != "running" or time.monotonic() > deadline:
+                stdout, stderr = container.get_logs()
+                tail = "\n".join((stdout + stderr).decode(errors="replace").splitlines()[-30:])
+                raise ContainerStartError(
+                    f"{container.image} ({container.status}) did not answer within "
+                    f"{self.ready_timeout:.0f} s:\n{tail}")
+            time.sleep(0.2)
+
+    @property
+    def container_id(self) -> str:
+        """The engine's id of the running container."""
+        if self._container is None:
+            raise RuntimeError("the container is not started")
+        return str(self._container.get_container_id())
+
+    def stop(self) -> None:
+        """Remove the container (forced) if it was started; idempotent."""
+        container, self._container = self._container, None
+        if container is not None:
+            container.stop()
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 trace: TracebackType | None) -> None:
+        self.stop()
+
+
+class KafkaContainer(ServerContainer):
+    """Apache Kafka in KRaft mode, broker and controller in one node, configured the
+    way the official ``apache/kafka`` image reads its ``KAFKA_*`` variables."""
+
+    def __init__(self, image: str | None = None) -> None:
+        super().__init__(image)
+        self.official_image = f"apache/kafka:{stack.kafka_version()}"
+        self.local_image = stack.kafka_image()
+        self.port = free_port(2)
+        self.controller_port = self.port + 1
+
+    @property
+    def bootstrap_servers(self) -> str:
+        """``127.0.0.1:<port>``, what ``Config.bootstrap_servers`` takes."""
+        return f"{LOOPBACK}:{self.port}"
+
+    def get_bootstrap_server(self) -> str:
+        """The bootstrap address, under testcontainers' KafkaContainer's name."""
+        return self.bootstrap_servers
+
+    def environment(self) -> dict[str, str]:
+        broker, controller = f"{LOOPBACK}:{self.port}", f"{LOOPBACK}:{self.controller_port}"
+        return {
+            "KAFKA_NODE_ID": "1",
+            "KAFKA_PROCESS_ROLES": "broker,controller",
+            "KAFKA_LISTENERS": f"PLAINTEXT://{broker},CONTROLLER://{controller}",
+            "KAFKA_ADVERTISED_LISTENERS": f"PLAINTEXT://{broker}",
+            "KAFKA_CONTROLLER_LISTENER_NAMES": "CONTROLLER",
+            "KAFKA_LISTENER_SECURITY_PROTOCOL_MAP": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+            "KAFKA_CONTROLLER_QUORUM_VOTERS": f"1@{controller}",
+            "KAFKA_OFFSETS_TOPIC_REPLICATION_FACTOR": "1",
+            "KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR": "1",
+            "KAFKA_TRANSACTION_STATE_LOG_MIN_ISR": "1",
+            "KAFKA_SHARE_COORDINATOR_STATE_TOPIC_REPLICATION_FACTOR": "1",
+            "KAFKA_SHARE_COORDINATOR_STATE_TOPIC_MIN_ISR": "1",
+            "KAFKA_GROUP_INITIAL_REBALANCE_DELAY_MS": "0",
+            "KAFKA_NUM_PARTITIONS": "1",
+            "KAFKA_LOG_DIRS": "/tmp/kraft-combined-logs",
+            "KAFKA_HEAP_OPTS": "-Xms256m -Xmx1g",
+        }
+
+    def answers(self) -> bool:
+        return stack.kafka_answers(LOOPBACK, self.port)
+
+
+class RedisContainer(ServerContainer):
+    """Redis with an append-only file (fsync every second), as the stack runs it."""
+
+    def __init__(self, image: str | None = None) -> None:
+        super().__init__(image)
+        self.official_image = "redis:7.0"
+        self.local_image = stack.redis_image()
+        self.port = free_port()
+
+    @property
+    def url(self) -> str:
+        """``redis://127.0.0.1:<port>/0``, what ``RedisTable(url=...)`` takes."""
+        return f"redis://{LOOPBACK}:{self.port}/0"
+
+    def get_connection_url(self) -> str:
+        """The URL, under the name testcontainers' Redis container uses."""
+        return self.url
+
+    def command(self) -> list[str]:
+        return ["redis-server", "--bind", LOOPBACK, "--port", str(self.port), "--save", "",
+                "--appendonly", "yes", "--appendfsync", "everysec", "--dir", "/tmp",
+                "--protected-mode", "yes"]
+
+    def answers(self) -> bool:
+        return stack.redis_answers(LOOPBACK, self.port)
+
+
+class SchemaRegistryContainer(ServerContainer):
+    """A Confluent-compatible schema registry (Apicurio Registry, in-memory storage)."""
+
+    def __init__(self, image: str | None = None) -> None:
+        super().__init__(image)
+        self.official_image = f"apicurio/apicurio-registry-mem:{stack.registry_version()}"
+        self.local_image = stack.registry_image()
+        self.port = free_port()
+
+    @property
+    def url(self) -> str:
+        """The Confluent-compatible API, what ``SchemaRegistryClient({"url": ...})`` and
+        ``Config.schema_registry_url`` take."""
+        return f"http://{LOOPBACK}:{self.port}/apis/ccompat/v7"
+
+    def environment(self) -> dict[str, str]:
+        return {"QUARKUS_HTTP_HOST": LOOPBACK, "QUARKUS_HTTP_PORT": str(self.port)}
+
+    def answers(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"{self.url}/subjects", timeout=2) as reply:
+                return int(reply.status) == 200 and reply.read().startswith(b"[")
+        except (urllib.error.URLError, OSError):
+            return False

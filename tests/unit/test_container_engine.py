@@ -1,0 +1,89 @@
+"""The container engine's configuration, the image recipes, and what a machine without
+an engine is told (no engine needed here)."""
+
+from __future__ import annotations
+
+import os
+import resource
+import subprocess
+import sys
+from pathlib import Path
+from string import Template
+
+import pytest
+
+from kasper_py.stack._engine import current_ulimits, engine_conf
+from kasper_py.stack._images import debian_sources, kafka_image, kafka_version
+from kasper_py.stack._install import template
+from kasper_py.testing.containers import (
+    INSTALL_HINT,
+    ContainerEngineError,
+    docker_client,
+    free_port,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_engine_conf_sets_runc_cgroupfs_host_network_and_no_higher_rlimits() -> None:
+    """The quirks of this machine kind are in the engine's configuration file."""
+    conf = engine_conf()
+    assert 'runtime = "runc"' in conf
+    assert 'cgroup_manager = "cgroupfs"' in conf
+    assert 'netns = "host"' in conf
+    for ulimit, limit in zip(current_ulimits(), (resource.RLIMIT_NOFILE, resource.RLIMIT_NPROC),
+                             strict=True):
+        assert f'"{ulimit}"' in conf
+        soft = resource.getrlimit(limit)[0]
+        value = int(ulimit.split("=")[1].split(":")[0])
+        assert soft == resource.RLIM_INFINITY or value <= soft
+
+
+def test_image_sources_have_the_release_its_updates_and_security() -> None:
+    """A package pinned to the host's version (a security update) is found in the image."""
+    lines = debian_sources("bookworm").splitlines()
+    assert [line.split()[2] for line in lines] == [
+        "bookworm", "bookworm-updates", "bookworm-security"]
+    assert all(line.startswith("deb http") and line.endswith(" main") for line in lines)
+
+
+def test_image_recipes_fill_every_placeholder() -> None:
+    """Each Containerfile names its base and version; nothing is left unfilled."""
+    kafka = Template(template("kafka-Containerfile")).substitute(base="B", version="4.0")
+    redis = Template(template("redis-Containerfile")).substitute(base="B", version="7", pin="=1")
+    assert kafka.splitlines()[2] == "FROM B" and redis.splitlines()[2] == "FROM B"
+    assert "redis-server=1" in redis
+    assert kafka_image() == f"localhost/kasper-py/kafka:{kafka_version()}"
+
+
+def test_free_ports_are_in_the_5xxxx_range_and_free() -> None:
+    """Host networking shares the host's ports: containers keep to 50000-59999."""
+    port = free_port(2)
+    assert port >= 50000 and port + 1 < 60000
+
+
+def test_no_engine_is_an_error_naming_what_to_install(monkeypatch: pytest.MonkeyPatch,
+                                                      tmp_path: Path) -> None:
+    """A DOCKER_HOST nobody serves: the error says where it looked and what to install."""
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/none.sock")
+    with pytest.raises(ContainerEngineError) as error:
+        docker_client()
+    assert f"{tmp_path}/none.sock" in str(error.value)
+    assert INSTALL_HINT in str(error.value)
+    assert "python -m kasper_py.stack up podman" in INSTALL_HINT
+
+
+def test_fixtures_skip_with_the_install_hint_when_no_engine_answers(tmp_path: Path) -> None:
+    """A user's test on the Kafka fixture is skipped, not failed, and says why."""
+    (tmp_path / "conftest.py").write_text(
+        'pytest_plugins = ["kasper_py.testing.container_fixtures"]\n')
+    (tmp_path / "test_user.py").write_text(
+        "def test_uses_kafka(kafka_bootstrap):\n    assert kafka_bootstrap\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "DOCKER_HOST": f"unix://{tmp_path}/none.sock"}
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "test_user.py"],
+        check=False, cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "1 skipped" in result.stdout
+    assert "no container engine answers" in result.stdout
+    assert "podman" in result.stdout
