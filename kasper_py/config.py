@@ -24,6 +24,7 @@ from kasper_py._support.client_conf import (
 )
 from kasper_py._support.query_settings import Partitioner, check_port, check_query_settings
 from kasper_py._support.secrets import MASK, masked_settings
+from kasper_py._support.standby_settings import check_standby_settings
 from kasper_py.exceptions import ConfigError
 from kasper_py.output_topic import OutputTopic
 from kasper_py.registry.config import RegistryConfig
@@ -130,6 +131,13 @@ class Config:
     effects once; a second loop on the same partitions fences the first."""
     state_dir: str = "kasper-state"
     """Folder under which local RocksDB tables keep one database per partition."""
+    num_standby_replicas: int = 0
+    """Warm copies of each partition's local tables kept in other processes, which tail
+    the changelogs (docs/stores.md, standby replicas); ``kasper run --processes N``
+    places them, and group members by rendezvous hashing."""
+    standby_partitions: Sequence[int] | None = None
+    """Partitions whose local tables this process keeps warm (static assignment); ``None``:
+    none, unless placed for you as ``num_standby_replicas`` says."""
     metrics_port: int | None = None
     """Port serving ``/metrics`` and ``/health``; ``None`` disables the exporter."""
     metrics_host: str = "0.0.0.0"
@@ -220,6 +228,7 @@ class Config:
         self._check_identity()
         self._check_topics()
         self._check_assignment()
+        self._set("standby_partitions", check_standby_settings(self))
         self._check_batching()
         self._check_serdes()
         self._check_dead_letters()

@@ -116,6 +116,10 @@ _FLAG_HELP = {
     "processing_guarantee": "at_least_once (default) or exactly_once",
     "assignment": "static (default: input_partitions) or group (join the consumer group; "
                   "processes come and go)",
+    "num_standby_replicas": "warm copies of each partition's local tables kept in other "
+                            "processes (default 0; placed by --processes and in group mode)",
+    "standby_partitions": "comma-separated partitions whose local tables this process "
+                          "keeps warm (static assignment)",
 }
 
 CONFIG_FLAGS: dict[str, tuple[Callable[[str], Any], str]] = {

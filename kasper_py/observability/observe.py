@@ -70,6 +70,16 @@ class StoreObserver(Protocol):
         """The windows of ``store`` dropped ``count`` records that arrived after their
         window closed (stream time past the window's end plus its grace period)."""
 
+    def on_restore_done(self, store: str, partition: int, records: int, seconds: float,
+                        from_standby: bool) -> None:
+        """``store``'s ``partition`` is level with its changelog after reading ``records``
+        records in ``seconds``; ``from_standby``: its files were a standby's warm copy."""
+
+    def on_standby_lag(self, store: str, partition: int, records: int,
+                       seconds: float) -> None:
+        """This process's warm copy of ``store``'s ``partition`` is ``records`` changelog
+        offsets behind, and was last level ``seconds`` ago (0 when level)."""
+
 
 class NoopStoreObserver:
     """Observes nothing: what a store reports to when no one listens."""
@@ -85,6 +95,14 @@ class NoopStoreObserver:
         pass
 
     def on_late_records(self, store: str, count: int) -> None:
+        pass
+
+    def on_restore_done(self, store: str, partition: int, records: int, seconds: float,
+                        from_standby: bool) -> None:
+        pass
+
+    def on_standby_lag(self, store: str, partition: int, records: int,
+                       seconds: float) -> None:
         pass
 
 
@@ -113,6 +131,16 @@ class StoreObservers:
     def on_late_records(self, store: str, count: int) -> None:
         for observer in self.observers:
             observer.on_late_records(store, count)
+
+    def on_restore_done(self, store: str, partition: int, records: int, seconds: float,
+                        from_standby: bool) -> None:
+        for observer in self.observers:
+            observer.on_restore_done(store, partition, records, seconds, from_standby)
+
+    def on_standby_lag(self, store: str, partition: int, records: int,
+                       seconds: float) -> None:
+        for observer in self.observers:
+            observer.on_standby_lag(store, partition, records, seconds)
 
 
 class LoopObserver(Protocol):
