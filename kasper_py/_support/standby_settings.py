@@ -30,6 +30,9 @@ def check_standby_settings(config: Any) -> tuple[int, ...] | None:
     if config.assignment == "group" and partitions:
         raise ConfigError("standby_partitions", "must be None with assignment='group': "
                           "standbys follow the group's members (num_standby_replicas)")
+    if config.assignment == "static" and config.input_partitions is None and partitions:
+        raise ConfigError("standby_partitions", "this process owns every partition "
+                          "(input_partitions=None): it has none to keep warm")
     owned = set(config.input_partitions or ())
     if owned & set(partitions):
         raise ConfigError("standby_partitions", "a partition this process owns cannot be "

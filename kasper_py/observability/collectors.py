@@ -213,6 +213,9 @@ class Collectors:
         self.restore_from_standby = prom.Gauge(
             "last_restore_from_standby", "1 when the last restore of a store partition "
             "started from a standby's warm copy, else 0.", restore, **common)
+        self.standby_offset = prom.Gauge(
+            "standby_changelog_offset", "The next changelog offset a standby's warm copy "
+            "reads (what it applied so far).", restore, **common)
         self.standby_lag = prom.Gauge(
             "standby_lag_records", "Changelog offsets a standby's warm copy is behind.",
             restore, **common)

@@ -75,10 +75,11 @@ class StoreObserver(Protocol):
         """``store``'s ``partition`` is level with its changelog after reading ``records``
         records in ``seconds``; ``from_standby``: its files were a standby's warm copy."""
 
-    def on_standby_lag(self, store: str, partition: int, records: int,
+    def on_standby_lag(self, store: str, partition: int, offset: int, records: int,
                        seconds: float) -> None:
-        """This process's warm copy of ``store``'s ``partition`` is ``records`` changelog
-        offsets behind, and was last level ``seconds`` ago (0 when level)."""
+        """This process's warm copy of ``store``'s ``partition`` has applied its changelog
+        up to ``offset`` (the next to read), ``records`` offsets behind its end, and was
+        last level ``seconds`` ago (0 when level)."""
 
 
 class NoopStoreObserver:
@@ -101,7 +102,7 @@ class NoopStoreObserver:
                         from_standby: bool) -> None:
         pass
 
-    def on_standby_lag(self, store: str, partition: int, records: int,
+    def on_standby_lag(self, store: str, partition: int, offset: int, records: int,
                        seconds: float) -> None:
         pass
 
@@ -137,10 +138,10 @@ class StoreObservers:
         for observer in self.observers:
             observer.on_restore_done(store, partition, records, seconds, from_standby)
 
-    def on_standby_lag(self, store: str, partition: int, records: int,
+    def on_standby_lag(self, store: str, partition: int, offset: int, records: int,
                        seconds: float) -> None:
         for observer in self.observers:
-            observer.on_standby_lag(store, partition, records, seconds)
+            observer.on_standby_lag(store, partition, offset, records, seconds)
 
 
 class LoopObserver(Protocol):

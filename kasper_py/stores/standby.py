@@ -126,11 +126,13 @@ class StandbyReplicas:
         positions = copy.reader.positions
         for partition in copy.dbs:
             _, high = copy.reader.watermarks(partition)
-            behind = max(high - positions.get(partition, high), 0)
+            offset = positions.get(partition, high)
+            behind = max(high - offset, 0)
             if behind == 0 or partition not in copy.level_at:
                 copy.level_at[partition] = now
             seconds = 0.0 if behind == 0 else now - copy.level_at[partition]
-            self._observer.on_standby_lag(copy.table.name, partition, behind, seconds)
+            self._observer.on_standby_lag(copy.table.name, partition, offset, behind,
+                                          seconds)
 
 
 

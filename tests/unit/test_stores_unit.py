@@ -53,7 +53,7 @@ class Recorder:
                         from_standby: bool) -> None:
         self.done.append((store, partition, records, from_standby))
 
-    def on_standby_lag(self, store: str, partition: int, records: int,
+    def on_standby_lag(self, store: str, partition: int, offset: int, records: int,
                        seconds: float) -> None:
         self.lags.append((store, partition, records))
 
