@@ -150,10 +150,10 @@ def read_table(folder: Path) -> dict[str, int]:
 def test_a_paused_standby_catches_up_past_an_aborted_turn(
         bootstrap, new_topic, kafka, unique_name, tmp_path) -> None:
     """Exactly-once: B keeps A's partition 0 warm. B is paused (SIGSTOP); A's turn with a
-    ``fail`` message produces its changelog records, then fails (its send goes to a topic
-    whose broker refuses its size): the transaction is aborted and A exits non-zero. B resumes,
-    catches up to the changelog's end, and its copy holds the committed counts and none of
-    the aborted turn's writes."""
+    ``fail`` message writes its changelog records, then fails (its send is larger than the
+    output topic takes): the transaction is aborted and A exits non-zero. B resumes, catches
+    up to the changelog's end, and its copy holds the committed counts and none of the
+    aborted turn's writes."""
     topic, name = new_topic("standby-eos", partitions=2), unique_name("standby-eos")
     output = new_topic("standby-out", partitions=1, **{"max.message.bytes": "1000"})
     kafka.produce(topic, keyed("k", 200), partition=0)
