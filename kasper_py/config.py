@@ -133,8 +133,8 @@ class Config:
     """Folder under which local RocksDB tables keep one database per partition."""
     num_standby_replicas: int = 0
     """Warm copies of each partition's local tables kept in other processes, which tail
-    the changelogs (docs/stores.md, standby replicas); ``kasper run --processes N``
-    places them, and group members by rendezvous hashing."""
+    the changelogs (docs/stores.md, standby replicas): ``kasper run --processes N``
+    places them over its workers (static assignment; group mode places none yet)."""
     standby_partitions: Sequence[int] | None = None
     """Partitions whose local tables this process keeps warm (static assignment); ``None``:
     none, unless placed for you as ``num_standby_replicas`` says."""

@@ -117,7 +117,7 @@ _FLAG_HELP = {
     "assignment": "static (default: input_partitions) or group (join the consumer group; "
                   "processes come and go)",
     "num_standby_replicas": "warm copies of each partition's local tables kept in other "
-                            "processes (default 0; placed by --processes and in group mode)",
+                            "processes (default 0; placed over the workers of --processes)",
     "standby_partitions": "comma-separated partitions whose local tables this process "
                           "keeps warm (static assignment)",
 }
