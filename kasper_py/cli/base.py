@@ -116,6 +116,7 @@ _FLAG_HELP = {
     "processing_guarantee": "at_least_once (default) or exactly_once",
     "assignment": "static (default: input_partitions) or group (join the consumer group; "
                   "processes come and go)",
+    "state_dir": "folder of the local RocksDB tables (default: kasper-state)",
     "num_standby_replicas": "warm copies of each partition's local tables kept in other "
                             "processes (default 0; placed over the workers of --processes)",
     "standby_partitions": "comma-separated partitions whose local tables this process "

@@ -23,6 +23,7 @@ import argparse
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import structlog
@@ -278,8 +279,9 @@ def _supervise(config: Config, args: argparse.Namespace) -> int:
         command = list(base)
         if partitions is not None:
             command += ["--input-partitions", ",".join(map(str, partitions))]
-        if warm[index]:
-            command += ["--standby-partitions", ",".join(map(str, warm[index]))]
+        if warm[index]:  # a warm copy cannot share its owner's folder: one per worker
+            command += ["--standby-partitions", ",".join(map(str, warm[index])),
+                        "--state-dir", str(Path(config.state_dir) / f"worker-{index}")]
         worker_port = None if port is None else port + 1 + index
         if worker_port is not None:
             command += ["--metrics-port", str(worker_port)]

@@ -185,3 +185,24 @@ def test_a_paused_standby_catches_up_past_an_aborted_turn(
     assert kafka.committed(name, topic, 2)[0] == 200
     counts = read_table(tmp_path / "b" / name / "counts")
     assert counts == {f"k{i}": 1 for i in range(200)}
+
+
+def test_processes_place_each_workers_partitions_warm_in_the_next(
+        bootstrap, new_topic, kafka, unique_name, tmp_path) -> None:
+    """``kasper run --processes 2 --num-standby-replicas 1`` on 4 partitions: worker 0
+    owns 0-1 and keeps 2-3 warm, worker 1 the reverse; each warm copy reaches the
+    changelog's end."""
+    topic, name = new_topic("standby-workers", partitions=4), unique_name("standby-workers")
+    for partition in range(4):
+        kafka.produce(topic, keyed(f"p{partition}-", 50), partition=partition)
+    port = free_port()
+    supervisor = run(name, topic, bootstrap, tmp_path / "state", tmp_path / "run.log",
+                     "--processes", "2", "--num-standby-replicas", "1",
+                     "--metrics-port", str(port))
+    try:
+        wait_for(lambda: kafka.committed(name, topic, 4) == dict.fromkeys(range(4), 50),
+                 "every key", 60)
+        wait_for(lambda: level(port + 1, name, bootstrap, [2, 3]), "worker 0's copies", 30)
+        wait_for(lambda: level(port + 2, name, bootstrap, [0, 1]), "worker 1's copies", 30)
+    finally:
+        stop(supervisor)
