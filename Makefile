@@ -79,6 +79,7 @@ bench: stack
 	$(BIN)/python bench/bench_stream.py
 	$(BIN)/python bench/bench_scaling.py
 	$(BIN)/python bench/bench_windows.py
+	$(BIN)/python bench/bench_failover.py
 	$(BIN)/python bench/bench_latency.py
 	$(BIN)/python bench/bench_app.py
 	$(BIN)/python bench/bench_dsl.py
