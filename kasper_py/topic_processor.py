@@ -106,7 +106,7 @@ class TopicProcessor:
             repartitions=plan.internal if real_clients else ())
         self.tables = self._servers.serve_tables(
             self._store_specs, engine.partitions, views or {}, locate=real_clients,
-            partition_count=self._assignment.partition_count)
+            partition_count=self._assignment.partition_count, warm=self._standbys.queryable)
         """The tables' committed state, for queries from any thread (``kasper_py.query``)."""
 
     def run_loop(self, until_caught_up: bool = False) -> None:

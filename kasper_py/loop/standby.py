@@ -5,12 +5,13 @@ only then, so a processor without RocksDB tables needs no rocksdict).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from kasper_py.config import Config
 from kasper_py.observability.observe import StoreObserver
 from kasper_py.stores.base import StoreSpec
+from kasper_py.stores.query import WarmCopy
 
 __all__ = ["NoStandbys", "Standbys", "standbys_for"]
 
@@ -28,6 +29,9 @@ class Standbys(Protocol):
     def close(self) -> None:
         """Stop tailing and close the copies."""
 
+    def queryable(self) -> Mapping[int, Mapping[str, WarmCopy]]:
+        """The warm copies by partition and table, for stale queries."""
+
 
 class NoStandbys:
     """This process keeps nothing warm."""
@@ -39,6 +43,10 @@ class NoStandbys:
 
     def close(self) -> None:
         """Nothing to stop."""
+
+    def queryable(self) -> dict[int, dict[str, WarmCopy]]:
+        """No warm copies."""
+        return {}
 
 
 def standbys_for(config: Config, specs: Sequence[StoreSpec],

@@ -10,17 +10,19 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import structlog
 
 from kasper_py.config import Config
 from kasper_py.exceptions import KasperError
 from kasper_py.observability.observe import StoreObserver
-from kasper_py.stores.base import StoreSpec
+from kasper_py.stores.base import StoreSpec, encode_keys
 from kasper_py.stores.changelog import ChangelogReader, restore_plan
 from kasper_py.stores.localdb import LocalDB
+from kasper_py.stores.query import WarmCopy
 from kasper_py.stores.rocksdb import RocksDBTable
 
 __all__ = ["StandbyReplicas", "standby_tables"]
@@ -32,6 +34,22 @@ _LAG_EVERY = 1.0
 """Seconds between lag reports (each asks the broker for the changelogs' watermarks)."""
 
 
+class _WarmTable(WarmCopy):
+    """One warm partition of a table, read by queries (``?stale=ok``)."""
+
+    def __init__(self, table: RocksDBTable, db: LocalDB) -> None:
+        self.table, self.db = table, db
+        self.lag = 0
+
+    def query_get_many(self, keys: Iterable[Any]) -> dict[Any, Any]:
+        """RocksDB ``MultiGet`` of the copy's applied (committed) values."""
+        keys = list(keys)  # read twice: encoded, then paired with its encodings
+        values = self.db.query_get_many(encode_keys(self.table.key_serde, keys))
+        decode = self.table.value_serde.decode
+        return {key: decode(value) for key, value in zip(keys, values, strict=True)
+                if value is not None}
+
+
 @dataclass
 class _Copy:
     """One table's warm partitions: their folders and the changelog reader."""
@@ -41,6 +59,8 @@ class _Copy:
     dbs: dict[int, LocalDB]
     level_at: dict[int, float] = field(default_factory=dict)
     """When each partition was last level with its changelog's end (monotonic)."""
+    warm: dict[int, _WarmTable] = field(default_factory=dict)
+    """What queries read, per partition."""
 
 
 class StandbyReplicas:
@@ -78,6 +98,14 @@ class StandbyReplicas:
                 db.close()
         self._copies = []
 
+    def queryable(self) -> dict[int, dict[str, WarmCopy]]:
+        """The warm copies, by partition and table, for queries from any thread."""
+        found: dict[int, dict[str, WarmCopy]] = {}
+        for copy in list(self._copies):
+            for partition, warm in copy.warm.items():
+                found.setdefault(partition, {})[copy.table.name] = warm
+        return found
+
     def _open(self, table: RocksDBTable) -> _Copy:
         topic = table.topic(self.config)
         reader = ChangelogReader(self.config, topic, timeout=table.restore_timeout)
@@ -92,7 +120,7 @@ class StandbyReplicas:
             db.standby = True
             dbs[partition], starts[partition] = db, start
         reader.assign(starts)
-        return _Copy(table, reader, dbs)
+        return _Copy(table, reader, dbs, warm={p: _WarmTable(table, db) for p, db in dbs.items()})
 
     def _run(self) -> None:
         reported = 0.0
@@ -131,6 +159,7 @@ class StandbyReplicas:
             if behind == 0 or partition not in copy.level_at:
                 copy.level_at[partition] = now
             seconds = 0.0 if behind == 0 else now - copy.level_at[partition]
+            copy.warm[partition].lag = behind
             self._observer.on_standby_lag(copy.table.name, partition, offset, behind,
                                           seconds)
 

@@ -17,7 +17,9 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
+from kasper_py.kafka.partitioner import murmur2_partition
 from kasper_py.kafka.topics import changelog_topic
+from kasper_py.query import Lookup, QueryClient
 from kasper_py.stores.localdb import LocalDB
 
 HERE = Path(__file__).parent
@@ -98,15 +100,17 @@ def test_a_standby_promoted_by_hand_restores_only_the_tail(
     first = {p: keyed(f"p{p}-", 300) for p in range(3)}
     for partition, records in first.items():
         kafka.produce(topic, records, partition=partition)
-    port_a, port_b = free_port(), free_port()
+    port_a, port_b, query_a, query_b = free_port(), free_port(), free_port(), free_port()
     a = run(name, topic, bootstrap, tmp_path / "a", tmp_path / "a.log", "--input-partitions",
-            "0,1", "--metrics-port", str(port_a))
+            "0,1", "--metrics-port", str(port_a), "--query-port", str(query_a))
     b = run(name, topic, bootstrap, tmp_path / "b", tmp_path / "b.log", "--input-partitions",
-            "2", "--standby-partitions", "0,1", "--metrics-port", str(port_b))
+            "2", "--standby-partitions", "0,1", "--metrics-port", str(port_b),
+            "--query-port", str(query_b))
     try:
         committed = lambda: kafka.committed(name, topic, 3)  # noqa: E731
         wait_for(lambda: committed() == {0: 300, 1: 300, 2: 300}, "the first keys", 60)
         wait_for(lambda: level(port_b, name, bootstrap, [0, 1]), "the standby to be level", 30)
+        assert_stale_answers(query_b)
         b.send_signal(signal.SIGSTOP)
         tail = {0: keyed("t0-", 40), 1: keyed("t1-", 25)}
         for partition, records in tail.items():
@@ -133,6 +137,20 @@ def test_a_standby_promoted_by_hand_restores_only_the_tail(
     expected = {key: 1 for records in (*first.values(), *tail.values()) for key, _ in records}
     expected["p0-0"] = 2
     assert counts == expected
+
+
+def assert_stale_answers(query_port: int) -> None:
+    """The standby answers a key of a partition it keeps warm (0 or 1, written where the
+    query server looks for it) only when asked for a stale answer, saying its lag (header
+    and body); otherwise the owner answers."""
+    key = next(f"p{p}-{i}" for i in range(300) for p in (0, 1)
+               if murmur2_partition(f"p{p}-{i}".encode(), 3) == p)
+    client = QueryClient(f"http://127.0.0.1:{query_port}")
+    assert client.find("counts", key, stale=True) == Lookup(1, None, 0)
+    assert client.find("counts", key) == Lookup(1, None, None)
+    url = f"http://127.0.0.1:{query_port}/tables/counts/{key}?stale=ok"
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        assert answer.headers["Kasper-Standby-Lag"] == "0"
 
 
 def read_table(folder: Path) -> dict[str, int]:
