@@ -3,15 +3,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from kasper_py import Config
-from kasper_py.exceptions import ConfigError
+from kasper_py.exceptions import ConfigError, KeyNotFoundError, NotHereError
 from kasper_py.loop.standby import NoStandbys, standbys_for
 from kasper_py.observability.observe import NOOP_STORE_OBSERVER
+from kasper_py.query import Lookup, Tables
 from kasper_py.stores.localdb import LocalDB
+from kasper_py.stores.memory import MemoryTable
+from kasper_py.stores.query import WarmCopy
 from kasper_py.stores.rocksdb import RocksDBTable
 from kasper_py.supervisor import standby_sets
 
@@ -73,3 +78,24 @@ def test_the_standby_mark_survives_a_reopen_until_cleared(tmp_path: Path) -> Non
     db.standby = False
     assert not db.standby
     db.close()
+
+
+class Warm(WarmCopy):
+    """A warm copy holding ``{"alice": 3}``, 7 offsets behind."""
+
+    lag = 7
+
+    def query_get_many(self, keys: Iterable[Any]) -> dict[Any, Any]:
+        return {k: 3 for k in keys if k == "alice"}
+
+
+def test_a_stale_lookup_is_answered_by_a_warm_copy_with_its_lag() -> None:
+    """A key of a partition kept warm here: ``stale`` reads the copy and says its lag;
+    without it (or for a key the copy lacks) the owner is required."""
+    tables = Tables(config(), [MemoryTable("counts", key_serde="str")], dict,
+                    partition_count=lambda: 1, warm=lambda: {0: {"counts": Warm()}})
+    assert tables.find("counts", "alice", stale=True) == Lookup(3, None, 7)
+    with pytest.raises(NotHereError):
+        tables.find("counts", "alice")
+    with pytest.raises(KeyNotFoundError, match="standby copy of input partition 0"):
+        tables.find("counts", "bob", stale=True)
