@@ -133,15 +133,18 @@ class StoreObservers:
         for observer in self.observers:
             observer.on_late_records(store, count)
 
+    # An observer written before these two were added lacks them: it hears neither.
     def on_restore_done(self, store: str, partition: int, records: int, seconds: float,
                         from_standby: bool) -> None:
         for observer in self.observers:
-            observer.on_restore_done(store, partition, records, seconds, from_standby)
+            if hasattr(observer, "on_restore_done"):
+                observer.on_restore_done(store, partition, records, seconds, from_standby)
 
     def on_standby_lag(self, store: str, partition: int, offset: int, records: int,
                        seconds: float) -> None:
         for observer in self.observers:
-            observer.on_standby_lag(store, partition, offset, records, seconds)
+            if hasattr(observer, "on_standby_lag"):
+                observer.on_standby_lag(store, partition, offset, records, seconds)
 
 
 class LoopObserver(Protocol):
