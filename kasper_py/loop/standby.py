@@ -8,12 +8,16 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
+import structlog
+
 from kasper_py.config import Config
 from kasper_py.observability.observe import StoreObserver
 from kasper_py.stores.base import StoreSpec
 from kasper_py.stores.query import WarmCopy
 
 __all__ = ["NoStandbys", "Standbys", "standbys_for"]
+
+_log = structlog.get_logger("kasper_py")
 
 
 class Standbys(Protocol):
@@ -52,7 +56,12 @@ class NoStandbys:
 def standbys_for(config: Config, specs: Sequence[StoreSpec],
                  observer: StoreObserver) -> Standbys:
     """The standby replicas ``config.standby_partitions`` asks for, of the local tables
-    with a changelog; ``NoStandbys`` when there is nothing to keep warm."""
+    with a changelog; ``NoStandbys`` when there is nothing to keep warm. A group member
+    places none yet: asked for some, it says so in the log."""
+    if config.group_mode and config.num_standby_replicas:
+        _log.warning("kasper.standby_not_placed", processor=config.name,
+                     num_standby_replicas=config.num_standby_replicas,
+                     reason="group mode places no standby replicas yet")
     if not config.standby_partitions:
         return NoStandbys()
     from kasper_py.stores.standby import StandbyReplicas, standby_tables  # noqa: PLC0415

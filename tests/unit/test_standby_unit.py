@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import structlog.testing
 
 from kasper_py import Config
 from kasper_py.exceptions import ConfigError, KeyNotFoundError, NotHereError
@@ -99,3 +100,12 @@ def test_a_stale_lookup_is_answered_by_a_warm_copy_with_its_lag() -> None:
         tables.find("counts", "alice")
     with pytest.raises(KeyNotFoundError, match="standby copy of input partition 0"):
         tables.find("counts", "bob", stale=True)
+
+
+def test_a_group_member_says_it_places_no_standbys() -> None:
+    """Group mode places no standby replicas yet: asking for some is logged, not silent."""
+    with structlog.testing.capture_logs() as logs:
+        standbys = standbys_for(config(assignment="group", num_standby_replicas=1),
+                                [RocksDBTable("t")], NOOP_STORE_OBSERVER)
+    assert isinstance(standbys, NoStandbys)
+    assert [e["event"] for e in logs] == ["kasper.standby_not_placed"]
