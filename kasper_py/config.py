@@ -6,7 +6,6 @@ the CLI, not here.
 
 from __future__ import annotations
 
-import math
 import os
 import re
 import socket
@@ -14,6 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
+from kasper_py._support.batch_settings import check_batch_settings
 from kasper_py._support.client_conf import (
     ClientValue,
     admin_conf,
@@ -24,6 +24,7 @@ from kasper_py._support.client_conf import (
 )
 from kasper_py._support.query_settings import Partitioner, check_port, check_query_settings
 from kasper_py._support.secrets import MASK, masked_settings
+from kasper_py._support.standby_settings import check_standby_settings
 from kasper_py.exceptions import ConfigError
 from kasper_py.output_topic import OutputTopic
 from kasper_py.registry.config import RegistryConfig
@@ -36,7 +37,6 @@ if TYPE_CHECKING:
 __all__ = ["Config", "OutputTopic"]
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-_MAX_BATCH = 1_000_000  # confluent-kafka's cap on one consume() call
 _AUTO_BATCH = 20_000
 """``batch_size=None`` with a latency target: the most messages a batch may take."""
 _CLASSIC_BATCH = 1_000
@@ -136,6 +136,13 @@ class Config:
     effects once; a second loop on the same partitions fences the first."""
     state_dir: str = "kasper-state"
     """Folder under which local RocksDB tables keep one database per partition."""
+    num_standby_replicas: int = 0
+    """Warm copies of each partition's local tables kept in other processes, which tail
+    the changelogs (docs/stores.md, standby replicas): ``kasper run --processes N``
+    places them over its workers (static assignment; group mode places none yet)."""
+    standby_partitions: Sequence[int] | None = None
+    """Partitions whose local tables this process keeps warm (static assignment); ``None``:
+    none, unless placed for you as ``num_standby_replicas`` says."""
     metrics_port: int | None = None
     """Port serving ``/metrics`` and ``/health``; ``None`` disables the exporter."""
     metrics_host: str = "0.0.0.0"
@@ -233,7 +240,8 @@ class Config:
         self._check_identity()
         self._check_topics()
         self._check_assignment()
-        self._check_batching()
+        self._set("standby_partitions", check_standby_settings(self))
+        check_batch_settings(self)
         self._check_serdes()
         self._check_dead_letters()
         self._check_outputs()
@@ -289,34 +297,6 @@ class Config:
         if self.assignment == "group" and self.input_partitions is not None:
             raise ConfigError("input_partitions", "must be None with assignment='group': the "
                               "group assigns the partitions")
-
-    def _check_batching(self) -> None:
-        size = self.batch_size
-        if size is not None and (isinstance(size, bool) or not isinstance(size, int)
-                                 or not 1 <= size <= _MAX_BATCH):
-            raise ConfigError("batch_size", f"must be an int in 1..{_MAX_BATCH} or None "
-                              f"(chosen for you), got {size!r}")
-        limit = self.batch_bytes
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-            raise ConfigError("batch_bytes", f"must be a positive int of bytes, got {limit!r}")
-        for name in ("batch_wait", "delivery_timeout", "repartition_purge_interval"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-                raise ConfigError(name, f"must be a positive number of seconds, got {value!r}")
-        for name in ("max_latency", "idle_advance", "async_timeout"):
-            value = getattr(self, name)
-            if value is not None and not _is_seconds(value, above=0):
-                raise ConfigError(name, "must be a positive, finite number of seconds or "
-                                  f"None, got {value!r}")
-        if self.max_task_idle is not None and not _is_seconds(self.max_task_idle, above=None):
-            raise ConfigError("max_task_idle", "must be a finite number of seconds >= 0 or "
-                              f"None (no alignment), got {self.max_task_idle!r}")
-        count = self.async_concurrency
-        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-            raise ConfigError("async_concurrency", f"must be a positive int, got {count!r}")
-        if self.auto_offset_reset not in ("earliest", "latest"):
-            raise ConfigError("auto_offset_reset",
-                              f"must be 'earliest' or 'latest', got {self.auto_offset_reset!r}")
 
     def _check_serdes(self) -> None:
         if self.registry is not None:
@@ -488,10 +468,3 @@ class Config:
             parts.append(f"{f.name}={value!r}")
         return f"Config({', '.join(parts)})"
 
-
-def _is_seconds(value: object, *, above: float | None) -> bool:
-    """``value`` is a finite number of seconds (not a bool), past ``above`` (> it), or
-    >= 0 when ``above`` is None."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return False
-    return (value > above if above is not None else value >= 0) and value < math.inf

@@ -31,6 +31,7 @@ from kasper_py.loop.prefetch import Prefetcher
 from kasper_py.loop.progress import consumed_all, report, turn_stats
 from kasper_py.loop.servers import LoopServers
 from kasper_py.loop.signals import closing_on_signals
+from kasper_py.loop.standby import standbys_for
 from kasper_py.loop.turns import turns_for
 from kasper_py.message import TopicPartitionKey
 from kasper_py.observability.observe import LoopObserver, StoreObserver
@@ -97,6 +98,7 @@ class TopicProcessor:
         self._assignment = assignment_for(config, clients, partitions=partitions,
                                           committer=committer, prefetcher=self._prefetcher,
                                           observer=observer)
+        self._standbys = standbys_for(config, plan.stores, observer.store_observer())
         self._ensure_topics = clients.ensure_topics
         self._turns = turns_for(  # a group member reads nothing ahead
             config, engine, committer, observer, tracing=tracing,
@@ -104,7 +106,7 @@ class TopicProcessor:
             repartitions=plan.internal if real_clients else ())
         self.tables = self._servers.serve_tables(
             self._store_specs, engine.partitions, views or {}, locate=real_clients,
-            partition_count=self._assignment.partition_count)
+            partition_count=self._assignment.partition_count, warm=self._standbys.queryable)
         """The tables' committed state, for queries from any thread (``kasper_py.query``)."""
 
     def run_loop(self, until_caught_up: bool = False) -> None:
@@ -202,6 +204,7 @@ class TopicProcessor:
                 self._ensure_topics(self.config, self._plan.sources, self._plan.internal)
             self._election.start()
             self._assignment.start(self._consumer.partition_count())
+            self._standbys.start()  # a thread of its own: turns never wait for it
             self._life.started = True
 
     def _loop(self, until_caught_up: bool) -> None:
@@ -242,6 +245,7 @@ class TopicProcessor:
             self._committer.note_stopped()
         close_all([self._election.close,  # first: the lead moves on at once
                    *self._servers.closing_queries(),  # before the stores close
+                   self._standbys.close,
                    *self._engine.close_steps(), *[spec.close for spec in self._store_specs],
                    lambda: self._producer.close(discard=not kafka_ok), self._consumer.close,
                    self._observer.on_stop, *self._servers.closing_metrics(),

@@ -120,6 +120,11 @@ _FLAG_HELP = {
                          "process (default 64)",
     "async_timeout": "seconds an AsyncMessageProcessor's batch may take ('none': no limit, "
                      "the default)",
+    "state_dir": "folder of the local RocksDB tables (default: kasper-state)",
+    "num_standby_replicas": "warm copies of each partition's local tables kept in other "
+                            "processes (default 0; placed over the workers of --processes)",
+    "standby_partitions": "comma-separated partitions whose local tables this process "
+                          "keeps warm (static assignment)",
 }
 
 CONFIG_FLAGS: dict[str, tuple[Callable[[str], Any], str]] = {

@@ -23,6 +23,7 @@ import argparse
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import structlog
@@ -85,7 +86,7 @@ from kasper_py.processor import ProcessorFactory
 from kasper_py.query import View
 from kasper_py.stack import prometheus_target
 from kasper_py.stores.base import StoreSpec
-from kasper_py.supervisor import Supervisor, WorkerSpec, split_partitions
+from kasper_py.supervisor import Supervisor, WorkerSpec, split_partitions, standby_sets
 from kasper_py.time import Task
 from kasper_py.topic_processor import TopicProcessor
 
@@ -273,10 +274,14 @@ def _supervise(config: Config, args: argparse.Namespace) -> int:
                        f"{args.processes}: leave it unset, and each worker announces its own")
     port = config.metrics_port
     workers = []
+    warm = standby_sets(sets, config.num_standby_replicas)
     for index, partitions in enumerate(sets):
         command = list(base)
         if partitions is not None:
             command += ["--input-partitions", ",".join(map(str, partitions))]
+        if warm[index]:  # a warm copy cannot share its owner's folder: one per worker
+            command += ["--standby-partitions", ",".join(map(str, warm[index])),
+                        "--state-dir", str(Path(config.state_dir) / f"worker-{index}")]
         worker_port = None if port is None else port + 1 + index
         if worker_port is not None:
             command += ["--metrics-port", str(worker_port)]

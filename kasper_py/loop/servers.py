@@ -25,7 +25,7 @@ from kasper_py.observability.observe import (
 from kasper_py.query import Tables, View
 from kasper_py.query.server import QueryServer, query_app, tables_for
 from kasper_py.stores.base import StoreSpec
-from kasper_py.stores.query import Queryable
+from kasper_py.stores.query import Queryable, WarmStores
 from kasper_py.turn import PartitionState
 
 __all__ = ["LoopServers"]
@@ -76,11 +76,13 @@ class LoopServers:
 
     def serve_tables(self, specs: Sequence[StoreSpec], partitions: Mapping[int, PartitionState],
                      views: Mapping[str, View], *, locate: bool,
-                     partition_count: Callable[[], int | None] = lambda: None) -> Tables:
+                     partition_count: Callable[[], int | None] = lambda: None,
+                     warm: WarmStores = dict) -> Tables:
         """The tables of ``specs`` in the open ``partitions`` (the turn engine's); served
         with ``views`` on a query server of their own when ``config.query_port`` is set.
         With ``locate`` (real Kafka clients) they find other instances from commit notes.
-        ``partition_count`` gives the input topics' partitions once the loop started.
+        ``partition_count`` gives the input topics' partitions once the loop started;
+        ``warm`` the standby copies kept here (answering ``?stale=ok``).
         Raises ``ConfigError`` (the query port or its TLS files) or ``ValueError`` (a view
         path; views without a query port)."""
 
@@ -94,11 +96,11 @@ class LoopServers:
                 raise ValueError("views are served on the query server: set "
                                  "Config.query_port")
             return tables_for(self.config, specs, open_stores,
-                              partition_count=partition_count)
+                              partition_count=partition_count, warm=warm)
         server = QueryServer(self.config, self.observer.on_query_rejected)
         try:
             tables = tables_for(self.config, specs, open_stores, endpoint=server.endpoint,
-                                locate=locate, partition_count=partition_count)
+                                locate=locate, partition_count=partition_count, warm=warm)
             server.mount(query_app(tables, views, server.endpoint))
         except BaseException:
             server.close()

@@ -132,6 +132,7 @@ class Collectors:
         self.restores = prom.Counter(
             "restores", "Times a store partition was opened and brought level with its "
             "changelog (a partition kept through a rebalance is not).", restore, **common)
+        self._add_standby_collectors(prom, common, restore)
         self.late_records = prom.Counter(
             "late_records", "Records a windowed table or join dropped because their window "
             "had closed (stream time past its end plus grace).", ["processor", "store"],
@@ -200,6 +201,39 @@ class Collectors:
         if store not in self._stores_seen:
             self._stores_seen.add(store)
             self.late_records.labels(self.processor, store)
+
+    def _add_standby_collectors(self, prom: Any, common: dict[str, Any],
+                                restore: list[str]) -> None:
+        self.restored_records = prom.Counter(
+            "restored_records", "Changelog records read by restores of a store "
+            "partition.", restore, **common)
+        self.last_restore_records = prom.Gauge(
+            "last_restore_records", "Changelog records the last restore of a store "
+            "partition read.", restore, **common)
+        self.last_restore_seconds = prom.Gauge(
+            "last_restore_seconds", "Seconds the last restore of a store partition took.",
+            restore, **common)
+        self.restore_from_standby = prom.Gauge(
+            "last_restore_from_standby", "1 when the last restore of a store partition "
+            "started from a standby's warm copy, else 0.", restore, **common)
+        self.standby_offset = prom.Gauge(
+            "standby_changelog_offset", "The next changelog offset a standby's warm copy "
+            "reads (what it applied so far).", restore, **common)
+        self.standby_lag = prom.Gauge(
+            "standby_lag_records", "Changelog offsets a standby's warm copy is behind.",
+            restore, **common)
+        self.standby_lag_seconds = prom.Gauge(
+            "standby_lag_seconds", "Seconds since a standby's warm copy was last level "
+            "with its changelog (0 when level).", restore, **common)
+
+    def set_restore_done(self, store: str, partition: int, records: int, seconds: float,
+                         from_standby: bool) -> None:
+        """Record a finished restore of one store partition."""
+        labels = (self.processor, store, str(partition))
+        self.restored_records.labels(*labels).inc(records)
+        self.last_restore_records.labels(*labels).set(records)
+        self.last_restore_seconds.labels(*labels).set(seconds)
+        self.restore_from_standby.labels(*labels).set(1 if from_standby else 0)
 
     def count_restore(self, store: str, partition: int) -> None:
         """Count one open of a store partition from its changelog."""

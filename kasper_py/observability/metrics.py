@@ -315,6 +315,19 @@ class PrometheusObserver(LoopObserver, StoreObserver):
         """Count keys ``store`` removed as expired (its ``ttl``)."""
         self.collectors.keys_expired.labels(self.processor, store).inc(count)
 
+    def on_restore_done(self, store: str, partition: int, records: int, seconds: float,
+                        from_standby: bool) -> None:
+        """Set the last restore's records, seconds and origin; count its records."""
+        self.collectors.set_restore_done(store, partition, records, seconds, from_standby)
+
+    def on_standby_lag(self, store: str, partition: int, offset: int, records: int,
+                       seconds: float) -> None:
+        """Set the standby lag gauges of one warm partition."""
+        labels = (self.processor, store, str(partition))
+        self.collectors.standby_offset.labels(*labels).set(offset)
+        self.collectors.standby_lag.labels(*labels).set(records)
+        self.collectors.standby_lag_seconds.labels(*labels).set(seconds)
+
     # -- health ---------------------------------------------------------------
 
     def liveness(self) -> HealthReport:

@@ -27,7 +27,7 @@ from kasper_py.query._locate import Locator
 from kasper_py.query._partitioner import PARTITIONERS, PRODUCERS, Partitioner, partition_for
 from kasper_py.serdes import Serde, serde_for
 from kasper_py.stores.base import StoreSpec
-from kasper_py.stores.query import Queryable, Scan
+from kasper_py.stores.query import Queryable, Scan, WarmStores
 from kasper_py.windows.table import WindowedQueryable, WindowResult
 
 __all__ = ["MAX_LIMIT", "Lookup", "Tables"]
@@ -43,10 +43,12 @@ as queries read it: a windowed table's as its ``WindowedQueryable``."""
 
 class Lookup(NamedTuple):
     """A key's value, and a ``hint`` when the key was not where
-    ``Config.query_partitioner`` puts it (``Tables.find``)."""
+    ``Config.query_partitioner`` puts it (``Tables.find``); ``standby_lag``: answered by
+    a standby's warm copy this many changelog offsets behind its owner's."""
 
     value: Any
     hint: str | None
+    standby_lag: int | None = None
 
 
 class Tables:
@@ -55,10 +57,12 @@ class Tables:
 
     def __init__(self, config: Config, specs: Sequence[StoreSpec], open_stores: OpenStores,
                  locator: Locator | None = None,
-                 partition_count: Callable[[], int | None] = lambda: None) -> None:
+                 partition_count: Callable[[], int | None] = lambda: None, *,
+                 warm: WarmStores = dict) -> None:
         """``partition_count`` gives the partitions of the input topics, ``None`` until
-        the loop knows them (it started)."""
+        the loop knows them (it started); ``warm`` the standby copies kept here."""
         self.config = config
+        self._warm = warm
         self._specs = {spec.name: spec for spec in specs}
         self._open_stores = open_stores
         self._locator = locator
@@ -121,7 +125,8 @@ class Tables:
         ``NotHereError`` when another instance holds its partition."""
         return self.find(table, key, partition=partition).value
 
-    def find(self, table: str, key: Any, *, partition: int | None = None) -> Lookup:
+    def find(self, table: str, key: Any, *, partition: int | None = None,
+             stale: bool = False) -> Lookup:
         """``get``, with a hint when the key was found only in the partition another
         partitioner gives it (its producers do not partition as
         ``Config.query_partitioner`` says): a key is looked for under every partitioner
@@ -144,9 +149,21 @@ class Tables:
                 return Lookup(found[key], None if where == home
                               else self._found_elsewhere(key, home, where, others))
         if home not in held:
-            raise self._not_here(table, home, key)
+            return self._from_standby(table, key, home, stale)
         raise KeyNotFoundError(f"table {table!r} has no value for key {key!r}"
                                + self._miss_hint(home, others, held))
+
+    def _from_standby(self, table: str, key: Any, home: int, stale: bool) -> Lookup:
+        """With ``stale``, a standby's warm copy of ``home`` answers, with its lag;
+        otherwise (or with none here) ``NotHereError`` names the owner."""
+        copy = self._warm().get(home, {}).get(table) if stale else None
+        if copy is None:
+            raise self._not_here(table, home, key)
+        found = copy.query_get_many([key])
+        if key not in found:
+            raise KeyNotFoundError(f"table {table!r} has no value for key {key!r} in the "
+                                   f"standby copy of input partition {home}")
+        return Lookup(found[key], None, copy.lag)
 
     def _other_partitions(self, table: str, key: Any, home: int) -> dict[Partitioner, int]:
         """The partition each partitioner but the configured one gives ``key``, where it

@@ -86,9 +86,14 @@ class QueryApp:
                                           _int_param(request, "to", 2 ** 63 - 1) or 0)
             return Response({"table": table, "key": key, "windows": [
                 {"start": w.start, "end": w.end, "value": w.value} for w in windows]})
-        found = self.tables.find(table, key, partition=partition)
+        found = self.tables.find(table, key, partition=partition,
+                                 stale=request.params.get("stale") == "ok")
         hint = {"hint": found.hint} if found.hint else {}
-        return Response({"table": table, "key": key, "value": found.value, **hint})
+        if found.standby_lag is None:
+            return Response({"table": table, "key": key, "value": found.value, **hint})
+        lag = found.standby_lag
+        return Response({"table": table, "key": key, "value": found.value, "standby_lag": lag},
+                        headers={STANDBY_LAG_HEADER: str(lag)})
 
     def _scan(self, table: str, request: Request, partition: int | None) -> dict[str, Any]:
         raw = _raw_params(request.target)
@@ -114,6 +119,10 @@ class QueryApp:
         if exc.endpoint is None or exc.endpoint == self.endpoint:
             return Response(body, status=421)
         return Response(body, status=307, headers={"Location": exc.endpoint + request.target})
+
+
+STANDBY_LAG_HEADER = "Kasper-Standby-Lag"
+"""The header of an answer from a standby's warm copy: its lag in changelog offsets."""
 
 
 def _error(status: int, kind: str, message: str) -> Response:

@@ -79,15 +79,21 @@ class QueryClient:
         tables: list[dict[str, Any]] = self._get("/tables")["tables"]
         return tables
 
-    def get(self, table: str, key: Any, *, key_serde: str | Serde | None = None) -> Any:
-        """The value of ``key``; ``KeyNotFoundError`` when the table has none."""
-        return self.find(table, key, key_serde=key_serde).value
+    def get(self, table: str, key: Any, *, key_serde: str | Serde | None = None,
+            stale: bool = False) -> Any:
+        """The value of ``key``; ``KeyNotFoundError`` when the table has none. With
+        ``stale``, an instance keeping the key's partition warm as a standby answers
+        from its copy (``find`` tells its lag) instead of sending to the owner."""
+        return self.find(table, key, key_serde=key_serde, stale=stale).value
 
-    def find(self, table: str, key: Any, *, key_serde: str | Serde | None = None) -> Lookup:
+    def find(self, table: str, key: Any, *, key_serde: str | Serde | None = None,
+             stale: bool = False) -> Lookup:
         """``get``, with the server's hint when it found the key where another
-        partitioner than its ``Config.query_partitioner`` puts it."""
-        answer = self._get(self._key_path(table, key, key_serde))
-        return Lookup(answer["value"], answer.get("hint"))
+        partitioner than its ``Config.query_partitioner`` puts it, and with ``stale`` the
+        standby copy's lag in changelog offsets when one answered (``standby_lag``)."""
+        path = self._key_path(table, key, key_serde) + ("?stale=ok" if stale else "")
+        answer = self._get(path)
+        return Lookup(answer["value"], answer.get("hint"), answer.get("standby_lag"))
 
     def windows(self, table: str, key: Any, time_from: int = 0, time_to: int = 2 ** 63 - 1,
                 *, key_serde: str | Serde | None = None) -> list[dict[str, Any]]:

@@ -21,6 +21,7 @@ from kasper_py.query._locate import Locator
 from kasper_py.query._tables import OpenStores, Tables
 from kasper_py.query._web import QueryApp, View
 from kasper_py.stores.base import StoreSpec
+from kasper_py.stores.query import WarmStores
 
 __all__ = ["QUERY_PATHS", "OpenStores", "QueryServer", "query_app", "tables_for"]
 
@@ -54,13 +55,15 @@ class QueryServer(HttpServer):
 
 def tables_for(config: Config, specs: Sequence[StoreSpec], open_stores: OpenStores, *,
                endpoint: str | None = None, locate: bool = False,
-               partition_count: Callable[[], int | None] = lambda: None) -> Tables:
+               partition_count: Callable[[], int | None] = lambda: None,
+               warm: WarmStores = dict) -> Tables:
     """The queryable tables of a processor's ``specs``, reading ``open_stores``. With
     ``locate`` (real Kafka clients) a key of a partition held elsewhere is found from the
     running loops' commit notes; ``endpoint`` is this instance's own URL.
-    ``partition_count`` gives the input topics' partitions once the loop knows them."""
+    ``partition_count`` gives the input topics' partitions once the loop knows them;
+    ``warm`` the standby copies kept here, which answer ``stale`` lookups."""
     return Tables(config, specs, open_stores, Locator(config, endpoint) if locate else None,
-                  partition_count)
+                  partition_count, warm=warm)
 
 
 def query_app(tables: Tables, views: Mapping[str, View], endpoint: str | None) -> Handler:

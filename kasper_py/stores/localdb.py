@@ -29,6 +29,7 @@ comes first."""
 _MAX_WAL = 64 * 1024 * 1024
 _TOPIC_KEY = b"changelog_topic"
 _INDEXED_KEY = b"expiry_indexed"
+_STANDBY_KEY = b"standby"
 
 
 def _options() -> Options:
@@ -94,6 +95,19 @@ class LocalDB:
         """Next changelog offset of ``partition`` applied here, if recorded."""
         value = self._meta_db.get(_offset_key(partition))
         return None if value is None else int(value)
+
+    @property
+    def standby(self) -> bool:
+        """True while a standby replica keeps these files (``stores.standby``): the next
+        owner's restore then starts from a warm copy."""
+        return self._meta_db.get(_STANDBY_KEY) is not None
+
+    @standby.setter
+    def standby(self, kept: bool) -> None:
+        if kept:
+            self._meta_db[_STANDBY_KEY] = b"1"
+        elif self.standby:
+            del self._meta_db[_STANDBY_KEY]
 
     def get_many(self, keys: list[bytes]) -> list[bytes | None]:
         """RocksDB ``MultiGet`` of encoded keys, in order. A failure is a ``StoreError``

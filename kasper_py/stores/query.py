@@ -6,13 +6,14 @@ The loop's calls are in lifecycle.py, a processor's in base.py.
 from __future__ import annotations
 
 from abc import ABC
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from kasper_py.exceptions import BadQueryError
 
-__all__ = ["Queryable", "Scan", "ScanPage", "in_range", "next_key", "prefix_end"]
+__all__ = ["Queryable", "Scan", "ScanPage", "WarmCopy", "WarmStores", "in_range", "next_key",
+           "prefix_end"]
 
 
 @dataclass(frozen=True)
@@ -91,3 +92,15 @@ class Queryable(ABC):  # noqa: B024 - every method has a default: "cannot be que
     def query_scan(self, scan: Scan) -> ScanPage:
         """One page of committed (key, value) pairs, for a query from any thread."""
         raise BadQueryError(f"{type(self).__name__} cannot be scanned")
+
+
+class WarmCopy(Queryable):
+    """A standby's warm copy of one table partition, as queries read it
+    (``stores.standby``)."""
+
+    lag: int = 0
+    """Changelog offsets behind the copy's end, as last measured."""
+
+
+WarmStores = Callable[[], Mapping[int, Mapping[str, WarmCopy]]]
+"""The standby copies kept in this process, by partition and table."""

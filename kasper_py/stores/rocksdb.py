@@ -19,6 +19,7 @@ one iterator, a consistent point-in-time view.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -365,14 +366,20 @@ class RocksDBTable(StoreSpec):
         indexed = self.ttl is None or db.expiry_indexed()
         recorded = db.changelog_offset(partition) if db.topic() == topic and indexed else None
         start, wipe, reason = restore_plan(recorded, low, high)
+        from_standby = db.standby and not wipe
         if wipe:
             db.reset(topic)
+        db.standby = False  # owned from now on
         reader.assign({partition: start})
+        began = time.monotonic()
         try:
-            reader.read_until({partition: high}, db.apply_records, runtime.observer,
-                              processor=runtime.config.name, table=self.name, reason=reason)
+            records = reader.read_until({partition: high}, db.apply_records, runtime.observer,
+                                        processor=runtime.config.name, table=self.name,
+                                        reason="standby" if from_standby else reason)
             # Also where no record was read (an empty changelog): "up to date", not "missing".
             db.write({}, {partition: reader.positions[partition]})
+            runtime.observer.on_restore_done(self.name, partition, records,
+                                             time.monotonic() - began, from_standby)
             return reader.positions[partition]
         finally:
             reader.unassign()

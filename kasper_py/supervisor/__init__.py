@@ -6,6 +6,11 @@ lot: ``/health/live`` and ``/health/ready`` over every worker, ``/workers`` list
 workers' ``/metrics`` (Prometheus ``http_sd`` format) and ``/metrics`` of its own.
 """
 
-from kasper_py.supervisor._supervisor import Supervisor, WorkerSpec, split_partitions
+from kasper_py.supervisor._supervisor import (
+    Supervisor,
+    WorkerSpec,
+    split_partitions,
+    standby_sets,
+)
 
-__all__ = ["Supervisor", "WorkerSpec", "split_partitions"]
+__all__ = ["Supervisor", "WorkerSpec", "split_partitions", "standby_sets"]

@@ -18,7 +18,7 @@ import structlog
 from kasper_py._support.signals import STOPPING, take_held
 from kasper_py.observability.http import Handler, HttpServer, Request, Response
 
-__all__ = ["Supervisor", "WorkerSpec", "split_partitions"]
+__all__ = ["Supervisor", "WorkerSpec", "split_partitions", "standby_sets"]
 
 _log = structlog.get_logger("kasper_py")
 _TICK = 0.2
@@ -40,6 +40,18 @@ def split_partitions(partitions: Sequence[int], workers: int) -> list[list[int]]
         runs.append(list(partitions[start:end]))
         start = end
     return runs
+
+
+def standby_sets(sets: Sequence[Sequence[int] | None], replicas: int) -> list[list[int]]:
+    """What each worker keeps warm with ``replicas`` standbys per partition: worker ``i``
+    the partitions of workers ``i+1 .. i+replicas`` (wrapping), so every partition is warm
+    in ``min(replicas, N-1)`` other workers. None in group mode (``None`` sets): members
+    place their standbys themselves."""
+    count = min(replicas, len(sets) - 1)
+    if count <= 0 or any(owned is None for owned in sets):
+        return [[] for _ in sets]
+    return [sorted(p for k in range(1, count + 1) for p in sets[(i + k) % len(sets)] or ())
+            for i in range(len(sets))]
 
 
 @dataclass

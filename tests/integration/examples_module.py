@@ -77,6 +77,7 @@ class ReportingTable(MemoryTable):
     def open(self, runtime: StoreRuntime) -> MemoryStore:
         runtime.observer.on_restore_started(self.name, runtime.partition, 0)
         runtime.observer.on_restore_progress(self.name, runtime.partition, 0, 0)
+        runtime.observer.on_restore_done(self.name, runtime.partition, 0, 0.0, False)
         return self.partitions.setdefault(runtime.partition, ReportingStore(runtime.observer))
 
 

@@ -36,6 +36,8 @@ class Recorder:
         self.ops: list[tuple[str, str, int]] = []
         self.restores: list[tuple[str, int, int, int]] = []
         self.started: list[tuple[str, int, int]] = []
+        self.done: list[tuple[str, int, int, bool]] = []
+        self.lags: list[tuple[str, int, int]] = []
 
     def on_store_op(self, store: str, op: str, seconds: float, round_trips: int) -> None:
         self.ops.append((store, op, round_trips))
@@ -46,6 +48,14 @@ class Recorder:
     def on_restore_progress(self, store: str, partition: int, restored: int,
                             total: int) -> None:
         self.restores.append((store, partition, restored, total))
+
+    def on_restore_done(self, store: str, partition: int, records: int, seconds: float,
+                        from_standby: bool) -> None:
+        self.done.append((store, partition, records, from_standby))
+
+    def on_standby_lag(self, store: str, partition: int, offset: int, records: int,
+                       seconds: float) -> None:
+        self.lags.append((store, partition, records))
 
 
 def config(tmp_path: Path) -> Config:

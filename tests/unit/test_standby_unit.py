@@ -1,0 +1,111 @@
+"""Standby replicas without a broker: the settings' checks, where ``kasper run
+--processes N`` places the standbys, and the mark a standby leaves on its folder."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import structlog.testing
+
+from kasper_py import Config
+from kasper_py.exceptions import ConfigError, KeyNotFoundError, NotHereError
+from kasper_py.loop.standby import NoStandbys, standbys_for
+from kasper_py.observability.observe import NOOP_STORE_OBSERVER
+from kasper_py.query import Lookup, Tables
+from kasper_py.stores.localdb import LocalDB
+from kasper_py.stores.memory import MemoryTable
+from kasper_py.stores.query import WarmCopy
+from kasper_py.stores.rocksdb import RocksDBTable
+from kasper_py.supervisor import standby_sets
+
+
+def config(**fields: object) -> Config:
+    return Config(name="wc", bootstrap_servers="unused:0", input_topics=["lines"],
+                  **fields)  # type: ignore[arg-type]
+
+
+def test_standby_partitions_are_sorted_and_never_owned() -> None:
+    """A process keeps warm partitions it does not own; the list comes back sorted."""
+    assert config(input_partitions=[2], standby_partitions=[1, 0]).standby_partitions == (0, 1)
+    with pytest.raises(ConfigError, match=r"'standby_partitions': a partition this process "
+                                          r"owns cannot be its standby too: \[1\]"):
+        config(input_partitions=[1], standby_partitions=[0, 1])
+    with pytest.raises(ConfigError, match="owns every partition"):
+        config(standby_partitions=[0])
+    with pytest.raises(ConfigError, match="'standby_partitions': invalid partition -1"):
+        config(input_partitions=[1], standby_partitions=[-1])
+    with pytest.raises(ConfigError, match="must be None with assignment='group'"):
+        config(assignment="group", standby_partitions=[0])
+
+
+def test_num_standby_replicas_is_a_count() -> None:
+    assert config().num_standby_replicas == 0
+    with pytest.raises(ConfigError, match=r"'num_standby_replicas': must be an int >= 0, got -1"):
+        config(num_standby_replicas=-1)
+
+
+def test_workers_keep_warm_the_partitions_of_the_workers_after_them() -> None:
+    """Each partition is warm in min(r, N-1) other workers; none without replicas, and
+    none in group mode (where the sets are None)."""
+    sets = [[0, 1], [2, 3], [4]]
+    assert standby_sets(sets, 1) == [[2, 3], [4], [0, 1]]
+    assert standby_sets(sets, 5) == [[2, 3, 4], [0, 1, 4], [0, 1, 2, 3]]
+    assert standby_sets(sets, 0) == [[], [], []]
+    assert standby_sets([[0, 1]], 1) == [[]]
+    assert standby_sets([None, None], 1) == [[], []]
+
+
+def test_a_standby_is_chosen_only_for_tables_with_a_changelog(tmp_path: Path) -> None:
+    """No standby partitions, or no local changelogged table: nothing is kept warm."""
+    cfg = config(input_partitions=[1], standby_partitions=[0], state_dir=str(tmp_path))
+    assert isinstance(standbys_for(cfg, [RocksDBTable("t", changelog=False)],
+                                   NOOP_STORE_OBSERVER), NoStandbys)
+    assert isinstance(standbys_for(config(), [RocksDBTable("t")], NOOP_STORE_OBSERVER),
+                      NoStandbys)
+    assert standbys_for(cfg, [RocksDBTable("t")], NOOP_STORE_OBSERVER).partitions == (0,)
+
+
+def test_the_standby_mark_survives_a_reopen_until_cleared(tmp_path: Path) -> None:
+    db = LocalDB(tmp_path / "0")
+    assert not db.standby
+    db.standby = True
+    db.close()
+    db = LocalDB(tmp_path / "0")
+    assert db.standby
+    db.standby = False
+    db.standby = False
+    assert not db.standby
+    db.close()
+
+
+class Warm(WarmCopy):
+    """A warm copy holding ``{"alice": 3}``, 7 offsets behind."""
+
+    lag = 7
+
+    def query_get_many(self, keys: Iterable[Any]) -> dict[Any, Any]:
+        return {k: 3 for k in keys if k == "alice"}
+
+
+def test_a_stale_lookup_is_answered_by_a_warm_copy_with_its_lag() -> None:
+    """A key of a partition kept warm here: ``stale`` reads the copy and says its lag;
+    without it (or for a key the copy lacks) the owner is required."""
+    tables = Tables(config(), [MemoryTable("counts", key_serde="str")], dict,
+                    partition_count=lambda: 1, warm=lambda: {0: {"counts": Warm()}})
+    assert tables.find("counts", "alice", stale=True) == Lookup(3, None, 7)
+    with pytest.raises(NotHereError):
+        tables.find("counts", "alice")
+    with pytest.raises(KeyNotFoundError, match="standby copy of input partition 0"):
+        tables.find("counts", "bob", stale=True)
+
+
+def test_a_group_member_says_it_places_no_standbys() -> None:
+    """Group mode places no standby replicas yet: asking for some is logged, not silent."""
+    with structlog.testing.capture_logs() as logs:
+        standbys = standbys_for(config(assignment="group", num_standby_replicas=1),
+                                [RocksDBTable("t")], NOOP_STORE_OBSERVER)
+    assert isinstance(standbys, NoStandbys)
+    assert [e["event"] for e in logs] == ["kasper.standby_not_placed"]
