@@ -13,6 +13,7 @@ from kasper_py.stack._components import (
     SparkWorker2,
 )
 from kasper_py.stack._jaeger import Jaeger
+from kasper_py.stack._opensearch import OpenSearch
 from kasper_py.stack._prometheus import Prometheus
 from kasper_py.stack._registry import SchemaRegistry
 from kasper_py.stack._settings import Settings
@@ -20,7 +21,7 @@ from kasper_py.stack._settings import Settings
 COMPONENTS: dict[str, type[Component]] = {
     component.name: component for component in (
         Kafka, SchemaRegistry, Redis, Cassandra, Prometheus, SparkMaster, SparkWorker1,
-        SparkWorker2, Jaeger)
+        SparkWorker2, Jaeger, OpenSearch)
 }
 
 GROUPS: dict[str, tuple[str, ...]] = {
