@@ -6,7 +6,7 @@ Every loop reads the same input (lines of five words from a 1000-word vocabulary
 in its own process. Passthrough sends every line on; the word counts add each batch's
 counts to a table (one get_many, one put_many per partition per batch) and send every
 changed total on. A loop is ``<store>`` (at-least-once), ``<store>-eo`` (an
-effectively-once Redis or Cassandra table, at-least-once loop) or ``<store>-eos``
+effectively-once Redis, Cassandra or OpenSearch table, at-least-once loop) or ``<store>-eos``
 (processing_guarantee="exactly_once": each turn one Kafka transaction of its outputs,
 changelog records and input offsets; passthrough and RocksDB only, the stores whose
 writes the transaction holds). Commit latency is each turn's commit step
@@ -27,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 import uuid
 from typing import Any
 
@@ -48,11 +49,12 @@ from kasper_py.kafka.producer import OutputProducer
 from kasper_py.stores.base import StoreRuntime, StoreSpec
 from kasper_py.stores.cassandra import CassandraTable
 from kasper_py.stores.memory import MemoryTable
+from kasper_py.stores.opensearch import OpenSearchTable
 from kasper_py.stores.redis import RedisTable
 from kasper_py.stores.rocksdb import RocksDBTable
 
 KINDS = ("passthrough", "passthrough-eos", "memory", "rocksdb", "rocksdb-eos", "redis",
-         "redis-eo", "cassandra", "cassandra-eo")
+         "redis-eo", "cassandra", "cassandra-eo", "opensearch", "opensearch-eo")
 EXACTLY_ONCE = ("passthrough", "rocksdb")
 """The kinds whose ``-eos`` loop is compared with their at-least-once one."""
 
@@ -83,6 +85,9 @@ def store_spec(kind: str, args: argparse.Namespace) -> StoreSpec:
         return RocksDBTable("counts")
     if store == "redis":
         return RedisTable("counts", url=args.redis_url, effectively_once=effectively_once)
+    if store == "opensearch":
+        return OpenSearchTable("counts", url=args.opensearch_url,
+                               effectively_once=effectively_once)
     host, port = args.cassandra.rsplit(":", 1)
     return CassandraTable("counts", contact_points=[host], port=int(port),
                           keyspace="kasper_bench", effectively_once=effectively_once)
@@ -140,7 +145,8 @@ def run_child(kind: str, args: argparse.Namespace, source: str, output: str) -> 
     cmd = [sys.executable, __file__, "--child", kind, "--bootstrap", args.bootstrap,
            "--source", source, "--output", output, "--messages", str(args.messages),
            "--batch-size", str(args.batch_size), "--restore-records", str(args.restore_records),
-           "--redis-url", args.redis_url, "--cassandra", args.cassandra, "--state-dir", state_dir]
+           "--redis-url", args.redis_url, "--cassandra", args.cassandra,
+           "--opensearch-url", args.opensearch_url, "--state-dir", state_dir]
     try:
         result = subprocess.run(cmd, check=True, capture_output=True, text=True)
     finally:
@@ -149,7 +155,8 @@ def run_child(kind: str, args: argparse.Namespace, source: str, output: str) -> 
 
 
 def clean_up(args: argparse.Namespace, result: dict[str, Any]) -> None:
-    """Delete what a word count left behind: its changelog topic or its Redis keys."""
+    """Delete what a word count left behind: its changelog topic, its Redis keys or its
+    OpenSearch index."""
     if result["kind"].startswith("rocksdb"):
         delete_topics(args.bootstrap, [f"{result['name']}-counts-changelog"])
     elif result["kind"].startswith("redis"):
@@ -158,6 +165,10 @@ def clean_up(args: argparse.Namespace, result: dict[str, Any]) -> None:
             keys = list(client.scan_iter(pattern, count=1000))
             if keys:
                 client.unlink(*keys)
+    elif result["kind"].startswith("opensearch"):
+        index = f"{result['name']}-counts".lower()
+        request = urllib.request.Request(f"{args.opensearch_url}/{index}", method="DELETE")
+        urllib.request.urlopen(request, timeout=30).close()
 
 
 def restore_bench(args: argparse.Namespace, source: str) -> dict[str, Any]:
@@ -198,6 +209,7 @@ def main() -> None:
     parser = arguments(__doc__.splitlines()[0], messages=200_000, partitions=2)
     parser.add_argument("--redis-url", default="redis://127.0.0.1:16379/0")
     parser.add_argument("--cassandra", default="127.0.0.1:19042", help="host:port")
+    parser.add_argument("--opensearch-url", default="http://127.0.0.1:19200")
     parser.add_argument("--restore-records", type=int, default=1_000_000)
     parser.add_argument("--kinds", default=",".join(KINDS))
     parser.add_argument("--child", choices=[*KINDS, "restore"])
