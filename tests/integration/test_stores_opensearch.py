@@ -63,6 +63,18 @@ def _offsets(url: str, index: str, partition: int) -> dict[str, int]:
     return dict(_document(url, index, f"#offsets/{partition}")["_source"]["offsets"])
 
 
+@pytest.fixture(autouse=True)
+def delete_indices(opensearch_url: str, unique_name: Any) -> Iterator[None]:
+    """Deletes the indices the test's tables created (their names hold its run id)."""
+    yield
+    run = unique_name("").lower()
+    with urllib.request.urlopen(f"{opensearch_url}/_cat/indices?h=index", timeout=30) as reply:
+        indices = [name for name in reply.read().decode().split() if run in name]
+    for index in indices:
+        request = urllib.request.Request(f"{opensearch_url}/{index}", method="DELETE")
+        urllib.request.urlopen(request, timeout=30).close()
+
+
 @pytest.fixture
 def opensearch_proxy(opensearch_url: str) -> Iterator[TcpProxy]:
     """A started proxy in front of the stack's OpenSearch: stopping it is the node
