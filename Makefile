@@ -8,7 +8,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 DEMO_STAMP := $(VENV)/.demo-stamp
-STACK_COMPONENTS := $(if $(KASPER_BOOTSTRAP_SERVERS),schema-registry redis cassandra prometheus postgres,kafka schema-registry redis cassandra prometheus postgres)
+STACK_COMPONENTS := $(if $(KASPER_BOOTSTRAP_SERVERS),schema-registry redis cassandra opensearch prometheus postgres,kafka schema-registry redis cassandra opensearch prometheus postgres)
 DEMO_COMPONENTS := $(if $(KASPER_BOOTSTRAP_SERVERS),,kafka)
 PYTEST_ARGS ?=
 # This clone's own stack, whatever another clone recorded for `kasper stack` from any

@@ -6,7 +6,7 @@ Every loop reads the same input (lines of five words from a 1000-word vocabulary
 in its own process. Passthrough sends every line on; the word counts add each batch's
 counts to a table (one get_many, one put_many per partition per batch) and send every
 changed total on. A loop is ``<store>`` (at-least-once), ``<store>-eo`` (an
-effectively-once Redis, Cassandra or PostgreSQL table, at-least-once loop; a PostgreSQL
+effectively-once Redis, Cassandra, OpenSearch or PostgreSQL table, at-least-once loop; a PostgreSQL
 turn is then one SQL transaction of the rows and the input offsets) or ``<store>-eos``
 (processing_guarantee="exactly_once": each turn one Kafka transaction of its outputs,
 changelog records and input offsets; passthrough and RocksDB only, the stores whose
@@ -28,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 import uuid
 from typing import Any
 
@@ -50,12 +51,14 @@ from kasper_py.kafka.producer import OutputProducer
 from kasper_py.stores.base import StoreRuntime, StoreSpec
 from kasper_py.stores.cassandra import CassandraTable
 from kasper_py.stores.memory import MemoryTable
+from kasper_py.stores.opensearch import OpenSearchTable
 from kasper_py.stores.postgres import PostgresTable
 from kasper_py.stores.redis import RedisTable
 from kasper_py.stores.rocksdb import RocksDBTable
 
 KINDS = ("passthrough", "passthrough-eos", "memory", "rocksdb", "rocksdb-eos", "redis",
-         "redis-eo", "cassandra", "cassandra-eo", "postgres", "postgres-eo")
+         "redis-eo", "cassandra", "cassandra-eo", "postgres", "postgres-eo",
+         "opensearch", "opensearch-eo")
 EXACTLY_ONCE = ("passthrough", "rocksdb")
 """The kinds whose ``-eos`` loop is compared with their at-least-once one."""
 
@@ -89,6 +92,9 @@ def store_spec(kind: str, args: argparse.Namespace) -> StoreSpec:
     if store == "postgres":
         return PostgresTable("counts", url=args.postgres_url, table="kasper_bench_counts",
                              effectively_once=effectively_once)
+    if store == "opensearch":
+        return OpenSearchTable("counts", url=args.opensearch_url,
+                               effectively_once=effectively_once)
     host, port = args.cassandra.rsplit(":", 1)
     return CassandraTable("counts", contact_points=[host], port=int(port),
                           keyspace="kasper_bench", effectively_once=effectively_once)
@@ -147,7 +153,8 @@ def run_child(kind: str, args: argparse.Namespace, source: str, output: str) -> 
            "--source", source, "--output", output, "--messages", str(args.messages),
            "--batch-size", str(args.batch_size), "--restore-records", str(args.restore_records),
            "--redis-url", args.redis_url, "--cassandra", args.cassandra,
-           "--postgres-url", args.postgres_url, "--state-dir", state_dir]
+           "--postgres-url", args.postgres_url, "--opensearch-url", args.opensearch_url,
+           "--state-dir", state_dir]
     try:
         result = subprocess.run(cmd, check=True, capture_output=True, text=True)
     finally:
@@ -156,7 +163,8 @@ def run_child(kind: str, args: argparse.Namespace, source: str, output: str) -> 
 
 
 def clean_up(args: argparse.Namespace, result: dict[str, Any]) -> None:
-    """Delete what a word count left behind: its changelog topic, Redis keys or rows."""
+    """Delete what a word count left behind: its changelog topic, Redis keys, rows or
+    OpenSearch index."""
     if result["kind"].startswith("rocksdb"):
         delete_topics(args.bootstrap, [f"{result['name']}-counts-changelog"])
     elif result["kind"].startswith("redis"):
@@ -169,6 +177,10 @@ def clean_up(args: argparse.Namespace, result: dict[str, Any]) -> None:
         with psycopg.connect(args.postgres_url, autocommit=True) as connection:
             for table in ("kasper_bench_counts", "kasper_bench_counts_offsets"):
                 connection.execute(f"DELETE FROM {table} WHERE prefix = %s", (result["name"],))
+    elif result["kind"].startswith("opensearch"):
+        index = f"{result['name']}-counts".lower()
+        request = urllib.request.Request(f"{args.opensearch_url}/{index}", method="DELETE")
+        urllib.request.urlopen(request, timeout=30).close()
 
 
 def restore_bench(args: argparse.Namespace, source: str) -> dict[str, Any]:
@@ -211,6 +223,7 @@ def main() -> None:
     parser.add_argument("--cassandra", default="127.0.0.1:19042", help="host:port")
     parser.add_argument("--postgres-url",
                         default="postgresql://postgres@127.0.0.1:15432/postgres")
+    parser.add_argument("--opensearch-url", default="http://127.0.0.1:19200")
     parser.add_argument("--restore-records", type=int, default=1_000_000)
     parser.add_argument("--kinds", default=",".join(KINDS))
     parser.add_argument("--child", choices=[*KINDS, "restore"])

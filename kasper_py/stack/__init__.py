@@ -1,10 +1,12 @@
 """A real local stack for kasper_py: Kafka, a schema registry, Redis, Cassandra,
-Prometheus, a Spark standalone cluster and a tracing backend (Jaeger) on 127.0.0.1.
+Prometheus, OpenSearch, a Spark standalone cluster and a tracing backend (Jaeger) on
+127.0.0.1.
 
 ``kasper stack up|down|status [components...]`` (or ``python -m kasper_py.stack``)
 starts pinned servers as plain local processes, no Docker: Kafka and Cassandra from
 Maven Central jars, the schema registry (Apicurio, Confluent-compatible) from a jar
-built once from Maven Central, Redis and Prometheus from Debian packages, Spark's master and two
+built once from Maven Central, OpenSearch (``opensearch``, one node, security off)
+from Maven Central jars, Redis and Prometheus from Debian packages, Spark's master and two
 workers (``spark``: ``spark-master``, ``spark-worker-1``, ``spark-worker-2``) from the
 pyspark wheel, Jaeger v2 (``jaeger``, OTLP in, a query API out) built once with ``go``
 from the Go module proxy, PostgreSQL (``postgres``, Debian's server run on a cluster of
@@ -40,6 +42,7 @@ from kasper_py.stack._images import (
 )
 from kasper_py.stack._jaeger import Jaeger
 from kasper_py.stack._lifecycle import ComponentStatus
+from kasper_py.stack._opensearch import OpenSearch
 from kasper_py.stack._postgres import Postgres
 from kasper_py.stack._prometheus import scraped, targets_file, write_targets
 from kasper_py.stack._registry import SchemaRegistry
@@ -59,6 +62,7 @@ __all__ = [
     "kafka_image",
     "kafka_version",
     "main",
+    "opensearch_url",
     "postgres_url",
     "prometheus_target",
     "prometheus_url",
@@ -123,6 +127,12 @@ def cassandra_contact() -> tuple[str, int]:
 def prometheus_url() -> str:
     """Base URL of the local Prometheus (its HTTP API is under ``/api/v1``)."""
     return f"http://{LOOPBACK}:{Settings.load().prometheus_port}"
+
+
+def opensearch_url() -> str:
+    """``$KASPER_OPENSEARCH_URL`` if set (an existing cluster), else the local node's REST
+    base URL, as ``OpenSearchTable(url=...)`` takes it."""
+    return os.environ.get("KASPER_OPENSEARCH_URL") or OpenSearch(Settings.load()).url
 
 
 def jaeger_url() -> str:

@@ -14,6 +14,7 @@ from kasper_py.stack._components import (
 )
 from kasper_py.stack._engine import Podman
 from kasper_py.stack._jaeger import Jaeger
+from kasper_py.stack._opensearch import OpenSearch
 from kasper_py.stack._postgres import Postgres
 from kasper_py.stack._prometheus import Prometheus
 from kasper_py.stack._registry import SchemaRegistry
@@ -22,7 +23,7 @@ from kasper_py.stack._settings import Settings
 COMPONENTS: dict[str, type[Component]] = {
     component.name: component for component in (
         Kafka, SchemaRegistry, Redis, Cassandra, Prometheus, SparkMaster, SparkWorker1,
-        SparkWorker2, Jaeger, Postgres, Podman)
+        SparkWorker2, Jaeger, OpenSearch, Postgres, Podman)
 }
 
 GROUPS: dict[str, tuple[str, ...]] = {

@@ -163,6 +163,10 @@ class Settings:
     """Where Jaeger receives OTLP over gRPC."""
     jaeger_otlp_http_port: int
     """Where Jaeger receives OTLP over HTTP (``/v1/traces``): ``otlp_endpoint``."""
+    opensearch_port: int
+    """OpenSearch's REST API (HTTP)."""
+    opensearch_transport_port: int
+    """OpenSearch's node-to-node transport (bound, unused by a single node)."""
     postgres_port: int
     """PostgreSQL's port (``KASPER_POSTGRES_PORT``)."""
     cache_dir: Path
@@ -199,6 +203,8 @@ class Settings:
             jaeger_grpc_port=_port("KASPER_JAEGER_GRPC_PORT", 16685),
             jaeger_otlp_grpc_port=_port("KASPER_JAEGER_OTLP_GRPC_PORT", 4317),
             jaeger_otlp_http_port=_port("KASPER_JAEGER_OTLP_HTTP_PORT", 4318),
+            opensearch_port=_port("KASPER_OPENSEARCH_PORT", 19200),
+            opensearch_transport_port=_port("KASPER_OPENSEARCH_TRANSPORT_PORT", 19300),
             postgres_port=_port("KASPER_POSTGRES_PORT", 15432),
         )
 

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -28,6 +29,7 @@ from kasper_py import Config, TopicProcessor
 from kasper_py.kafka.producer import OutputProducer
 from kasper_py.observability.observe import NoopObserver, TurnStats
 from kasper_py.stack import cassandra_contact as stack_cassandra_contact
+from kasper_py.stack import opensearch_url as stack_opensearch_url
 from kasper_py.stack import redis_url as stack_redis_url
 from kasper_py.stores.base import StoreRuntime, StoreSpec
 from tests.container_stack import on_containers
@@ -111,6 +113,20 @@ def cassandra_contact() -> tuple[str, int]:
 
     on_demand("cassandra", f"{host}:{port}", answers, external=False)
     return host, port
+
+
+@pytest.fixture(scope="session")
+def opensearch_url() -> str:
+    """Base URL of the stack's OpenSearch, started when it is not running (or
+    ``$KASPER_OPENSEARCH_URL``); fails when ``/_cluster/health`` does not answer."""
+    url = stack_opensearch_url()
+
+    def answers() -> None:
+        with urllib.request.urlopen(f"{url}/_cluster/health", timeout=5) as reply:
+            assert reply.status == 200
+
+    on_demand("opensearch", url, answers, external="KASPER_OPENSEARCH_URL" in os.environ)
+    return url
 
 
 class RedisServer:

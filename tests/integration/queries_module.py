@@ -2,6 +2,7 @@
 ``__init__`` (the base class keeps the context).
 
     kasper run queries_module:Count --stores queries_module:stores --views queries_module:VIEWS
+    kasper run queries_module:Count --stores queries_module:opensearch_stores
     kasper run queries_module:Relay      # re-keys nothing: sends each record on, keyed
 """
 
@@ -12,6 +13,8 @@ from typing import Any
 
 from kasper_py import Config, Message, MessageProcessor, Sender
 from kasper_py.query import Request, Response, Scan, Tables
+from kasper_py.stack import opensearch_url
+from kasper_py.stores.opensearch import OpenSearchTable
 from kasper_py.stores.rocksdb import RocksDBTable
 
 
@@ -49,6 +52,12 @@ def top(request: Request, tables: Tables) -> Response:
 
 
 VIEWS = {"/top": top}
+
+
+def opensearch_stores(config: Config) -> list[OpenSearchTable]:
+    """The counts table in the stack's OpenSearch (``$KASPER_OPENSEARCH_URL`` else the
+    local node), str keys as the input's."""
+    return [OpenSearchTable("counts", url=opensearch_url(), effectively_once=True)]
 
 
 def json_stores(config: Config) -> list[RocksDBTable]:

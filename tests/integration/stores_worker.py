@@ -2,10 +2,10 @@
 
     python stores_worker.py KIND BOOTSTRAP NAME TOPIC BATCH_SIZE [--until-caught-up]
         [--effectively-once] [--state-dir DIR] [--redis-url URL]
-        [--cassandra HOST:PORT] [--keyspace KS] [--pause SECONDS]
+        [--cassandra HOST:PORT] [--keyspace KS] [--opensearch-url URL] [--pause SECONDS]
         [--exactly-once] [--output TOPIC] [--force] [--group] [--metrics-port PORT]
 
-KIND is redis, cassandra or rocksdb. The store is called "counts"; each input value is
+KIND is redis, cassandra, opensearch or rocksdb. The store is called "counts"; each input value is
 one or more words, and a word written "-word" deletes that word's count. With
 ``--output`` every input message is also sent on, key and value unchanged.
 """
@@ -64,6 +64,11 @@ def store_spec(kind: str, args: argparse.Namespace) -> StoreSpec:
         host, port = args.cassandra.split(":")
         return CassandraTable("counts", contact_points=[host], port=int(port),
                               keyspace=args.keyspace, effectively_once=args.effectively_once)
+    if kind == "opensearch":
+        from kasper_py.stores.opensearch import OpenSearchTable
+
+        return OpenSearchTable("counts", url=args.opensearch_url,
+                               effectively_once=args.effectively_once)
     from kasper_py.stores.rocksdb import RocksDBTable
 
     return RocksDBTable("counts")
@@ -80,6 +85,7 @@ def main() -> None:
     parser.add_argument("--redis-url", default="redis://127.0.0.1:16379/0")
     parser.add_argument("--cassandra", default="127.0.0.1:19042")
     parser.add_argument("--keyspace", default="kasper_tests")
+    parser.add_argument("--opensearch-url", default="http://127.0.0.1:19200")
     parser.add_argument("--pause", type=float, default=0.0)
     parser.add_argument("--exactly-once", action="store_true")
     parser.add_argument("--output")

@@ -7,7 +7,9 @@ running are reused and left running; the ones these tests start are stopped agai
 from __future__ import annotations
 
 import dataclasses
+import json
 import socket
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -74,7 +76,7 @@ def test_status_command_prints_every_component(
     lines = capsys.readouterr().out.splitlines()
     assert [line.split()[0] for line in lines] == [
         "kafka", "schema-registry", "redis", "cassandra", "prometheus", "spark-master",
-        "spark-worker-1", "spark-worker-2", "jaeger", "postgres", "podman"]
+        "spark-worker-1", "spark-worker-2", "jaeger", "opensearch", "postgres", "podman"]
     assert "running" in lines[0]
 
 
@@ -145,6 +147,22 @@ def test_cassandra_answers_cql() -> None:
         cluster.shutdown()
         if started_here:
             stack.down(["cassandra"])
+
+
+def test_opensearch_answers_rest() -> None:
+    """OpenSearch from the stack answers ``GET /`` on opensearch_url() with its version,
+    a single-node cluster of its own name."""
+    started_here = not _running(["opensearch"])
+    (status,) = stack.up(["opensearch"])
+    try:
+        assert stack.opensearch_url() == f"http://{status.address}"
+        with urllib.request.urlopen(stack.opensearch_url(), timeout=10) as reply:
+            node = json.loads(reply.read())
+        assert node["version"]["number"] == "2.19.6"
+        assert node["cluster_name"] == "kasper-stack"
+    finally:
+        if started_here:
+            stack.down(["opensearch"])
 
 
 def test_kafka_storage_formats_with_a_cluster_id_starting_with_a_dash(

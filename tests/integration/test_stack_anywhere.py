@@ -78,7 +78,7 @@ def test_an_unknown_component_is_refused_from_anywhere(own_user: dict[str, str],
     assert result.stderr == (
         "error: unknown stack component 'kafak' (known: spark, kafka, schema-registry, "
         "redis, cassandra, prometheus, spark-master, spark-worker-1, spark-worker-2, "
-        "jaeger, postgres, podman, all)\n")
+        "jaeger, opensearch, postgres, podman, all)\n")
     assert not (tmp_path / "state" / "kasper-py" / "stack-dir").exists()
 
 
