@@ -20,7 +20,7 @@ from kasper_py.stores.base import StoreSpec
 from kasper_py.stores.specs import check_unique_names
 from kasper_py.time import Task
 
-__all__ = ["Plan", "RunTarget", "describe", "plan_for"]
+__all__ = ["Plan", "RunTarget", "describe", "plan_for", "read_together"]
 
 
 @dataclass(frozen=True)
@@ -83,11 +83,29 @@ def plan_for(target: ProcessorFactory | App, config: Config, *,
     internal = tuple(OutputTopic(r.topic(config.name), r.partitions, None,
                                  {"cleanup.policy": "delete", **r.config})
                      for r in app.repartitions.values())
-    run_config = replace(config, input_topics=(*sources, *(t.name for t in internal)))
     routes, stats = AppRoutes(app, config.name), NodeStats()
+    run_config = replace(config, input_topics=(*sources, *(t.name for t in internal)),
+                         input_groups=read_together([routes.kafka_inputs(n)
+                                                     for n in app.nodes]))
     factory = AppFactory(app, routes, stats)
     return Plan(run_config, factory, app.stores, [*app.tasks, *tasks], sources, internal,
                 routes, stats, app)
+
+
+def read_together(inputs: Sequence[frozenset[str]]) -> tuple[tuple[str, ...], ...]:
+    """The groups of topics read together (co-partitioned), from what each processor
+    reads from Kafka (``inputs``): topics one processor reads share a group, and so do
+    the groups that share a topic. Each group in its topics' first order."""
+    groups: list[set[str]] = []
+    for topics in inputs:
+        joined = set(topics)
+        for group in [g for g in groups if g & joined]:
+            joined |= group
+            groups.remove(group)
+        if joined:
+            groups.append(joined)
+    order = [t for topics in inputs for t in sorted(topics)]
+    return tuple(tuple(sorted(g, key=order.index)) for g in groups)
 
 
 def describe(app: App, config: Config | None = None) -> dict[str, Any]:

@@ -280,6 +280,6 @@ def test_existing_repartition_with_another_count_refuses_to_start(
     assert result.returncode == 3, result.stderr
     assert result.stderr == (
         f"kasper: error: internal topic {app_run.repartition!r} has 2 partitions on "
-        f"{bootstrap}, but the input topics have {PARTITIONS}: reset the app (`kasper app "
-        "reset`), or give its inputs that count\n")
+        f"{bootstrap}, but the app runs it with {PARTITIONS}: reset the app (`kasper app "
+        "reset`), or declare that count\n")
     assert set(app_run.committed(app_run.source).values()) == {None}
