@@ -14,7 +14,7 @@ from kasper_py.app.runtime import AppFactory, AppRoutes, NodeStats
 from kasper_py.app.topology import App, Channel, Node, Repartition
 from kasper_py.config import Config, OutputTopic
 from kasper_py.exceptions import ConfigError
-from kasper_py.kafka.topics import leader_topic
+from kasper_py.kafka.topics import internal_specs, leader_topic, source_counts, task_count
 from kasper_py.processor import ProcessorFactory
 from kasper_py.stores.base import StoreSpec
 from kasper_py.stores.specs import check_unique_names
@@ -57,6 +57,16 @@ class Plan:
     routes: AppRoutes | None = None
     stats: NodeStats | None = None
     app: App | None = None
+
+    def partition_numbers(self, metadata: Any) -> int:
+        """How many partition numbers the loop runs (``topics.task_count``), from
+        cluster ``metadata``: the largest count of the sources and the internal topics
+        (each its declared count, else the sources'). ``TopicError`` as ``task_count``
+        says, or naming a missing source."""
+        counts = source_counts(self.config, self.sources, metadata)
+        counts.update({spec.name: spec.partitions
+                       for spec in internal_specs(counts, self.internal)})
+        return task_count(self.config, counts)
 
 
 def plan_for(target: ProcessorFactory | App, config: Config, *,
