@@ -22,8 +22,9 @@ from kasper_py import (
     TopicError,
     TopicProcessor,
 )
-from kasper_py.app import App, plan_for
+from kasper_py.app import App, describe, plan_for
 from kasper_py.app.plan import read_together
+from kasper_py.dsl import Builder
 from kasper_py.kafka.topics import task_count, topic_keys
 from kasper_py.stores.base import StoreSpec
 from kasper_py.stores.memory import MemoryTable
@@ -193,3 +194,38 @@ def test_static_sets_hold_every_key_exactly_once(counts: list[int], sets: int) -
     numbers = list(range(task_count(config, by_topic)))
     held = [k for i in range(sets) for k in topic_keys(topics, by_topic, numbers[i::sets])]
     assert sorted(held) == sorted((t, p) for t, n in by_topic.items() for p in range(n))
+
+
+# -- the DSL ---------------------------------------------------------------------------------
+
+
+def dsl_counts(partitions: int, how: str) -> App:
+    b = Builder("fan", stores="memory", cache=False)
+    stream = b.stream("src")
+    if how == "group_by":
+        grouped = stream.group_by(lambda k, v: v, name="by-value", partitions=partitions)
+    else:
+        grouped = (stream.select_key(lambda k, v: v)
+                   .repartition(name="by-value", partitions=partitions).group_by_key())
+    grouped.count("counts").to_stream().map_values(str).to("counted")
+    return b.build()
+
+
+@pytest.mark.parametrize("how", ["group_by", "repartition"])
+@pytest.mark.parametrize("sources, partitions", [(4, 1), (2, 6)])
+def test_the_dsl_gives_a_repartition_its_own_count(sources: int, partitions: int,
+                                                   how: str) -> None:
+    """``group_by(..., partitions=N)`` and ``repartition(partitions=N)``: the repartition
+    is created with N partitions and the counts downstream of it are exact."""
+    broker = fan_broker(sources)
+    app = dsl_counts(partitions, how)
+    assert describe(app)["internal_topics"] == ["fan-by-value-repartition"]
+    run(broker, app, dataclasses.replace(CONFIG, key_serde="str", value_serde="str"))
+    assert broker._partition_count("fan-by-value-repartition") == partitions
+    assert final_counts(broker) == expected()
+
+
+def test_group_by_key_with_a_count_repartitions_even_when_the_keys_are_kept() -> None:
+    b = Builder("fan", stores="memory")
+    b.stream("src").group_by_key(partitions=1).count("counts").to_stream().to("counted")
+    assert describe(b.build())["internal_topics"] == ["fan-counts-by-key-repartition"]
