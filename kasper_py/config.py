@@ -61,7 +61,8 @@ class Config:
     bootstrap_servers: str
     """Kafka bootstrap servers, ``host:port[,host:port...]``."""
     input_topics: Sequence[str]
-    """Topics read together; they must have the same partition count."""
+    """Topics read together; they must have the same partition count (per group of
+    ``input_groups``, when set)."""
     input_partitions: Sequence[int] | None = None
     """Partition numbers this process owns across all input topics; ``None`` means all.
     With ``assignment="group"`` the group decides, and this must stay ``None``."""

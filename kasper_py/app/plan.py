@@ -118,6 +118,17 @@ def read_together(inputs: Sequence[frozenset[str]]) -> tuple[tuple[str, ...], ..
     return tuple(tuple(sorted(g, key=order.index)) for g in groups)
 
 
+def _partitions(repartition: Repartition, config: Config | None) -> dict[str, Any]:
+    """A repartition's count (``None``: the sources') and who runs its partitions: a
+    static set, the partitions of it this process owns; else every partition number's
+    owner (all of them, a ``--processes`` worker each, or the group)."""
+    count, owned = repartition.partitions, config and config.input_partitions
+    runs: Any = ("group" if config is not None and config.group_mode
+                 else "all" if owned is None
+                 else [p for p in owned if count is None or p < count])
+    return {"count": count, "runs": runs}
+
+
 def describe(app: App, config: Config | None = None) -> dict[str, Any]:
     """The app's topology as plain data (``kasper app describe``): its processors in
     turn order, each with inputs, outputs and stores (and its operators in order, when
@@ -151,6 +162,8 @@ def describe(app: App, config: Config | None = None) -> dict[str, Any]:
         "internal_topics": [*(r.topic(name) for r in app.repartitions.values()),
                             *([leader_topic(name)] if any(t.on_leader for t in app.tasks)
                               else [])],
+        "partitions": {r.topic(name): _partitions(r, config)
+                       for r in app.repartitions.values()},
         "channels": list(app.channels),
         "tasks": [{"name": t.name, "on_leader": t.on_leader} for t in app.tasks],
     }

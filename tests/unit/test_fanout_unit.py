@@ -24,6 +24,7 @@ from kasper_py import (
 )
 from kasper_py.app import App, describe, plan_for
 from kasper_py.app.plan import read_together
+from kasper_py.cli.app import render
 from kasper_py.dsl import Builder
 from kasper_py.kafka.topics import task_count, topic_keys
 from kasper_py.stores.base import StoreSpec
@@ -229,3 +230,17 @@ def test_group_by_key_with_a_count_repartitions_even_when_the_keys_are_kept() ->
     b = Builder("fan", stores="memory")
     b.stream("src").group_by_key(partitions=1).count("counts").to_stream().to("counted")
     assert describe(b.build())["internal_topics"] == ["fan-counts-by-key-repartition"]
+
+
+def test_describe_tells_each_repartitions_count_and_who_runs_it() -> None:
+    """A static set runs the repartition's partitions among its partition numbers;
+    `kasper app describe` prints it."""
+    static = dataclasses.replace(CONFIG, input_partitions=[0, 2])
+    topology = describe(fan_app(1), static)
+    assert topology["partitions"] == {"fan-by-key-repartition": {"count": 1, "runs": [0]}}
+    assert render(topology).splitlines()[-1] == (
+        "  fan-by-key-repartition: 1 partitions; this process runs: 0")
+    grouped = describe(fan_app(6), dataclasses.replace(CONFIG, assignment="group"))
+    assert grouped["partitions"] == {"fan-by-key-repartition": {"count": 6, "runs": "group"}}
+    assert describe(fan_app(6), dataclasses.replace(CONFIG, input_partitions=[1]))[
+        "partitions"]["fan-by-key-repartition"]["runs"] == [1]
