@@ -122,7 +122,8 @@ def _partitions(repartition: Repartition, config: Config | None) -> dict[str, An
     """A repartition's count (``None``: the sources') and who runs its partitions: a
     static set, the partitions of it this process owns; else every partition number's
     owner (all of them, a ``--processes`` worker each, or the group)."""
-    count, owned = repartition.partitions, config and config.input_partitions
+    count = repartition.partitions
+    owned = None if config is None else config.input_partitions
     runs: Any = ("group" if config is not None and config.group_mode
                  else "all" if owned is None
                  else [p for p in owned if count is None or p < count])
