@@ -6,10 +6,13 @@ SIGKILLed once mid-run, then run until caught up."""
 
 from __future__ import annotations
 
+import json
 import os
+import random
 import signal
 import subprocess
 import sys
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -25,6 +28,7 @@ from conftest_stores import wait_for  # isort: skip  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
+EXAMPLES = HERE.parents[1] / "examples"
 TOTAL = 600
 MODES = {"static": [[]], "processes": [["--processes", "2"]],
          "group": [["--assignment", "group"], ["--assignment", "group"]]}
@@ -119,3 +123,48 @@ def test_a_repartition_of_its_own_count_counts_exactly_under_kill(  # noqa: PLR0
         assert set(seen.values()) == {1}, {u: n for u, n in seen.items() if n != 1}
         assert set(seen) == {(user, n) for user, count in expected.items()
                              for n in range(1, count + 1)}
+
+
+def test_global_topk_example_is_exact_under_kill(bootstrap: str, new_topic: Callable[..., str],
+                                                 kafka: Any, unique_name: Callable[[str], str],
+                                                 tmp_path: Path) -> None:
+    """examples/global_topk.py: 1,500 items over a 4-partition source, the app SIGKILLed
+    once mid-run under exactly-once, then run until caught up: the output's last record
+    is the exact top 3, and every partition of the source and of the one-partition
+    repartition is committed to its end."""
+    source, output = new_topic("topk-items", partitions=4), new_topic("topk-out", partitions=1)
+    name = unique_name("topk")
+    items = [f"i{min(int(random.paretovariate(1.2)), 40)}-{n % 3}" for n in range(1500)]
+    kafka.produce(source, [(item.encode(), b"1") for item in items])
+    expected = sorted(Counter(items).items(), key=lambda c: (-c[1], c[0]))[:3]
+    config = write_config(tmp_path / "topk.toml", name=name, bootstrap_servers=bootstrap,
+                          state_dir=str(tmp_path / "state"), key_serde="str",
+                          value_serde="str", batch_size=20, batch_wait=0.1,
+                          processing_guarantee="exactly_once")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "TOPK_SOURCE": source,
+           "TOPK_OUTPUT": output, "TOPK_K": "3"}
+    command = [sys.executable, "-m", "kasper_py", "run", "global_topk:app", "--app-dir",
+               str(EXAMPLES), "--config", str(config), "--log-format", "console"]
+
+    def done() -> int:
+        return sum(o or 0 for o in kafka.committed(name, source, 4).values())
+
+    with internal_topics_deleted(bootstrap, name):
+        with (tmp_path / "first.log").open("wb") as log:
+            first = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            wait_for(lambda: done() > 0, "the first commit", 90)
+        finally:
+            first.kill()
+            first.wait(30)
+        assert done() < len(items)  # the kill landed mid-run
+        last = subprocess.run([*command, "--until-caught-up"], env=env, capture_output=True,
+                              text=True, timeout=180, check=False)
+        assert last.returncode == 0, last.stdout[-3000:]
+
+        tops = f"{name}-tops-repartition"
+        assert partition_count(bootstrap, tops) == 1
+        for topic, count in ((source, 4), (tops, 1)):
+            assert kafka.committed(name, topic, count) == ends(bootstrap, topic, count)
+        final = kafka.read_all(output)[-1]
+        assert [tuple(pair) for pair in json.loads(final.value())] == expected
