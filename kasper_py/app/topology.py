@@ -179,11 +179,12 @@ class App:
 
     def task(self, fn: TaskFunction, *, every: float | None = None, cron: str | None = None,
              name: str | None = None, on_leader: bool = False,
-             timezone: tzinfo = UTC) -> Task:
-        """Run ``fn(timestamp_ms, sender)`` on the wall clock (``kasper_py.time.Task``);
-        with ``on_leader``, in one process of the app at a time."""
+             timezone: tzinfo = UTC, once: bool = False, delay: float | None = None) -> Task:
+        """Run ``fn(timestamp_ms, sender)`` on the wall clock (``kasper_py.time.Task``:
+        ``every``, ``cron``, or ``once``/``delay`` once per start); with ``on_leader``,
+        in one process of the app at a time."""
         task = Task(fn, every=every, cron=cron, name=name, timezone=timezone,
-                    on_leader=on_leader)
+                    on_leader=on_leader, once=once, delay=delay)
         self.tasks.append(task)
         return task
 
