@@ -209,24 +209,24 @@ class GroupAssignment(Assignment):
         """The group took ``keys`` away. Every processed batch is already committed (no
         consume happens inside a turn), so only records gathered for the next batch are
         dropped (the new owner reads them from the committed offsets); the partitions'
-        processors and stores close, the others stay. A partition the group left here
-        of some topic only waits again for the peers taken away, paused."""
-        partitions = sorted({p for _, p in keys})
+        processors and stores close, the others stay. A partition left here with whole
+        groups of topics read together runs on with them, untouched; one left with some
+        topic only waits again for the peers taken away, paused."""
         gone = set(keys)
-        left = [tp for tp in self._consumer.assigned if tp[1] in partitions and tp not in gone]
+        held = set(self._consumer.assigned) - gone
+        kept, _ = self._peers.split({p for _, p in keys}, held)
+        kept = [p for p in kept if any(tp[1] == p for tp in held)]
+        partitions = sorted({p for _, p in keys} - set(kept))
+        left = [tp for tp in held if tp[1] in partitions]
         self._prefetcher.drop([*keys, *left])
         self._committer.offsets.forget([*keys, *left])
         self._peers.forget(partitions)
         self._partitions.close(partitions)
         self._running.difference_update([*keys, *left])
         self._consumer.pause(left)
-        held = set(self._consumer.assigned) - gone
-        ready, short = self._peers.split({p for _, p in left}, held)
-        self._peers.wait(short, held)
-        if ready:  # left with whole groups read together: they run on
-            self._run(ready, [], ready, held)
+        self._peers.wait(sorted({p for _, p in left}), held)
         _log.info("kasper.partitions_revoked", processor=self.config.name,
-                  partitions=partitions)
+                  partitions=sorted({p for _, p in keys}))
 
     def ensure_assigned(self) -> bool:
         """True when the group assigned this member partitions (none yet: nothing to
