@@ -61,7 +61,8 @@ class Config:
     bootstrap_servers: str
     """Kafka bootstrap servers, ``host:port[,host:port...]``."""
     input_topics: Sequence[str]
-    """Topics read together; they must have the same partition count."""
+    """Topics read together; they must have the same partition count (per group of
+    ``input_groups``, when set)."""
     input_partitions: Sequence[int] | None = None
     """Partition numbers this process owns across all input topics; ``None`` means all.
     With ``assignment="group"`` the group decides, and this must stay ``None``."""
@@ -235,6 +236,11 @@ class Config:
     """librdkafka settings for the consumer only."""
     producer_overrides: Mapping[str, ClientValue] = field(default_factory=dict)
     """librdkafka settings for the producer only."""
+    input_groups: Sequence[Sequence[str]] | None = None
+    """The input topics in groups read together (co-partitioned): each group's topics
+    share a partition count, groups may differ, and the loop runs partition numbers up
+    to the largest count, each reading the topics that have it. ``None``: every input
+    topic is one group. An app's plan sets it from what each processor reads."""
 
     def __post_init__(self) -> None:
         self._check_identity()
@@ -279,6 +285,7 @@ class Config:
         if len(set(topics)) != len(topics):
             raise ConfigError("input_topics", f"lists a topic twice: {list(topics)}")
         self._set("input_topics", tuple(topics))
+        self._check_input_groups()
         partitions = self.input_partitions
         if partitions is None:
             return
@@ -290,6 +297,17 @@ class Config:
         if len(set(partitions)) != len(partitions):
             raise ConfigError("input_partitions", f"lists a partition twice: {list(partitions)}")
         self._set("input_partitions", tuple(sorted(partitions)))
+
+    def _check_input_groups(self) -> None:
+        groups = self.input_groups
+        if groups is None:
+            return
+        listed = [t for group in groups for t in group] if isinstance(groups, Sequence) else []
+        if (isinstance(groups, str) or not listed or any(isinstance(g, str) for g in groups)
+                or set(listed) != set(self.input_topics)):
+            raise ConfigError("input_groups", "must be lists of input topics covering every "
+                              f"one of {list(self.input_topics)}, or None; got {groups!r}")
+        self._set("input_groups", tuple(tuple(g) for g in groups))
 
     def _check_assignment(self) -> None:
         if self.assignment not in ("static", "group"):

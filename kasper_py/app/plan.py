@@ -14,13 +14,13 @@ from kasper_py.app.runtime import AppFactory, AppRoutes, NodeStats
 from kasper_py.app.topology import App, Channel, Node, Repartition
 from kasper_py.config import Config, OutputTopic
 from kasper_py.exceptions import ConfigError
-from kasper_py.kafka.topics import leader_topic
+from kasper_py.kafka.topics import internal_specs, leader_topic, source_counts, task_count
 from kasper_py.processor import ProcessorFactory
 from kasper_py.stores.base import StoreSpec
 from kasper_py.stores.specs import check_unique_names
 from kasper_py.time import Task
 
-__all__ = ["Plan", "RunTarget", "describe", "plan_for"]
+__all__ = ["Plan", "RunTarget", "describe", "plan_for", "read_together"]
 
 
 @dataclass(frozen=True)
@@ -58,6 +58,16 @@ class Plan:
     stats: NodeStats | None = None
     app: App | None = None
 
+    def partition_numbers(self, metadata: Any) -> int:
+        """How many partition numbers the loop runs (``topics.task_count``), from
+        cluster ``metadata``: the largest count of the sources and the internal topics
+        (each its declared count, else the sources'). ``TopicError`` as ``task_count``
+        says, or naming a missing source."""
+        counts = source_counts(self.config, self.sources, metadata)
+        counts.update({spec.name: spec.partitions
+                       for spec in internal_specs(counts, self.internal)})
+        return task_count(self.config, counts)
+
 
 def plan_for(target: ProcessorFactory | App, config: Config, *,
              stores: Sequence[StoreSpec] = (), tasks: Sequence[Task] = ()) -> Plan:
@@ -83,11 +93,41 @@ def plan_for(target: ProcessorFactory | App, config: Config, *,
     internal = tuple(OutputTopic(r.topic(config.name), r.partitions, None,
                                  {"cleanup.policy": "delete", **r.config})
                      for r in app.repartitions.values())
-    run_config = replace(config, input_topics=(*sources, *(t.name for t in internal)))
     routes, stats = AppRoutes(app, config.name), NodeStats()
+    run_config = replace(config, input_topics=(*sources, *(t.name for t in internal)),
+                         input_groups=read_together([routes.kafka_inputs(n)
+                                                     for n in app.nodes]))
     factory = AppFactory(app, routes, stats)
     return Plan(run_config, factory, app.stores, [*app.tasks, *tasks], sources, internal,
                 routes, stats, app)
+
+
+def read_together(inputs: Sequence[frozenset[str]]) -> tuple[tuple[str, ...], ...]:
+    """The groups of topics read together (co-partitioned), from what each processor
+    reads from Kafka (``inputs``): topics one processor reads share a group, and so do
+    the groups that share a topic. Each group in its topics' first order."""
+    groups: list[set[str]] = []
+    for topics in inputs:
+        joined = set(topics)
+        for group in [g for g in groups if g & joined]:
+            joined |= group
+            groups.remove(group)
+        if joined:
+            groups.append(joined)
+    order = [t for topics in inputs for t in sorted(topics)]
+    return tuple(tuple(sorted(g, key=order.index)) for g in groups)
+
+
+def _partitions(repartition: Repartition, config: Config | None) -> dict[str, Any]:
+    """A repartition's count (``None``: the sources') and who runs its partitions: a
+    static set, the partitions of it this process owns; else every partition number's
+    owner (all of them, a ``--processes`` worker each, or the group)."""
+    count = repartition.partitions
+    owned = None if config is None else config.input_partitions
+    runs: Any = ("group" if config is not None and config.group_mode
+                 else "all" if owned is None
+                 else [p for p in owned if count is None or p < count])
+    return {"count": count, "runs": runs}
 
 
 def describe(app: App, config: Config | None = None) -> dict[str, Any]:
@@ -123,6 +163,8 @@ def describe(app: App, config: Config | None = None) -> dict[str, Any]:
         "internal_topics": [*(r.topic(name) for r in app.repartitions.values()),
                             *([leader_topic(name)] if any(t.on_leader for t in app.tasks)
                               else [])],
+        "partitions": {r.topic(name): _partitions(r, config)
+                       for r in app.repartitions.values()},
         "channels": list(app.channels),
         "tasks": [{"name": t.name, "on_leader": t.on_leader} for t in app.tasks],
     }

@@ -29,10 +29,10 @@ class Repartition:
     """A topic the app owns, ``<Config.name>-<name>-repartition``: a processor sends to
     it by key (``sender.repartition(name, value, key)``), another processor of the app
     reads it, so records move to the partition their new key hashes to (murmur2, as
-    the Java client). Created at start with the input topics' partition count (the loop
-    runs partition numbers across every topic it reads, so all share one count);
-    ``partitions``, when given, must be that count, and an existing topic with another
-    count refuses to start. ``config``: topic settings it is created with."""
+    the Java client). Created at start with ``partitions``, else the input topics'
+    count; the processors reading it are co-partitioned with it alone (and what they
+    read beside it), and an existing topic with another count refuses to start.
+    ``config``: topic settings it is created with."""
 
     name: str
     partitions: int | None = None
@@ -179,11 +179,12 @@ class App:
 
     def task(self, fn: TaskFunction, *, every: float | None = None, cron: str | None = None,
              name: str | None = None, on_leader: bool = False,
-             timezone: tzinfo = UTC) -> Task:
-        """Run ``fn(timestamp_ms, sender)`` on the wall clock (``kasper_py.time.Task``);
-        with ``on_leader``, in one process of the app at a time."""
+             timezone: tzinfo = UTC, once: bool = False, delay: float | None = None) -> Task:
+        """Run ``fn(timestamp_ms, sender)`` on the wall clock (``kasper_py.time.Task``:
+        ``every``, ``cron``, or ``once``/``delay`` once per start); with ``on_leader``,
+        in one process of the app at a time."""
         task = Task(fn, every=every, cron=cron, name=name, timezone=timezone,
-                    on_leader=on_leader)
+                    on_leader=on_leader, once=once, delay=delay)
         self.tasks.append(task)
         return task
 

@@ -118,6 +118,13 @@ def render(topology: dict[str, Any]) -> str:
             lines += [_operator_line(op) for op in node["operators"]]
     if topology["internal_topics"]:
         lines.append(f"  internal topics: {', '.join(topology['internal_topics'])}")
+    for topic, found in topology.get("partitions", {}).items():
+        if found["count"] is None and found["runs"] == "all":
+            continue  # the sources' count, all run here: nothing to tell
+        count = "the sources' count" if found["count"] is None else found["count"]
+        runs = found["runs"] if isinstance(found["runs"], str) else (
+            ",".join(map(str, found["runs"])) or "none")
+        lines.append(f"  {topic}: {count} partitions; this process runs: {runs}")
     if topology["channels"]:
         lines.append(f"  channels: {', '.join(topology['channels'])}")
     for task in topology["tasks"]:

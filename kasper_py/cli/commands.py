@@ -76,9 +76,7 @@ from kasper_py.exceptions import AlreadyRunningError, ConfigError, KasperError, 
 from kasper_py.kafka.admin import ensure_output_topics, reason
 from kasper_py.kafka.topics import (
     check_internal_topics,
-    input_partitions,
     owned_partitions,
-    partition_count,
 )
 from kasper_py.message import TopicPartitionKey
 from kasper_py.observability.observe import NoopStoreObserver
@@ -237,7 +235,7 @@ def _run(config: Config, args: argparse.Namespace) -> int:
     if _stopped_before_start(config):
         return EXIT_OK
     metadata = _metadata(config, args.connect_timeout)
-    input_partitions(config, metadata)  # topics exist?
+    owned_partitions(config, plan_for(factory, config).partition_numbers(metadata))
     _output_topics(config, metadata, args.create_topics)
     _internal_topics(config, factory, metadata)
     processor = _build_processor(config, factory, stores, tasks, force=args.force,
@@ -258,7 +256,7 @@ def _supervise(config: Config, args: argparse.Namespace) -> int:
     if _stopped_before_start(config):
         return EXIT_OK
     metadata = _metadata(config, args.connect_timeout)
-    owned = owned_partitions(config, partition_count(config, metadata))
+    owned = owned_partitions(config, plan_for(factory, config).partition_numbers(metadata))
     _output_topics(config, metadata, args.create_topics)  # once, before the workers
     _internal_topics(config, factory, metadata)
     base = [*_kasper_command(), *_without_processes(args.argv)]

@@ -271,16 +271,29 @@ class Stream:
         return Stream(self._graph, self._graph.repartition(self._node, name, partitions),
                       rekeyed=False)
 
-    def group_by(self, key: Callable[[Any, Any], Any], *, name: str | None = None
-                 ) -> Grouped:
-        """Group by ``key(key, value)``: the records go through a repartition (named
-        ``name``, else after the aggregation's store) so each key's records meet."""
-        return self.select_key(key).group_by_key(name=name)
+    def repartition(self, *, name: str | None = None, partitions: int | None = None
+                    ) -> Stream:
+        """Send the records through a repartition by their keys (Kafka Streams'
+        ``repartition(Repartitioned)``): named ``name``, else ``repartition-<n>``, with
+        ``partitions`` of its own (else the sources' count); returns the stream read
+        from it, in a new stage that runs with that count."""
+        return self.through(name or self._graph.auto_name("repartition"),
+                            partitions=partitions)
 
-    def group_by_key(self, *, name: str | None = None) -> Grouped:
-        """Group by the records' keys; repartitions first when the stream was re-keyed
-        (through the repartition ``name``, else one named after the store)."""
-        return Grouped(self._graph, self._node, self._rekeyed, name)
+    def group_by(self, key: Callable[[Any, Any], Any], *, name: str | None = None,
+                 partitions: int | None = None) -> Grouped:
+        """Group by ``key(key, value)``: the records go through a repartition (named
+        ``name``, else after the aggregation's store) so each key's records meet;
+        ``partitions``: its own partition count (``Stream.repartition``)."""
+        return self.select_key(key).group_by_key(name=name, partitions=partitions)
+
+    def group_by_key(self, *, name: str | None = None, partitions: int | None = None
+                     ) -> Grouped:
+        """Group by the records' keys; repartitions first when the stream was re-keyed,
+        or when ``partitions`` asks for a count of its own (through the repartition
+        ``name``, else one named after the store)."""
+        return Grouped(self._graph, self._node, self._rekeyed or partitions is not None,
+                       name, partitions)
 
     def join(self, table: Table, joiner: Callable[[Any, Any], Any], *,
              name: str | None = None) -> Stream:
@@ -320,14 +333,16 @@ class Grouped:
     """A stream grouped by key, ready to aggregate (Kafka Streams' KGroupedStream);
     ``name=`` names the aggregation's node."""
 
-    def __init__(self, graph: Graph, node: Node, rekeyed: bool, name: str | None) -> None:
+    def __init__(self, graph: Graph, node: Node, rekeyed: bool, name: str | None,
+                 partitions: int | None = None) -> None:
         self._graph, self._node, self._rekeyed, self._name = graph, node, rekeyed, name
+        self._partitions = partitions
 
     def _input(self, store: str, combine: agg.Folding | None) -> Node:
         if not self._rekeyed:
             return self._node
         return self._graph.repartition(self._node, self._name or f"{store}-by-key",
-                                       combine=combine)
+                                       self._partitions, combine=combine)
 
     def _stateful(self, kind: str, store: str, make: Callable[[Any, str], ops.Op],
                   name: str | None, *, windowed: bool = False,

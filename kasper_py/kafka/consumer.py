@@ -26,7 +26,7 @@ from kasper_py.exceptions import CommitError, ConsumeError, TopicError
 from kasper_py.kafka.client_log import with_client_log
 from kasper_py.kafka.offsets import lowered
 from kasper_py.kafka.ports import Rebalance
-from kasper_py.kafka.topics import partition_count
+from kasper_py.kafka.topics import task_count, topic_counts, topic_keys
 from kasper_py.message import TopicPartitionKey
 
 __all__ = ["InputConsumer"]
@@ -65,6 +65,8 @@ class InputConsumer:
         self._ends: dict[TopicPartitionKey, int] | None = {} if aligned else None
         """With co-partitioned inputs aligned: the offset each partition's fetch last
         reached its end at, past any transaction marker."""
+        self._counts: dict[str, int] = {}
+        """Each input topic's partition count, once ``partition_count`` read them."""
         self.assigned: list[TopicPartitionKey] = []
         self.from_start: frozenset[str] = frozenset()
         self._paused: set[TopicPartitionKey] = set()
@@ -84,7 +86,14 @@ class InputConsumer:
             self._consumer.poll(0)  # delivers the client's log lines: refused, DNS, TLS...
             raise TopicError(f"cannot read metadata from {self._config.bootstrap_servers} "
                              f"within {_METADATA_TIMEOUT:g}s: {exc.args[0]}") from exc
-        return partition_count(self._config, metadata)
+        self._counts = topic_counts(self._config, metadata)
+        return task_count(self._config, self._counts)
+
+    def keys(self, partitions: Sequence[int]) -> list[TopicPartitionKey]:
+        """Partition numbers ``partitions`` of the input topics that have them."""
+        counts = self._counts or dict.fromkeys(self._config.input_topics, max(partitions,
+                                                                             default=0) + 1)
+        return topic_keys(self._config.input_topics, counts, partitions)
 
     def assign(self, partitions: Sequence[int], below: Mapping[TopicPartitionKey, int] | None = None
                ) -> dict[TopicPartitionKey, int | None]:
@@ -96,7 +105,7 @@ class InputConsumer:
         loads, and handed to ``assign``: left to librdkafka, such a failure on a fresh
         broker leaves the partitions without a start position and the loop idle.
         """
-        keys = [(t, p) for t in self._config.input_topics for p in partitions]
+        keys = self.keys(partitions)
         committed = lowered(self.committed(keys), below or {})
         self._consumer.assign([TopicPartition(*tp, self._start(tp, o))
                                for tp, o in committed.items()])

@@ -93,7 +93,12 @@ class InputPort(Protocol):
         """Read ``config``'s input topics; ``from_start``'s from their beginning."""
 
     def partition_count(self) -> int:
-        """Check the input topics exist with one partition count; return it."""
+        """Check the input topics exist, each group read together with one partition
+        count; return the partition numbers the loop runs (``topics.task_count``)."""
+
+    def keys(self, partitions: Sequence[int]) -> list[TopicPartitionKey]:
+        """Partition numbers ``partitions`` of the input topics that have them, topic by
+        topic (``topics.topic_keys``; every input topic before ``partition_count``)."""
 
     def assign(self, partitions: Sequence[int], below: Mapping[TopicPartitionKey, int] | None = None
                ) -> dict[TopicPartitionKey, int | None]:

@@ -22,17 +22,22 @@ __all__ = ["REPARTITION_CONFIG", "TopicKind", "TopicSpec", "changelog_spec", "ch
            "check_internal_topics", "common_partition_count", "input_partitions",
            "internal_specs", "internal_to_create", "leader_group", "leader_spec",
            "leader_topic", "output_specs", "owned_partitions", "partition_count",
-           "repartition_topic", "source_counts", "topic_problem"]
+           "repartition_topic", "source_counts", "task_count", "topic_counts", "topic_keys",
+           "topic_problem"]
 
 _ABSENT = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC})
 _REFUSED = frozenset({KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.TOPIC_EXCEPTION})
 
 
 def partition_count(config: Config, metadata: Any) -> int:
-    """The input topics' one partition count, from ``list_topics()``'s ``metadata``.
+    """The partition numbers the loop runs (``task_count``), from ``list_topics()``'s
+    ``metadata``; ``TopicError`` as ``topic_counts`` and ``task_count`` say."""
+    return task_count(config, topic_counts(config, metadata))
 
-    Raises ``TopicError`` naming a missing topic, or every topic's count when they differ.
-    """
+
+def topic_counts(config: Config, metadata: Any) -> dict[str, int]:
+    """Each input topic's partition count in ``metadata``; ``TopicError`` naming a
+    missing topic."""
     counts: dict[str, int] = {}
     for topic in config.input_topics:
         meta = metadata.topics.get(topic)
@@ -40,7 +45,24 @@ def partition_count(config: Config, metadata: Any) -> int:
             reason = "does not exist" if meta is None else meta.error.str()
             raise TopicError(f"input topic {topic!r}: {reason} on {config.bootstrap_servers}")
         counts[topic] = len(meta.partitions)
-    return common_partition_count(counts)
+    return counts
+
+
+def task_count(config: Config, counts: Mapping[str, int]) -> int:
+    """How many partition numbers the loop runs for input topics of ``counts`` (topic
+    -> its count): the largest count. The topics of each group read together
+    (``Config.input_groups``; all of them when unset) must share one count, else a
+    ``TopicError`` listing them."""
+    for group in config.input_groups or (config.input_topics,):
+        common_partition_count({t: counts[t] for t in group})
+    return max(counts[t] for t in config.input_topics)
+
+
+def topic_keys(topics: Sequence[str], counts: Mapping[str, int],
+               partitions: Sequence[int]) -> list[TopicPartitionKey]:
+    """Partition numbers ``partitions`` of ``topics`` as keys, topic by topic: those
+    each topic has (``counts``: topic -> its count)."""
+    return [(t, p) for t in topics for p in partitions if p < counts[t]]
 
 
 def common_partition_count(counts: Mapping[str, int]) -> int:
@@ -48,8 +70,8 @@ def common_partition_count(counts: Mapping[str, int]) -> int:
     ``TopicError`` listing them when they differ. The in-memory broker checks with it too."""
     if len(set(counts.values())) > 1:
         listed = ", ".join(f"{t}={n}" for t, n in counts.items())
-        raise TopicError("input topics must have the same partition count to be processed "
-                         f"partition-wise; found {listed}")
+        raise TopicError("input topics read together must have the same partition count to "
+                         f"be processed partition-wise; found {listed}")
     return next(iter(counts.values()))
 
 
@@ -69,8 +91,9 @@ def owned_partitions(config: Config, count: int) -> list[int]:
 def input_partitions(config: Config, metadata: Any) -> list[TopicPartitionKey]:
     """Every (topic, partition) this process owns, topic by topic; ``TopicError`` as
     ``partition_count`` and ``owned_partitions`` say."""
-    owned = owned_partitions(config, partition_count(config, metadata))
-    return [(topic, p) for topic in config.input_topics for p in owned]
+    counts = topic_counts(config, metadata)
+    owned = owned_partitions(config, task_count(config, counts))
+    return topic_keys(config.input_topics, counts, owned)
 
 
 # -- output topics ----------------------------------------------------------------------
@@ -133,8 +156,8 @@ class TopicSpec:
             return (f"changelog {self.name!r} has {found} partitions but the input has "
                     f"{self.partitions}; delete it or give the table another changelog topic")
         return (f"{self.kind} topic {self.name!r} has {found} partitions on {servers}, but "
-                f"the input topics have {self.partitions}: reset the app (`kasper app "
-                "reset`), or give its inputs that count")
+                f"the app runs it with {self.partitions}: reset the app (`kasper app "
+                "reset`), or declare that count")
 
 
 def output_specs(config: Config, metadata: Any) -> list[TopicSpec]:
@@ -172,19 +195,24 @@ def changelog_spec(topic: str, partitions: int, replication_factor: int = -1,
 
 def internal_specs(source_counts: Mapping[str, int], topics: Sequence[OutputTopic]
                    ) -> list[TopicSpec]:
-    """An app's internal ``topics`` as specs, with the partition count of the sources
-    (``source_counts``: topic -> count, one count shared, else ``TopicError``) and
-    ``REPARTITION_CONFIG`` under their own settings; a declaration with another count
-    is a ``TopicError`` naming both: the loop runs partition numbers across every topic."""
-    count = common_partition_count(source_counts)
-    for topic in topics:
-        if topic.partitions is not None and topic.partitions != count:
-            raise TopicError(f"internal topic {topic.name!r} is declared with "
-                             f"{topic.partitions} partitions, but the input topics "
-                             f"{list(source_counts)} have {count}: every topic an app reads "
-                             "shares one partition count")
-    return [TopicSpec(topic.name, "internal", count, "exact", topic.replication_factor or -1,
+    """An app's internal ``topics`` as specs, each with its declared partition count, or
+    else the one count of the sources (``source_counts``: topic -> count; a
+    ``TopicError`` when they differ), and ``REPARTITION_CONFIG`` under their own
+    settings."""
+    return [TopicSpec(topic.name, "internal", topic.partitions
+                      if topic.partitions is not None else _sources_count(source_counts,
+                                                                          topic.name),
+                      "exact", topic.replication_factor or -1,
                       {**REPARTITION_CONFIG, **topic.config}) for topic in topics]
+
+
+def _sources_count(source_counts: Mapping[str, int], topic: str) -> int:
+    if len(set(source_counts.values())) > 1:
+        listed = ", ".join(f"{t}={n}" for t, n in source_counts.items())
+        raise TopicError(f"internal topic {topic!r} has no partition count of its own and "
+                         f"the input topics differ ({listed}): declare one "
+                         "(app.repartition(name, partitions=N))")
+    return next(iter(source_counts.values()))
 
 
 def internal_to_create(config: Config, source_counts: Mapping[str, int],

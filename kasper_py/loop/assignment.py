@@ -95,7 +95,7 @@ class StaticAssignment(Assignment):
         self._partition_count = partition_count
         self._committer.begin()
         partitions = owned_partitions(self.config, partition_count)
-        keys = [(t, p) for t in self.config.input_topics for p in partitions]
+        keys = self._consumer.keys(partitions)
         self._committer.check_not_running(keys)
         committed = self._consumer.committed(keys)
         self._committer.announce({tp: o for tp, o in committed.items() if o is not None})
@@ -148,7 +148,9 @@ class GroupAssignment(Assignment):
         self._next_group_check = 0.0
         """``until_caught_up``: when (on ``clock``) to look at the group's lag next."""
         self._group_lagging: list[TopicPartitionKey] = []
-        self._peers = PeerWait(config, self._clock)
+        self._peers = PeerWait(config, self._clock, self._consumer.keys)
+        self._running: set[TopicPartitionKey] = set()
+        """The keys the open partitions were opened with."""
 
     def start(self, partition_count: int) -> None:
         """Join the group (exactly-once: after taking over the transactional id)."""
@@ -172,17 +174,22 @@ class GroupAssignment(Assignment):
         ready, short = self._peers.split({p for _, p in keys}, held)
         self._consumer.pause([tp for tp in keys if tp[1] in short])
         self._peers.wait(short, held)
-        return self._run(ready, keys, self._peers.arrived(ready))
+        # an open partition given more of its topics (another group read together)
+        # reopens, so their stores are restored to what the previous owner committed
+        self._partitions.close(sorted({p for t, p in keys if p in ready and (t, p) not in
+                                       self._running and self._partitions.is_open(p)}))
+        return self._run(ready, keys, self._peers.arrived(ready), held)
 
     def _run(self, partitions: list[int], keys: list[TopicPartitionKey],
-             waited: list[int]) -> dict[TopicPartitionKey, int]:
-        """Open ``partitions``, held of every topic now (``keys`` just assigned). The
-        topics of those that ``waited`` for their peers, paused, are resumed where their
-        processing stands. Returns the starts of ``keys`` lower than their committed
-        offsets."""
+             waited: list[int], held: set[TopicPartitionKey]) -> dict[TopicPartitionKey, int]:
+        """Open ``partitions``, ``held`` with their peers now (``keys`` just assigned).
+        The topics of those that ``waited`` for their peers, paused, are resumed where
+        their processing stands. Returns the starts of ``keys`` lower than their
+        committed offsets."""
         started = time.perf_counter()
         self._partitions.open(partitions)
-        ready = [(t, p) for p in partitions for t in self.config.input_topics]
+        ready = [tp for tp in self._consumer.keys(partitions) if tp in held]
+        self._running.update(ready)
         committed = self._consumer.committed(ready)
         self._partitions.record_starts(committed)
         starts = lowered(committed, self._partitions.resume_from())
@@ -202,19 +209,24 @@ class GroupAssignment(Assignment):
         """The group took ``keys`` away. Every processed batch is already committed (no
         consume happens inside a turn), so only records gathered for the next batch are
         dropped (the new owner reads them from the committed offsets); the partitions'
-        processors and stores close, the others stay. A partition the group left here
-        of some topic only waits again for the peers taken away, paused."""
-        partitions = sorted({p for _, p in keys})
+        processors and stores close, the others stay. A partition left here with whole
+        groups of topics read together runs on with them, untouched; one left with some
+        topic only waits again for the peers taken away, paused."""
         gone = set(keys)
-        left = [tp for tp in self._consumer.assigned if tp[1] in partitions and tp not in gone]
+        held = set(self._consumer.assigned) - gone
+        kept, _ = self._peers.split({p for _, p in keys}, held)
+        kept = [p for p in kept if any(tp[1] == p for tp in held)]
+        partitions = sorted({p for _, p in keys} - set(kept))
+        left = [tp for tp in held if tp[1] in partitions]
         self._prefetcher.drop([*keys, *left])
         self._committer.offsets.forget([*keys, *left])
         self._peers.forget(partitions)
         self._partitions.close(partitions)
+        self._running.difference_update([*keys, *left])
         self._consumer.pause(left)
-        self._peers.wait(sorted({p for _, p in left}), set(self._consumer.assigned) - gone)
+        self._peers.wait(sorted({p for _, p in left}), held)
         _log.info("kasper.partitions_revoked", processor=self.config.name,
-                  partitions=partitions)
+                  partitions=sorted({p for _, p in keys}))
 
     def ensure_assigned(self) -> bool:
         """True when the group assigned this member partitions (none yet: nothing to
@@ -249,8 +261,7 @@ class GroupAssignment(Assignment):
         committed offsets as stable ones (``read_committed``): while a transaction holds
         offsets pending (a killed exactly-once member's, until it times out) the read
         waits for it, so the answer is final."""
-        keys = [(topic, p) for topic in self.config.input_topics
-                for p in range(self._partition_count or 0)]
+        keys = self._consumer.keys(range(self._partition_count or 0))
         committed = self._consumer.committed(keys)
         lags = {}
         for tp in keys:

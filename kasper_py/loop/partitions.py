@@ -42,6 +42,10 @@ class Partitions:
                                        self._store_observer())
                 self._engine.open_partition(partition, self._factory, self._stores, runtime)
 
+    def is_open(self, partition: int) -> bool:
+        """Whether ``partition`` is open here."""
+        return partition in self._engine.partitions
+
     def close(self, partitions: Sequence[int]) -> None:
         """Close ``partitions``' processors and stores; the others stay open."""
         steps = [step for p in partitions for step in self._engine.close_partition(p)]

@@ -1,5 +1,6 @@
 """Group mode's co-partitioning: a member runs partition p only once the group has
-assigned it p of every input topic (p's co-partitioned peers). ``PeerWait`` keeps the
+assigned it p of every input topic read together with one it holds (p's
+co-partitioned peers: ``Config.input_groups``; every input topic when unset). ``PeerWait`` keeps the
 partitions held without all their peers, waiting (their topics paused by the
 assignment), and fails past ``peer_wait_seconds`` naming what was assigned, what is
 missing and the assignor in force. Opening, pausing and resuming stay in ``assignment``.
@@ -77,9 +78,13 @@ class PeerWait:
     peers, each with when (on ``clock``) it began waiting; ``check`` fails those past
     ``bound`` seconds (``peer_wait_seconds``)."""
 
-    def __init__(self, config: Config, clock: Callable[[], float]) -> None:
+    def __init__(self, config: Config, clock: Callable[[], float],
+                 keys: Callable[[Sequence[int]], list[TopicPartitionKey]]) -> None:
         self._name, self._group = config.name, config.group
         self._topics = list(config.input_topics)
+        self._groups = [set(g) for g in config.input_groups or (config.input_topics,)]
+        self._keys = keys
+        """The input topics' keys of some partition numbers (``InputConsumer.keys``)."""
         conf = config.to_consumer_conf()
         self.assignor, self.bound = GroupAssignor.of(conf), peer_wait_seconds(conf)
         self._clock = clock
@@ -150,7 +155,22 @@ class PeerWait:
 
     def _missing(self, partitions: Iterable[int], held: Collection[TopicPartitionKey]
                  ) -> list[TopicPartitionKey]:
-        return [(t, p) for p in partitions for t in self._topics if (t, p) not in held]
+        """The peers of ``partitions`` not ``held``: of each group read together that
+        has a key held, its other keys."""
+        missing = []
+        for p in partitions:
+            keys = self._keys([p])
+            for group in self._groups:
+                mine = [tp for tp in keys if tp[0] in group]
+                if any(tp in held for tp in mine):
+                    missing += [tp for tp in mine if tp not in held]
+        return sorted(set(missing), key=_keys_order(self._topics))
+
+
+def _keys_order(topics: Sequence[str]) -> Callable[[TopicPartitionKey], tuple[int, int]]:
+    """Orders keys by partition, then by the topic's place in ``topics``."""
+    place = {t: i for i, t in enumerate(topics)}
+    return lambda tp: (tp[1], place[tp[0]])
 
 
 def _names(keys: Iterable[TopicPartitionKey]) -> list[str]:

@@ -52,8 +52,9 @@ def restore_plan(recorded: int | None, low: int, high: int) -> tuple[int, bool, 
 
 def ensure_changelog(config: Config, topic: str, *, replication_factor: int = -1,
                      topic_config: Mapping[str, str] | None = None) -> int:
-    """Create ``topic`` (``cleanup.policy=compact``, the input topics' partition count)
-    when it is absent (``KafkaAdmin.ensure``); return its partition count.
+    """Create ``topic`` (``cleanup.policy=compact``, one partition per partition number
+    the loop runs: the input topics' largest count) when it is absent
+    (``KafkaAdmin.ensure``); return its partition count.
 
     ``replication_factor=-1`` takes the broker's default. Raises ``StoreError`` when the
     input topic is missing, ``TopicError`` when an existing changelog has fewer
@@ -65,7 +66,8 @@ def ensure_changelog(config: Config, topic: str, *, replication_factor: int = -1
     if topic_problem(source) is not None:
         raise StoreError(f"cannot create changelog {topic!r}: input topic "
                          f"{config.input_topics[0]!r} does not exist")
-    wanted = len(source.partitions)
+    wanted = max(len(topics[t].partitions) for t in config.input_topics
+                 if topic_problem(topics.get(t)) is None)  # the loop's partition numbers
     spec = changelog_spec(topic, wanted, replication_factor, topic_config)
     admin.ensure([spec])
     existing = topics.get(topic)

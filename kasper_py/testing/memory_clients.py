@@ -23,7 +23,7 @@ from kasper_py.exceptions import (
 )
 from kasper_py.kafka.offsets import lowered, start_offset
 from kasper_py.kafka.ports import Rebalance
-from kasper_py.kafka.topics import common_partition_count
+from kasper_py.kafka.topics import task_count, topic_keys
 from kasper_py.message import (
     TIMESTAMP_NONE,
     Message,
@@ -99,6 +99,7 @@ class _Consumer:
 
     def __init__(self, process: MemoryProcess, config: Config) -> None:
         self._process, self._broker, self._config = process, process.broker, config
+        self._counts: dict[str, int] = {}
         self.assigned: list[TopicPartitionKey] = []
         self._positions: dict[TopicPartitionKey, int] = {}
         self._rotation = 0
@@ -112,21 +113,29 @@ class _Consumer:
         self._config, self.from_start = config, frozenset(from_start)
 
     def partition_count(self) -> int:
-        """Every input topic exists and all have one partition count: return it."""
+        """Every input topic exists, each group read together with one partition count:
+        return the partition numbers the loop runs (``topics.task_count``)."""
         counts: dict[str, int] = {}
         for topic in self._config.input_topics:
             count = self._broker._partition_count(topic)
             if count is None:
                 raise TopicError(f"input topic {topic!r}: does not exist")
             counts[topic] = count
-        return common_partition_count(counts)
+        self._counts = counts
+        return task_count(self._config, counts)
+
+    def keys(self, partitions: Sequence[int]) -> list[TopicPartitionKey]:
+        """Partition numbers ``partitions`` of the input topics that have them."""
+        counts = self._counts or dict.fromkeys(self._config.input_topics, max(partitions,
+                                                                             default=0) + 1)
+        return topic_keys(self._config.input_topics, counts, partitions)
 
     def assign(self, partitions: Sequence[int], below: Mapping[TopicPartitionKey, int] | None = None
                ) -> dict[TopicPartitionKey, int | None]:
         """Start each partition of every input topic at its committed offset, lowered to
         ``below`` where that is lower (where none is committed: ``auto_offset_reset``);
         return those start offsets."""
-        keys = [(t, p) for t in self._config.input_topics for p in partitions]
+        keys = self.keys(partitions)
         committed = lowered(self.committed(keys), below or {})
         self._start_at(committed)
         self.assigned = keys

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from kasper_py.exceptions import KasperError, ProcessingError
 from kasper_py.time._clock import PartitionClock, Timer, next_due
 from kasper_py.time._extractor import extractor_for, newest
-from kasper_py.time._tasks import Task
+from kasper_py.time._tasks import NEVER, Task
 
 if TYPE_CHECKING:
     from kasper_py.config import Config
@@ -23,6 +23,10 @@ if TYPE_CHECKING:
     from kasper_py.sender import Sender
 
 __all__ = ["TimeKeeper"]
+
+_LEAD_RETRY_MS = 500
+"""How often a one-time leader-only task due where this process does not lead looks
+again whether it leads."""
 
 
 @dataclass
@@ -166,6 +170,8 @@ class TimeKeeper:
             if scheduled.due <= now and (not scheduled.task.on_leader or self.leader()):
                 _call(f"task {scheduled.task.name!r}", None, scheduled.task.fn, now, sender)
                 scheduled.due = scheduled.task.next_due(scheduled.due, now)
+            elif scheduled.due <= now and scheduled.task.once:
+                scheduled.due = now + _LEAD_RETRY_MS  # a one-time task waits to lead
             elif scheduled.due <= now:  # another process leads: its run, not ours
                 scheduled.due = scheduled.task.next_due(scheduled.due, now)
 
@@ -232,7 +238,7 @@ class TimeKeeper:
         now = self.now()
         if now is None:
             return None
-        dues = [s.due for s in self._tasks]
+        dues = [s.due for s in self._tasks if s.due != NEVER]
         dues += [t.due for c in self._clocks.values() for t in c.timers
                  if t.kind == "wall_clock" and t.due is not None and not t.cancelled]
         dues += self._idle_dues()

@@ -1,6 +1,7 @@
 """An app for the leader-task tests: one processor that ignores its input (from
 ``$LEADER_INPUT_TOPIC``) and a leader-only task that, every second, sends one record
-naming the process that ran it (its pid, the run's time) to ``$LEADER_OUTPUT_TOPIC``.
+naming the process that ran it (its pid, the run's time) to ``$LEADER_OUTPUT_TOPIC``;
+with ``$LEADER_ONCE`` set, a one-time leader-only task instead (``once=True``).
 
     kasper run leader_module:app --app-dir tests/integration --processes 3
 """
@@ -29,4 +30,7 @@ def tick(now_ms: int, sender: Sender) -> None:
 
 app = App(os.environ.get("LEADER_APP", "leader-test"))
 app.processor("ignore", Ignore, inputs=[os.environ.get("LEADER_INPUT_TOPIC", "leader-in")])
-app.task(tick, every=1.0, on_leader=True, name="tick")
+if os.environ.get("LEADER_ONCE"):  # a one-time task instead: once, where the app leads
+    app.task(tick, once=True, on_leader=True, name="tick")
+else:
+    app.task(tick, every=1.0, on_leader=True, name="tick")

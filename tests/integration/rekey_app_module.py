@@ -6,7 +6,9 @@ through the app's repartition ``by-user``; the second stage counts each user's v
 in the RocksDB table ``counts`` and sends every count update, key the user and value
 the new count, to the output topic. The topics come from the environment, read at
 import: ``PAGEVIEWS_SOURCE`` and ``PAGEVIEWS_OUTPUT``; ``PAGEVIEWS_PAUSE`` (seconds)
-slows each batch of either stage down so that kills land mid-stream. Give the config
+slows each batch of either stage down so that kills land mid-stream;
+``PAGEVIEWS_REPARTITION_PARTITIONS`` gives the repartition its own partition count
+(unset: the source's). Give the config
 ``key_serde = "str"`` and ``value_serde = "str"``.
 """
 
@@ -53,7 +55,8 @@ class CountPerUser(MessageProcessor):
 
 
 app = App("pageviews")
-by_user = app.repartition("by-user")
+by_user = app.repartition("by-user", partitions=int(os.environ.get(
+    "PAGEVIEWS_REPARTITION_PARTITIONS", "0")) or None)
 app.processor("rekey", ByUser, inputs=[SOURCE], outputs=[by_user])
 app.processor("count", CountPerUser, inputs=[by_user], outputs=[OUTPUT],
               stores=[RocksDBTable("counts")])

@@ -255,18 +255,19 @@ def test_reset_refused_while_the_app_runs(app_run: AppRun, app_topics: AdminClie
     assert app_run.counts_by_user() == expected_counts()
 
 
-def test_declared_repartition_count_unlike_the_sources_refuses_to_start(
+def test_a_repartition_declared_with_its_own_count_runs_with_it(
         new_app: Callable[..., AppRun], app_topics: AdminClient) -> None:
-    """A repartition declared with 2 partitions over 3-partition sources refuses to start
-    (exit 3), naming both counts, and creates no topic."""
+    """A repartition declared with 2 partitions over 3-partition sources is created with
+    2 (its stage reads it alone), every user's counts are exact, and every partition of
+    both topics is committed."""
     run = new_app(APP_REPARTITION_PARTITIONS="2")
+    run.produce_views()
     result = run("run", "--until-caught-up")
-    assert result.returncode == 3, result.stderr
-    assert result.stderr == (
-        f"kasper: error: internal topic {run.repartition!r} is declared with 2 partitions, "
-        f"but the input topics [{run.source!r}] have {PARTITIONS}: every topic an app reads "
-        "shares one partition count\n")
-    assert partition_counts(app_topics, run.repartition) == 0
+    assert result.returncode == 0, result.stderr
+    assert partition_counts(app_topics, run.repartition) == 2
+    assert run.counts_by_user() == expected_counts()
+    assert None not in run.committed(run.source).values()
+    assert sum(o or 0 for o in run.committed(run.repartition).values()) == N
 
 
 def test_existing_repartition_with_another_count_refuses_to_start(
@@ -280,6 +281,6 @@ def test_existing_repartition_with_another_count_refuses_to_start(
     assert result.returncode == 3, result.stderr
     assert result.stderr == (
         f"kasper: error: internal topic {app_run.repartition!r} has 2 partitions on "
-        f"{bootstrap}, but the input topics have {PARTITIONS}: reset the app (`kasper app "
-        "reset`), or give its inputs that count\n")
+        f"{bootstrap}, but the app runs it with {PARTITIONS}: reset the app (`kasper app "
+        "reset`), or declare that count\n")
     assert set(app_run.committed(app_run.source).values()) == {None}

@@ -137,3 +137,29 @@ def test_a_closed_leader_hands_the_lead_over_without_waiting_for_its_session(
         for processor in loops.values():
             processor.close(timeout=30)
     assert segments([r["pid"] for r in runs(kafka, sink)]) == [first, other]
+
+
+def test_a_one_time_leader_task_runs_once_in_one_of_three_processes(
+        bootstrap: str, new_topic: Callable[..., str], kafka: Any,
+        unique_name: Callable[[str], str], tmp_path: Path) -> None:
+    """`kasper run --processes 3` of an app whose leader-only task is `once=True`: it
+    runs once, in one process (the one elected), and not again while they run on."""
+    source, sink = new_topic("leader-in", partitions=3), new_topic("leader-out")
+    env = cli_env(bootstrap, LEADER_APP=unique_name("leader-once"),
+                  LEADER_INPUT_TOPIC=source, LEADER_OUTPUT_TOPIC=sink, LEADER_ONCE="1")
+    log = tmp_path / "supervisor.log"
+    command = [*kasper_command(), "run", "leader_module:app", "--app-dir", str(HERE),
+               "--processes", "3", "--batch-wait", "0.2"]
+    with log.open("wb") as err:
+        supervisor = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=err)
+    try:
+        wait_for(lambda: len(runs(kafka, sink)) >= 1, "the one-time task's run", 45)
+        time.sleep(3)  # the processes turn on: none runs it again
+        [run] = runs(kafka, sink)
+        elected = [e["pid"] for e in events(log, "kasper.leader_elected")]
+        assert elected == [run["pid"]], elected
+    finally:
+        supervisor.send_signal(signal.SIGTERM)
+        code = supervisor.wait(60)
+    assert code == 0, log.read_text()[-3000:]
+    assert len(runs(kafka, sink)) == 1

@@ -60,7 +60,7 @@ def test_ensure_names_a_topic_with_the_wrong_partition_count(
         f"output topic {name!r} is declared with 2 partitions but has 3 on {bootstrap}: "
         "fix the declaration (Config.output_topics), or recreate the topic")
     with pytest.raises(TopicError, match=f"internal topic {name!r} has 3 partitions on "
-                                         f"{bootstrap}, but the input topics have 4: "):
+                                         f"{bootstrap}, but the app runs it with 4: "):
         admin.ensure([TopicSpec(name, "internal", 4)])
     with pytest.raises(TopicError, match=f"changelog {name!r} has 3 partitions but the "
                                          "input has 4; delete it"):

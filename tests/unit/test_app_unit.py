@@ -337,19 +337,22 @@ def test_a_repartition_is_read_from_its_start_whatever_auto_offset_reset_says() 
 
 
 def test_internal_topic_partition_counts_are_checked() -> None:
-    """A repartition declared with another count than the sources', or an existing
-    repartition topic with another count, refuses to start naming both counts."""
+    """A processor reading a source and a repartition declared with another count
+    refuses to start naming both counts (they are read together); an existing
+    repartition topic with another count than the app runs it with refuses too."""
     app = App("wc")
     r = app.repartition("by-word", partitions=5)
     app.processor("split", Split, inputs=["lines"], outputs=[r])
-    app.processor("count", CountWords, inputs=[r], stores=[MemoryTable("counts")])
+    app.processor("count", CountWords, inputs=[r, "lines"], stores=[MemoryTable("counts")])
     broker = wc_broker()
-    with pytest.raises(TopicError, match=r"declared with 5 partitions, but the input topics "
-                                         r"\['lines'\] have 3"):
+    with pytest.raises(TopicError, match=r"read together must have the same partition count "
+                                         r"to be processed partition-wise; found lines=3, "
+                                         r"wc-by-word-repartition=5"):
         run_app(broker, app)
+    broker = wc_broker()
     broker.create_topic("wc-by-word-repartition", 2)
     with pytest.raises(TopicError, match=r"'wc-by-word-repartition' has 2 partitions .* the "
-                                         r"input topics have 3"):
+                                         r"app runs it with 3"):
         run_app(broker, word_count_app())
 
 

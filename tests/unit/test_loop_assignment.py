@@ -445,3 +445,37 @@ def test_a_member_is_caught_up_only_when_the_group_holds_no_lag() -> None:
     assert not joined.assignment.caught_up(lambda: True)  # read again a second later
     coordinator.consume(100, 1.0)  # finding too little moves the broker's clock on 1 s
     assert joined.assignment.caught_up(lambda: True)
+
+
+FANNED = dataclasses.replace(GROUPED, input_topics=["a", "r"], input_groups=[["a"], ["r"]])
+
+
+def test_a_partition_runs_with_the_topics_read_together_and_reopens_for_more() -> None:
+    """Topics in different groups (a stage reading a 2-partition source, another a
+    6-partition repartition) need no peers of each other: a[1] alone opens partition 1
+    at once. r[1] arriving reopens it (its stores restored for the new topic); r[1]
+    taken away leaves it running on a[1], untouched: not closed, paused or re-read."""
+    broker = InMemoryBroker()
+    broker.create_topic("a", 2)
+    broker.create_topic("r", 6)
+    for topic in ("a", "r"):
+        for n in range(3):
+            broker.produce(topic, f"{topic}1-{n}", partition=1)
+    joined, coordinator = member(broker, FANNED)
+    joined.clients.consumer.partition_count()
+
+    coordinator.grant([("a", 1)])
+    assert [p for p, _ in joined.built.built] == [1] and coordinator.paused == set()
+    assert read(coordinator) == ["a1-0", "a1-1", "a1-2"]
+    broker.clients(FANNED).consumer.commit({("a", 1): 2})  # a turn's
+
+    coordinator.grant([("r", 1)])
+    assert [p for p, _ in joined.built.built] == [1, 1] and joined.built.closed == [1]
+    # the stand-in assigns the partition number anew: a[1] from its committed offset
+    assert read(coordinator) == ["a1-2", "r1-0", "r1-1", "r1-2"]
+
+    coordinator.take([("r", 1)])
+    assert [p for p, _ in joined.built.built] == [1, 1] and joined.built.closed == [1]
+    assert coordinator.paused == set() and list(joined.engine.partitions) == [1]
+    broker.produce("a", "a1-3", partition=1)
+    assert read(coordinator) == ["a1-3"]  # a[1] read on from where it was

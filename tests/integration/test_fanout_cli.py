@@ -1,0 +1,170 @@
+"""Stages with their own partition count on the real broker, through ``kasper run``: the
+page-view app (rekey_app_module.py) with its repartition given 1 partition over a
+4-partition source (fan-in) and 6 over a 2-partition source (fan-out), run under
+exactly-once in static mode, with ``--processes 2`` and as two group members,
+SIGKILLed once mid-run, then run until caught up."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka.admin import AdminClient
+
+sys.path.insert(0, str(Path(__file__).parent))
+pytest.register_assert_rewrite("conftest_stores", "app_harness")
+from app_harness import (  # isort: skip  # noqa: E402
+    APP, HERE, ends, internal_topics_deleted, produce_views, updates, write_config)
+from conftest_stores import wait_for  # isort: skip  # noqa: E402
+
+pytestmark = pytest.mark.integration
+
+EXAMPLES = HERE.parents[1] / "examples"
+TOTAL = 600
+MODES = {"static": [[]], "processes": [["--processes", "2"]],
+         "group": [["--assignment", "group"], ["--assignment", "group"]]}
+"""Each mode's ``kasper run`` processes, by their options (group: two members, each on
+a state folder of its own, as on two hosts)."""
+
+
+def partition_count(bootstrap: str, topic: str) -> int:
+    return len(AdminClient({"bootstrap.servers": bootstrap}).list_topics(
+        topic, timeout=30).topics[topic].partitions)
+
+
+class Run:
+    """The processes of one mode started together, each in a session of its own so
+    that a SIGKILL takes its workers too."""
+
+    def __init__(self, configs: list[Path], logs: list[Path], options: list[list[str]],
+                 env: dict[str, str], *extra: str) -> None:
+        self.logs = logs
+        self.processes = []
+        for config, log, own in zip(configs, logs, options, strict=True):
+            with log.open("wb") as out:
+                self.processes.append(subprocess.Popen(
+                    [sys.executable, "-m", "kasper_py", "run", APP, "--app-dir", str(HERE),
+                     "--config", str(config), "--log-format", "console", *own, *extra],
+                    env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True))
+
+    def text(self) -> str:
+        return "\n".join(log.read_text(errors="replace")[-3000:] for log in self.logs)
+
+    def kill(self) -> None:
+        for process in self.processes:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(30)
+
+    def finish(self, timeout: float = 120.0) -> list[int]:
+        try:
+            return [process.wait(timeout) for process in self.processes]
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise AssertionError(f"did not finish: {self.text()}") from None
+
+
+@pytest.mark.parametrize("sources, partitions", [(4, 1), (2, 6)], ids=["4-to-1", "2-to-6"])
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_a_repartition_of_its_own_count_counts_exactly_under_kill(  # noqa: PLR0917
+        mode: str, sources: int, partitions: int, bootstrap: str,
+        new_topic: Callable[..., str], kafka: Any, unique_name: Callable[[str], str],
+        tmp_path: Path) -> None:
+    """600 page views; the app runs, is SIGKILLed once it has committed part of the
+    source (group mode: over 2 partitions into 6, where partition numbers 1 and 2 are
+    split between the members), and runs again until caught up. The repartition has
+    its own count; the group's committed offsets are at the end of every partition of
+    the source and of the repartition; a read_committed reader sees each (user, n)
+    update exactly once."""
+    source = new_topic("fan-views", partitions=sources)
+    output = new_topic("fan-counts", partitions=2)
+    name = unique_name("fan")
+    repartition = f"{name}-by-user-repartition"
+    expected = produce_views(kafka, source, TOTAL, users=12, sessions=40)
+    options = MODES[mode]
+    configs = [write_config(tmp_path / f"app{i}.toml", name=name, bootstrap_servers=bootstrap,
+                            state_dir=str(tmp_path / f"state{i}"), key_serde="str",
+                            value_serde="str", batch_size=20, batch_wait=0.1,
+                            processing_guarantee="exactly_once")
+               for i in range(len(options))]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "PAGEVIEWS_SOURCE": source,
+           "PAGEVIEWS_OUTPUT": output, "PAGEVIEWS_PAUSE": "0.05",
+           "PAGEVIEWS_REPARTITION_PARTITIONS": str(partitions)}
+
+    def done() -> int:
+        return sum(o or 0 for o in kafka.committed(name, source, sources).values())
+
+    with internal_topics_deleted(bootstrap, name):
+        if (mode, sources) != ("group", 4):  # a killed member's session outlives it: 45 s
+            first = Run(configs, [tmp_path / f"first{i}.log" for i in range(len(options))],
+                        options, env)
+            try:
+                wait_for(lambda: done() > 0, "the first commit", 90)
+            finally:
+                first.kill()
+            assert done() < TOTAL, first.text()  # the kill landed mid-run
+        last = Run(configs, [tmp_path / f"last{i}.log" for i in range(len(options))],
+                   options, env, "--until-caught-up")
+        assert last.finish() == [0] * len(options), last.text()
+
+        for topic, count in ((source, sources), (repartition, partitions)):
+            committed = {p: o or 0 for p, o in kafka.committed(name, topic, count).items()}
+            assert committed == ends(bootstrap, topic, count)  # none: an empty partition
+        assert partition_count(bootstrap, repartition) == partitions
+        seen = updates(kafka, output)
+        assert set(seen.values()) == {1}, {u: n for u, n in seen.items() if n != 1}
+        assert set(seen) == {(user, n) for user, count in expected.items()
+                             for n in range(1, count + 1)}
+
+
+def test_global_topk_example_is_exact_under_kill(bootstrap: str, new_topic: Callable[..., str],
+                                                 kafka: Any, unique_name: Callable[[str], str],
+                                                 tmp_path: Path) -> None:
+    """examples/global_topk.py: 1,500 items over a 4-partition source, the app SIGKILLed
+    once mid-run under exactly-once, then run until caught up: the output's last record
+    is the exact top 3, and every partition of the source and of the one-partition
+    repartition is committed to its end."""
+    source, output = new_topic("topk-items", partitions=4), new_topic("topk-out", partitions=1)
+    name = unique_name("topk")
+    items = [f"i{min(int(random.paretovariate(1.2)), 40)}-{n % 3}" for n in range(1500)]
+    kafka.produce(source, [(item.encode(), b"1") for item in items])
+    expected = sorted(Counter(items).items(), key=lambda c: (-c[1], c[0]))[:3]
+    config = write_config(tmp_path / "topk.toml", name=name, bootstrap_servers=bootstrap,
+                          state_dir=str(tmp_path / "state"), key_serde="str",
+                          value_serde="str", batch_size=20, batch_wait=0.1,
+                          processing_guarantee="exactly_once")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "TOPK_SOURCE": source,
+           "TOPK_OUTPUT": output, "TOPK_K": "3"}
+    command = [sys.executable, "-m", "kasper_py", "run", "global_topk:app", "--app-dir",
+               str(EXAMPLES), "--config", str(config), "--log-format", "console"]
+
+    def done() -> int:
+        return sum(o or 0 for o in kafka.committed(name, source, 4).values())
+
+    with internal_topics_deleted(bootstrap, name):
+        with (tmp_path / "first.log").open("wb") as log:
+            first = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            wait_for(lambda: done() > 0, "the first commit", 90)
+        finally:
+            first.kill()
+            first.wait(30)
+        assert done() < len(items)  # the kill landed mid-run
+        last = subprocess.run([*command, "--until-caught-up"], env=env, capture_output=True,
+                              text=True, timeout=180, check=False)
+        assert last.returncode == 0, last.stdout[-3000:]
+
+        tops = f"{name}-tops-repartition"
+        assert partition_count(bootstrap, tops) == 1
+        for topic, count in ((source, 4), (tops, 1)):
+            assert kafka.committed(name, topic, count) == ends(bootstrap, topic, count)
+        final = kafka.read_all(output)[-1]
+        assert [tuple(pair) for pair in json.loads(final.value())] == expected
