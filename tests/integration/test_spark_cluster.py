@@ -23,7 +23,6 @@ from conftest_spark import SPARK, SparkCluster, start_cluster, stop_cluster  # n
 from conftest_stores import wait_for  # noqa: E402
 
 from kasper_py.stack._components import spark_master_state  # noqa: E402
-from kasper_py.stack._process import port_open  # noqa: E402
 
 pytest_plugins = ["conftest_spark"]
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.timeout(900)]
@@ -231,8 +230,9 @@ def _produced(bootstrap: str, topic: str) -> int:
 
 
 def test_down_stops_the_master_and_both_workers(own_spark_cluster: SparkCluster) -> None:
-    """`down spark` stops all three processes: their pids are gone, status says stopped,
-    and nothing listens on the master's port any more."""
+    """`down spark` stops all three processes: their pids are gone and status says
+    stopped. (Their ports are freed with them; the master's is not probed, since another
+    process, such as a Spark driver of a test running alongside, may take it at once.)"""
     assert own_spark_cluster.settings is not None
     # `up` again: an earlier test of the module may have killed a worker.
     pids = start_cluster(own_spark_cluster.settings).pids()
@@ -240,7 +240,6 @@ def test_down_stops_the_master_and_both_workers(own_spark_cluster: SparkCluster)
     stop_cluster(own_spark_cluster.settings)
     assert own_spark_cluster.pids() == dict.fromkeys(SPARK)
     assert all(_gone(pid) for pid in pids.values() if pid is not None)
-    assert not port_open("127.0.0.1", own_spark_cluster.settings.spark_master_port)
 
 
 def _gone(pid: int) -> bool:
