@@ -7,6 +7,7 @@ every pair and every unmatched side exactly once, with Kafka Streams' timestamps
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from collections import Counter
@@ -23,10 +24,10 @@ from test_dsl_exactly_once import kill_randomly  # isort: skip
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("internal_topics")]
 
-PARTITIONS, ORDERS, START = 2, 1200, 1_700_000_000_000
+PARTITIONS, ORDERS, START = 2, 4000, 1_700_000_000_000
 GRACE = 600_000
 """Longer than the input's span: whichever topic a batch reads first, no record is late
-and no window closes before the last records (batches are not aligned here)."""
+and no window closes before a record far ahead comes (batches are not aligned here)."""
 Record = tuple[str, dict[str, Any], int]
 
 
@@ -57,12 +58,14 @@ def expected_outputs(orders: list[Record], payments: list[Record]) -> Counter[st
     return Counter(json.dumps(o, sort_keys=True) for o in out)
 
 
-def test_sigkill_during_a_windowed_outer_join_loses_and_repeats_nothing(  # noqa: PLR0917 - fixtures
+def test_sigkill_during_a_windowed_outer_join_loses_and_repeats_nothing(
         bootstrap: str, new_topic: Callable[..., str], unique_name: Callable[[str], str],
         kafka: Any, tmp_path: Path) -> None:
-    """1,200 orders and 900 payments, ``kasper run`` killed with SIGKILL three times
-    after some progress, then run to the end: both inputs are committed to their ends,
-    and the read_committed output holds each pair and each unmatched side once."""
+    """4,000 orders and 3,000 payments: ``kasper run`` killed with SIGKILL three times
+    after some progress, then run to the end, gives every pair once (no window closed
+    yet); then, the state folder lost, one record per partition far ahead closes every
+    window, and the unmatched sides, restored from the store's changelog, come out
+    once. Both inputs are committed to their ends."""
     orders_topic = new_topic("wj-orders", partitions=PARTITIONS)
     payments_topic = new_topic("wj-payments", partitions=PARTITIONS)
     output, name = unique_name("wj-out"), unique_name("wj-eos")
@@ -70,31 +73,43 @@ def test_sigkill_during_a_windowed_outer_join_loses_and_repeats_nothing(  # noqa
     for topic, records in ((orders_topic, orders), (payments_topic, payments)):
         kafka.produce(topic, [(json.dumps(k).encode(), json.dumps(v).encode(), at)
                               for k, v, at in records])
-    last = START + 100 * ORDERS + GRACE + 60_000  # closes every window, joins nothing
-    for partition in range(PARTITIONS):
-        for topic in (orders_topic, payments_topic):
-            kafka.produce(topic, [(json.dumps(f"end-{topic}").encode(), b"{}", last)],
-                          partition=partition)
     app_dir = app_module(tmp_path, "tests.dsl_shapes",
                          f"window_join({orders_topic!r}, {payments_topic!r}, {output!r}, "
                          f"grace={GRACE / 1000})")
     env = run_env(bootstrap, tmp_path / "state", key_serde="json", value_serde="json",
-                  processing_guarantee="exactly_once", batch_size="50", max_task_idle="none")
+                  processing_guarantee="exactly_once", batch_size="20", max_task_idle="none")
     command = [*kasper_command(), "run", "dsl_app:app", "--name", name, "--app-dir", app_dir,
                "--create-topics", "--output-topics", output]
 
-    def committed() -> tuple[int, int]:
+    def committed() -> tuple[int, ...]:
         return tuple(sum(o or 0 for o in kafka.committed(name, topic, PARTITIONS).values())
-                     for topic in (orders_topic, payments_topic))  # type: ignore[return-value]
+                     for topic in (orders_topic, payments_topic))
 
-    at_kill = kill_randomly(command, env, 3, committed)
+    at_kill = kill_randomly(command, env, 3, committed)  # type: ignore[arg-type]
+    run_to_the_end(command, env)
+    assert committed() == (len(orders), len(payments))
+    expected = expected_outputs(orders, payments)
+    pairs = Counter({o: n for o, n in expected.items() if "null" not in o})
+    assert sent(kafka, output) == pairs
+    assert 0 < sum(at_kill[0]) < len(orders) + len(payments), at_kill  # a kill mid-run
+
+    shutil.rmtree(tmp_path / "state")
+    last = START + 100 * ORDERS + GRACE + 60_000  # closes every window, joins nothing
+    for partition in range(PARTITIONS):
+        kafka.produce(orders_topic, [(json.dumps(f"end-{partition}").encode(), b"{}", last)],
+                      partition=partition)
+    run_to_the_end(command, env)
+    assert committed() == (len(orders) + PARTITIONS, len(payments))
+    assert sent(kafka, output) == expected
+
+
+def run_to_the_end(command: list[str], env: dict[str, str]) -> None:
     done = subprocess.run([*command, "--until-caught-up"], env=env, capture_output=True,
                           text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
-    total = (len(orders) + PARTITIONS, len(payments) + PARTITIONS)
-    assert committed() == total
-    assert 0 < sum(at_kill[0]) < sum(total), at_kill  # the first kill landed mid-run
 
-    sent = Counter(json.dumps((json.loads(m.key()), json.loads(m.value()), m.timestamp()[1]),
+
+def sent(kafka: Any, output: str) -> Counter[str]:
+    """What a read_committed reader sees: (key, value, timestamp) of each record."""
+    return Counter(json.dumps((json.loads(m.key()), json.loads(m.value()), m.timestamp()[1]),
                               sort_keys=True) for m in kafka.read_all(output))
-    assert sent == expected_outputs(orders, payments)
