@@ -5,11 +5,12 @@ errors a wrong call gets (the model comparison is test_dsl_window_join_propertie
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from kasper_py import ConfigError, ProcessingError
+from kasper_py import ConfigError, ProcessingError, cli
 from kasper_py.app import describe
 from kasper_py.dsl import Builder
 from kasper_py.testing import ProcessorDriver, make_message
@@ -128,3 +129,26 @@ def test_wrong_calls_are_config_errors_naming_what_is_missing() -> None:
         stream.outer_join(table, pair, JoinWindows(1))  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="join window before"):
         JoinWindows(1, before=-1)
+
+
+def test_kasper_app_describe_prints_the_join_and_its_store(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """`kasper app describe` of tests.dsl_shapes.window_join: one stage reading both
+    topics, the windowed store, and the join named ``order-paid`` fed by both sources."""
+    (tmp_path / "wj_module.py").write_text(
+        "from tests import dsl_shapes\n"
+        "app = dsl_shapes.window_join('orders', 'payments', 'out', 'memory')\n")
+    monkeypatch.setenv("KASPER_BOOTSTRAP_SERVERS", "127.0.0.1:1")
+    assert cli.main(["app", "describe", "wj_module:app", "--app-dir", str(tmp_path)]) == 0
+    lines = [line.strip() for line in capsys.readouterr().out.splitlines()]
+    assert lines[lines.index("1. processor stage-0"):] == [
+        "1. processor stage-0",
+        "inputs:  topic:orders, topic:payments",
+        "outputs: topic:out",
+        "stores:  paid (MemoryTable)",
+        "operators:",
+        "KSTREAM-SOURCE-0000000000 source [topic:orders] --> order-paid",
+        "KSTREAM-SOURCE-0000000001 source [topic:payments] --> order-paid",
+        "order-paid window_outer_join [store:paid] --> KSTREAM-SINK-0000000002",
+        "KSTREAM-SINK-0000000002 to [topic:out]"]
