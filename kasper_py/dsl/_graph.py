@@ -10,8 +10,9 @@ import itertools
 import operator
 from collections.abc import Callable
 
+from kasper_py.app import App, Operator, Repartition
 from kasper_py.dsl._chain import Chain
-from kasper_py.dsl._nodes import Node, Source
+from kasper_py.dsl._nodes import FromRepartition, Graph, Node, Source, Stage
 from kasper_py.dsl._ops import CachedTable, OneByOne, Op, Rec, StageContext, TableOp
 from kasper_py.exceptions import TopicError
 from kasper_py.message import Message
@@ -229,3 +230,40 @@ def stage_factory(sources: dict[Source, list[Node]], topic_of: Callable[[str, So
         return StageProcessor(context, sources, topic_of)
 
     return factory
+
+
+def build_app(app_name: str, graph: Graph) -> App:
+    """The ``App`` of ``graph``: a processor per stage, a repartition per re-keying."""
+    app = App(app_name)
+    declared = {name: app.repartition(name, partitions=count)
+                for name, count in graph.repartitions.items()}
+
+    def resolve(source: Source) -> str | Repartition:
+        return declared[source.name] if isinstance(source, FromRepartition) else source
+
+    for stage in graph.stages:
+        outputs: list[str | Repartition] = [*dict.fromkeys(stage.topics_out),
+                   *(declared[n] for n in dict.fromkeys(stage.repartitions_out))]
+        app.processor(stage.name, stage_factory(stage.sources, _topic_of(app)),
+                      inputs=[resolve(s) for s in stage.sources], outputs=outputs,
+                      stores=stage.stores, operators=_operators(stage, resolve))
+    return app
+
+
+def _operators(stage: Stage, resolve: Callable[[Source], str | Repartition]
+               ) -> list[Operator]:
+    """The stage's nodes in the order they were declared, for ``describe``."""
+    return [Operator(node.name, node.kind, tuple(map(resolve, node.links)), node.stores,
+                     tuple(child.name for child, _ in node.children))
+            for node in sorted(stage.nodes, key=operator.attrgetter("order"))]
+
+
+def _topic_of(app: App) -> Callable[[str, Source], str]:
+    """(``Config.name`` of the running app, source) to the topic a stage's processor
+    sees. A repartition's topic is named by ``Repartition.topic`` from the name the app
+    runs under (``kasper run --name``), as the loop names it, never the Builder's."""
+    def topic_of(config_name: str, source: Source) -> str:
+        if isinstance(source, FromRepartition):
+            return app.repartitions[source.name].topic(config_name)
+        return source
+    return topic_of

@@ -17,9 +17,11 @@ from kasper_py.dsl import _aggregate as agg
 from kasper_py.dsl import _fk as fk
 from kasper_py.dsl._chain import Sink, Step
 from kasper_py.dsl._ops import Op, StageContext, TableOp
+from kasper_py.dsl._tables import JoinHow, WindowedJoin
 from kasper_py.exceptions import ConfigError
 from kasper_py.processor import ProcessorContext
 from kasper_py.stores.base import StoreSpec
+from kasper_py.windows import JoinWindows, StreamJoin
 
 _PREFIX: dict[str, str] = {
     "source": "KSTREAM-SOURCE", "table": "KTABLE-SOURCE", "filter": "KSTREAM-FILTER",
@@ -35,6 +37,8 @@ _PREFIX: dict[str, str] = {
     "drop_duplicates": "KSTREAM-DEDUPLICATE",
     "table_filter": "KTABLE-FILTER", "table_map_values": "KTABLE-MAPVALUES",
     "table_join": "KTABLE-JOIN", "table_left_join": "KTABLE-LEFTJOIN",
+    "table_outer_join": "KTABLE-OUTERJOIN", "window_join": "KSTREAM-JOINTHIS",
+    "window_left_join": "KSTREAM-LEFTTHIS", "window_outer_join": "KSTREAM-OUTERTHIS",
     "fk_subscribe": "KTABLE-FK-JOIN-SUBSCRIPTION-REGISTRATION",
     "fk_answer": "KTABLE-FK-JOIN-SUBSCRIPTION-PROCESSOR", "fk_result": "KTABLE-FK-JOIN-OUTPUT",
 }
@@ -248,6 +252,24 @@ class Graph:
         """Send ``parent``'s records to the topic ``topic``."""
         parent.stage.topics_out.append(topic)
         return self.then(parent, "to", name, sink=Sink("topic", topic), links=(topic,))
+
+    def windowed_join(self, mine: Node, theirs: Node,
+                      joiner: Callable[[Any, Any], Any], how: JoinHow,
+                      windows: JoinWindows, *, store: str | None, name: str | None) -> Node:
+        """Kafka Streams' ``KStream.join(KStream, ValueJoiner, JoinWindows)`` of the
+        streams ``mine`` and ``theirs`` (co-partitioned: their stages merge), both sides
+        buffered in the windowed store ``store`` (changelog-backed with RocksDB)."""
+        stage = self.merge(mine.stage, theirs.stage)
+        store = self.store_name(store or self.auto_name("join-store"))
+        self.store(stage, store, True)
+        kind = "window_join" if how == "inner" else f"window_{how}_join"
+        joined = self.then(mine, kind, name, port=0, stores=(store,), make=lambda b: (
+            WindowedJoin(StreamJoin(
+                b.context, store, before=windows.before_ms / 1000,
+                after=windows.after_ms / 1000, grace=windows.grace_ms / 1000, how=how),
+                joiner)))
+        theirs.add(joined, 1)
+        return joined
 
     def foreign_key_join(self, mine: Node, theirs: Node, foreign_key: Callable[[Any], Any],
                          joiner: Callable[[Any, Any], Any], *, left: bool, store: str | None,

@@ -1,6 +1,7 @@
 """Tables and joins at run time: ``SourceTable`` (a topic materialised into a store),
 ``TableView`` (``filter``/``map_values`` of a table, without a store), the stream-table
-joins (``StreamTableJoin``, ``KeyedLookupJoin`` for global tables) and the table-table
+joins (``StreamTableJoin``, ``KeyedLookupJoin`` for global tables), the windowed
+stream-stream ``WindowedJoin`` (over ``windows.StreamJoin``) and the table-table
 ``TableJoin``. Stores are written as records arrive, so a join reads a table as of
 each record; what a table *emits* may be held until the batch ends (``CachedTable``).
 """
@@ -8,10 +9,13 @@ each record; what a table *emits* may be held until the batch ends (``CachedTabl
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, Literal
 
 from kasper_py.dsl._ops import CachedTable, Op, Rec, Records, TableOp
 from kasper_py.stores.base import KeyValueStore
+from kasper_py.windows import StreamJoin
+
+JoinHow = Literal["inner", "left", "outer"]
 
 
 class SourceTable(CachedTable):
@@ -106,23 +110,53 @@ class KeyedLookupJoin(Op):
         self.emit(out)
 
 
+class WindowedJoin(Op):
+    """Two co-partitioned streams joined within a time window (``StreamJoin``, whose
+    store holds both sides): each pair as ``joiner(value, other_value)``, stamped with
+    the later of the two times; the left/outer join's unmatched records, once they can
+    no longer join, with ``None`` for the missing side and their own time. Records
+    with a ``None`` key or value cannot join, as in Kafka Streams, and are dropped.
+    ``side(0)`` and ``side(1)`` are where each stream pushes."""
+
+    __slots__ = ("joiner", "state")
+
+    def __init__(self, state: StreamJoin, joiner: Callable[[Any, Any], Any]) -> None:
+        super().__init__()
+        self.state, self.joiner = state, joiner
+
+    def side(self, index: int) -> Op:
+        return _JoinSide(self, index)
+
+    def changed(self, index: int, records: Records) -> None:
+        """Stream ``index`` (0 left, 1 right) brought ``records``."""
+        keyed = [(k, t, v) for k, v, t, _h in records if k is not None and v is not None]
+        if not keyed:
+            return
+        results = self.state.join(keyed, []) if index == 0 else self.state.join([], keyed)
+        joiner = self.joiner
+        self.emit([(r.key, joiner(r.left, r.right), r.timestamp, ()) for r in results])
+
+
 class TableJoin(CachedTable):
-    """Two co-partitioned tables joined by key: an update of either side emits the
-    key's joined value (``None``, a delete, when the inner join has no pair, or the
-    left side has none), unless the other side has no value for the key (see
+    """Two co-partitioned tables joined by key (``how``: ``"inner"``, ``"left"`` or
+    ``"outer"``): an update of either side emits the key's joined value (``None``, a
+    delete, when the join has none: the inner join lacks a side, the left join its left
+    side, the outer join both), unless the join had none before and has none after (see
     ``changed``). ``side(0)`` and ``side(1)`` are where each parent pushes. Held
     (cached) updates of a key keep the latest timestamp of either side: the two sides
     are flushed one after the other, and Kafka Streams stamps a join with the later."""
 
-    __slots__ = ("joiner", "left", "tables")
+    __slots__ = ("how", "joiner", "tables")
 
     def __init__(self, tables: tuple[TableOp, TableOp], joiner: Callable[[Any, Any], Any],
-                 left: bool, cache: bool) -> None:
+                 how: JoinHow, cache: bool) -> None:
         super().__init__(cache)
-        self.tables, self.joiner, self.left = tables, joiner, left
+        self.tables, self.joiner, self.how = tables, joiner, how
 
     def _join(self, mine: Any, other: Any) -> Any:
-        if mine is None or (other is None and not self.left):
+        if mine is None and other is None:
+            return None
+        if (mine is None and self.how != "outer") or (other is None and self.how == "inner"):
             return None
         return self.joiner(mine, other)
 
@@ -133,17 +167,18 @@ class TableJoin(CachedTable):
     def changed(self, index: int, records: Records) -> None:
         """Table ``index`` changed: join each update with the other side's value. An
         upsert finding no value on the other side changes nothing (the join has none
-        before and after) and is not emitted, except on a left join's left side, the
-        whole left join (Kafka Streams' rule); a delete always is."""
+        before and after) and is not emitted, except on a left join's left side and
+        either side of an outer join (Kafka Streams' rule); a delete always is."""
         other = self.tables[1 - index].lookup_many({r[0] for r in records})
-        if index == 0 and self.left:
-            self.update([(k, self._join(v, other.get(k)), t, h) for k, v, t, h in records])
-        elif index == 0:
-            self.update([(k, self._join(v, other.get(k)), t, h) for k, v, t, h in records
-                         if v is None or k in other])
+        if index == 1:
+            joined = [(k, self._join(other.get(k), v), t, h) for k, v, t, h in records]
         else:
-            self.update([(k, self._join(other.get(k), v), t, h) for k, v, t, h in records
-                         if v is None or k in other])
+            joined = [(k, self._join(v, other.get(k)), t, h) for k, v, t, h in records]
+        if self.how == "outer" or (index == 0 and self.how == "left"):
+            self.update(joined)
+        else:
+            self.update([j for j, r in zip(joined, records, strict=True)
+                         if r[1] is None or r[0] in other])
 
     def update(self, records: Records) -> None:
         held = self.held
@@ -155,7 +190,8 @@ class TableJoin(CachedTable):
         wanted = set(keys)
         left = self.tables[0].lookup_many(wanted)
         right = self.tables[1].lookup_many(wanted)
-        joined = {k: self._join(v, right.get(k)) for k, v in left.items()}
+        keys = {**left, **right} if self.how == "outer" else left
+        joined = {k: self._join(left.get(k), right.get(k)) for k in keys}
         return {k: v for k, v in joined.items() if v is not None}
 
 
@@ -169,7 +205,7 @@ def _later(record: Rec, held: Rec | None) -> Rec:
 class _JoinSide(Op):
     __slots__ = ("index", "join")
 
-    def __init__(self, join: TableJoin, index: int) -> None:
+    def __init__(self, join: TableJoin | WindowedJoin, index: int) -> None:
         super().__init__()
         self.join, self.index = join, index
 

@@ -2,12 +2,8 @@
 ``App`` the loop runs like any other (every mode, exactly-once, the testing driver).
 
     words = Builder("wordcount", stores="memory")
-    (words.stream("lines")
-        .flat_map_values(str.split)
-        .group_by(lambda _doc, word: word)
-        .count("counts")
-        .to_stream()
-        .to("word-counts"))
+    (words.stream("lines").flat_map_values(str.split)
+        .group_by(lambda _doc, word: word).count("counts").to_stream().to("word-counts"))
     app = words.build()
 
 Each operator runs once per batch over the batch's records (a list in, a list out);
@@ -22,17 +18,17 @@ import operator
 from collections.abc import Callable, Iterable
 from typing import Any, Literal
 
-from kasper_py.app import App, Operator, Repartition
+from kasper_py.app import App
 from kasper_py.dsl import _aggregate as agg
 from kasper_py.dsl import _ops as ops
 from kasper_py.dsl import _tables as tables
 from kasper_py.dsl._chain import Step, StepKind
-from kasper_py.dsl._graph import stage_factory
-from kasper_py.dsl._nodes import FromRepartition, Graph, Node, Source, Stage
+from kasper_py.dsl._graph import build_app
+from kasper_py.dsl._nodes import Graph, Node
 from kasper_py.exceptions import ConfigError
 from kasper_py.stores.base import StoreSpec
 from kasper_py.stores.memory import MemoryTable
-from kasper_py.windows import Aggregation, Deduplicator, WindowKind
+from kasper_py.windows import Aggregation, Deduplicator, JoinWindows, WindowKind
 from kasper_py.windows import count as count_aggregation
 
 __all__ = ["Builder", "GlobalTable", "Grouped", "Stream", "Table", "WindowedGrouped"]
@@ -128,41 +124,9 @@ class Builder:
         twice returns the same app; declaring more after that is an error."""
         if self._built is not None:
             return self._built
-        app = App(self.name)
-        declared = {name: app.repartition(name, partitions=count)
-                    for name, count in self._graph.repartitions.items()}
-
-        def resolve(source: Source) -> str | Repartition:
-            return declared[source.name] if isinstance(source, FromRepartition) else source
-
-        for stage in self._graph.stages:
-            outputs: list[str | Repartition] = [*dict.fromkeys(stage.topics_out),
-                       *(declared[n] for n in dict.fromkeys(stage.repartitions_out))]
-            app.processor(stage.name, stage_factory(stage.sources, _topic_of(app)),
-                          inputs=[resolve(s) for s in stage.sources], outputs=outputs,
-                          stores=stage.stores, operators=_operators(stage, resolve))
+        self._built = build_app(self.name, self._graph)
         self._graph.built = True
-        self._built = app
-        return app
-
-
-def _operators(stage: Stage, resolve: Callable[[Source], str | Repartition]
-               ) -> list[Operator]:
-    """The stage's nodes in the order they were declared, for ``describe``."""
-    return [Operator(node.name, node.kind, tuple(map(resolve, node.links)), node.stores,
-                     tuple(child.name for child, _ in node.children))
-            for node in sorted(stage.nodes, key=operator.attrgetter("order"))]
-
-
-def _topic_of(app: App) -> Callable[[str, Source], str]:
-    """(``Config.name`` of the running app, source) to the topic a stage's processor
-    sees. A repartition's topic is named by ``Repartition.topic`` from the name the app
-    runs under (``kasper run --name``), as the loop names it, never the Builder's."""
-    def topic_of(config_name: str, source: Source) -> str:
-        if isinstance(source, FromRepartition):
-            return app.repartitions[source.name].topic(config_name)
-        return source
-    return topic_of
+        return self._built
 
 
 class Stream:
@@ -295,23 +259,48 @@ class Stream:
         return Grouped(self._graph, self._node, self._rekeyed or partitions is not None,
                        name, partitions)
 
-    def join(self, table: Table, joiner: Callable[[Any, Any], Any], *,
+    def join(self, other: Table | Stream, joiner: Callable[[Any, Any], Any],
+             windows: JoinWindows | None = None, *, store: str | None = None,
              name: str | None = None) -> Stream:
-        """Each record with a value for its key in ``table`` as ``joiner(value,
-        table_value)``; the others are dropped. A re-keyed stream is repartitioned
-        into the table's stage first."""
-        return self._join(table, joiner, False, name)
+        """With a table: each record with a value for its key in ``other`` as
+        ``joiner(value, table_value)``; the others are dropped. With a stream and
+        ``windows``: each pair of one key's records within the windows, as
+        ``joiner(value, other_value)``, both sides kept in the windowed store
+        ``store``. A re-keyed stream is repartitioned first."""
+        return self._join(other, joiner, "inner", windows, store, name)
 
-    def left_join(self, table: Table, joiner: Callable[[Any, Any], Any], *,
+    def left_join(self, other: Table | Stream, joiner: Callable[[Any, Any], Any],
+                  windows: JoinWindows | None = None, *, store: str | None = None,
                   name: str | None = None) -> Stream:
-        """Each record as ``joiner(value, table_value or None)``."""
-        return self._join(table, joiner, True, name)
+        """Each record as ``joiner(value, table_value or None)``; with a stream, also
+        each record that joined none as ``joiner(value, None)`` once it cannot."""
+        return self._join(other, joiner, "left", windows, store, name)
 
-    def _join(self, table: Table, joiner: Callable[[Any, Any], Any], left: bool,
+    def outer_join(self, other: Stream, joiner: Callable[[Any, Any], Any],
+                   windows: JoinWindows, *, store: str | None = None,
+                   name: str | None = None) -> Stream:
+        """A windowed left join that also sends each record of ``other`` that joined
+        none, as ``joiner(None, other_value)``, once it can no longer join."""
+        return self._join(other, joiner, "outer", windows, store, name)
+
+    def _join(self, other: Table | Stream, joiner: Callable[[Any, Any], Any],  # noqa: PLR0917
+              how: tables.JoinHow, windows: JoinWindows | None, store: str | None,
               name: str | None) -> Stream:
-        graph, node, right = self._graph, self._node, table._node
+        graph, node = self._graph, self._node
+        if isinstance(other, Table) and (windows or store or how == "outer"):
+            raise ConfigError("dsl", "a stream-table join takes no windows or store and "
+                              "has no outer form: windows are for stream-stream joins")
         if self._rekeyed:
             node = graph.repartition(node, graph.auto_name("join"))
+        if isinstance(other, Stream):
+            if windows is None:
+                raise ConfigError("dsl", "a stream-stream join needs its windows: "
+                                  "join(other, joiner, JoinWindows(seconds, grace=...))")
+            theirs = other._node if not other._rekeyed else graph.repartition(
+                other._node, graph.auto_name("join"))
+            return Stream(graph, graph.windowed_join(node, theirs, joiner, how, windows,
+                                                     store=store, name=name), rekeyed=False)
+        right, left = other._node, how == "left"
         graph.merge(right.stage, node.stage)
         child = graph.then(node, "left_join" if left else "join", name, make=lambda b: (
             tables.StreamTableJoin(b.table(right), joiner, left)))
@@ -466,12 +455,18 @@ class Table:
              cache: bool | None = None, name: str | None = None) -> Table:
         """Keys in both tables, valued ``joiner(value, other_value)``; an update of
         either side updates the key's joined value (or deletes it)."""
-        return self._join(other, joiner, False, cache, name)
+        return self._join(other, joiner, "inner", cache, name)
 
     def left_join(self, other: Table, joiner: Callable[[Any, Any], Any], *,
                   cache: bool | None = None, name: str | None = None) -> Table:
         """Every key of this table, valued ``joiner(value, other_value or None)``."""
-        return self._join(other, joiner, True, cache, name)
+        return self._join(other, joiner, "left", cache, name)
+
+    def outer_join(self, other: Table, joiner: Callable[[Any, Any], Any], *,
+                   cache: bool | None = None, name: str | None = None) -> Table:
+        """Every key of either table, valued ``joiner(value or None, other_value or
+        None)``; a key leaves the join once neither table has it."""
+        return self._join(other, joiner, "outer", cache, name)
 
     def join_foreign(self, other: Table, foreign_key: Callable[[Any], Any],
                      joiner: Callable[[Any, Any], Any], *, left: bool = False,
@@ -486,14 +481,14 @@ class Table:
             self._node, other._node, foreign_key, joiner, left=left, store=name, cache=cache,
             name=name))
 
-    def _join(self, other: Table, joiner: Callable[[Any, Any], Any], left: bool,
+    def _join(self, other: Table, joiner: Callable[[Any, Any], Any], how: tables.JoinHow,
               cache: bool | None, name: str | None) -> Table:
         graph, mine, theirs = self._graph, self._node, other._node
         graph.merge(mine.stage, theirs.stage)
         cached = graph.cached(cache)
-        joined = graph.then(mine, "table_left_join" if left else "table_join", name, port=0,
-                            make=lambda b: tables.TableJoin((b.table(mine), b.table(theirs)),
-                                                            joiner, left, cached))
+        kind = "table_join" if how == "inner" else f"table_{how}_join"
+        joined = graph.then(mine, kind, name, port=0, make=lambda b: tables.TableJoin(
+            (b.table(mine), b.table(theirs)), joiner, how, cached))
         theirs.add(joined, 1)
         return Table(graph, joined)
 

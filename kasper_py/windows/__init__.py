@@ -7,7 +7,8 @@ write.
     for result in views.update((m.key, ctx.event_time(m), m.value) for m in messages):
         sender.send("views-per-minute", result.value, key=result.key)
 
-- kinds.py: ``Tumbling``, ``Hopping``, ``Sliding``, ``Session`` (durations in seconds)
+- kinds.py: ``Tumbling``, ``Hopping``, ``Sliding``, ``Session`` (durations in seconds),
+  and ``JoinWindows`` for the DSL's stream-stream joins
 - aggregation.py: ``Aggregation``, ``count``, ``sum_of``, ``reduce``
 - table.py: ``WindowedTable`` and the ``WindowResult`` it emits
 - join.py: ``StreamJoin``, a windowed join of two co-partitioned topics
@@ -17,7 +18,7 @@ write.
 from kasper_py.windows.aggregation import Aggregation, count, reduce, sum_of
 from kasper_py.windows.dedup import Deduplicator
 from kasper_py.windows.join import JoinResult, StreamJoin
-from kasper_py.windows.kinds import Hopping, Session, Sliding, Tumbling, WindowKind
+from kasper_py.windows.kinds import Hopping, JoinWindows, Session, Sliding, Tumbling, WindowKind
 from kasper_py.windows.table import WindowedTable, WindowResult
 
 __all__ = [
@@ -25,6 +26,7 @@ __all__ = [
     "Deduplicator",
     "Hopping",
     "JoinResult",
+    "JoinWindows",
     "Session",
     "Sliding",
     "StreamJoin",

@@ -1,5 +1,5 @@
 """``StreamJoin``: a windowed join of two co-partitioned streams inside ``process()``,
-inner or left, with both sides buffered in a local table until no record can join them
+inner, left or outer, with both sides buffered in a local table until no record can join them
 any more; and ``JoinResult``, what it emits.
 
 Entries in the store (see _state.py): ``a<key><timestamp><sequence>`` (left) and
@@ -34,34 +34,47 @@ class JoinResult(NamedTuple):
     key: Any
     left: Any
     right: Any
-    """``None`` for a left record no right record joined (``how="left"``)."""
+    """``None`` for a left record no right record joined (``how="left"``/``"outer"``)."""
     timestamp: int
-    """The later of the two event times (the left record's own when unmatched)."""
+    """The later of the two event times (the record's own when unmatched)."""
 
 
 class StreamJoin(TimedState):
     """Joins the records of two co-partitioned topics whose keys are equal and whose
-    event times differ by at most ``within`` seconds, in the local table ``store`` (declared
-    with ``key_serde="bytes", value_serde="bytes"``).
+    event times are close, in the local table ``store`` (declared with
+    ``key_serde="bytes", value_serde="bytes"``): a left record at ``t`` joins the right
+    records from ``t - before`` to ``t + after`` (Kafka Streams' ``JoinWindows``;
+    ``within`` sets both). Seconds, or ``timedelta``s.
 
     Call ``join(left, right)`` once per batch with each side's ``(key, event time ms,
     value)`` records; a batch's records are taken in event-time order, as Kafka Streams
     takes the earliest record of its inputs first. Each pair is returned when its second
     record arrives. A record is late, dropped and counted in ``kasper_late_records_total``,
-    when stream time is past ``timestamp + within + grace``. A buffered record leaves the
-    store once no on-time record can join it (stream time past ``timestamp + 2 * within +
-    grace``); with ``how="left"`` a left record that never joined is returned then, with
-    ``right=None``.
+    when stream time is past the end of its window plus ``grace`` (``t + after + grace``
+    for a left record, ``t + before + grace`` for a right one). A buffered record leaves
+    the store once no on-time record can join it (stream time past ``t + before + after
+    + grace``); then, with ``how="left"`` or ``"outer"``, a left record that never joined
+    is returned with ``right=None``, and with ``"outer"`` a right record that never
+    joined with ``left=None``. So an unmatched result is never followed by a match.
     """
 
-    def __init__(self, context: ProcessorContext, store: str, *, within: Duration,
-                 grace: Duration = 0, how: Literal["inner", "left"] = "inner",
+    def __init__(self, context: ProcessorContext, store: str, *,
+                 within: Duration | None = None, before: Duration | None = None,
+                 after: Duration | None = None, grace: Duration = 0,
+                 how: Literal["inner", "left", "outer"] = "inner",
                  key_serde: str | Serde = "json", value_serde: str | Serde = "json") -> None:
-        if how not in ("inner", "left"):
-            raise ValueError(f"how must be 'inner' or 'left', got {how!r}")
-        self.within_ms = to_millis("join time difference (within)", within, positive=False)
+        if how not in ("inner", "left", "outer"):
+            raise ValueError(f"how must be 'inner', 'left' or 'outer', got {how!r}")
+        before, after = within if before is None else before, within if after is None else after
+        if before is None or after is None:
+            raise ValueError("a stream join needs its time difference: within=, or both "
+                             "before= and after=")
+        self.before_ms = to_millis("join time difference (before)", before, positive=False)
+        self.after_ms = to_millis("join time difference (after)", after, positive=False)
         self.grace_ms = to_millis("grace", grace, positive=False)
         self.how = how
+        self._unmatched = {_LEFT: how != "inner", _RIGHT: how == "outer"}
+        """Whether a side's records that never joined are returned when they expire."""
         self.value_serde = serde_for(value_serde)
         self._buffers: dict[bytes, dict[bytes, list[tuple[int, int]]]] = {_LEFT: {}, _RIGHT: {}}
         self._expiry: list[tuple[int, bytes, bytes, int, int]] = []
@@ -79,7 +92,8 @@ class StreamJoin(TimedState):
         writes: dict[bytes, bytes] = {}
         for side, key, timestamp, value in records:
             self.stream_time = max(self.stream_time, timestamp)
-            if self.stream_time > timestamp + self.within_ms + self.grace_ms:
+            closes = self.after_ms if side == _LEFT else self.before_ms
+            if self.stream_time > timestamp + closes + self.grace_ms:
                 self._late_record(key, timestamp)
                 continue
             self._add(side, key, timestamp, value, values, results, writes)
@@ -95,8 +109,10 @@ class StreamJoin(TimedState):
         encoded = self._key_of(key)
         other = _RIGHT if side == _LEFT else _LEFT
         buffered = self._buffers[other].get(encoded, [])
-        low = bisect.bisect_left(buffered, (timestamp - self.within_ms, -1))
-        high = bisect.bisect_left(buffered, (timestamp + self.within_ms + 1, -1))
+        earlier, later = ((self.before_ms, self.after_ms) if side == _LEFT
+                          else (self.after_ms, self.before_ms))
+        low = bisect.bisect_left(buffered, (timestamp - earlier, -1))
+        high = bisect.bisect_left(buffered, (timestamp + later + 1, -1))
         for their_time, their_sequence in buffered[low:high]:
             theirs = (other, encoded, their_time, their_sequence)
             matched, their_value = values[theirs]
@@ -105,9 +121,9 @@ class StreamJoin(TimedState):
                 results.append(JoinResult(key, value, their_value, at))
             else:
                 results.append(JoinResult(key, their_value, value, at))
-                if not matched:  # a left record joined at last: not to be sent unmatched
-                    values[theirs] = (True, their_value)
-                    writes[pack_times(*theirs)] = self._encode(True, their_value)
+            if not matched and self._unmatched[other]:  # joined at last: not sent unmatched
+                values[theirs] = (True, their_value)
+                writes[pack_times(*theirs)] = self._encode(True, their_value)
         sequence = self._next_sequence()
         mine = (side, encoded, timestamp, sequence)
         bisect.insort(self._buffers[side].setdefault(encoded, []), (timestamp, sequence))
@@ -116,7 +132,7 @@ class StreamJoin(TimedState):
         heapq.heappush(self._expiry, (self._expires_at(timestamp), *mine))
 
     def _expires_at(self, timestamp: int) -> int:
-        return timestamp + 2 * self.within_ms + self.grace_ms + 1
+        return timestamp + self.before_ms + self.after_ms + self.grace_ms + 1
 
     def _buffered(self, keys: set[bytes]) -> dict[Buffered, tuple[bool, Any]]:
         """Both sides' buffered records of ``keys``: (matched, value) each."""
@@ -127,8 +143,8 @@ class StreamJoin(TimedState):
         return {wanted[entry]: self._decode(raw) for entry, raw in found.items()}
 
     def _expire(self, values: dict[Buffered, tuple[bool, Any]]) -> list[JoinResult]:
-        """Drop the records no on-time record can join; return the unmatched left ones
-        of a left join."""
+        """Drop the records no on-time record can join; return the unmatched ones of
+        the sides that send them (left: the left side; outer: both), oldest first."""
         gone: list[Buffered] = []
         while self._expiry and self._expiry[0][0] <= self.stream_time:
             _, side, key, timestamp, sequence = heapq.heappop(self._expiry)
@@ -140,16 +156,19 @@ class StreamJoin(TimedState):
         if not gone:
             return []
         entries = {pack_times(*record): record for record in gone}
+        unread = [entry for entry, record in entries.items()
+                  if self._unmatched[record[0]] and record not in values]
+        found = self.store.get_many(unread) if unread else {}
+        values = {**values, **{entries[e]: self._decode(raw) for e, raw in found.items()}}
         results = []
-        if self.how == "left":
-            unread = [entry for entry, record in entries.items()
-                      if record[0] == _LEFT and record not in values]
-            found = self.store.get_many(unread) if unread else {}
-            values = {**values, **{entries[e]: self._decode(raw) for e, raw in found.items()}}
-            for record in gone:
-                matched, value = values[record]
-                if record[0] == _LEFT and not matched:
-                    results.append(JoinResult(self._decoded(record[1]), value, None, record[2]))
+        for record in gone:
+            if not self._unmatched[record[0]]:
+                continue
+            matched, value = values[record]
+            if not matched:
+                key = self._decoded(record[1])
+                results.append(JoinResult(key, value, None, record[2]) if record[0] == _LEFT
+                               else JoinResult(key, None, value, record[2]))
         self.store.delete_many(list(entries))
         return results
 

@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-__all__ = ["Hopping", "Session", "Sliding", "Tumbling", "WindowKind", "to_millis"]
+__all__ = ["Hopping", "JoinWindows", "Session", "Sliding", "Tumbling", "WindowKind", "to_millis"]
 
 Duration = float | int | timedelta
 """Seconds, or a ``timedelta``."""
@@ -146,3 +146,28 @@ class Session(WindowKind):
     def __post_init__(self) -> None:
         super().__post_init__()
         self._set("gap_ms", to_millis("session inactivity gap", self.gap, positive=True))
+
+
+@dataclass(frozen=True)
+class JoinWindows(WindowKind):
+    """How close in event time two records of a windowed stream-stream join must be
+    (Kafka Streams' ``JoinWindows``): a left record at ``t`` joins the right records
+    from ``t - before`` to ``t + after``, both ``within`` unless given. A record is late
+    once stream time passes the end of its window plus ``grace``.
+
+    ``JoinWindows(5, grace=1)``: records at most 5 s apart, either way.
+    ``JoinWindows(0, after=60)``: right records in the minute after the left one.
+    """
+
+    within: Duration
+    before: Duration | None = field(default=None, kw_only=True)
+    after: Duration | None = field(default=None, kw_only=True)
+    before_ms: int = field(init=False, repr=False, compare=False)
+    after_ms: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        before = self.within if self.before is None else self.before
+        after = self.within if self.after is None else self.after
+        self._set("before_ms", to_millis("join window before", before, positive=False))
+        self._set("after_ms", to_millis("join window after", after, positive=False))

@@ -121,6 +121,24 @@ def test_table_table_join_gives_every_users_count(renamed: Renamed) -> None:
     assert 0 < renamed.committed(repartition) == renamed.written(repartition) <= len(CLICKS)
 
 
+def test_table_outer_join_keeps_users_without_clicks(renamed: Renamed) -> None:
+    """A count per user outer-joined with a users table that has three users no one
+    clicked and misses one who clicked: each key's last value has what either side
+    holds, ``None`` for the other."""
+    clicks, users = renamed.topic("clicks"), renamed.topic("users")
+    clicked = [(key, click) for key, click in CLICKS if click["user"] != "u9"]
+    extra = [(f"x{i}", {"name": f"X{i}"}) for i in range(3)]
+    renamed.produce(users, [u for u in USERS if u[0] != "u0"] + extra)
+    renamed.produce(clicks, clicked)
+    renamed.run(f"table_outer({clicks!r}, {users!r}, {renamed.out!r})")
+    counts = Counter(v["user"] for _, v in clicked)
+    names = {key: user["name"] for key, user in [*USERS[1:], *extra]}
+    assert dict(renamed.sent()) == {key: {"name": names.get(key), "clicks": counts.get(key)}
+                                    for key in counts.keys() | names.keys()}
+    assert renamed.committed(users) == len(USERS) - 1 + len(extra)
+    assert renamed.committed(clicks) == len(clicked)
+
+
 def test_foreign_key_join_names_every_order(renamed: Renamed) -> None:
     """Orders joined with their user's name through ``<name>-orders-named-subscription``
     and ``-response``: every order's last value carries the name."""

@@ -124,11 +124,20 @@ def test_stream_joined_with_an_aggregation(sequence: list[Event], at: list[int],
     assert per_key(outputs(driver, "out")) == per_key(expected)
 
 
-def table_join_model(sequence: list[Event], left: bool, view: bool) -> dict[str, list[Out]]:
+def joined_value(how: str, lv: Any, rv: Any) -> Any:
+    """The value of a key in the joined table: ``None`` when the join has none."""
+    if (lv is None and rv is None) or (lv is None and how != "outer") \
+            or (rv is None and how == "inner"):
+        return None
+    return [lv, rv]
+
+
+def table_join_model(sequence: list[Event], how: str, view: bool) -> dict[str, list[Out]]:
     """A table-table join record by record ("out"): an update emits the key's joined
     value, or ``None`` when the join has none now; except an upsert finding the
     other side absent (the join has no value before or after; a left join's left
-    side always emits). Deletes always go on: the key may have been joined before.
+    side and both sides of an outer join always emit). Deletes always go on: the key
+    may have been joined before.
     The right table is read through ``view_of`` when ``view``, and a stream "s"
     probes the joined table ("probe")."""
     sides: dict[str, dict[Any, Any]] = {"l": {}, "r": {}}
@@ -136,8 +145,7 @@ def table_join_model(sequence: list[Event], left: bool, view: bool) -> dict[str,
     for topic, k, raw, ts in sequence:
         if k is None:
             continue
-        lv, rv = sides["l"].get(k), sides["r"].get(k)
-        joined = None if lv is None or (rv is None and not left) else [lv, rv]
+        joined = joined_value(how, sides["l"].get(k), sides["r"].get(k))
         if topic == "s":
             if raw is not None and joined is not None:
                 out["probe"].append((k, [raw, joined], ts))
@@ -145,20 +153,20 @@ def table_join_model(sequence: list[Event], left: bool, view: bool) -> dict[str,
         v = view_of(raw) if view and topic == "r" else raw
         mine, other = sides[topic], sides["r" if topic == "l" else "l"]
         mine.pop(k, None) if v is None else mine.__setitem__(k, v)
-        lv, rv = sides["l"].get(k), sides["r"].get(k)
-        if v is None or (topic == "l" and left) or other.get(k) is not None:
-            out["out"].append((k, None if lv is None or (rv is None and not left)
-                               else [lv, rv], ts))
+        if v is None or (topic == "l" and how == "left") or how == "outer" \
+                or other.get(k) is not None:
+            out["out"].append((k, joined_value(how, sides["l"].get(k), sides["r"].get(k)),
+                               ts))
     return out
 
 
 @FAST
-@given(events(["l", "r", "s"]), cuts, st.booleans(), st.booleans(), st.integers(1, 3),
-       st.booleans())
+@given(events(["l", "r", "s"]), cuts, st.sampled_from(["inner", "left", "outer"]),
+       st.booleans(), st.integers(1, 3), st.booleans())
 def test_table_table_join_equals_the_model(sequence: list[Event], at: list[int],  # noqa: PLR0917
-                                           left: bool, view: bool, partitions: int,
+                                           how: str, view: bool, partitions: int,
                                            cache: bool) -> None:
-    """Table-table join and left_join (the right side a view, or not): each update
+    """Table-table join, left_join and outer_join (the right side a view, or not): each update
     emits the model's joined value at that point (see ``table_join_model``), with
     its timestamp, or with the cache each key's as the batch left it, stamped with
     the later side's time (a subsequence of the model's, the same last values: a key
@@ -169,11 +177,12 @@ def test_table_table_join_equals_the_model(sequence: list[Event], at: list[int],
     mine, theirs = b.table("l"), b.table("r")
     if view:
         theirs = theirs.filter(lambda k, v: v % 3 != 0).map_values(lambda v: v + 100)
-    joined = mine.left_join(theirs, pair) if left else mine.join(theirs, pair)
+    joined = {"inner": mine.join, "left": mine.left_join, "outer": mine.outer_join}[how](
+        theirs, pair)
     joined.to_stream().to("out")
     b.stream("s").join(joined, pair).to("probe")
     driver = run(b.build(), sequence, at, partitions=partitions)
-    expected = table_join_model(sequence, left, view)
+    expected = table_join_model(sequence, how, view)
     got = outputs(driver, "out")
     if cache:
         assert_coalesced(got, expected["out"], same_keys=False)

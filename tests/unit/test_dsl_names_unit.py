@@ -33,6 +33,8 @@ SHAPES: dict[str, tuple[Callable[[], App], list[list[Message]]]] = {
                           [USERS, CLICKS]),
     "table-table join": (lambda: dsl_shapes.table_table("clicks", "users", "out", MEMORY),
                          [USERS, CLICKS]),
+    "table outer join": (lambda: dsl_shapes.table_outer("clicks", "users", "out", MEMORY),
+                         [USERS, CLICKS]),
     "foreign-key join": (lambda: dsl_shapes.foreign_key("orders", "users", "out", MEMORY),
                          [USERS, ORDERS]),
     "merge": (lambda: dsl_shapes.merge("clicks", "views", "out", MEMORY), [CLICKS, VIEWS]),
