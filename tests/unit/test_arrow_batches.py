@@ -79,3 +79,13 @@ def test_send_table_takes_a_frame_with_to_arrow_and_chosen_columns() -> None:
     send_table(sender, "out", Frame(), key="user", value=["n"])
     [message] = sender.messages
     assert (message.topic, message.key, json.loads(message.value)) == ("out", b"a", {"n": 1})
+
+
+def test_send_table_takes_a_real_polars_frame() -> None:
+    """A Polars frame is sent row by row in its order, its key column as the key."""
+    pl = pytest.importorskip("polars")
+    frame = pl.DataFrame({"user": ["a", "b"], "total": [3, 5]})
+    sender = Sender(STRING, JSON)
+    send_table(sender, "out", frame, key="user")
+    sent = [(m.topic, m.key, json.loads(m.value)) for m in sender.messages]
+    assert sent == [("out", b"a", {"total": 3}), ("out", b"b", {"total": 5})]
