@@ -17,10 +17,12 @@ from kasper_py.dsl import _aggregate as agg
 from kasper_py.dsl import _fk as fk
 from kasper_py.dsl._chain import Sink, Step
 from kasper_py.dsl._ops import Op, StageContext, TableOp
+from kasper_py.dsl._stores import StoreMaker
 from kasper_py.dsl._tables import JoinHow, WindowedJoin
 from kasper_py.exceptions import ConfigError
 from kasper_py.processor import ProcessorContext
 from kasper_py.stores.base import StoreSpec
+from kasper_py.stores.ttl import Ttl
 from kasper_py.windows import JoinWindows, StreamJoin
 
 _PREFIX: dict[str, str] = {
@@ -119,8 +121,7 @@ class Graph:
     stores (``stores``: a function of (store name, windowed) making a ``StoreSpec``;
     ``cache``: the builder's default for tables)."""
 
-    def __init__(self, owner: str, stores: Callable[[str, bool], StoreSpec], cache: bool
-                 ) -> None:
+    def __init__(self, owner: str, stores: StoreMaker, cache: bool) -> None:
         self.owner, self.cache = owner, cache
         self.stages: list[Stage] = []
         self.repartitions: dict[str, int | None] = {}
@@ -202,9 +203,11 @@ class Graph:
             stage.sources.setdefault(source, []).append(head)
         return head
 
-    def store(self, stage: Stage, name: str, windowed: bool = False) -> None:
-        """Keep the store ``name`` on ``stage``."""
-        stage.stores.append(self._stores(name, windowed))
+    def store(self, stage: Stage, name: str, windowed: bool = False,
+              ttl: float | Ttl | None = None) -> None:
+        """Keep the store ``name`` on ``stage`` (its keys removed ``ttl`` after their last
+        write, when given)."""
+        stage.stores.append(self._stores(name, windowed, ttl))
 
     def keep(self, stage: Stage, spec: StoreSpec) -> None:
         """Keep the store ``spec`` (a global table's) on ``stage``, once."""

@@ -25,31 +25,14 @@ from kasper_py.dsl import _tables as tables
 from kasper_py.dsl._chain import Step, StepKind
 from kasper_py.dsl._graph import build_app
 from kasper_py.dsl._nodes import Graph, Node
+from kasper_py.dsl._stores import StoreKind, store_maker
 from kasper_py.exceptions import ConfigError
 from kasper_py.stores.base import StoreSpec
-from kasper_py.stores.memory import MemoryTable
+from kasper_py.stores.ttl import Ttl
 from kasper_py.windows import Aggregation, Deduplicator, JoinWindows, WindowKind
 from kasper_py.windows import count as count_aggregation
 
 __all__ = ["Builder", "GlobalTable", "Grouped", "Stream", "Table", "WindowedGrouped"]
-
-StoreKind = Literal["rocksdb", "memory"] | Callable[[str, bool], StoreSpec]
-"""Where tables and aggregations keep their state: ``"rocksdb"`` (a changelog-backed
-``RocksDBTable``, the default), ``"memory"`` (``MemoryTable``: tests), or a function of
-(store name, windowed) returning a ``StoreSpec``."""
-
-
-def _rocksdb(name: str, windowed: bool) -> StoreSpec:
-    from kasper_py.stores.rocksdb import RocksDBTable  # noqa: PLC0415 - the rocksdb extra
-
-    if windowed:
-        return RocksDBTable(name, key_serde="bytes", value_serde="bytes")
-    return RocksDBTable(name, key_serde="json", value_serde="json")
-
-
-def _memory(name: str, _windowed: bool) -> StoreSpec:
-    return MemoryTable(name)
-
 
 class Builder:
     """Declares a pipeline of streams and tables; ``build()`` makes the ``App``.
@@ -69,8 +52,7 @@ class Builder:
     def __init__(self, name: str, *, stores: StoreKind = "rocksdb", cache: bool = True
                  ) -> None:
         self.name = name
-        self._graph = Graph(name, _rocksdb if stores == "rocksdb" else _memory
-                            if stores == "memory" else stores, cache)
+        self._graph = Graph(name, store_maker(stores), cache)
         self._built: App | None = None
 
     @property
@@ -93,15 +75,16 @@ class Builder:
                       rekeyed=False)
 
     def table(self, topic: str, *, store: str | None = None, cache: bool | None = None,
-              name: str | None = None) -> Table:
+              name: str | None = None, ttl: float | Ttl | None = None) -> Table:
         """``topic`` (compacted, keyed) materialised into a store named ``store``
         (``topic`` by default), queryable like any table: each record upserts its key,
         a ``None`` value deletes it; each key updated is emitted (once per batch with
-        the cache, else every record)."""
+        the cache, else every record). ``ttl``: a key is removed that long after its last
+        write (docs/stores.md, time to live)."""
         graph = self._graph
         store = graph.store_name(store or topic)
         stage = graph.stage()
-        graph.store(stage, store)
+        graph.store(stage, store, ttl=ttl)
         cached = graph.cached(cache)
         head = graph.source(stage, (topic,), "table", name, stores=(store,), make=lambda b: (
             tables.SourceTable(b.context.store(store), cached)))
@@ -335,27 +318,30 @@ class Grouped:
 
     def _stateful(self, kind: str, store: str, make: Callable[[Any, str], ops.Op],
                   name: str | None, *, windowed: bool = False,
-                  combine: agg.Folding | None = None) -> Table:
+                  combine: agg.Folding | None = None, ttl: float | Ttl | None = None) -> Table:
         """The table of an aggregation kept in the store ``store`` (declared on the stage
         that reads the grouped records, after a repartition when re-keyed: ``combine``d
         before it when given), whose operator ``make(build, store)`` builds."""
         graph = self._graph
         store = graph.store_name(store)
         head = self._input(store, combine)
-        graph.store(head.stage, store, windowed)
+        graph.store(head.stage, store, windowed, ttl)
         return Table(graph, graph.then(head, kind, name, stores=(store,),
                                        make=lambda b: make(b, store)))
 
     def _folded(self, kind: str, store: str, folding: agg.Folding, cache: bool | None,
-                name: str | None) -> Table:
+                name: str | None, *, ttl: float | Ttl | None) -> Table:
+        """An aggregation's table; ``ttl``: each key removed that long after its last
+        update (docs/stores.md, time to live), as every method below takes it."""
         cached = self._graph.cached(cache)
         combine = folding if cached and folding.merge is not None else None
         return self._stateful(kind, store, lambda b, s: agg.Aggregate(
-            b.context.store(s), folding, cached), name, combine=combine)
+            b.context.store(s), folding, cached), name, combine=combine, ttl=ttl)
 
     def aggregate(self, initializer: Callable[[], Any], adder: Callable[[Any, Any, Any], Any],
                   store: str, *, merge: Callable[[Any, Any, Any], Any] | None = None,
-                  cache: bool | None = None, name: str | None = None) -> Table:
+                  cache: bool | None = None, name: str | None = None,
+                  ttl: float | Ttl | None = None) -> Table:
         """Per key, ``adder(key, value, aggregate)`` from ``initializer()``, kept in the
         store ``store``. ``merge(key, aggregate, partial)``, when given, folds into
         ``aggregate`` a ``partial`` aggregated from ``initializer()`` over later
@@ -363,27 +349,27 @@ class Grouped:
         re-keying each batch's records are then combined per key before the
         repartition (with the cache; the partial crosses it as JSON)."""
         return self._folded("aggregate", store, agg.Folding(initializer, adder, merge),
-                            cache, name)
+                            cache, name, ttl=ttl)
 
-    def count(self, store: str, *, cache: bool | None = None, name: str | None = None
-              ) -> Table:
+    def count(self, store: str, *, cache: bool | None = None, name: str | None = None,
+              ttl: float | Ttl | None = None) -> Table:
         """Records per key (combined before a repartition with the cache)."""
-        return self._folded("count", store, agg.Folding.counting(), cache, name)
+        return self._folded("count", store, agg.Folding.counting(), cache, name, ttl=ttl)
 
     def reduce(self, reducer: Callable[[Any, Any], Any], store: str, *,
                associative: bool = False, cache: bool | None = None,
-               name: str | None = None) -> Table:
+               name: str | None = None, ttl: float | Ttl | None = None) -> Table:
         """Per key, the first value, then ``reducer(aggregate, value)``. An
         ``associative`` reducer (``reducer(reducer(a, b), c) == reducer(a, reducer(b,
         c))``) is combined before a repartition, as ``aggregate`` with ``merge``."""
         return self._folded("reduce", store, agg.Folding.reducing(reducer, associative),
-                            cache, name)
+                            cache, name, ttl=ttl)
 
-    def sum(self, store: str, *, cache: bool | None = None, name: str | None = None
-            ) -> Table:
+    def sum(self, store: str, *, cache: bool | None = None, name: str | None = None,
+            ttl: float | Ttl | None = None) -> Table:
         """Per key, the sum of the values (numbers; combined as ``count`` is)."""
         return self._folded("sum", store, agg.Folding.reducing(operator.add, True), cache,
-                            name)
+                            name, ttl=ttl)
 
     def windowed_by(self, windows: WindowKind) -> WindowedGrouped:
         """Aggregate per key and window (``Tumbling``, ``Hopping``, ``Sliding``,
