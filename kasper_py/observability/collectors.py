@@ -222,6 +222,9 @@ class Collectors:
         self.standby_lag = prom.Gauge(
             "standby_lag_records", "Changelog offsets a standby's warm copy is behind.",
             restore, **common)
+        self.table_keys = prom.Gauge(
+            "store_keys", "Keys of a local table's partition, as its backend estimates them "
+            "(RocksDB's estimate-num-keys, after each applied turn).", restore, **common)
         self.standby_lag_seconds = prom.Gauge(
             "standby_lag_seconds", "Seconds since a standby's warm copy was last level "
             "with its changelog (0 when level).", restore, **common)

@@ -315,6 +315,10 @@ class PrometheusObserver(LoopObserver, StoreObserver):
         """Count keys ``store`` removed as expired (its ``ttl``)."""
         self.collectors.keys_expired.labels(self.processor, store).inc(count)
 
+    def on_table_size(self, store: str, partition: int, keys: int) -> None:
+        """Set the key count ``store``'s ``partition`` reports."""
+        self.collectors.table_keys.labels(self.processor, store, str(partition)).set(keys)
+
     def on_restore_done(self, store: str, partition: int, records: int, seconds: float,
                         from_standby: bool) -> None:
         """Set the last restore's records, seconds and origin; count its records."""

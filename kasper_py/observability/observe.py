@@ -73,6 +73,10 @@ class StoreObserver(Protocol):
     def on_keys_expired(self, store: str, count: int) -> None:
         """``store`` removed ``count`` keys whose time to live (``ttl=``) had passed."""
 
+    def on_table_size(self, store: str, partition: int, keys: int) -> None:
+        """``store``'s ``partition`` holds about ``keys`` keys (after a turn applied its
+        writes; where the backend reports it: a local RocksDB table)."""
+
     def on_restore_done(self, store: str, partition: int, records: int, seconds: float,
                         from_standby: bool) -> None:
         """``store``'s ``partition`` is level with its changelog after reading ``records``
@@ -102,6 +106,9 @@ class NoopStoreObserver:
         pass
 
     def on_keys_expired(self, store: str, count: int) -> None:
+        pass
+
+    def on_table_size(self, store: str, partition: int, keys: int) -> None:
         pass
 
     def on_restore_done(self, store: str, partition: int, records: int, seconds: float,
@@ -139,9 +146,12 @@ class StoreObservers:
         for observer in self.observers:
             observer.on_late_records(store, count)
 
-    # An observer written before these three were added lacks them: it hears none.
+    # An observer written before these four were added lacks them: it hears none.
     def on_keys_expired(self, store: str, count: int) -> None:
         self._to_those_with("on_keys_expired", store, count)
+
+    def on_table_size(self, store: str, partition: int, keys: int) -> None:
+        self._to_those_with("on_table_size", store, partition, keys)
 
     def on_restore_done(self, store: str, partition: int, records: int, seconds: float,
                         from_standby: bool) -> None:

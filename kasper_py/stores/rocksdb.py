@@ -127,6 +127,7 @@ class RocksDBStore(BufferedStore):
         self._observed("apply", lambda: self.db.write(self._in_flight, {self.partition: end},
                                                       self._written_ms))
         self._in_flight, self._in_flight_count = {}, 0
+        self.observer.on_table_size(self.name, self.partition, self.size())
 
     def _expire(self) -> int:
         """With a ttl: buffer a delete (a changelog tombstone, once flushed) for up to
