@@ -30,10 +30,9 @@ pytestmark = pytest.mark.integration
 
 EXAMPLES = HERE.parents[1] / "examples"
 TOTAL = 600
-MODES = {"static": [[]], "processes": [["--processes", "2"]],
-         "group": [["--assignment", "group"], ["--assignment", "group"]]}
-"""Each mode's ``kasper run`` processes, by their options (group: two members, each on
-a state folder of its own, as on two hosts)."""
+MODES = {"static": [[]], "processes": [["--processes", "2"]]}
+"""Each mode's ``kasper run`` processes, by their options. Group mode refuses stages of
+their own count (test_group_mode_refuses_them_naming_what_runs_them)."""
 
 
 def partition_count(bootstrap: str, topic: str) -> int:
@@ -79,8 +78,7 @@ def test_a_repartition_of_its_own_count_counts_exactly_under_kill(  # noqa: PLR0
         new_topic: Callable[..., str], kafka: Any, unique_name: Callable[[str], str],
         tmp_path: Path) -> None:
     """600 page views; the app runs, is SIGKILLed once it has committed part of the
-    source (group mode: over 2 partitions into 6, where partition numbers 1 and 2 are
-    split between the members), and runs again until caught up. The repartition has
+    source, and runs again until caught up. The repartition has
     its own count; the group's committed offsets are at the end of every partition of
     the source and of the repartition; a read_committed reader sees each (user, n)
     update exactly once."""
@@ -103,14 +101,13 @@ def test_a_repartition_of_its_own_count_counts_exactly_under_kill(  # noqa: PLR0
         return sum(o or 0 for o in kafka.committed(name, source, sources).values())
 
     with internal_topics_deleted(bootstrap, name):
-        if (mode, sources) != ("group", 4):  # a killed member's session outlives it: 45 s
-            first = Run(configs, [tmp_path / f"first{i}.log" for i in range(len(options))],
-                        options, env)
-            try:
-                wait_for(lambda: done() > 0, "the first commit", 90)
-            finally:
-                first.kill()
-            assert done() < TOTAL, first.text()  # the kill landed mid-run
+        first = Run(configs, [tmp_path / f"first{i}.log" for i in range(len(options))],
+                    options, env)
+        try:
+            wait_for(lambda: done() > 0, "the first commit", 90)
+        finally:
+            first.kill()
+        assert done() < TOTAL, first.text()  # the kill landed mid-run
         last = Run(configs, [tmp_path / f"last{i}.log" for i in range(len(options))],
                    options, env, "--until-caught-up")
         assert last.finish() == [0] * len(options), last.text()
@@ -168,3 +165,26 @@ def test_global_topk_example_is_exact_under_kill(bootstrap: str, new_topic: Call
             assert kafka.committed(name, topic, count) == ends(bootstrap, topic, count)
         final = kafka.read_all(output)[-1]
         assert [tuple(pair) for pair in json.loads(final.value())] == expected
+
+
+def test_group_mode_refuses_them_naming_what_runs_them(
+        bootstrap: str, new_topic: Callable[..., str], unique_name: Callable[[str], str],
+        tmp_path: Path) -> None:
+    """`kasper run --assignment group` of an app whose repartition has a count of its own
+    exits 3 (bad configuration) before processing anything, naming both counts and the
+    modes that run it."""
+    source = new_topic("fan-views", partitions=2)
+    name = unique_name("fan-group")
+    config = write_config(tmp_path / "app.toml", name=name, bootstrap_servers=bootstrap,
+                          state_dir=str(tmp_path / "state"), key_serde="str",
+                          value_serde="str")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "PAGEVIEWS_SOURCE": source,
+           "PAGEVIEWS_OUTPUT": new_topic("fan-counts", partitions=2),
+           "PAGEVIEWS_REPARTITION_PARTITIONS": "6"}
+    with internal_topics_deleted(bootstrap, name):
+        run = Run([config], [tmp_path / "group.log"], [["--assignment", "group"]], env,
+                  "--until-caught-up")
+        assert run.finish() == [3], run.text()  # bad configuration
+        assert (f"stages with their own partition count ({source}=2, "
+                f"{name}-by-user-repartition=6) run with a static partition set or "
+                "--processes N; group mode") in run.text()
