@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
+from kasper_py._support.urls import server_address
 from kasper_py.exceptions import StoreError
 
 try:
@@ -41,7 +42,7 @@ class Rest:
 
     def __init__(self, url: str, timeout: float) -> None:
         parts = urlsplit(url)
-        self.address = f"{parts.scheme}://{parts.hostname}:{parts.port or 9200}"
+        self.address = server_address(url, 9200, with_path=False)
         self._base = url.rstrip("/")
         # Retries are the store's (bounded, with backoff, counted), not urllib3's.
         self._pool = urllib3.PoolManager(

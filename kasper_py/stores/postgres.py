@@ -25,8 +25,8 @@ import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
-from urllib.parse import urlsplit
 
+from kasper_py._support.urls import server_address
 from kasper_py.config import Config
 from kasper_py.exceptions import QueryUnavailableError, StoreError, StoreUnavailableError
 from kasper_py.message import TopicPartitionKey
@@ -149,8 +149,7 @@ class PostgresTable(StoreSpec):
     @property
     def address(self) -> str:
         """The server's address and database, without credentials, for error messages."""
-        parts = urlsplit(self.url)
-        return f"postgresql://{parts.hostname}:{parts.port or 5432}{parts.path}"
+        return server_address(self.url, 5432, scheme="postgresql")
 
 
 class PostgresStore(BufferedStore):

@@ -19,8 +19,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
-from urllib.parse import urlsplit
 
+from kasper_py._support.urls import server_address
 from kasper_py.config import Config
 from kasper_py.exceptions import QueryUnavailableError, StoreError, StoreUnavailableError
 from kasper_py.message import TopicPartitionKey
@@ -137,8 +137,7 @@ class RedisTable(StoreSpec):
     @property
     def address(self) -> str:
         """The server's address, without credentials, for error messages."""
-        parts = urlsplit(self.url)
-        return f"{parts.scheme}://{parts.hostname}:{parts.port or 6379}{parts.path}"
+        return server_address(self.url, 6379)
 
 
 def _glob_escape(raw: bytes) -> bytes:
