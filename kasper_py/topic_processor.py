@@ -29,7 +29,7 @@ from kasper_py.loop.lifecycle import Lifecycle, kafka_usable_after
 from kasper_py.loop.partitions import Partitions
 from kasper_py.loop.prefetch import Prefetcher
 from kasper_py.loop.progress import consumed_all, report, turn_stats
-from kasper_py.loop.servers import LoopServers
+from kasper_py.loop.servers import LoopServers, stage_counts
 from kasper_py.loop.signals import closing_on_signals
 from kasper_py.loop.standby import standbys_for
 from kasper_py.loop.turns import turns_for
@@ -106,7 +106,9 @@ class TopicProcessor:
             repartitions=plan.internal if real_clients else ())
         self.tables = self._servers.serve_tables(
             self._store_specs, engine.partitions, views or {}, locate=real_clients,
-            partition_count=self._assignment.partition_count, warm=self._standbys.queryable)
+            partition_count=self._assignment.partition_count, warm=self._standbys.queryable,
+            stage_count=stage_counts(plan.store_topics(), self._consumer.keys,
+                                     self._assignment.partition_count))
         """The tables' committed state, for queries from any thread (``kasper_py.query``)."""
 
     def run_loop(self, until_caught_up: bool = False) -> None:

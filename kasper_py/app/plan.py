@@ -58,6 +58,15 @@ class Plan:
     stats: NodeStats | None = None
     app: App | None = None
 
+    def store_topics(self) -> dict[str, frozenset[str]]:
+        """The topics each store's processor reads from Kafka, by store name: an app's
+        stage may read fewer partitions than the loop runs. Empty for a lone processor,
+        whose stores read every input topic."""
+        if self.app is None or self.routes is None:
+            return {}
+        return {spec.name: self.routes.kafka_inputs(node)
+                for node in self.app.nodes for spec in node.stores}
+
     def partition_numbers(self, metadata: Any) -> int:
         """How many partition numbers the loop runs (``topics.task_count``), from
         cluster ``metadata``: the largest count of the sources and the internal topics

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from kasper_py.dsl._ops import CachedTable, Op, Records, StageContext, Windowed
+from kasper_py.dsl._ops import CachedTable, NullSkips, Op, Records, StageContext, Windowed
 from kasper_py.exceptions import SerdeError
 from kasper_py.message import Headers
 from kasper_py.sender import SendRecord
@@ -230,17 +230,18 @@ class WindowedAggregate(Op):
     (the last instant it covers), once per window a batch changed. Records without a
     timestamp fail the turn. Never combined before a repartition: which window a
     record lands in, and whether it is late, depend on the stream time of the stage
-    that counts it."""
+    that counts it. Records with a ``None`` key or value are skipped and counted
+    (``NullSkips``)."""
 
-    __slots__ = ("table",)
+    __slots__ = ("skips", "table")
 
-    def __init__(self, table: WindowedTable) -> None:
+    def __init__(self, table: WindowedTable, partition: int) -> None:
         super().__init__()
         self.table = table
+        self.skips = NullSkips(table.store, table.store_name, partition)
 
     def push(self, records: Records) -> None:
-        results = self.table.update((r[0], r[2], r[1]) for r in records
-                                    if r[0] is not None and r[1] is not None)
+        results = self.table.update((r[0], r[2], r[1]) for r in self.skips.kept(records))
         self.emit([(Windowed(w.key, w.start, w.end), w.value, w.end - 1, ())
                    for w in results])
 

@@ -16,6 +16,7 @@ from typing import Any, NamedTuple
 
 from kasper_py.message import Headers
 from kasper_py.sender import Sender
+from kasper_py.stores.base import KeyValueStore
 
 __all__ = ["Windowed"]
 
@@ -123,6 +124,29 @@ class CachedTable(TableOp):
                 self.emit([record])
         else:
             self.emit(records)
+
+
+class NullSkips:
+    """Kafka Streams' rule for joins and aggregations: a record with a ``None`` key or
+    value is skipped. Each is counted (``StoreObserver.on_records_skipped`` of the
+    operator's ``store``, reason ``null_key`` or ``null_value``): none goes silently."""
+
+    __slots__ = ("partition", "store", "store_name")
+
+    def __init__(self, store: KeyValueStore, store_name: str, partition: int) -> None:
+        self.store, self.store_name, self.partition = store, store_name, partition
+
+    def kept(self, records: Records) -> Records:
+        """``records`` with a key and a value, in order; the others counted."""
+        kept = [r for r in records if r[0] is not None and r[1] is not None]
+        if len(kept) < len(records):
+            null_keys = sum(1 for r in records if r[0] is None)
+            for reason, count in (("null_key", null_keys),
+                                  ("null_value", len(records) - len(kept) - null_keys)):
+                if count:
+                    self.store.observer.on_records_skipped(self.store_name, self.partition,
+                                                           reason, count)
+        return kept
 
 
 class StageContext:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any, Literal
 
-from kasper_py.dsl._ops import CachedTable, Op, Rec, Records, TableOp
+from kasper_py.dsl._ops import CachedTable, NullSkips, Op, Rec, Records, TableOp
 from kasper_py.stores.base import KeyValueStore
 from kasper_py.windows import StreamJoin
 
@@ -115,21 +115,23 @@ class WindowedJoin(Op):
     store holds both sides): each pair as ``joiner(value, other_value)``, stamped with
     the later of the two times; the left/outer join's unmatched records, once they can
     no longer join, with ``None`` for the missing side and their own time. Records
-    with a ``None`` key or value cannot join, as in Kafka Streams, and are dropped.
-    ``side(0)`` and ``side(1)`` are where each stream pushes."""
+    with a ``None`` key or value cannot join, as in Kafka Streams: they are skipped and
+    counted (``NullSkips``). ``side(0)`` and ``side(1)`` are where each stream pushes."""
 
-    __slots__ = ("joiner", "state")
+    __slots__ = ("joiner", "skips", "state")
 
-    def __init__(self, state: StreamJoin, joiner: Callable[[Any, Any], Any]) -> None:
+    def __init__(self, state: StreamJoin, joiner: Callable[[Any, Any], Any],
+                 partition: int) -> None:
         super().__init__()
         self.state, self.joiner = state, joiner
+        self.skips = NullSkips(state.store, state.store_name, partition)
 
     def side(self, index: int) -> Op:
         return _JoinSide(self, index)
 
     def changed(self, index: int, records: Records) -> None:
         """Stream ``index`` (0 left, 1 right) brought ``records``."""
-        keyed = [(k, t, v) for k, v, t, _h in records if k is not None and v is not None]
+        keyed = [(k, t, v) for k, v, t, _h in self.skips.kept(records)]
         if not keyed:
             return
         results = self.state.join(keyed, []) if index == 0 else self.state.join([], keyed)

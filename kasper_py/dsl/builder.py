@@ -392,7 +392,8 @@ class WindowedGrouped:
         windows = self._windows
         return self._grouped._stateful(
             "windowed_aggregate", store, lambda b, s: agg.WindowedAggregate(
-                agg.windowed_table(b.context, s, windows, aggregation, emit)),
+                agg.windowed_table(b.context, s, windows, aggregation, emit),
+                b.context.partition),
             name, windowed=True)
 
     def count(self, store: str, *, emit: Literal["updates", "final"] = "updates",

@@ -208,9 +208,10 @@ def lowered(committed: Mapping[TopicPartitionKey, int | None],
 
 def start_offset(next_offset: int | None, low: int, high: int, auto_offset_reset: str) -> int:
     """Where reading a partition starts: ``next_offset``, the committed one; where it is
-    ``None`` (nothing committed), where ``auto_offset_reset`` points: the low watermark
-    (``earliest``) or the high one."""
-    if next_offset is not None:
+    ``None`` (nothing committed) or below ``low`` (its records deleted since: retention,
+    ``delete_records``), where ``auto_offset_reset`` points, as the consumer resets an
+    offset out of range: the low watermark (``earliest``) or the high one."""
+    if next_offset is not None and next_offset >= low:
         return next_offset
     return low if auto_offset_reset == "earliest" else high
 
@@ -220,7 +221,8 @@ def partition_lag(next_offset: int | None, low: int, high: int, auto_offset_rese
     watermark, which under ``read_committed`` is the last stable offset (past the last
     transaction's commit marker, so an offset committed after the last record of a
     transactional topic can stop one short of it). Where ``next_offset`` is ``None``
-    (nothing committed) counting starts where ``auto_offset_reset`` points."""
+    (nothing committed) or deleted, counting starts where ``auto_offset_reset`` points
+    (``start_offset``): records deleted are never read, so they are no lag."""
     return max(high - start_offset(next_offset, low, high, auto_offset_reset), 0)
 
 

@@ -10,11 +10,13 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 
 import structlog
 
 from kasper_py.config import Config
+from kasper_py.message import TopicPartitionKey
 from kasper_py.observability.http import HttpServer
 from kasper_py.observability.observe import (
     LoopObserver,
@@ -28,7 +30,7 @@ from kasper_py.stores.base import StoreSpec
 from kasper_py.stores.query import Queryable, WarmStores
 from kasper_py.turn import PartitionState
 
-__all__ = ["LoopServers"]
+__all__ = ["LoopServers", "stage_counts"]
 
 Step = Callable[[], object]
 _log = structlog.get_logger("kasper_py")
@@ -77,12 +79,15 @@ class LoopServers:
     def serve_tables(self, specs: Sequence[StoreSpec], partitions: Mapping[int, PartitionState],
                      views: Mapping[str, View], *, locate: bool,
                      partition_count: Callable[[], int | None] = lambda: None,
-                     warm: WarmStores = dict) -> Tables:
+                     warm: WarmStores = dict,
+                     stage_count: Callable[[str], int | None] = lambda _table: None
+                     ) -> Tables:
         """The tables of ``specs`` in the open ``partitions`` (the turn engine's); served
         with ``views`` on a query server of their own when ``config.query_port`` is set.
         With ``locate`` (real Kafka clients) they find other instances from commit notes.
         ``partition_count`` gives the input topics' partitions once the loop started;
-        ``warm`` the standby copies kept here (answering ``?stale=ok``).
+        ``warm`` the standby copies kept here (answering ``?stale=ok``); ``stage_count``
+        a table's stage's own partition count, by which its keys are routed.
         Raises ``ConfigError`` (the query port or its TLS files) or ``ValueError`` (a view
         path; views without a query port)."""
 
@@ -95,12 +100,13 @@ class LoopServers:
             if views:
                 raise ValueError("views are served on the query server: set "
                                  "Config.query_port")
-            return tables_for(self.config, specs, open_stores,
-                              partition_count=partition_count, warm=warm)
+            return tables_for(self.config, specs, open_stores, partition_count=partition_count,
+                              warm=warm, stage_count=stage_count)
         server = QueryServer(self.config, self.observer.on_query_rejected)
         try:
             tables = tables_for(self.config, specs, open_stores, endpoint=server.endpoint,
-                                locate=locate, partition_count=partition_count, warm=warm)
+                                locate=locate, partition_count=partition_count, warm=warm,
+                                stage_count=stage_count)
             server.mount(query_app(tables, views, server.endpoint))
         except BaseException:
             server.close()
@@ -127,3 +133,24 @@ class LoopServers:
         """Stops the metrics server and the observer the loop built: last at shutdown,
         after the observer saw the loop stop."""
         return list(self._closes)
+
+
+def stage_counts(store_topics: Mapping[str, frozenset[str]],
+                 keys: Callable[[Sequence[int]], list[TopicPartitionKey]],
+                 partition_count: Callable[[], int | None]) -> Callable[[str], int | None]:
+    """A table's stage's partition count: how many partitions the topics its processor
+    reads have (``store_topics``, from the app's plan), counted in the consumer's
+    ``keys`` of every partition number; ``None`` for a table of no such stage, or
+    before the loop knows its partition count."""
+    known: dict[tuple[str, int], int | None] = {}
+
+    def count(table: str) -> int | None:
+        topics, numbers = store_topics.get(table), partition_count()
+        if not topics or numbers is None:
+            return None
+        if (table, numbers) not in known:
+            held = Counter(topic for topic, _ in keys(range(numbers)) if topic in topics)
+            known[(table, numbers)] = max(held.values(), default=0) or None
+        return known[(table, numbers)]
+
+    return count

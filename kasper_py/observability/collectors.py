@@ -67,8 +67,10 @@ class Collectors:
             "errors", "Errors that stopped the loop or were skipped, by type.",
             ["processor", "type"], **common)
         self.skipped = prom.Counter(
-            "messages_skipped", "Input messages that did not decode, committed without "
-            "processing by on_decode_error (skip or dead_letter).", [*tp, "policy"], **common)
+            "messages_skipped", "Records skipped, by reason: input messages that did not "
+            "decode (decode), committed without processing by on_decode_error (skip or "
+            "dead_letter); records a DSL join or aggregation cannot take (null_key, "
+            "null_value; topic empty).", [*tp, "policy", "reason"], **common)
         self.dead_letters = prom.Counter(
             "dead_letters", "Input messages produced to the dead-letter topic, by reason: "
             "decode (on_decode_error) or process (on_process_error).",
@@ -183,7 +185,7 @@ class Collectors:
         record = letter.record
         if letter.reason == "decode":
             self.skipped.labels(self.processor, record.topic, str(record.partition),
-                                self.decode_policy).inc()
+                                self.decode_policy, "decode").inc()
         self.errors.labels(self.processor, "SerdeError" if letter.reason == "decode"
                            else "ProcessingError").inc()
         if letter.reason in self.dead_letter_reasons:

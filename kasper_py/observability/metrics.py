@@ -311,6 +311,12 @@ class PrometheusObserver(LoopObserver, StoreObserver):
         """Count records a window of ``store`` dropped as late."""
         self.collectors.late_records.labels(self.processor, store).inc(count)
 
+    def on_records_skipped(self, store: str, partition: int, reason: str, count: int) -> None:
+        """Count records the operator of ``store`` skipped: in ``messages_skipped`` with
+        no input topic (the record was made inside the stage) and policy ``skip``."""
+        self.collectors.skipped.labels(self.processor, "", str(partition), "skip",
+                                       reason).inc(count)
+
     def on_keys_expired(self, store: str, count: int) -> None:
         """Count keys ``store`` removed as expired (its ``ttl``)."""
         self.collectors.keys_expired.labels(self.processor, store).inc(count)

@@ -1,7 +1,7 @@
 """The ports the loop and its stores report through, and their no-op defaults:
 ``LoopObserver`` (turns, idling, errors, the lead) and ``StoreObserver`` (store operations,
-changelog restores, late records dropped by windows). Prometheus lives in
-``metrics.py`` and is imported only there.
+changelog restores, late records dropped by windows, records a DSL operator skipped).
+Prometheus lives in ``metrics.py`` and is imported only there.
 """
 
 from __future__ import annotations
@@ -73,6 +73,11 @@ class StoreObserver(Protocol):
     def on_keys_expired(self, store: str, count: int) -> None:
         """``store`` removed ``count`` keys whose time to live (``ttl=``) had passed."""
 
+    def on_records_skipped(self, store: str, partition: int, reason: str, count: int) -> None:
+        """The operator keeping ``store`` (a DSL join or windowed aggregation) skipped
+        ``count`` records of ``partition`` it cannot take, for ``reason``: ``null_key``
+        or ``null_value`` (Kafka Streams' rule for joins and aggregations)."""
+
     def on_table_size(self, store: str, partition: int, keys: int) -> None:
         """``store``'s ``partition`` holds about ``keys`` keys (after a turn applied its
         writes; where the backend reports it: a local RocksDB table)."""
@@ -106,6 +111,9 @@ class NoopStoreObserver:
         pass
 
     def on_keys_expired(self, store: str, count: int) -> None:
+        pass
+
+    def on_records_skipped(self, store: str, partition: int, reason: str, count: int) -> None:
         pass
 
     def on_table_size(self, store: str, partition: int, keys: int) -> None:
@@ -146,9 +154,12 @@ class StoreObservers:
         for observer in self.observers:
             observer.on_late_records(store, count)
 
-    # An observer written before these four were added lacks them: it hears none.
+    # An observer written before these five were added lacks them: it hears none.
     def on_keys_expired(self, store: str, count: int) -> None:
         self._to_those_with("on_keys_expired", store, count)
+
+    def on_records_skipped(self, store: str, partition: int, reason: str, count: int) -> None:
+        self._to_those_with("on_records_skipped", store, partition, reason, count)
 
     def on_table_size(self, store: str, partition: int, keys: int) -> None:
         self._to_those_with("on_table_size", store, partition, keys)

@@ -58,10 +58,14 @@ class Tables:
     def __init__(self, config: Config, specs: Sequence[StoreSpec], open_stores: OpenStores,
                  locator: Locator | None = None,
                  partition_count: Callable[[], int | None] = lambda: None, *,
-                 warm: WarmStores = dict) -> None:
+                 warm: WarmStores = dict,
+                 stage_count: Callable[[str], int | None] = lambda _table: None) -> None:
         """``partition_count`` gives the partitions of the input topics, ``None`` until
-        the loop knows them (it started); ``warm`` the standby copies kept here."""
+        the loop knows them (it started); ``warm`` the standby copies kept here;
+        ``stage_count`` the partitions of the topics a table's stage reads, where they
+        are fewer (an app's stage with its own count; ``None``: the input topics')."""
         self.config = config
+        self._stage_count = stage_count
         self._warm = warm
         self._specs = {spec.name: spec for spec in specs}
         self._open_stores = open_stores
@@ -168,14 +172,15 @@ class Tables:
     def _other_partitions(self, table: str, key: Any, home: int) -> dict[Partitioner, int]:
         """The partition each partitioner but the configured one gives ``key``, where it
         differs from ``home``."""
-        assert self.partition_count is not None  # partition_of checked it
+        count = self.keys_partitions(table)
+        assert count is not None  # partition_of checked it
         encoded = bytes(self.key_serde(table).encode(key) or b"")
         others: dict[Partitioner, int] = {}
         for partitioner in PARTITIONERS:
             if partitioner == self.config.query_partitioner:
                 continue
             try:
-                other = partition_for(encoded, self.partition_count, partitioner)
+                other = partition_for(encoded, count, partitioner)
             except ValueError:  # an empty key has no crc32 home
                 continue
             if other != home:
@@ -260,16 +265,23 @@ class Tables:
             return held[partition], partition
         raise self._not_here(table, partition, key)
 
+    def keys_partitions(self, table: str) -> int | None:
+        """How many partitions ``table``'s keys are spread over: those of the topics its
+        stage reads (fewer than the input topics' largest count for an app's stage with
+        its own count); ``None`` until the loop knows them."""
+        return self._stage_count(table) or self.partition_count
+
     def partition_of(self, table: str, key: Any) -> int:
         """The input partition of ``key``: its key-serde bytes through
-        ``Config.query_partitioner``, as the input's producers placed it."""
-        if self.partition_count is None:
+        ``Config.query_partitioner``, as the input's producers placed it, over the
+        partitions of the topics ``table``'s stage reads (``keys_partitions``)."""
+        count = self.keys_partitions(table)
+        if count is None:
             raise QueryUnavailableError(f"processor {self.config.name!r} has not started: "
                                         "the input's partition count is not known yet")
         encoded = self.key_serde(table).encode(key)
         try:
-            return partition_for(bytes(encoded or b""), self.partition_count,
-                                 self.config.query_partitioner)
+            return partition_for(bytes(encoded or b""), count, self.config.query_partitioner)
         except ValueError as exc:
             raise BadQueryError(f"key {key!r}: {exc}") from exc
 

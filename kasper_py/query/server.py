@@ -56,14 +56,16 @@ class QueryServer(HttpServer):
 def tables_for(config: Config, specs: Sequence[StoreSpec], open_stores: OpenStores, *,
                endpoint: str | None = None, locate: bool = False,
                partition_count: Callable[[], int | None] = lambda: None,
-               warm: WarmStores = dict) -> Tables:
+               warm: WarmStores = dict,
+               stage_count: Callable[[str], int | None] = lambda _table: None) -> Tables:
     """The queryable tables of a processor's ``specs``, reading ``open_stores``. With
     ``locate`` (real Kafka clients) a key of a partition held elsewhere is found from the
     running loops' commit notes; ``endpoint`` is this instance's own URL.
     ``partition_count`` gives the input topics' partitions once the loop knows them;
-    ``warm`` the standby copies kept here, which answer ``stale`` lookups."""
+    ``warm`` the standby copies kept here, which answer ``stale`` lookups;
+    ``stage_count`` a table's stage's own partition count (``Tables``)."""
     return Tables(config, specs, open_stores, Locator(config, endpoint) if locate else None,
-                  partition_count, warm=warm)
+                  partition_count, warm=warm, stage_count=stage_count)
 
 
 def query_app(tables: Tables, views: Mapping[str, View], endpoint: str | None) -> Handler:

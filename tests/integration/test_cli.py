@@ -209,6 +209,36 @@ def test_offsets_show_lag_and_reset(bootstrap: str, new_topic: Callable[..., str
     assert show[2].split() == [source, "0", "10", "0", "20", "10", "-"]  # no member now
 
 
+def test_until_caught_up_returns_when_records_past_the_commit_were_deleted(
+        bootstrap: str, new_topic: Callable[..., str], kafka: Any,
+        unique_name: Callable[[str], str], tmp_path: Path) -> None:
+    """Records past the group's committed offset deleted (retention, ``delete_records``):
+    the consumer resets to the topic's start, finds nothing, and ``--until-caught-up``
+    returns (it once waited forever, counting the deleted records as lag); the next
+    record produced is processed and committed."""
+    from confluent_kafka import TopicPartition as Tp
+    from confluent_kafka.admin import AdminClient
+
+    source, sink = new_topic("del-in"), new_topic("del-out")
+    kafka.produce(source, [(b"k", f"v{i}".encode()) for i in range(10)])
+    name = unique_name("cli-del")
+    config = write_config(tmp_path, name, source)
+    env = cli_env(bootstrap, sink)
+    assert kasper(*run_args(config, "--until-caught-up"), env=env).returncode == 0
+    kafka.produce(source, [(b"k", f"w{i}".encode()) for i in range(10)])
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # kept: its futures need it
+    for future in admin.delete_records([Tp(source, 0, 20)]).values():
+        future.result(30)
+    assert kafka.committed(name, source)[0] == 10  # below the topic's start, 20, now
+    result = kasper(*run_args(config, "--until-caught-up"), env=env)
+    assert result.returncode == 0, result.stderr[-2000:]
+    kafka.produce(source, [(b"k", b"x")])
+    assert kasper(*run_args(config, "--until-caught-up"), env=env).returncode == 0
+    assert sorted(m.value() for m in kafka.read_all(sink)) == sorted(
+        [f"V{i}".encode() for i in range(10)] + [b"X"])
+    assert kafka.committed(name, source)[0] == 21
+
+
 def test_reset_refused_while_the_group_has_members(
         bootstrap: str, new_topic: Callable[..., str], kafka: Any,
         unique_name: Callable[[str], str], tmp_path: Path) -> None:

@@ -88,7 +88,8 @@ def test_skip_processes_the_rest_commits_past_and_counts(
     assert kafka.committed(name, source) == {0: 7}
     registry = observer.registry
     assert registry.get_sample_value("kasper_messages_skipped_total", {
-        "processor": name, "topic": source, "partition": "0", "policy": "skip"}) == 1.0
+        "processor": name, "topic": source, "partition": "0", "policy": "skip",
+        "reason": "decode"}) == 1.0
     assert registry.get_sample_value("kasper_errors_total", {
         "processor": name, "type": "SerdeError"}) == 1.0
     assert registry.get_sample_value("kasper_messages_consumed_total", {

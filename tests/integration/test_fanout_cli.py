@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 pytest.register_assert_rewrite("conftest_stores", "app_harness")
 from app_harness import (  # isort: skip  # noqa: E402
     APP, HERE, ends, internal_topics_deleted, produce_views, updates, write_config)
-from conftest_stores import wait_for  # isort: skip  # noqa: E402
+from conftest_stores import free_port, wait_for  # isort: skip  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
@@ -188,3 +188,40 @@ def test_group_mode_refuses_them_naming_what_runs_them(
         assert (f"stages with their own partition count ({source}=2, "
                 f"{name}-by-user-repartition=6) run with a static partition set or "
                 "--processes N; group mode") in run.text()
+
+
+def test_kasper_query_routes_a_key_by_its_stages_own_partition_count(
+        bootstrap: str, new_topic: Callable[..., str], kafka: Any,
+        unique_name: Callable[[str], str], tmp_path: Path) -> None:
+    """The counts table of the page-view app's second stage reads a one-partition
+    repartition of a 4-partition source: `kasper query` finds each user's count in that
+    partition, where the largest count (4) would send three of them to partitions 1-3."""
+    from kasper_py.query import partition_for
+
+    source, output = new_topic("qfan-views", partitions=4), new_topic("qfan-counts")
+    name = unique_name("qfan")
+    views = produce_views(kafka, source, 120, users=12, sessions=40)
+    expected = {user: count for user, count in views.items()  # misrouted by 4 partitions
+                if partition_for(user.encode(), 4, "murmur2")}
+    expected = dict(sorted(expected.items())[:3])
+    assert len(expected) == 3
+    port = free_port()
+    config = write_config(tmp_path / "app.toml", name=name, bootstrap_servers=bootstrap,
+                          state_dir=str(tmp_path / "state"), key_serde="str",
+                          value_serde="str", batch_wait=0.1, query_port=port)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "PAGEVIEWS_SOURCE": source,
+           "PAGEVIEWS_OUTPUT": output, "PAGEVIEWS_REPARTITION_PARTITIONS": "1"}
+    repartition = f"{name}-by-user-repartition"
+    with internal_topics_deleted(bootstrap, name):
+        run = Run([config], [tmp_path / "run.log"], [[]], env)
+        try:
+            wait_for(lambda: len(kafka.read_all(output)) == 120, "every count update", 90)
+            answers = {user: subprocess.run(
+                [sys.executable, "-m", "kasper_py", "query", "--url",
+                 f"http://127.0.0.1:{port}", "counts", user], env=env, capture_output=True,
+                text=True, timeout=60, check=False) for user in expected}
+        finally:
+            run.kill()
+        assert partition_count(bootstrap, repartition) == 1
+    assert {user: (a.returncode, a.stdout, a.stderr) for user, a in answers.items()} == {
+        user: (0, f"{count}\n", "") for user, count in expected.items()}, run.text()

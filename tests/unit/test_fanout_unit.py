@@ -151,6 +151,21 @@ def test_a_repartition_with_its_own_count_counts_exactly(sources: int, partition
             assert committed.get((name, p), 0) == broker.watermarks(name, p)[1]
 
 
+def test_a_query_finds_a_key_by_its_stages_own_count() -> None:
+    """The counts of a one-partition repartition of a 4-partition source are all in
+    partition 0: a query routes each key there (the stage's count), not to the
+    partition the largest count, 4, would give it."""
+    broker = fan_broker(4)
+    processor = TopicProcessor(CONFIG, fan_app(1), clients=broker.clients(CONFIG))
+    processor.run_loop(until_caught_up=True)
+    try:
+        assert processor.tables.keys_partitions("counts") == 1
+        assert {key: processor.query("counts", key) for key in expected()} == {
+            key: counts[-1] for key, counts in expected().items()}
+    finally:
+        processor.close()
+
+
 def test_a_repartition_without_a_count_over_sources_that_differ_is_refused() -> None:
     broker = fan_broker(2)
     broker.create_topic("src2", 3)

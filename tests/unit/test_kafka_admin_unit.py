@@ -59,10 +59,15 @@ def test_resolve_position() -> None:
 
 
 def test_start_offset_and_progress() -> None:
-    """Nothing committed starts where auto_offset_reset points; lag counts from there."""
+    """Nothing committed, or a committed offset below the low watermark, starts where
+    auto_offset_reset points; lag counts from there."""
     assert start_offset(None, 10, 50, "earliest") == 10
     assert start_offset(None, 10, 50, "latest") == 50
     assert start_offset(30, 10, 50, "latest") == 30
+    # A committed offset whose records were deleted resets, as the consumer does.
+    assert start_offset(5, 10, 50, "earliest") == 10
+    assert start_offset(5, 10, 50, "latest") == 50
+    assert PartitionProgress("t", 0, 5, 10, 50).lag("earliest") == 40
     row = PartitionProgress("t", 0, None, 10, 50)
     assert row.key == ("t", 0) and row.start("earliest") == 10 and row.lag("earliest") == 40
 

@@ -49,6 +49,32 @@ def test_consumed_all_once_every_position_reached_its_end() -> None:
     assert consumed_all(latest, "latest")
 
 
+class DeletedBelowCommitted:
+    """A consumer that read nothing yet (no position) of a partition whose committed
+    offset, 1360, is below its low watermark, 1526: retention deleted the rest of its
+    records, so the consumer resets to the low watermark and finds nothing to read."""
+
+    from_start: frozenset[str] = frozenset()
+
+    def positions(self) -> dict[tuple[str, int], int | None]:
+        return {("in", 0): None}
+
+    def committed(self, keys: object = None) -> dict[tuple[str, int], int | None]:
+        return {("in", 0): 1360}
+
+    def watermarks(self, key: tuple[str, int], cached: bool = False) -> tuple[int, int]:
+        return 1526, 1526
+
+
+def test_a_committed_offset_whose_records_were_deleted_is_caught_up_at_the_end() -> None:
+    """Nothing is left to read where every record past the committed offset was deleted:
+    ``--until-caught-up`` returns instead of waiting for records that cannot come (the
+    windowed join's restart hang, when the broker's retention deleted old input)."""
+    consumer = DeletedBelowCommitted()
+    assert consumed_all(consumer, "earliest")  # type: ignore[arg-type]
+    assert consumed_all(consumer, "latest")  # type: ignore[arg-type]
+
+
 class Turns(NoopObserver):
     def __init__(self) -> None:
         self.turns: list[TurnStats] = []
