@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar, overload
 
 from kasper_py.exceptions import UnknownStoreError
+from kasper_py.observability.observe import NOOP_STORE_OBSERVER, StoreObserver
 from kasper_py.stores.base import KeyValueStore
 from kasper_py.stores.query import Queryable
 from kasper_py.time import PartitionClock, Timer, TimerCallback, TimerKind, extractor_for
@@ -41,6 +42,8 @@ class ProcessorContext:
     """What queries read in place of the store of the same name: a ``WindowedTable``
     registers its windows here (``kasper_py.windows.table.WindowedQueryable``). The
     turn engine shares the dict with the loop's query path."""
+    observer: StoreObserver = NOOP_STORE_OBSERVER
+    """Where ``skipped`` reports (the loop's metrics; the turn engine passes them)."""
 
     def __post_init__(self) -> None:
         if self.clock is None:
@@ -51,6 +54,12 @@ class ProcessorContext:
     def _clock(self) -> PartitionClock:
         assert self.clock is not None  # set by __post_init__
         return self.clock
+
+    def skipped(self, reason: str, count: int) -> None:
+        """Count ``count`` records the processor skipped on purpose for ``reason`` (for
+        example the DSL's ``null_key``): ``kasper_messages_skipped_total`` with that
+        reason, its topic empty (the records were made inside the processor)."""
+        self.observer.on_records_skipped("", self.partition, reason, count)
 
     def event_time(self, message: Message) -> int | None:
         """``message``'s event time in milliseconds since the epoch: what

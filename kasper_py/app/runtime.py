@@ -140,7 +140,7 @@ class AppProcessor(MessageProcessor):
         for node in nodes:
             own = ProcessorContext(context.partition, context.config,
                                    {s.name: context.stores[s.name] for s in node.stores},
-                                   context.clock, context.query_tables)
+                                   context.clock, context.query_tables, context.observer)
             processor = self.processors[node.name] = node.factory(own)
             self._steps.append((node, processor, routes.links(node)))
         self._reads = frozenset().union(*(links.topics for _, _, links in self._steps))

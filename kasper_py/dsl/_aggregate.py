@@ -68,22 +68,23 @@ class Folding:
 class Aggregate(CachedTable):
     """Grouped records folded per key into ``store``: read once and written once per
     batch; each record updates its key's aggregate (emitted once per batch with the
-    cache). ``None`` keys and values are skipped (Kafka Streams' rule); an aggregate
+    cache). ``None`` keys and values are skipped and counted (``NullSkips``, Kafka
+    Streams' rule); an aggregate
     of ``None`` deletes the key (emitted as a delete), and its next record starts again
     from ``initializer()``. A combined record merges its partial in."""
 
-    __slots__ = ("folding", "store")
+    __slots__ = ("folding", "skips", "store")
 
-    def __init__(self, store: KeyValueStore, folding: Folding, cache: bool) -> None:
+    def __init__(self, store: KeyValueStore, folding: Folding, cache: bool,
+                 skips: NullSkips) -> None:
         super().__init__(cache)
-        self.store, self.folding = store, folding
+        self.store, self.folding, self.skips = store, folding, skips
 
     def push(self, records: Records) -> None:
+        kept = self.skips.kept(records, partial=PARTIAL)
         if self.folding.counts and self.cache:
-            self._count(records)
+            self._count(kept)
             return
-        kept = [r for r in records if r[0] is not None and (
-            r[1] is not None or (r[3] and r[3][-1][0] == PARTIAL))]
         if not kept:
             return
         current = self.store.get_many({r[0] for r in kept})
@@ -111,9 +112,7 @@ class Aggregate(CachedTable):
     def _count(self, records: Records) -> None:
         """A count with the cache: only each key's total matters, so records are
         counted per key (in C when none is combined or skipped), then added."""
-        if None in map(_VALUE, records):  # combined records, or values to skip
-            records = [r for r in records if r[1] is not None or (
-                r[3] and r[3][-1][0] == PARTIAL)]
+        if None in map(_VALUE, records):  # combined records (the skipped are gone)
             counts: dict[Any, int] = {}
             for key, value, _, headers in records:
                 counts[key] = counts.get(key, 0) + (
@@ -122,7 +121,6 @@ class Aggregate(CachedTable):
         else:
             keys = list(map(_KEY, records))
             counts = Counter(keys)
-        counts.pop(None, None)
         if not counts:
             return
         totals = self.store.get_many(counts.keys())
@@ -160,7 +158,7 @@ class Combine(Op):
     record whose fold gives ``None`` (a reset, which may depend on the aggregate it
     resets) is not combined: the key's partial so far is sent, then the record as it
     is, and a new partial starts after it. ``None`` keys (no partition to go to) and
-    ``None`` values (skipped by aggregations) are dropped here."""
+    ``None`` values (skipped by aggregations) are skipped and counted here."""
 
     __slots__ = ("folding", "name", "stage")
 
@@ -169,6 +167,7 @@ class Combine(Op):
         self.stage, self.name, self.folding = stage, name, folding
 
     def push(self, records: Records) -> None:
+        records = self.stage.skips.kept(records)
         if self.folding.counts:
             combined = self._count(records)
         else:
@@ -180,15 +179,12 @@ class Combine(Op):
 
     def _count(self, records: Records) -> list[SendRecord]:
         """A count's partials: C loops over the records, a Python one over the keys."""
-        if None in map(_VALUE, records):
-            records = [r for r in records if r[1] is not None]
         keys = list(map(_KEY, records))
         latest = dict(zip(keys, records, strict=True))
         combined: list[SendRecord] = []
         for key, n in Counter(keys).items():
-            if key is not None:
-                _, _, timestamp, headers = latest[key]
-                combined.append((key, None, timestamp, (*headers, (PARTIAL, b"%d" % n))))
+            _, _, timestamp, headers = latest[key]
+            combined.append((key, None, timestamp, (*headers, (PARTIAL, b"%d" % n))))
         return combined
 
     def _fold(self, records: Records, combined: list[SendRecord]
@@ -198,8 +194,6 @@ class Combine(Op):
         initializer, adder = self.folding.initializer, self.folding.adder
         partials: dict[Any, tuple[Any, int | None, Headers]] = {}
         for key, value, timestamp, headers in records:
-            if key is None or value is None:
-                continue
             held = partials.get(key)
             aggregate = adder(key, value, held[0] if held is not None else initializer())
             if aggregate is not None:
@@ -235,10 +229,9 @@ class WindowedAggregate(Op):
 
     __slots__ = ("skips", "table")
 
-    def __init__(self, table: WindowedTable, partition: int) -> None:
+    def __init__(self, table: WindowedTable, skips: NullSkips) -> None:
         super().__init__()
-        self.table = table
-        self.skips = NullSkips(table.store, table.store_name, partition)
+        self.table, self.skips = table, skips
 
     def push(self, records: Records) -> None:
         results = self.table.update((r[0], r[2], r[1]) for r in self.skips.kept(records))

@@ -39,9 +39,6 @@ _CODE: dict[str, tuple[str, bool, bool]] = {
 headers), and whether it names a new key and value (``k{i}``, ``v{i}``: a name per
 step, so nothing a step binds in a ``flat_map``'s loop leaks into the next record's).
 ``for x in [call]`` is an assignment (CPython compiles it to one since 3.9)."""
-_SINKS: dict[str, str] = {"topic": "", "repartition": " if {k} is not None", "": ""}
-"""The chain's last clause: a repartition drops a record with a ``None`` key (it has no
-partition to go to, and Kafka Streams drops it)."""
 
 
 @dataclass(frozen=True)
@@ -60,7 +57,7 @@ class Sink:
     target: str
 
 
-def compile_chain(steps: Sequence[Step], sink: Sink | None, *, messages: bool = False
+def compile_chain(steps: Sequence[Step], *, messages: bool = False
                   ) -> Callable[[Any], Records]:
     """``run(records)``: the records ``(key, value, timestamp, headers)`` the steps make
     of ``records``, in order, from one list comprehension (the sink's records too: they
@@ -69,13 +66,13 @@ def compile_chain(steps: Sequence[Step], sink: Sink | None, *, messages: bool = 
     kinds = tuple(step.kind for step in steps)
     namespace: dict[str, Any] = {}
     namespace.update((f"f{i}", step.function) for i, step in enumerate(steps))
-    exec(_code(kinds, sink.kind if sink else "", messages), namespace)  # see the docstring
+    exec(_code(kinds, messages), namespace)  # see the docstring
     run: Callable[[Any], Records] = namespace["run"]
     return run
 
 
 @functools.cache
-def _code(kinds: tuple[StepKind, ...], sink: str, messages: bool) -> CodeType:
+def _code(kinds: tuple[StepKind, ...], messages: bool) -> CodeType:
     """The compiled comprehension of a chain of step ``kinds`` (once per shape)."""
     unpack = "_, _, _, k, v, t, h, _" if messages else "k, v, t, h"
     clauses, names = [f"for {unpack} in records"], {"k": "k", "v": "v"}
@@ -86,7 +83,6 @@ def _code(kinds: tuple[StepKind, ...], sink: str, messages: bool) -> CodeType:
         clauses.append(code.format(i=i, **names))
         names = {"k": f"k{i}" if new_key else names["k"],
                  "v": f"v{i}" if new_value else names["v"]}
-    clauses[-1] += _SINKS[sink].format(**names)
     body = "\n        ".join(clauses)
     source = f"def run(records):\n    return [({names['k']}, {names['v']}, t, h)\n        {body}]"
     title = " -> ".join(kind for kind in kinds if kind != "pass") or "pass"
@@ -103,8 +99,8 @@ class Chain(Op):
                  serial: bool = False) -> None:
         super().__init__()
         self.stage, self.sink, self.serial = stage, sink, serial
-        self.run = compile_chain(steps, sink)
-        self.run_messages = compile_chain(steps, sink, messages=True)
+        self.run = compile_chain(steps)
+        self.run_messages = compile_chain(steps, messages=True)
 
     def push(self, records: Records) -> None:
         self._loop(self.run, records)
@@ -126,5 +122,6 @@ class Chain(Op):
             return
         elif sink.kind == "topic":  # the batch's records, one call, in order
             self.stage.sender.send_many(sink.target, out)
-        else:
-            self.stage.sender.repartition_many(sink.target, out)
+        else:  # a record with a None key has no partition to go to: skipped, counted
+            self.stage.sender.repartition_many(sink.target,
+                                               self.stage.skips.kept(out, value=False))

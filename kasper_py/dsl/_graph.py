@@ -144,7 +144,7 @@ class StageProcessor(MessageProcessor):
     def __init__(self, context: ProcessorContext, sources: dict[Source, list[Node]],
                  topic_of: Callable[[str, Source], str]) -> None:
         super().__init__(context)
-        self._shared = StageContext()
+        self._shared = StageContext(context)
         build = Build(context, self._shared)
         self._sources = {topic_of(context.config.name, source): _fork(build, nodes)
                          for source, nodes in sources.items()}

@@ -270,7 +270,7 @@ class Graph:
             WindowedJoin(StreamJoin(
                 b.context, store, before=windows.before_ms / 1000,
                 after=windows.after_ms / 1000, grace=windows.grace_ms / 1000, how=how),
-                joiner, b.context.partition)))
+                joiner, b.stage_context.skips)))
         theirs.add(joined, 1)
         return joined
 

@@ -15,15 +15,15 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
 from kasper_py.message import Headers
+from kasper_py.processor import ProcessorContext
 from kasper_py.sender import Sender
-from kasper_py.stores.base import KeyValueStore
 
 __all__ = ["Windowed"]
 
 Rec = tuple[Any, Any, "int | None", Headers]
 """(key, value, timestamp ms, headers): a record between operators."""
 Records = list[Rec]
-_KEY = operator.itemgetter(0)
+_KEY, _VALUE = operator.itemgetter(0), operator.itemgetter(1)
 
 
 class Windowed(NamedTuple):
@@ -127,26 +127,38 @@ class CachedTable(TableOp):
 
 
 class NullSkips:
-    """Kafka Streams' rule for joins and aggregations: a record with a ``None`` key or
-    value is skipped. Each is counted (``StoreObserver.on_records_skipped`` of the
-    operator's ``store``, reason ``null_key`` or ``null_value``): none goes silently."""
+    """Kafka Streams' rule for joins, aggregations and repartitions: a record with a
+    ``None`` key (no partition to go to, nothing to join or group by) or, for joins and
+    aggregations, a ``None`` value is skipped. Each is counted
+    (``ProcessorContext.skipped``, reason ``null_key`` or ``null_value``): none goes
+    silently."""
 
-    __slots__ = ("partition", "store", "store_name")
+    __slots__ = ("context",)
 
-    def __init__(self, store: KeyValueStore, store_name: str, partition: int) -> None:
-        self.store, self.store_name, self.partition = store, store_name, partition
+    def __init__(self, context: ProcessorContext) -> None:
+        self.context = context
 
-    def kept(self, records: Records) -> Records:
-        """``records`` with a key and a value, in order; the others counted."""
-        kept = [r for r in records if r[0] is not None and r[1] is not None]
-        if len(kept) < len(records):
-            null_keys = sum(1 for r in records if r[0] is None)
-            for reason, count in (("null_key", null_keys),
-                                  ("null_value", len(records) - len(kept) - null_keys)):
-                if count:
-                    self.store.observer.on_records_skipped(self.store_name, self.partition,
-                                                           reason, count)
+    def kept(self, records: Records, *, key: bool = True, value: bool = True,
+             partial: str | None = None) -> Records:
+        """``records`` with a key (unless ``key`` is false) and a value (unless ``value``
+        is false), in order: the same list when none lacks one (C scans only); the
+        others counted. ``partial``: a record whose last header is named so (a combined
+        record) needs no value."""
+        if not ((key and None in map(_KEY, records))
+                or (value and None in map(_VALUE, records))):
+            return records
+        kept = [r for r in records if (r[0] is not None or not key) and (
+            r[1] is not None or not value
+            or (partial is not None and r[3] and r[3][-1][0] == partial))]
+        null_keys = sum(1 for r in records if r[0] is None) if key else 0
+        self._count(null_keys, len(records) - len(kept) - null_keys)
         return kept
+
+    def _count(self, null_keys: int, null_values: int) -> None:
+        if null_keys:
+            self.context.skipped("null_key", null_keys)
+        if null_values:
+            self.context.skipped("null_value", null_values)
 
 
 class StageContext:
@@ -156,8 +168,10 @@ class StageContext:
 
     sender: Sender
 
-    def __init__(self) -> None:
+    def __init__(self, context: ProcessorContext) -> None:
         self.cached: list[CachedTable] = []
+        self.skips = NullSkips(context)
+        """Where the stage's operators count the records they skip."""
 
     def start(self) -> None:
         """A batch begins: nothing held (a failed batch's updates are not emitted)."""

@@ -66,20 +66,21 @@ class TableView(TableOp):
 
 class StreamTableJoin(Op):
     """Each stream record joined with ``table``'s value of its key at that point
-    (inner: dropped without one; left: joined with ``None``)."""
+    (inner: dropped without one; left: joined with ``None``). Records with a ``None``
+    key or value are skipped and counted (``NullSkips``), as Kafka Streams skips them."""
 
-    __slots__ = ("joiner", "left", "table")
+    __slots__ = ("joiner", "left", "skips", "table")
 
-    def __init__(self, table: TableOp, joiner: Callable[[Any, Any], Any], left: bool) -> None:
+    def __init__(self, table: TableOp, joiner: Callable[[Any, Any], Any], left: bool,
+                 skips: NullSkips) -> None:
         super().__init__()
-        self.table, self.joiner, self.left = table, joiner, left
+        self.table, self.joiner, self.left, self.skips = table, joiner, left, skips
 
     def push(self, records: Records) -> None:
-        found = self.table.lookup_many({r[0] for r in records if r[0] is not None})
+        records = self.skips.kept(records)
+        found = self.table.lookup_many({r[0] for r in records})
         joiner, left, out = self.joiner, self.left, []
         for key, value, timestamp, headers in records:
-            if key is None or value is None:
-                continue
             other = found.get(key)
             if other is not None or left:
                 out.append((key, joiner(value, other), timestamp, headers))
@@ -89,21 +90,21 @@ class StreamTableJoin(Op):
 class KeyedLookupJoin(Op):
     """A stream joined with a global table, looked up by ``key_of(key, value)``."""
 
-    __slots__ = ("joiner", "key_of", "left", "store")
+    __slots__ = ("joiner", "key_of", "left", "skips", "store")
 
     def __init__(self, store: KeyValueStore, key_of: Callable[[Any, Any], Any],
-                 joiner: Callable[[Any, Any], Any], left: bool) -> None:
+                 joiner: Callable[[Any, Any], Any], left: bool, skips: NullSkips) -> None:
         super().__init__()
         self.store, self.key_of, self.joiner, self.left = store, key_of, joiner, left
+        self.skips = skips
 
     def push(self, records: Records) -> None:
+        records = self.skips.kept(records, key=False)  # the key_of may not need the key
         key_of = self.key_of
-        lookups = [key_of(r[0], r[1]) if r[1] is not None else None for r in records]
+        lookups = [key_of(r[0], r[1]) for r in records]
         found = self.store.get_many({k for k in lookups if k is not None})
         joiner, left, out = self.joiner, self.left, []
         for r, lookup in zip(records, lookups, strict=True):
-            if r[1] is None:
-                continue
             other = found.get(lookup) if lookup is not None else None
             if other is not None or left:
                 out.append((r[0], joiner(r[1], other), r[2], r[3]))
@@ -121,10 +122,9 @@ class WindowedJoin(Op):
     __slots__ = ("joiner", "skips", "state")
 
     def __init__(self, state: StreamJoin, joiner: Callable[[Any, Any], Any],
-                 partition: int) -> None:
+                 skips: NullSkips) -> None:
         super().__init__()
-        self.state, self.joiner = state, joiner
-        self.skips = NullSkips(state.store, state.store_name, partition)
+        self.state, self.joiner, self.skips = state, joiner, skips
 
     def side(self, index: int) -> Op:
         return _JoinSide(self, index)

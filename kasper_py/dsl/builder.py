@@ -286,7 +286,7 @@ class Stream:
         right, left = other._node, how == "left"
         graph.merge(right.stage, node.stage)
         child = graph.then(node, "left_join" if left else "join", name, make=lambda b: (
-            tables.StreamTableJoin(b.table(right), joiner, left)))
+            tables.StreamTableJoin(b.table(right), joiner, left, b.stage_context.skips)))
         return Stream(graph, child, rekeyed=False)
 
     def join_global(self, table: GlobalTable, key: Callable[[Any, Any], Any],
@@ -298,7 +298,8 @@ class Stream:
         store = table.spec.name
         return self._then("left_join_global" if left else "join_global", name,
                           stores=(store,), make=lambda b: tables.KeyedLookupJoin(
-                              b.context.store(store), key, joiner, left))
+                              b.context.store(store), key, joiner, left,
+                              b.stage_context.skips))
 
 
 class Grouped:
@@ -336,7 +337,8 @@ class Grouped:
         cached = self._graph.cached(cache)
         combine = folding if cached and folding.merge is not None else None
         return self._stateful(kind, store, lambda b, s: agg.Aggregate(
-            b.context.store(s), folding, cached), name, combine=combine, ttl=ttl)
+            b.context.store(s), folding, cached, b.stage_context.skips), name,
+            combine=combine, ttl=ttl)
 
     def aggregate(self, initializer: Callable[[], Any], adder: Callable[[Any, Any, Any], Any],
                   store: str, *, merge: Callable[[Any, Any, Any], Any] | None = None,
@@ -393,7 +395,7 @@ class WindowedGrouped:
         return self._grouped._stateful(
             "windowed_aggregate", store, lambda b, s: agg.WindowedAggregate(
                 agg.windowed_table(b.context, s, windows, aggregation, emit),
-                b.context.partition),
+                b.stage_context.skips),
             name, windowed=True)
 
     def count(self, store: str, *, emit: Literal["updates", "final"] = "updates",

@@ -128,7 +128,7 @@ class TurnEngine:
                        specs: Sequence[StoreSpec], runtime: StoreRuntime) -> PartitionState:
         """Open ``partition``'s stores (restoring them as needed) and build its processor.
         The partition is registered first, so ``close_steps`` covers a half-open one."""
-        state = PartitionState(partition, factory=factory)
+        state = PartitionState(partition, factory=factory, observer=runtime.observer)
         self.partitions[partition] = state
         for spec in specs:
             store = store_call(spec.name, partition, spec.open, runtime)
@@ -157,7 +157,7 @@ class TurnEngine:
         assert state.factory is not None  # set by open_partition
         state.processor = state.factory(ProcessorContext(
             state.partition, self.config, dict(state.stores), self.time.clock(state.partition),
-            state.query_tables))
+            state.query_tables, state.observer))
 
     def unrecorded(self, keys: Sequence[TopicPartitionKey]) -> list[TopicPartitionKey]:
         """Exactly-once with effectively-once stores: the topic-partitions of ``keys``

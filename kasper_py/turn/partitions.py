@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from kasper_py.exceptions import KasperError, StoreError
+from kasper_py.observability.observe import NOOP_STORE_OBSERVER, StoreObserver
 from kasper_py.processor import MessageProcessor, ProcessorFactory
 from kasper_py.stores.base import KeyValueStore
 from kasper_py.stores.query import Queryable
@@ -31,6 +32,8 @@ class PartitionState:
     processor: MessageProcessor | None = None
     factory: ProcessorFactory | None = None
     """What built ``processor``; it builds the next one when the processor is rebuilt."""
+    observer: StoreObserver = NOOP_STORE_OBSERVER
+    """The partition's metrics, for its processor's ``ProcessorContext.skipped``."""
 
 
 def store_call(name: str, partition: int, method: Callable[..., T], *args: Any) -> T:

@@ -8,8 +8,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from kasper_py import Config, TopicProcessor
+from kasper_py import Config, ProcessorContext, TopicProcessor
 from kasper_py.dsl import Builder
+from kasper_py.dsl._ops import NullSkips, Op
+from kasper_py.dsl._tables import KeyedLookupJoin
 from kasper_py.observability.metrics import PrometheusObserver
 from kasper_py.testing import InMemoryBroker
 from kasper_py.windows import JoinWindows, Tumbling
@@ -25,7 +27,7 @@ def run(builder: Builder, produced: list[tuple[str, bytes | None, bytes | None]]
     millisecond after the last, with a Prometheus observer."""
     app = builder.build()
     broker = InMemoryBroker()
-    for topic in (*app.sources, "out"):
+    for topic in {*app.sources, *(t for t, _, _ in produced), "out"}:
         broker.create_topic(topic)
     for at, (topic, key, value) in enumerate(produced, start=100):
         broker.produce(topic, value, key, timestamp=at)
@@ -68,4 +70,79 @@ def test_a_windowed_count_counts_the_records_with_no_key_or_no_value_it_skips() 
                                ("l", b'"a"', b"null"), ("l", b'"a"', b'"y"')])
     assert json.loads(broker.read("out")[-1].value or b"") == 2
     assert skipped(observer, "null_key") == 1
+    assert skipped(observer, "null_value") == 1
+
+
+def by_value(_key: Any, value: Any) -> Any:
+    """The value's ``to`` as the record's new key (``None`` when it says so; ``"a"``
+    for a ``null`` value, which the aggregation then skips)."""
+    return value["to"] if value is not None else "a"
+
+
+def test_a_regrouped_count_counts_the_records_it_cannot_group_or_count() -> None:
+    """A ``group_by`` to a ``None`` key cannot be repartitioned and a ``null`` value
+    cannot be counted: both skipped and counted, with the combined repartition (the
+    cache on) and without it (cache off: the repartition sink and the count skip)."""
+    for cache in (True, False):
+        b = Builder("skips", stores="memory")
+        (b.stream("l").group_by(by_value).count("counts", cache=cache)
+            .to_stream().to("out"))
+        broker, observer = run(b, [("l", b'"k"', b'{"to": "a"}'), ("l", b'"k"', b'{"to": null}'),
+                                   ("l", b'"k"', b"null"), ("l", b'"k"', b'{"to": "a"}')])
+        counts = [(json.loads(m.key or b""), json.loads(m.value or b""))
+                  for m in broker.read("out")]
+        assert counts[-1] == ("a", 2), cache
+        assert skipped(observer, "null_key") == 1, cache
+        assert skipped(observer, "null_value") == 1, cache
+
+
+def test_a_stream_table_join_counts_the_records_it_cannot_join() -> None:
+    """A stream record with no key or a ``null`` value joins nothing, even a left join:
+    skipped and counted; the others join the table as before."""
+    b = Builder("skips", stores="memory")
+    b.stream("l").left_join(b.table("t"), pair).to("out")
+    broker, observer = run(b, [("t", b'"k"', b'"T"'), ("l", b'"k"', b'"L"'),
+                               ("l", None, b'"keyless"'), ("l", b'"k"', b"null"),
+                               ("l", b'"z"', b'"Z"')])
+    assert [(json.loads(m.key or b""), json.loads(m.value or b""))
+            for m in broker.read("out")] == [("k", ["L", "T"]), ("z", ["Z", None])]
+    assert skipped(observer, "null_key") == 1
+    assert skipped(observer, "null_value") == 1
+
+
+class Lookups:
+    """A global table's contents, as ``KeyedLookupJoin`` reads them (``get_many``)."""
+
+    def __init__(self, rows: dict[Any, Any]) -> None:
+        self.rows = rows
+
+    def get_many(self, keys: Any) -> dict[Any, Any]:
+        return {k: self.rows[k] for k in keys if k in self.rows}
+
+
+class Collect(Op):
+    """The records an operator emits."""
+
+    __slots__ = ("records",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[Any] = []
+
+    def push(self, records: Any) -> None:
+        self.records += records
+
+
+def test_a_global_table_join_counts_the_null_values_it_skips() -> None:
+    """A global-table join looks up by ``key_of(key, value)``, so a keyless record still
+    joins; a ``null`` value is skipped and counted."""
+    config = Config(name="skips", bootstrap_servers="memory", input_topics=["l"])
+    observer = PrometheusObserver(config)
+    join = KeyedLookupJoin(Lookups({"a": "A"}), by_value, pair, False,  # type: ignore[arg-type]
+                           NullSkips(ProcessorContext(0, config, observer=observer)))
+    out = Collect()
+    join.children.append(out)
+    join.push([(None, {"to": "a"}, 1, ()), ("k", None, 2, ()), ("k", {"to": "b"}, 3, ())])
+    assert out.records == [(None, [{"to": "a"}, "A"], 1, ())]
+    assert skipped(observer, "null_key") is None
     assert skipped(observer, "null_value") == 1
