@@ -18,13 +18,6 @@ __all__ = ["ClientSettings", "ClientValue", "admin_conf", "checked_overrides",
 
 ClientValue = str | int | float | bool
 
-_NO_DELAY: dict[str, ClientValue] = {
-    # TCP_NODELAY on the loop's consumer and producer, as the Java clients always set it.
-    # With Nagle's algorithm on, a small request written while an earlier one is
-    # unacknowledged waits for the peer's delayed ACK (40 ms on Linux): a paced
-    # producer with it added 30 ms at p50 at 10,000 msg/s (bench/bench_latency.py).
-    "socket.nagle.disable": True,
-}
 _GROUP_TRANSACTION_TIMEOUT_MS = 10_000
 _MAX_QUEUE_KBYTES = 2_097_151  # librdkafka's largest queued.max.messages.kbytes
 # librdkafka keys (aliases included) that a Config field decides: an override naming
@@ -121,7 +114,6 @@ def consumer_conf(config: ClientSettings) -> dict[str, ClientValue]:
         "enable.auto.offset.store": False,
         "isolation.level": "read_committed",
         "enable.partition.eof": False,
-        **_NO_DELAY,
         **_prefetch(config.largest_batch, config.batch_bytes),
     }
     if config.group_mode:
@@ -155,7 +147,6 @@ def producer_conf(config: ClientSettings) -> dict[str, ClientValue]:
         # A send never creates a topic, whatever the broker's auto.create.topics.enable:
         # a typo fails the turn (the turn checks each new topic's metadata first).
         "allow.auto.create.topics": False,
-        **_NO_DELAY,
     }
     timeout_ms = int(config.delivery_timeout * 1000)
     if config.exactly_once and config.group_mode:

@@ -222,13 +222,3 @@ def test_exactly_once_in_group_mode_bounds_the_transaction_timeout() -> None:
     assert conf["transaction.timeout.ms"] == conf["message.timeout.ms"] == 10_000
     static = make(processing_guarantee="exactly_once").to_producer_conf()
     assert static["transaction.timeout.ms"] == 120_000
-
-
-def test_loop_clients_disable_nagle_unless_overridden() -> None:
-    """The loop's consumer and producer set TCP_NODELAY (a small request never waits for
-    a delayed ACK); an override still wins."""
-    assert make().to_consumer_conf()["socket.nagle.disable"] is True
-    assert make().to_producer_conf()["socket.nagle.disable"] is True
-    kept = make(client_overrides={"socket.nagle.disable": False})
-    assert kept.to_producer_conf()["socket.nagle.disable"] is False
-    assert kept.to_consumer_conf()["socket.nagle.disable"] is False
