@@ -5,17 +5,23 @@ with ``--max-latency`` (row ``max_latency``). What the defaults do through a bac
 against the best-tuned batches, is bench_defaults.py's.
 
 Latency rows: a producer in its own process writes ``--rates`` messages per second
-(100-byte values, dealt round-robin over the partitions) for ``--seconds``; a
-passthrough loop in another process (started first, reading from the start of the
-empty topic) copies every message to an output topic created with
-``message.timestamp.type=LogAppendTime``. A message's latency is its output's
-log-append time minus its input's create time (both in the broker's clock: one host);
-the create time is also written, in microseconds, at the start of the value, which is
-what is read back. Each row reports p50, p99 and max over every message, and the CPU
-seconds (user + system, every thread) the loop process used from its start to its
-stop. The loop is stopped once every message is in the output. A benchmark, not a
-test: the target (p99 <= 20 ms at 1,000 and 10,000 msg/s with the defaults) is printed
-beside the figures, and each row's p99 as a ratio to it, never asserted.
+(100-byte values, dealt round-robin over the partitions, TCP_NODELAY as Java producers
+have it unless ``--nagle``) for ``--seconds``; a passthrough loop in another process
+(started first, reading from the start of the empty topic) copies every message to an
+output topic. Both topics are created with ``message.timestamp.type=LogAppendTime``. A
+message's latency is its output's log-append time minus its create time (written, in
+microseconds, at the start of the value: one host, one clock); the loop's share is its
+output's log-append time minus its input's (the passthrough keeps each partition's
+order, so the i-th output of a partition is its i-th input), the rest is the paced
+producer's. Each row reports p50, p99 and max over every message, the p99 of those
+created after the first second, the loop's share's p50 and p99, and the CPU seconds
+(user + system, every thread; the loop thread's in brackets) the loop process used
+from its start to its stop. ``--trace`` writes each turn and each garbage collection
+of the loop, ``--profile`` a cProfile of it, ``--before DIR`` runs every row again,
+right after, on the kasper_py in DIR. The loop is stopped once every message is in the
+output. A benchmark, not a test: the target (p99 <= 20 ms at 1,000 and 10,000 msg/s
+with the defaults) is printed beside the figures, and each row's p99 as a ratio to
+it, never asserted.
 
     python bench/bench_latency.py
     python bench/bench_latency.py --seconds 10 --rates 10000 --settings default
