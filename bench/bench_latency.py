@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import itertools
 import json
 import logging
 import os
@@ -339,12 +340,13 @@ def main() -> None:
           f"{args.partitions} partitions, {args.size}-byte values, {args.seconds:g} s a row; "
           f"max_latency rows: max_latency={args.max_latency}", flush=True)
     rows = []
-    for _ in range(args.rounds):
-        for rate in args.rates:
-            for setting in args.settings:
-                for before in ([None, args.before] if args.before else [None]):
-                    rows.append(latency_row(args, setting, rate, before))
-                    print(list(table_lines(rows))[-1], flush=True)
+    trees = [None, args.before] if args.before else [None]
+    for round_ in range(args.rounds):
+        for pair, (rate, setting) in enumerate(itertools.product(args.rates, args.settings)):
+            # a row's two trees swap order from round to round: neither always goes first
+            for before in trees[::-1] if (round_ + pair) % 2 else trees:
+                rows.append(latency_row(args, setting, rate, before))
+                print(list(table_lines(rows))[-1], flush=True)
     print("end-to-end latency (input create time to output log-append time):")
     print("\n".join(table_lines(rows)))
     print(f"  target: p99 <= {TARGET_P99_MS:g} ms at 1,000 and 10,000 msg/s with the defaults "
