@@ -5,17 +5,23 @@ with ``--max-latency`` (row ``max_latency``). What the defaults do through a bac
 against the best-tuned batches, is bench_defaults.py's.
 
 Latency rows: a producer in its own process writes ``--rates`` messages per second
-(100-byte values, dealt round-robin over the partitions) for ``--seconds``; a
-passthrough loop in another process (started first, reading from the start of the
-empty topic) copies every message to an output topic created with
-``message.timestamp.type=LogAppendTime``. A message's latency is its output's
-log-append time minus its input's create time (both in the broker's clock: one host);
-the create time is also written, in microseconds, at the start of the value, which is
-what is read back. Each row reports p50, p99 and max over every message, and the CPU
-seconds (user + system, every thread) the loop process used from its start to its
-stop. The loop is stopped once every message is in the output. A benchmark, not a
-test: the target (p99 <= 20 ms at 1,000 and 10,000 msg/s with the defaults) is printed
-beside the figures, and each row's p99 as a ratio to it, never asserted.
+(100-byte values, dealt round-robin over the partitions, TCP_NODELAY as Java producers
+have it unless ``--nagle``) for ``--seconds``; a passthrough loop in another process
+(started first, reading from the start of the empty topic) copies every message to an
+output topic. Both topics are created with ``message.timestamp.type=LogAppendTime``. A
+message's latency is its output's log-append time minus its create time (written, in
+microseconds, at the start of the value: one host, one clock); the loop's share is its
+output's log-append time minus its input's (the passthrough keeps each partition's
+order, so the i-th output of a partition is its i-th input), the rest is the paced
+producer's. Each row reports p50, p99 and max over every message, the p99 of those
+created after the first second, the loop's share's p50 and p99, and the CPU seconds
+(user + system, every thread; the loop thread's in brackets) the loop process used
+from its start to its stop. ``--trace`` writes each turn and each garbage collection
+of the loop, ``--profile`` a cProfile of it, ``--before DIR`` runs every row again,
+right after, on the kasper_py in DIR. The loop is stopped once every message is in the
+output. A benchmark, not a test: the target (p99 <= 20 ms at 1,000 and 10,000 msg/s
+with the defaults) is printed beside the figures, and each row's p99 as a ratio to
+it, never asserted.
 
     python bench/bench_latency.py
     python bench/bench_latency.py --seconds 10 --rates 10000 --settings default
@@ -24,6 +30,8 @@ beside the figures, and each row's p99 as a ratio to it, never asserted.
 from __future__ import annotations
 
 import argparse
+import gc
+import itertools
 import json
 import logging
 import os
@@ -37,7 +45,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from bench_passthrough import cpu_seconds
-from benchkit import Passthrough, arguments, create_topics, delete_topics
+from benchkit import Passthrough, arguments, child_env, create_topics, delete_topics
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
 STAMP = 16
@@ -57,6 +65,7 @@ def settings(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
 def producer_child(args: argparse.Namespace) -> None:
     """Write ``args.rate`` messages a second for ``args.seconds``; print how many."""
     producer = Producer({"bootstrap.servers": args.bootstrap, "linger.ms": 1,
+                         "socket.nagle.disable": args.nodelay,
                          "queue.buffering.max.messages": 1_000_000})
     padding = b"x" * (args.size - STAMP)
     started = time.time()
@@ -95,7 +104,19 @@ def loop_child(args: argparse.Namespace) -> None:
             self.trace = open(args.trace, "a") if args.trace else None  # noqa: SIM115
 
         def on_start(self, assigned: list[tuple[str, int]]) -> None:
+            if self.trace is not None:
+                gc.callbacks.append(self.collected)
             print(LOOP_READY, flush=True)
+
+        def collected(self, phase: str, info: dict[str, int]) -> None:
+            """Each garbage collection's pause, in the trace (``gc`` lines)."""
+            if phase == "start":
+                self.gc_started = time.perf_counter()
+            elif self.trace is not None:
+                self.trace.write(json.dumps({
+                    "setting": args.setting, "at": time.time(), "gc": info["generation"],
+                    "ms": round((time.perf_counter() - self.gc_started) * 1000, 3),
+                    "collected": info["collected"]}) + "\n")
 
         def on_turn(self, stats: TurnStats) -> None:
             self.turns += 1
@@ -111,10 +132,16 @@ def loop_child(args: argparse.Namespace) -> None:
                     bootstrap_servers=args.bootstrap, input_topics=[args.source],
                     **settings(args)[args.setting])
     observer = Turns()
-    cpu_before = cpu_seconds()
+    cpu_before, loop_before = cpu_seconds(), time.thread_time()
     processor = TopicProcessor(config, lambda _c: Passthrough(args.output), observer=observer)
-    processor.run_until_stopped()
+    if args.profile:
+        import cProfile
+
+        cProfile.runctx("processor.run_until_stopped()", globals(), locals(), args.profile)
+    else:
+        processor.run_until_stopped()
     print(json.dumps({"cpu_s": cpu_seconds() - cpu_before, "turns": observer.turns,
+                      "loop_thread_s": time.thread_time() - loop_before,
                       "messages": observer.messages}), flush=True)
 
 
@@ -124,24 +151,27 @@ def loop_child(args: argparse.Namespace) -> None:
 def child_command(args: argparse.Namespace, role: str, **more: Any) -> list[str]:
     command = [sys.executable, __file__, "--role", role, "--bootstrap", args.bootstrap,
                "--partitions", str(args.partitions), "--size", str(args.size),
-               "--max-latency", str(args.max_latency)]
+               "--max-latency", str(args.max_latency), *([] if args.nodelay else ["--nagle"])]
     if args.trace:
         command += ["--trace", args.trace]
+    if args.profile:
+        command += ["--profile", args.profile]
     for key, value in more.items():
         command += [f"--{key.replace('_', '-')}", str(value)]
     return command
 
 
-def latency_row(args: argparse.Namespace, setting: str, rate: int) -> dict[str, Any]:
-    """Run one setting at one rate on fresh topics; its latency figures and CPU."""
+def latency_row(args: argparse.Namespace, setting: str, rate: int,
+                before: str | None = None) -> dict[str, Any]:
+    """Run one setting at one rate on fresh topics (the loop on the kasper_py in
+    ``before`` when given); its latency figures and CPU."""
     suffix = uuid.uuid4().hex[:8]
     source, output = f"bench-lat-in-{suffix}", f"bench-lat-out-{suffix}"
-    create_topics(args.bootstrap, [source], args.partitions)
-    create_topics(args.bootstrap, [output], args.partitions,
+    create_topics(args.bootstrap, [source, output], args.partitions,
                   **{"message.timestamp.type": "LogAppendTime"})
     loop = subprocess.Popen(child_command(args, "loop", setting=setting, source=source,
                                           output=output),
-                            stdout=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, text=True, env=child_env(before))
     try:
         wait_for_line(loop, LOOP_READY)
         time.sleep(1.0)  # the consumer's first fetch is under way
@@ -152,14 +182,16 @@ def latency_row(args: argparse.Namespace, setting: str, rate: int) -> dict[str, 
         loop.send_signal(signal.SIGTERM)
         stdout, _ = loop.communicate(timeout=60)
         used = json.loads(stdout.strip().splitlines()[-1])
-        millis = latencies(args.bootstrap, output, args.partitions, produced["sent"])
+        millis = latencies(args.bootstrap, source, output, args.partitions, produced["sent"])
     finally:
         if loop.poll() is None:
             loop.kill()
         delete_topics(args.bootstrap, [source, output])
-    return {"setting": setting, "rate": rate, "sent": produced["sent"],
+    return {"setting": setting + ("@before" if before else ""), "rate": rate,
+            "sent": produced["sent"],
             "achieved_rate": produced["sent"] / produced["seconds"], **percentiles(millis),
-            "cpu_s": used["cpu_s"], "turns": used["turns"]}
+            "cpu_s": used["cpu_s"], "loop_thread_s": used["loop_thread_s"],
+            "turns": used["turns"]}
 
 
 def wait_for_line(process: subprocess.Popen[str], wanted: str) -> None:
@@ -187,24 +219,38 @@ def wait_for_output(bootstrap: str, topic: str, partitions: int, count: int,
     sys.exit(f"{topic} holds fewer than {count} messages after {timeout} s")
 
 
-def latencies(bootstrap: str, topic: str, partitions: int, count: int
-              ) -> list[tuple[float, float]]:
-    """(create time, milliseconds from it to its output's log-append time) of each input
-    (its create time in its value), in milliseconds."""
+def latencies(bootstrap: str, source: str, output: str, partitions: int, count: int
+              ) -> list[tuple[float, float, float]]:
+    """(create time, milliseconds from it to its output's log-append time, milliseconds
+    from its input's log-append time to its output's) of each input (its create time in
+    its value), in milliseconds: the last is the loop's share, the rest the paced
+    producer's (the passthrough keeps each partition's order, so the i-th output of a
+    partition is its i-th input)."""
+    inputs, outputs = (read_all(bootstrap, topic, partitions, count) for topic in (source, output))
+    timed = []
+    for partition, written in outputs.items():
+        for (_, appended), (value, copied) in zip(inputs[partition], written, strict=True):
+            created = int(value[:STAMP]) / 1000
+            timed.append((created, copied - created, copied - appended))
+    return timed
+
+
+def read_all(bootstrap: str, topic: str, partitions: int, count: int
+             ) -> dict[int, list[tuple[bytes, int]]]:
+    """Every (value, timestamp) of ``topic``'s ``count`` messages, by partition."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-latency-read",
                          "enable.auto.commit": False})
     consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
-    millis: list[tuple[float, float]] = []
+    read: dict[int, list[tuple[bytes, int]]] = {p: [] for p in range(partitions)}
     try:
-        while len(millis) < count:
+        while sum(map(len, read.values())) < count:
             for record in consumer.consume(10_000, 5.0):
                 if record.error() is not None:
                     sys.exit(f"reading {topic} failed: {record.error().str()}")
-                created = int(record.value()[:STAMP]) / 1000
-                millis.append((created, record.timestamp()[1] - created))
+                read[record.partition()].append((record.value(), record.timestamp()[1]))
     finally:
         consumer.close()
-    return millis
+    return read
 
 
 WARM_UP_MS = 1000
@@ -212,14 +258,17 @@ WARM_UP_MS = 1000
 fetch (offsets looked up, a fetch session opened) lands there, once per process."""
 
 
-def percentiles(timed: Sequence[tuple[float, float]]) -> dict[str, float]:
-    """p50, p99 and max over every input, and p99 over those created after the first
-    ``WARM_UP_MS`` (``steady_p99_ms``)."""
-    ordered = sorted(millis for _, millis in timed)
-    start = min(created for created, _ in timed)
-    steady = sorted(millis for created, millis in timed if created >= start + WARM_UP_MS)
+def percentiles(timed: Sequence[tuple[float, float, float]]) -> dict[str, float]:
+    """p50, p99 and max over every input, p99 over those created after the first
+    ``WARM_UP_MS`` (``steady_p99_ms``), and the p50 and p99 of the loop's share alone
+    (input log-append time to output log-append time)."""
+    ordered = sorted(millis for _, millis, _ in timed)
+    start = min(created for created, _, _ in timed)
+    steady = sorted(millis for created, millis, _ in timed if created >= start + WARM_UP_MS)
+    loop = sorted(millis for _, _, millis in timed)
     return {"p50_ms": statistics.median(ordered), "p99_ms": _p99(ordered),
-            "max_ms": ordered[-1], "steady_p99_ms": _p99(steady or ordered)}
+            "max_ms": ordered[-1], "steady_p99_ms": _p99(steady or ordered),
+            "loop_p50_ms": statistics.median(loop), "loop_p99_ms": _p99(loop)}
 
 
 def _p99(ordered: Sequence[float]) -> float:
@@ -235,13 +284,14 @@ TARGET_P99_MS = 20.0
 
 def table_lines(rows: Sequence[Mapping[str, Any]]) -> Iterator[str]:
     yield (f"  {'setting':12} {'rate msg/s':>10} {'achieved':>9} {'p50 ms':>8} {'p99 ms':>8}"
-           f" {'max ms':>8} {'loop CPU s':>10} {'turns':>7} {'p99 / 20 ms':>11}"
-           f" {'p99 after 1 s':>13}")
+           f" {'max ms':>8} {'CPU s (loop)':>13} {'turns':>7} {'p99 / 20 ms':>11}"
+           f" {'p99 after 1 s':>13} {'loop p50/p99':>13}")
     for row in rows:
         yield (f"  {row['setting']:12} {row['rate']:>10,} {row['achieved_rate']:>9,.0f}"
                f" {row['p50_ms']:>8.1f} {row['p99_ms']:>8.1f} {row['max_ms']:>8.1f}"
-               f" {row['cpu_s']:>10.2f} {row['turns']:>7,}"
-               f" {row['p99_ms'] / TARGET_P99_MS:>11.2f} {row['steady_p99_ms']:>13.1f}")
+               f" {row['cpu_s']:>6.2f} ({row['loop_thread_s']:4.2f}) {row['turns']:>7,}"
+               f" {row['p99_ms'] / TARGET_P99_MS:>11.2f} {row['steady_p99_ms']:>13.1f}"
+               f" {row['loop_p50_ms']:>6.1f}/{row['loop_p99_ms']:<6.1f}")
 
 
 def parse_args() -> argparse.Namespace:
@@ -261,6 +311,14 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--trace", metavar="FILE",
                         help="append every turn of the latency rows to FILE as a JSON line: "
                              "its batch, batch size target and step milliseconds")
+    parser.add_argument("--before", metavar="DIR",
+                        help="run every row a second time, right after, with the loop on "
+                             "the kasper_py in DIR (say a git archive of an older commit)")
+    parser.add_argument("--nagle", dest="nodelay", action="store_false",
+                        help="the paced producer keeps Nagle's algorithm (librdkafka's "
+                             "default; without this it sets TCP_NODELAY as Java clients do)")
+    parser.add_argument("--profile", metavar="FILE",
+                        help="write a cProfile of the loop process to FILE (the last row's)")
     for internal in ("--role", "--setting", "--rate"):  # set for the child processes
         parser.add_argument(internal, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -282,10 +340,13 @@ def main() -> None:
           f"{args.partitions} partitions, {args.size}-byte values, {args.seconds:g} s a row; "
           f"max_latency rows: max_latency={args.max_latency}", flush=True)
     rows = []
-    for rate in args.rates:
-        for setting in args.settings:
-            rows.append(latency_row(args, setting, rate))
-            print(list(table_lines(rows))[-1], flush=True)
+    trees = [None, args.before] if args.before else [None]
+    for round_ in range(args.rounds):
+        for pair, (rate, setting) in enumerate(itertools.product(args.rates, args.settings)):
+            # a row's two trees swap order from round to round: neither always goes first
+            for before in trees[::-1] if (round_ + pair) % 2 else trees:
+                rows.append(latency_row(args, setting, rate, before))
+                print(list(table_lines(rows))[-1], flush=True)
     print("end-to-end latency (input create time to output log-append time):")
     print("\n".join(table_lines(rows)))
     print(f"  target: p99 <= {TARGET_P99_MS:g} ms at 1,000 and 10,000 msg/s with the defaults "

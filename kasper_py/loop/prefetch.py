@@ -67,6 +67,8 @@ class Prefetcher:
         self._ahead: Batch | KasperError | None = None
         """The next batch, read (or failed to read) while the last turn's acks were
         outstanding."""
+        self._serdes = (config.key_decoder, config.value_decoder)
+        """The key and value serdes, resolved once (a custom one's check costs ~13 µs)."""
         topics = config.input_topics
         self._only_topic = topics[0] if len(topics) == 1 else None
 
@@ -133,7 +135,7 @@ class Prefetcher:
         """The gathered records, weighed for the sizing rule, decoded."""
         nbytes, records = self._collector.bytes, self._collector.take()
         self._sizing.weigh(len(records), nbytes - self._collector.bytes)
-        return build_batch(records, self.config.key_decoder, self.config.value_decoder,
+        return build_batch(records, *self._serdes,
                            self._consumer.transient_error,
                            set_aside=self.config.on_decode_error != "fail",
                            keep_read=self.config.on_process_error == "dead_letter",

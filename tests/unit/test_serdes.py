@@ -66,12 +66,16 @@ def test_serde_for_resolves_names_and_custom_serdes() -> None:
             return None if data is None else data.decode().lower()
 
     assert serde_for("str") is STRING
+    assert [serde_for(built_in) for built_in in (BYTES, STRING, JSON)] == [BYTES, STRING, JSON]
     custom = Upper()
     assert serde_for(custom) is custom
     with pytest.raises(ValueError, match="unknown serde 'xml'"):
         serde_for("xml")
     with pytest.raises(ValueError, match="not a serde"):
         serde_for(42)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="Upper is not a serde"):
+        del Upper.decode
+        serde_for(custom)
 
 
 # -- the JSON serde's short paths: the json module's very bytes and values -------------
