@@ -1,14 +1,15 @@
-"""Real servers in containers for integration tests: Kafka (KRaft), Redis and a schema
-registry, started
-through testcontainers (``pip install 'kasper-py[containers]'``) on Docker or Podman.
+"""Real servers in containers for integration tests: Kafka (KRaft), Redis, a schema
+registry, Cassandra, PostgreSQL and OpenSearch, started through testcontainers
+(``pip install 'kasper-py[containers]'``) on Docker or Podman.
 
     with KafkaContainer() as kafka:
         config = Config(name="wc", bootstrap_servers=kafka.bootstrap_servers, ...)
 
 Every container runs with host networking on free ports in 50000-59999, so the address
 handed back is ``127.0.0.1:<port>`` whatever the engine. The image is the official
-one (``apache/kafka:<the stack's Kafka version>``, ``redis:7.0``) when the engine has
-it or can pull it, else the image ``python -m kasper_py.stack images`` built on this
+one (``apache/kafka:<the stack's Kafka version>``, ``redis:7.0``, ``cassandra``,
+``postgres``, ``opensearchproject/opensearch``, each at the stack's version) when the
+engine has it or can pull it, else the image ``python -m kasper_py.stack images`` built on this
 machine; ``image=`` picks another. The engine is ``$DOCKER_HOST``, else the stack's
 Podman (``kasper stack up podman``), else Docker's default socket. Leaving the
 ``with`` block, by an error or not, removes the container; one left by a killed test
@@ -312,3 +313,106 @@ class SchemaRegistryContainer(ServerContainer):
                 return int(reply.status) == 200 and reply.read().startswith(b"[")
         except (urllib.error.URLError, OSError):
             return False
+
+
+class CassandraContainer(ServerContainer):
+    """One Cassandra node, a cluster of its own (its seed is itself), as the stack runs
+    it; the official image's ``cassandra -f`` with the ports as ``-D`` options."""
+
+    ready_timeout = 240.0
+
+    def __init__(self, image: str | None = None) -> None:
+        super().__init__(image)
+        self.official_image = f"cassandra:{stack.cassandra_version()}"
+        self.local_image = stack.cassandra_image()
+        self.port = free_port(2)
+        self.storage_port = self.port + 1
+
+    @property
+    def contact(self) -> tuple[str, int]:
+        """(host, port): ``CassandraTable(contact_points=[host], port=port)``."""
+        return LOOPBACK, self.port
+
+    def get_contact_point(self) -> str:
+        """``127.0.0.1:<port>``, under testcontainers' CassandraContainer's name."""
+        return f"{LOOPBACK}:{self.port}"
+
+    def command(self) -> list[str]:
+        return ["cassandra", "-f", f"-Dcassandra.native_transport_port={self.port}",
+                f"-Dcassandra.storage_port={self.storage_port}"]
+
+    def environment(self) -> dict[str, str]:
+        # never gossips with another node on the machine (the stack's, on port 7000)
+        return {"CASSANDRA_SEEDS": f"{LOOPBACK}:{self.storage_port}",
+                "CASSANDRA_CLUSTER_NAME": f"kasper-container-{self.port}",
+                "CASSANDRA_LISTEN_ADDRESS": LOOPBACK, "CASSANDRA_RPC_ADDRESS": LOOPBACK,
+                "MAX_HEAP_SIZE": "1g", "HEAP_NEWSIZE": "128m"}
+
+    def answers(self) -> bool:
+        return stack.cql_answers(LOOPBACK, self.port)
+
+
+class PostgresContainer(ServerContainer):
+    """A PostgreSQL server, superuser ``postgres`` with trust authentication, as the
+    stack runs it."""
+
+    def __init__(self, image: str | None = None) -> None:
+        super().__init__(image)
+        self.official_image = f"postgres:{stack.postgres_version().split('.')[0]}"
+        self.local_image = stack.postgres_image()
+        self.port = free_port()
+
+    @property
+    def url(self) -> str:
+        """``postgresql://postgres@127.0.0.1:<port>/postgres``, what ``PostgresTable(url=...)``
+        takes."""
+        return f"postgresql://postgres@{LOOPBACK}:{self.port}/postgres"
+
+    def get_connection_url(self) -> str:
+        """The URL, under the name testcontainers' Postgres container uses."""
+        return self.url
+
+    def command(self) -> list[str]:
+        return ["postgres", "-p", str(self.port), "-c", f"listen_addresses={LOOPBACK}",
+                "-c", "max_connections=100"]
+
+    def environment(self) -> dict[str, str]:
+        return {"POSTGRES_HOST_AUTH_METHOD": "trust"}
+
+    def answers(self) -> bool:
+        import psycopg  # noqa: PLC0415 - the optional postgres extra
+
+        try:
+            with psycopg.connect(self.url, connect_timeout=2) as connection:
+                return connection.execute("SELECT 1").fetchone() == (1,)
+        except psycopg.Error:
+            return False
+
+
+class OpenSearchContainer(ServerContainer):
+    """One OpenSearch node, security off, a 512 MB heap, as the stack runs it."""
+
+    def __init__(self, image: str | None = None) -> None:
+        super().__init__(image)
+        self.official_image = f"opensearchproject/opensearch:{stack.opensearch_version()}"
+        self.local_image = stack.opensearch_image()
+        self.port = free_port(2)
+        self.transport_port = self.port + 1
+
+    @property
+    def url(self) -> str:
+        """``http://127.0.0.1:<port>``, what ``OpenSearchTable(url=...)`` takes."""
+        return f"http://{LOOPBACK}:{self.port}"
+
+    def environment(self) -> dict[str, str]:
+        port, transport = str(self.port), str(self.transport_port)
+        return {"OPENSEARCH_HOST": LOOPBACK, "OPENSEARCH_HTTP_PORT": port,
+                "OPENSEARCH_TRANSPORT_PORT": transport,
+                # the official image takes settings as dotted variables
+                "network.host": LOOPBACK, "http.port": port, "transport.port": transport,
+                "discovery.type": "single-node", "DISABLE_SECURITY_PLUGIN": "true",
+                "DISABLE_INSTALL_DEMO_CONFIG": "true",
+                "OPENSEARCH_JAVA_OPTS": "-Xms512m -Xmx512m"}
+
+    def answers(self) -> bool:
+        return stack.opensearch_answers(self.url)
