@@ -196,13 +196,23 @@ def test_the_images_command_finds_the_built_images() -> None:
 def test_with_kasper_stack_containers_the_suite_runs_on_containers(
         request: pytest.FixtureRequest, engine: Any) -> None:
     """`KASPER_STACK=containers` (make test's second step): the suite's broker is the
-    session's Kafka container, running, and workers find it through the environment."""
+    session's Kafka container, and its Cassandra, PostgreSQL and OpenSearch (the fixtures
+    the store tests take hand these out) the session's containers, running; workers find
+    them through the environment."""
     if not on_containers():
         pytest.skip("the suite runs on the local stack (KASPER_STACK is not containers)")
     bootstrap = request.getfixturevalue("bootstrap")
     kafka = request.getfixturevalue("kafka_container")
     assert bootstrap == kafka.bootstrap_servers == os.environ["KASPER_BOOTSTRAP_SERVERS"]
     assert exists(engine, kafka.container_id)
+    for server, variable in (("postgres", "POSTGRES_URL"), ("opensearch", "OPENSEARCH_URL")):
+        container = request.getfixturevalue(f"{server}_container")
+        assert request.getfixturevalue(f"container_{server}_url") == container.url
+        assert os.environ[f"KASPER_{variable}"] == container.url
+        assert exists(engine, container.container_id)
+    cassandra = request.getfixturevalue("cassandra_container")
+    assert request.getfixturevalue("container_cassandra_contact") == cassandra.contact
+    assert os.environ["KASPER_CASSANDRA_PORT"] == str(cassandra.port)
 
 
 def test_kasper_stack_up_podman_serves_the_docker_api() -> None:
