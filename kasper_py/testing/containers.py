@@ -380,8 +380,11 @@ class PostgresContainer(ServerContainer):
         return {"POSTGRES_HOST_AUTH_METHOD": "trust"}
 
     def answers(self) -> bool:
-        import psycopg  # noqa: PLC0415 - the optional postgres extra
-
+        try:
+            import psycopg  # noqa: PLC0415 - the optional postgres extra
+        except ImportError:
+            raise ContainerEngineError("PostgresContainer's readiness check needs psycopg: "
+                                       "pip install 'kasper-py[postgres]'") from None
         try:
             with psycopg.connect(self.url, connect_timeout=2) as connection:
                 return connection.execute("SELECT 1").fetchone() == (1,)
