@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import socket
 import time
 import urllib.error
@@ -56,7 +57,18 @@ class ContainerEngineError(KasperError):
 
 class ContainerStartError(KasperError):
     """A container started but its server did not answer in time; the message ends with
-    the tail of the container's log. The container has been removed."""
+    the tail of the container's log (``log`` holds all of it). The container has been
+    removed."""
+
+    def __init__(self, message: str, log: str = "") -> None:
+        super().__init__(message)
+        self.log = log
+
+
+_PORT_TAKEN = re.compile(r"address already in use|is in use by another process", re.I)
+"""What a server's log says when its port was taken between ``free_port``'s probe and
+its bind: 50000-59999 lies in Linux's ephemeral range, where any client's outgoing
+connection may land."""
 
 
 def free_port(count: int = 1) -> int:
@@ -140,9 +152,14 @@ class ServerContainer:
     official_image: str
     local_image: str
     ready_timeout = 120.0
+    ports_needed = 1
+    """``port`` and the ports after it that the server listens on."""
+    start_attempts = 3
+    """Starts on fresh ports when a port was taken before the server bound it."""
 
     def __init__(self, image: str | None = None) -> None:
         self.image = image
+        self.port = free_port(self.ports_needed)
         self._container: DockerContainer | None = None
 
     def command(self) -> list[str] | None:
@@ -159,7 +176,18 @@ class ServerContainer:
 
     def start(self) -> Self:
         """Start the container and return once the server answers; on failure the
-        container is removed and ContainerStartError carries its log's tail."""
+        container is removed and ContainerStartError carries its log's tail. A server
+        whose port another process took first is started again on fresh ports."""
+        for _ in range(self.start_attempts - 1):
+            try:
+                return self._start_once()
+            except ContainerStartError as error:
+                if not _PORT_TAKEN.search(error.log):
+                    raise
+                self.port = free_port(self.ports_needed)
+        return self._start_once()
+
+    def _start_once(self) -> Self:
         from testcontainers.core.config import testcontainers_config  # noqa: PLC0415
         from testcontainers.core.container import DockerContainer  # noqa: PLC0415
 
@@ -190,10 +218,11 @@ class ServerContainer:
             container.reload()
             if container.status != "running" or time.monotonic() > deadline:
                 stdout, stderr = container.get_logs()
-                tail = "\n".join((stdout + stderr).decode(errors="replace").splitlines()[-30:])
+                log = (stdout + stderr).decode(errors="replace")
+                tail = "\n".join(log.splitlines()[-30:])
                 raise ContainerStartError(
                     f"{container.image} ({container.status}) did not answer within "
-                    f"{self.ready_timeout:.0f} s:\n{tail}")
+                    f"{self.ready_timeout:.0f} s:\n{tail}", log)
             time.sleep(0.2)
 
     @property
@@ -221,12 +250,17 @@ class KafkaContainer(ServerContainer):
     """Apache Kafka in KRaft mode, broker and controller in one node, configured the
     way the official ``apache/kafka`` image reads its ``KAFKA_*`` variables."""
 
+    ports_needed = 2
+
+    @property
+    def controller_port(self) -> int:
+        """The KRaft controller's listener, after the broker's."""
+        return self.port + 1
+
     def __init__(self, image: str | None = None) -> None:
         super().__init__(image)
         self.official_image = f"apache/kafka:{stack.kafka_version()}"
         self.local_image = stack.kafka_image()
-        self.port = free_port(2)
-        self.controller_port = self.port + 1
 
     @property
     def bootstrap_servers(self) -> str:
@@ -269,7 +303,6 @@ class RedisContainer(ServerContainer):
         super().__init__(image)
         self.official_image = "redis:7.0"
         self.local_image = stack.redis_image()
-        self.port = free_port()
 
     @property
     def url(self) -> str:
@@ -296,7 +329,6 @@ class SchemaRegistryContainer(ServerContainer):
         super().__init__(image)
         self.official_image = f"apicurio/apicurio-registry-mem:{stack.registry_version()}"
         self.local_image = stack.registry_image()
-        self.port = free_port()
 
     @property
     def url(self) -> str:
@@ -320,13 +352,17 @@ class CassandraContainer(ServerContainer):
     it; the official image's ``cassandra -f`` with the ports as ``-D`` options."""
 
     ready_timeout = 240.0
+    ports_needed = 2
+
+    @property
+    def storage_port(self) -> int:
+        """The node's inter-node (storage) port, after the CQL port."""
+        return self.port + 1
 
     def __init__(self, image: str | None = None) -> None:
         super().__init__(image)
         self.official_image = f"cassandra:{stack.cassandra_version()}"
         self.local_image = stack.cassandra_image()
-        self.port = free_port(2)
-        self.storage_port = self.port + 1
 
     @property
     def contact(self) -> tuple[str, int]:
@@ -360,7 +396,6 @@ class PostgresContainer(ServerContainer):
         super().__init__(image)
         self.official_image = f"postgres:{stack.postgres_version().split('.')[0]}"
         self.local_image = stack.postgres_image()
-        self.port = free_port()
 
     @property
     def url(self) -> str:
@@ -395,12 +430,17 @@ class PostgresContainer(ServerContainer):
 class OpenSearchContainer(ServerContainer):
     """One OpenSearch node, security off, a 512 MB heap, as the stack runs it."""
 
+    ports_needed = 2
+
+    @property
+    def transport_port(self) -> int:
+        """The node's transport port, after the HTTP port."""
+        return self.port + 1
+
     def __init__(self, image: str | None = None) -> None:
         super().__init__(image)
         self.official_image = f"opensearchproject/opensearch:{stack.opensearch_version()}"
         self.local_image = stack.opensearch_image()
-        self.port = free_port(2)
-        self.transport_port = self.port + 1
 
     @property
     def url(self) -> str:

@@ -5,6 +5,7 @@ its log, and leaves no container."""
 
 from __future__ import annotations
 
+import socket
 import urllib.request
 import uuid
 from typing import Any
@@ -93,3 +94,21 @@ def test_a_store_server_failing_at_start_is_an_error_quoting_its_log(engine: Any
     assert 'unrecognized configuration parameter "no_such_setting"' in str(error.value)
     assert str(error.value).startswith(broken.local_image)
     assert {c.id for c in engine.containers.list(all=True)} <= before
+
+
+def test_a_port_taken_before_the_server_binds_it_is_replaced(engine: Any) -> None:
+    """Free ports are probed, then bound by the server seconds later; a client's outgoing
+    connection (50000-59999 is in the ephemeral range) may take one meanwhile. The server
+    then starts again on fresh ports, and answers there."""
+    postgres = PostgresContainer()
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", postgres.port))
+        squatter.listen(1)
+        taken = postgres.port
+        with postgres:
+            assert postgres.port != taken
+            table = PostgresTable("counts", url=postgres.url)
+            assert write_then_read(table, PostgresTable("counts", url=postgres.url)) == {
+                "alpha": {"n": 1}}
+            container_id = postgres.container_id
+    assert not exists(engine, container_id)
