@@ -72,11 +72,19 @@ unit: setup
 # and the images its tests run, built locally once (docs/testing.md)
 containers: setup
 	$(BIN)/python -m kasper_py.stack up podman
-	$(BIN)/python -m kasper_py.stack images
+	$(BIN)/python -m kasper_py.stack images $(CONTAINER_IMAGES)
 
-# The core integration tests again with Kafka and Redis in containers (docs/testing.md)
+# Only the images CONTAINER_TESTS start are built (each built once, then found by its tag)
+CONTAINER_IMAGES := kafka redis schema-registry cassandra postgres opensearch
+
+# The core integration tests again with Kafka, Redis and the external stores in
+# containers (docs/testing.md)
 CONTAINER_TESTS := \
 	tests/integration/test_containers.py::test_with_kasper_stack_containers_the_suite_runs_on_containers \
+	tests/integration/test_store_containers.py \
+	tests/integration/test_stores_cassandra.py::test_word_count_is_exact \
+	tests/integration/test_stores_postgres.py::test_a_failed_turn_writes_nothing_and_a_replay_is_not_applied_twice \
+	tests/integration/test_stores_opensearch.py::test_word_count_values_scans_and_deletes \
 	tests/integration/test_topic_processor.py::test_happy_path_outputs_exactly_and_commits \
 	tests/integration/test_topic_processor.py::test_processor_error_leaves_offsets_unchanged \
 	tests/integration/test_topic_processor.py::test_kill_minus_nine_loses_nothing \

@@ -30,19 +30,25 @@ from pathlib import Path
 
 from kasper_py.stack import _lifecycle
 from kasper_py.stack._cli import main
-from kasper_py.stack._components import SparkMaster, kafka_answers, redis_answers
+from kasper_py.stack._components import SparkMaster, cql_answers, kafka_answers, redis_answers
 from kasper_py.stack._engine import Podman
 from kasper_py.stack._errors import StackError
 from kasper_py.stack._images import (
+    cassandra_image,
+    cassandra_version,
     kafka_image,
     kafka_version,
+    opensearch_image,
+    opensearch_version,
+    postgres_image,
+    postgres_version,
     redis_image,
     registry_image,
     registry_version,
 )
 from kasper_py.stack._jaeger import Jaeger
 from kasper_py.stack._lifecycle import ComponentStatus
-from kasper_py.stack._opensearch import OpenSearch
+from kasper_py.stack._opensearch import OpenSearch, opensearch_answers
 from kasper_py.stack._postgres import Postgres
 from kasper_py.stack._prometheus import scraped, targets_file, write_targets
 from kasper_py.stack._registry import SchemaRegistry
@@ -53,6 +59,9 @@ __all__ = [
     "ComponentStatus",
     "StackError",
     "cassandra_contact",
+    "cassandra_image",
+    "cassandra_version",
+    "cql_answers",
     "docker_host",
     "down",
     "jaeger_otlp_endpoint",
@@ -62,8 +71,13 @@ __all__ = [
     "kafka_image",
     "kafka_version",
     "main",
+    "opensearch_answers",
+    "opensearch_image",
     "opensearch_url",
+    "opensearch_version",
+    "postgres_image",
     "postgres_url",
+    "postgres_version",
     "prometheus_target",
     "prometheus_url",
     "redis_answers",

@@ -8,7 +8,8 @@ import sys
 from kasper_py.stack import _lifecycle
 from kasper_py.stack._catalog import COMPONENTS, GROUPS
 from kasper_py.stack._errors import StackError
-from kasper_py.stack._images import build_images
+from kasper_py.stack._image_build import build_images
+from kasper_py.stack._images import IMAGES
 from kasper_py.stack._settings import Settings
 from kasper_py.stack._spark import spark_jars
 
@@ -33,8 +34,9 @@ def _parser() -> argparse.ArgumentParser:
     stop.add_argument("--purge", action="store_true", help="also delete their data and logs")
     commands.add_parser("status", help="show what runs where")
     commands.add_parser("spark-jars", help="resolve the Spark Kafka connector jars, print paths")
-    commands.add_parser("images", help="build the container images (Kafka, Redis) from "
-                        "Debian's packages and Maven Central, unless they exist")
+    images = commands.add_parser("images", help="build the container images from Debian's "
+                                 "packages and Maven Central, unless they exist")
+    images.add_argument("images", nargs="*", help=f"{', '.join(IMAGES)} (default: all)")
     return parser
 
 
@@ -61,7 +63,7 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> None:
         for component in _lifecycle.status(settings):
             report(str(component))
     elif args.command == "images":
-        build_images(settings, report)
+        build_images(settings, report, args.images)
     else:
         for jar in spark_jars(settings.stack_dir):
             report(jar)

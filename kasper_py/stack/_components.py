@@ -257,7 +257,7 @@ class Cassandra(Component):
 
     def command(self, program: str) -> list[str]:
         return [
-            program, *_CASSANDRA_HEAP, *_CASSANDRA_JDK17_OPTIONS, *_CASSANDRA_FAST_START,
+            program, *CASSANDRA_JVM_OPTIONS,
             f"-Dcassandra.config={(self.directory / 'cassandra.yaml').as_uri()}",
             f"-Dlogback.configurationFile={self.directory / 'logback.xml'}",
             f"-Dcassandra.logdir={self.directory}",
@@ -269,10 +269,10 @@ class Cassandra(Component):
     def is_ready(self) -> bool:
         if not port_open(LOOPBACK, self.settings.cassandra_port):
             return False
-        return _cql_answers(LOOPBACK, self.settings.cassandra_port)
+        return cql_answers(LOOPBACK, self.settings.cassandra_port)
 
 
-def _cql_answers(host: str, port: int) -> bool:
+def cql_answers(host: str, port: int) -> bool:
     """True when ``SELECT release_version FROM system.local`` returns a row."""
     try:
         from cassandra.cluster import Cluster  # noqa: PLC0415 - optional extra
@@ -329,6 +329,9 @@ _CASSANDRA_FAST_START = [
     "-Dcassandra.ring_delay_ms=0",
     "-Dcassandra.superuser_setup_delay_ms=0",
 ]
+
+CASSANDRA_JVM_OPTIONS = [*_CASSANDRA_HEAP, *_CASSANDRA_JDK17_OPTIONS, *_CASSANDRA_FAST_START]
+"""The JVM options a Cassandra node runs with, here and in its container image."""
 
 
 class SparkMaster(Component):

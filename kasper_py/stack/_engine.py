@@ -4,7 +4,8 @@ a unix socket (``podman system service``) for docker-py and testcontainers.
 
 The engine's quirks live in one ``containers.conf`` written here and handed to every
 podman process through ``CONTAINERS_CONF``; nothing is set by hand. Images are built
-by ``_images``; this module only installs, configures, runs and probes the engine.
+by ``_images`` and ``_image_build``; this module only installs, configures, runs and
+probes the engine.
 """
 
 from __future__ import annotations

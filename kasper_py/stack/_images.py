@@ -1,45 +1,70 @@
-"""Container images built on this machine, for where no image registry is reachable.
+"""Container images built on this machine, for where no image registry is reachable:
+what each one holds, and its name. ``_image_build`` builds them.
 
 One Debian root filesystem (``debootstrap --variant=minbase`` from the mirror apt is
-configured with) is imported once as the base of every image; Kafka adds Debian's
-Java and the jars the stack resolves from Maven Central, Redis adds Debian's package,
-the schema registry Debian's Java and the Apicurio jar the stack builds.
-Each image is tagged with the version the stack runs, and an image that exists is
-never built again.
+configured with) is the base of every image; Kafka, Cassandra and OpenSearch add
+Debian's Java and the jars the stack resolves from Maven Central, the schema registry
+the Apicurio jar the stack builds, Redis and PostgreSQL Debian's packages at the
+versions the stack runs.
+
+An image's tag is the version it runs and a digest of what it is made from (its
+Containerfile as filled in, the files put beside it, the poms pinning its jars):
+``kafka:4.3.1-<12 hex>``. Editing any of them names a new image, so a stale one is
+never reused, and whether an image is built is one ``podman image exists``.
 """
 
 from __future__ import annotations
 
-import os
+import hashlib
 import re
-import shutil
 import subprocess
-import tempfile
-import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from string import Template
 
-from kasper_py.stack._components import Kafka
-from kasper_py.stack._engine import Podman, current_ulimits
+from kasper_py.stack._components import CASSANDRA_JVM_OPTIONS
 from kasper_py.stack._errors import StackError
-from kasper_py.stack._install import apt_install, resolve_jars, template
-from kasper_py.stack._registry import SchemaRegistry
-from kasper_py.stack._settings import Settings
+from kasper_py.stack._install import template
+from kasper_py.stack._opensearch import JVM_OPTIONS as OPENSEARCH_JVM_OPTIONS
 
 PREFIX = "localhost/kasper-py"
-_POLICY_RC_DENY = "#!/bin/sh\n# no service starts during an image build\nexit 101\n"
-Report = Callable[[str], None]
 
 
 @dataclass(frozen=True)
 class Image:
-    """One locally built image: its name and what it is made from."""
+    """One locally built image: what it is made from, and its name, tagged by content."""
 
-    name: str
+    repository: str
+    version: str
     containerfile: str
-    values: dict[str, str]
+    values: Mapping[str, str] = field(default_factory=dict)
+    files: Mapping[str, str] = field(default_factory=dict)
+    """Text files the build context holds beside the Containerfile, by path."""
+    pinned_by: tuple[str, ...] = ()
+    """The packaged templates (poms, sources) that pin what ``jars`` puts in the context."""
+    jars: str = ""
+    """The stack component whose jars the context holds ("" for none)."""
+
+    def containerfile_text(self) -> str:
+        """The Containerfile with its base and values filled in."""
+        return Template(template(self.containerfile)).substitute(base=base_image(),
+                                                                 **self.values)
+
+    @property
+    def digest(self) -> str:
+        """12 hex digits of SHA-256 over everything the image is made from."""
+        parts = [self.containerfile_text(), *(template(name) for name in self.pinned_by)]
+        parts += [f"{path}\0{text}" for path, text in sorted(self.files.items())]
+        digest = hashlib.sha256()
+        for part in parts:
+            digest.update(f"{len(part)}\0{part}".encode())
+        return digest.hexdigest()[:12]
+
+    @property
+    def name(self) -> str:
+        """``localhost/kasper-py/<repository>:<version>-<digest>``."""
+        return f"{PREFIX}/{self.repository}:{self.version}-{self.digest}"
 
 
 def debian_suite() -> str:
@@ -50,46 +75,14 @@ def debian_suite() -> str:
     raise StackError("not a Debian system: /etc/os-release names no VERSION_CODENAME")
 
 
-def debian_mirror(archive: str = "debian") -> str:
-    """The first URL of Debian's ``archive`` (``debian``, ``debian-security``) that apt
-    is configured with, in deb822 or one-line sources; Debian's own when none is."""
-    sources = [Path("/etc/apt/sources.list"), *sorted(Path("/etc/apt/sources.list.d").glob("*"))]
-    for source in sources:
-        if not source.is_file() or source.suffix not in ("", ".list", ".sources"):
-            continue
-        for url in re.findall(r"(?:URIs:|^deb)\s+(?:\[[^]]*\]\s+)?(\S+)", source.read_text(),
-                              flags=re.MULTILINE):
-            if url.rstrip("/").endswith(f"/{archive}"):
-                return str(url)
-    return f"http://deb.debian.org/{archive}"
-
-
-def debian_sources(suite: str) -> str:
-    """The image's ``sources.list``: the release, its updates and its security fixes, as
-    a Debian host has them, so a package pinned to the host's version is found."""
-    main, security = debian_mirror(), debian_mirror("debian-security")
-    return (f"deb {main} {suite} main\ndeb {main} {suite}-updates main\n"
-            f"deb {security} {suite}-security main\n")
-
-
 def base_image() -> str:
     """The name of the shared Debian base image."""
     return f"{PREFIX}/debian:{debian_suite()}-minbase"
 
 
-def kafka_image() -> str:
-    """The local Kafka image, tagged with the stack's Kafka version."""
-    return f"{PREFIX}/kafka:{kafka_version()}"
-
-
-def redis_image() -> str:
-    """The local Redis image, tagged with the version of Debian's redis-server it holds."""
-    return f"{PREFIX}/redis:{_upstream(redis_package_version())}"
-
-
-def registry_image() -> str:
-    """The local schema registry image, tagged with the stack's Apicurio version."""
-    return f"{PREFIX}/apicurio-registry:{registry_version()}"
+def kafka_version() -> str:
+    """The Kafka version of the stack's pom (``kafka.version``)."""
+    return _pom_version("kafka-pom.xml", "kafka.version")
 
 
 def registry_version() -> str:
@@ -97,9 +90,14 @@ def registry_version() -> str:
     return _pom_version("registry-pom.xml", "apicurio.version")
 
 
-def kafka_version() -> str:
-    """The Kafka version of the stack's pom (``kafka.version``)."""
-    return _pom_version("kafka-pom.xml", "kafka.version")
+def cassandra_version() -> str:
+    """The Cassandra version of the stack's pom."""
+    return _pom_version("cassandra-pom.xml", "cassandra.version")
+
+
+def opensearch_version() -> str:
+    """The OpenSearch version of the stack's pom."""
+    return _pom_version("opensearch-pom.xml", "opensearch.version")
 
 
 def _pom_version(pom: str, tag: str) -> str:
@@ -109,125 +107,127 @@ def _pom_version(pom: str, tag: str) -> str:
     return found.group(1)
 
 
-def redis_package_version() -> str:
-    """The Debian version of redis-server the stack runs: installed here, else apt's
+def debian_package_version(package: str) -> str:
+    """The Debian version of ``package`` the stack runs: installed here, else apt's
     candidate."""
-    installed = subprocess.run(["dpkg-query", "-W", "-f=${Version}", "redis-server"],
+    installed = subprocess.run(["dpkg-query", "-W", "-f=${Version}", package],
                                capture_output=True, text=True, check=False)
     if installed.returncode == 0 and installed.stdout.strip():
         return installed.stdout.strip()
-    policy = subprocess.run(["apt-cache", "policy", "redis-server"], capture_output=True,
+    policy = subprocess.run(["apt-cache", "policy", package], capture_output=True,
                             text=True, check=False)
     found = re.search(r"Candidate:\s*(\S+)", policy.stdout)
     if found is None or found.group(1) == "(none)":
-        raise StackError("apt knows no redis-server package: run apt-get update")
+        raise StackError(f"apt knows no {package} package: run apt-get update")
     return found.group(1)
 
 
 def _upstream(debian_version: str) -> str:
-    """``5:7.0.15-1~deb12u4`` -> ``7.0.15``."""
-    return debian_version.split(":", 1)[-1].split("-", 1)[0]
+    """``5:7.0.15-1~deb12u4`` -> ``7.0.15``; ``15+248+deb12u1`` -> ``15``."""
+    return re.split(r"[-+]", debian_version.split(":", 1)[-1], maxsplit=1)[0]
 
 
-def build_images(settings: Settings, report: Report) -> list[str]:
-    """Build the base, Kafka, Redis and schema registry images that do not exist yet;
-    list their names."""
-    engine = Podman(settings)
-    built = [_ensure_base(engine, report)]
-    kafka = Image(kafka_image(), "kafka-Containerfile", {"version": kafka_version()})
-    built.append(_ensure(engine, kafka, report, lambda folder: _kafka_context(settings, folder)))
-    package = redis_package_version()
-    redis = Image(redis_image(), "redis-Containerfile",
-                  {"version": _upstream(package), "pin": f"={package}"})
-    built.append(_ensure(engine, redis, report, lambda folder: None))
-    registry = Image(registry_image(), "registry-Containerfile",
-                     {"version": registry_version()})
-    built.append(_ensure(engine, registry, report,
-                         lambda folder: _registry_context(settings, folder)))
-    return built
+def kafka() -> Image:
+    """Kafka in KRaft mode, configured by ``KAFKA_*`` variables as ``apache/kafka``."""
+    return Image("kafka", kafka_version(), "kafka-Containerfile",
+                 {"version": kafka_version()},
+                 {"log4j2.properties": template("kafka-log4j2.properties"),
+                  "kafka-image.sh": template("kafka-image.sh")},
+                 ("kafka-pom.xml",), jars="kafka")
 
 
-def image_exists(engine: Podman, name: str) -> bool:
-    """True when the engine holds an image called ``name``."""
-    return engine.run(["image", "exists", name], check=False).returncode == 0
+def redis() -> Image:
+    """Debian's redis-server, the version the stack runs."""
+    package = debian_package_version("redis-server")
+    return Image("redis", _upstream(package), "redis-Containerfile",
+                 {"version": _upstream(package), "pin": f"={package}"})
 
 
-def _ensure_base(engine: Podman, report: Report) -> str:
-    name = base_image()
-    if image_exists(engine, name):
-        report(f"{name}: exists")
-        return name
-    debootstrap = apt_install("debootstrap", "debootstrap")
-    began = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="kasper-rootfs-") as rootfs:
-        command = [debootstrap, "--variant=minbase", debian_suite(), rootfs, debian_mirror()]
-        result = subprocess.run(command, capture_output=True, text=True, check=False)
-        if result.returncode != 0:
-            tail = "\n".join((result.stdout + result.stderr).splitlines()[-20:])
-            raise StackError(f"debootstrap failed:\n{tail}")
-        _image_defaults(Path(rootfs))
-        archive = subprocess.run(["tar", "-C", rootfs, "-c", "."], capture_output=True,
-                                 check=True).stdout
-    engine.run(["import", "--change", 'CMD ["/bin/bash"]', "-", name], stdin=archive)
-    report(f"{name}: built in {time.monotonic() - began:.1f} s")
-    return name
+def registry() -> Image:
+    """The Apicurio registry jar the stack builds, in-memory storage."""
+    return Image("apicurio-registry", registry_version(), "registry-Containerfile",
+                 {"version": registry_version()},
+                 pinned_by=("registry-pom.xml", "registry-beans.java",
+                            "registry-application.properties"), jars="schema-registry")
 
 
-def _image_defaults(rootfs: Path) -> None:
-    """What a container image wants and debootstrap does not do: no service started
-    by a package's install, no recommends, no apt caches left in a layer."""
-    (rootfs / "etc/apt/sources.list").write_text(debian_sources(debian_suite()))
-    policy = rootfs / "usr/sbin/policy-rc.d"
-    policy.write_text(_POLICY_RC_DENY)
-    policy.chmod(0o755)
-    (rootfs / "etc/apt/apt.conf.d/90kasper-image").write_text(
-        'APT::Install-Recommends "false";\nAPT::Install-Suggests "false";\n'
-        'Binary::apt::APT::Keep-Downloaded-Packages "false";\n')
-    shutil.rmtree(rootfs / "var/cache/apt/archives", ignore_errors=True)
-    (rootfs / "var/cache/apt/archives/partial").mkdir(parents=True, exist_ok=True)
+def cassandra() -> Image:
+    """One Cassandra node, the stack's jars, JVM options and configuration."""
+    config = Template(template("cassandra.yaml")).substitute(
+        host="127.0.0.1", directory="/var/lib/cassandra", native_port=9042,
+        storage_port=7000)
+    return Image("cassandra", cassandra_version(), "cassandra-Containerfile",
+                 {"version": cassandra_version()},
+                 {"cassandra.yaml": config, "logback.xml": template("cassandra-logback.xml"),
+                  "jvm.options": "\n".join(CASSANDRA_JVM_OPTIONS) + "\n",
+                  "cassandra": template("cassandra-image.sh")},
+                 ("cassandra-pom.xml",), jars="cassandra")
 
 
-def _ensure(engine: Podman, image: Image, report: Report,
-            fill_context: Callable[[Path], None]) -> str:
-    if image_exists(engine, image.name):
-        report(f"{image.name}: exists")
-        return image.name
-    began = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="kasper-image-") as folder:
-        context = Path(folder)
-        fill_context(context)
-        text = Template(template(image.containerfile)).substitute(
-            base=base_image(), **image.values)
-        (context / "Containerfile").write_text(text, encoding="utf-8")
-        ulimits = [f"--ulimit={ulimit}" for ulimit in current_ulimits()]
-        engine.run(["build", "--network", "host", *ulimits, "--tag", image.name,
-                    "--file", str(context / "Containerfile"), str(context)])
-    report(f"{image.name}: built in {time.monotonic() - began:.1f} s")
-    return image.name
+def _postgres_server() -> tuple[str, str]:
+    """(``postgresql-<major>``, its Debian version): the server package the stack runs."""
+    server = f"postgresql-{_upstream(debian_package_version('postgresql'))}"
+    return server, debian_package_version(server)
 
 
-def _kafka_context(settings: Settings, context: Path) -> None:
-    """The stack's Kafka jars (resolved once, as ``kasper stack up kafka`` does), its
-    log4j2 configuration and the image's entry point."""
-    kafka = Kafka(settings)
-    libs = context / "libs"
-    libs.mkdir()
-    for jar in resolve_jars(kafka.recipe(), kafka.lib_dir):
-        _link_or_copy(jar, libs / jar.name)
-    (context / "log4j2.properties").write_text(template("kafka-log4j2.properties"))
-    (context / "kafka-image.sh").write_text(template("kafka-image.sh"))
+def postgres_version() -> str:
+    """The PostgreSQL version the stack runs (``15.18``)."""
+    return _upstream(_postgres_server()[1])
 
 
-def _registry_context(settings: Settings, context: Path) -> None:
-    """The stack's schema registry jar (built once, as ``kasper stack up schema-registry``
-    does)."""
-    registry = SchemaRegistry(settings)
-    registry.prepare()
-    _link_or_copy(registry.lib_dir / "schema-registry.jar", context / "schema-registry.jar")
+def postgres() -> Image:
+    """Debian's PostgreSQL server, the major and version the stack runs."""
+    server, package = _postgres_server()
+    return Image("postgres", _upstream(package), "postgres-Containerfile",
+                 {"version": _upstream(package), "package": f"{server}={package}"},
+                 {"postgres-image.sh": template("postgres-image.sh")})
 
 
-def _link_or_copy(source: Path, target: Path) -> None:
-    try:
-        os.link(source, target)
-    except OSError:  # another filesystem
-        shutil.copy2(source, target)
+def opensearch() -> Image:
+    """One OpenSearch node from the stack's Maven Central jars, security off."""
+    config = Template(template("opensearch.yml")).substitute(
+        host="${OPENSEARCH_HOST}", http_port="${OPENSEARCH_HTTP_PORT}",
+        transport_port="${OPENSEARCH_TRANSPORT_PORT}", directory="/var/lib/opensearch")
+    return Image("opensearch", opensearch_version(), "opensearch-Containerfile",
+                 {"version": opensearch_version()},
+                 {"home/config/opensearch.yml": config,
+                  "home/config/log4j2.properties": template("opensearch-log4j2.properties"),
+                  "jvm.options": "\n".join(OPENSEARCH_JVM_OPTIONS) + "\n",
+                  "opensearch-image.sh": template("opensearch-image.sh")},
+                 ("opensearch-pom.xml",), jars="opensearch")
+
+
+IMAGES: dict[str, Callable[[], Image]] = {
+    "kafka": kafka, "redis": redis, "schema-registry": registry, "cassandra": cassandra,
+    "postgres": postgres, "opensearch": opensearch}
+"""Every image ``python -m kasper_py.stack images`` builds, by the stack component it runs."""
+
+
+def kafka_image() -> str:
+    """The local Kafka image's name."""
+    return kafka().name
+
+
+def redis_image() -> str:
+    """The local Redis image's name."""
+    return redis().name
+
+
+def registry_image() -> str:
+    """The local schema registry image's name."""
+    return registry().name
+
+
+def cassandra_image() -> str:
+    """The local Cassandra image's name."""
+    return cassandra().name
+
+
+def postgres_image() -> str:
+    """The local PostgreSQL image's name."""
+    return postgres().name
+
+
+def opensearch_image() -> str:
+    """The local OpenSearch image's name."""
+    return opensearch().name

@@ -46,6 +46,13 @@ grant {
 };
 """
 
+JVM_OPTIONS = ["-Xms512m", "-Xmx512m", "-XX:+UseSerialGC", "-Djava.security.manager=allow",
+               "-Dfile.encoding=UTF-8",
+               # No native library: the node skips mlock, seccomp and the refusal to run as
+               # root (a container's only user), which a local dev node can do without.
+               "-Djna.nosys=true", "-Djna.nounpack=true"]
+"""The JVM options of a node, here and in its container image (before its paths)."""
+
 
 class OpenSearch(Component):
     """OpenSearch 2.19, one node (``discovery.type: single-node``), HTTP on ``port`` and
@@ -71,7 +78,7 @@ class OpenSearch(Component):
         java = require_binary("java", JAVA_HINT)
         jars = resolve_jars(self.recipe(), self.lib_dir)
         home = self.directory / "home"
-        _lay_out_home(home, jars, _version(jars))
+        lay_out_home(home, jars, server_version(jars))
         self.render("opensearch.yml", "home/config/opensearch.yml", host=LOOPBACK,
                     http_port=self.port, directory=self.directory,
                     transport_port=self.settings.opensearch_transport_port)
@@ -80,32 +87,32 @@ class OpenSearch(Component):
 
     def command(self, program: str) -> list[str]:
         home = self.directory / "home"
-        return [program, "-Xms512m", "-Xmx512m", "-XX:+UseSerialGC",
-                "-Djava.security.manager=allow", "-Dfile.encoding=UTF-8",
-                # No native library: the node skips mlock, seccomp and the refusal to run
-                # as root (a container's only user), which a local dev node can do without.
-                "-Djna.nosys=true", "-Djna.nounpack=true",
-                f"-Dopensearch.path.home={home}", f"-Dopensearch.path.conf={home / 'config'}",
+        return [program, *JVM_OPTIONS, f"-Dopensearch.path.home={home}",
+                f"-Dopensearch.path.conf={home / 'config'}",
                 "-Dopensearch.distribution.type=tar", "-Dopensearch.bundled_jdk=false",
                 "-cp", str(home / "lib" / "*"), "org.opensearch.bootstrap.OpenSearch"]
 
     def is_ready(self) -> bool:
-        """True once ``GET /_cluster/health`` reports green or yellow."""
-        try:
-            with urllib.request.urlopen(f"{self.url}/_cluster/health", timeout=2) as reply:
-                health = json.loads(reply.read())
-        except (urllib.error.URLError, OSError, ValueError):
-            return False
-        return isinstance(health, dict) and health.get("status") in ("green", "yellow")
+        return opensearch_answers(self.url)
 
 
-def _version(jars: list[Path]) -> str:
+def opensearch_answers(url: str) -> bool:
+    """True once ``GET <url>/_cluster/health`` reports green or yellow."""
+    try:
+        with urllib.request.urlopen(f"{url}/_cluster/health", timeout=2) as reply:
+            health = json.loads(reply.read())
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+    return isinstance(health, dict) and health.get("status") in ("green", "yellow")
+
+
+def server_version(jars: list[Path]) -> str:
     """The server's version, from its jar's name (``opensearch-2.19.6.jar``)."""
     server = next(jar for jar in jars if jar.name.startswith("opensearch-2"))
     return server.stem.removeprefix("opensearch-")
 
 
-def _lay_out_home(home: Path, jars: list[Path], version: str) -> None:
+def lay_out_home(home: Path, jars: list[Path], version: str) -> None:
     """``home/lib`` (the server), ``home/modules/transport-netty4`` (the module, kept off
     the server's classpath: the node loads it in a class loader of its own)."""
     lib, module = home / "lib", home / "modules" / _MODULE

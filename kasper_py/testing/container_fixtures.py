@@ -1,11 +1,12 @@
 """pytest fixtures over ``kasper_py.testing.containers``, loaded with
 ``pytest_plugins = ["kasper_py.testing.container_fixtures"]``.
 
-``kafka_container``, ``redis_container`` and ``schema_registry_container`` are
-session-wide (one server per test run, removed at its end); ``kafka_bootstrap`` and
-``redis_container_url`` hand back their addresses (the registry's is
-``schema_registry_container.url``). Where no container engine answers, the tests using
-them are skipped, and the reason names what to install.
+``kafka_container``, ``redis_container``, ``schema_registry_container``,
+``cassandra_container``, ``postgres_container`` and ``opensearch_container`` are
+session-wide (one server per test run, started when a test first asks, removed at the
+run's end); ``kafka_bootstrap`` and ``redis_container_url`` hand back their addresses
+(the others' are ``.url``, and ``.contact`` for Cassandra). Where no container engine
+answers, the tests using them are skipped, and the reason names what to install.
 """
 
 from __future__ import annotations
@@ -16,8 +17,11 @@ from typing import TypeVar
 import pytest
 
 from kasper_py.testing.containers import (
+    CassandraContainer,
     ContainerEngineError,
     KafkaContainer,
+    OpenSearchContainer,
+    PostgresContainer,
     RedisContainer,
     SchemaRegistryContainer,
     ServerContainer,
@@ -65,3 +69,21 @@ def redis_container_url(redis_container: RedisContainer) -> str:
 def schema_registry_container() -> Iterator[SchemaRegistryContainer]:
     """A schema registry (Apicurio, Confluent-compatible) in a container for the session."""
     yield from _started(SchemaRegistryContainer())
+
+
+@pytest.fixture(scope="session")
+def cassandra_container() -> Iterator[CassandraContainer]:
+    """One Cassandra node in a container for the session (``.contact``: host, port)."""
+    yield from _started(CassandraContainer())
+
+
+@pytest.fixture(scope="session")
+def postgres_container() -> Iterator[PostgresContainer]:
+    """A PostgreSQL server in a container for the session (``.url``)."""
+    yield from _started(PostgresContainer())
+
+
+@pytest.fixture(scope="session")
+def opensearch_container() -> Iterator[OpenSearchContainer]:
+    """One OpenSearch node in a container for the session (``.url``)."""
+    yield from _started(OpenSearchContainer())

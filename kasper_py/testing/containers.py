@@ -1,14 +1,15 @@
-"""Real servers in containers for integration tests: Kafka (KRaft), Redis and a schema
-registry, started
-through testcontainers (``pip install 'kasper-py[containers]'``) on Docker or Podman.
+"""Real servers in containers for integration tests: Kafka (KRaft), Redis, a schema
+registry, Cassandra, PostgreSQL and OpenSearch, started through testcontainers
+(``pip install 'kasper-py[containers]'``) on Docker or Podman.
 
     with KafkaContainer() as kafka:
         config = Config(name="wc", bootstrap_servers=kafka.bootstrap_servers, ...)
 
 Every container runs with host networking on free ports in 50000-59999, so the address
 handed back is ``127.0.0.1:<port>`` whatever the engine. The image is the official
-one (``apache/kafka:<the stack's Kafka version>``, ``redis:7.0``) when the engine has
-it or can pull it, else the image ``python -m kasper_py.stack images`` built on this
+one (``apache/kafka:<the stack's Kafka version>``, ``redis:7.0``, ``cassandra``,
+``postgres``, ``opensearchproject/opensearch``, each at the stack's version) when the
+engine has it or can pull it, else the image ``python -m kasper_py.stack images`` built on this
 machine; ``image=`` picks another. The engine is ``$DOCKER_HOST``, else the stack's
 Podman (``kasper stack up podman``), else Docker's default socket. Leaving the
 ``with`` block, by an error or not, removes the container; one left by a killed test
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import socket
 import time
 import urllib.error
@@ -55,7 +57,18 @@ class ContainerEngineError(KasperError):
 
 class ContainerStartError(KasperError):
     """A container started but its server did not answer in time; the message ends with
-    the tail of the container's log. The container has been removed."""
+    the tail of the container's log (``log`` holds all of it). The container has been
+    removed."""
+
+    def __init__(self, message: str, log: str = "") -> None:
+        super().__init__(message)
+        self.log = log
+
+
+_PORT_TAKEN = re.compile(r"address already in use|is in use by another process", re.I)
+"""What a server's log says when its port was taken between ``free_port``'s probe and
+its bind: 50000-59999 lies in Linux's ephemeral range, where any client's outgoing
+connection may land."""
 
 
 def free_port(count: int = 1) -> int:
@@ -139,9 +152,14 @@ class ServerContainer:
     official_image: str
     local_image: str
     ready_timeout = 120.0
+    ports_needed = 1
+    """``port`` and the ports after it that the server listens on."""
+    start_attempts = 3
+    """Starts on fresh ports when a port was taken before the server bound it."""
 
     def __init__(self, image: str | None = None) -> None:
         self.image = image
+        self.port = free_port(self.ports_needed)
         self._container: DockerContainer | None = None
 
     def command(self) -> list[str] | None:
@@ -158,7 +176,18 @@ class ServerContainer:
 
     def start(self) -> Self:
         """Start the container and return once the server answers; on failure the
-        container is removed and ContainerStartError carries its log's tail."""
+        container is removed and ContainerStartError carries its log's tail. A server
+        whose port another process took first is started again on fresh ports."""
+        for _ in range(self.start_attempts - 1):
+            try:
+                return self._start_once()
+            except ContainerStartError as error:
+                if not _PORT_TAKEN.search(error.log):
+                    raise
+                self.port = free_port(self.ports_needed)
+        return self._start_once()
+
+    def _start_once(self) -> Self:
         from testcontainers.core.config import testcontainers_config  # noqa: PLC0415
         from testcontainers.core.container import DockerContainer  # noqa: PLC0415
 
@@ -189,10 +218,11 @@ class ServerContainer:
             container.reload()
             if container.status != "running" or time.monotonic() > deadline:
                 stdout, stderr = container.get_logs()
-                tail = "\n".join((stdout + stderr).decode(errors="replace").splitlines()[-30:])
+                log = (stdout + stderr).decode(errors="replace")
+                tail = "\n".join(log.splitlines()[-30:])
                 raise ContainerStartError(
                     f"{container.image} ({container.status}) did not answer within "
-                    f"{self.ready_timeout:.0f} s:\n{tail}")
+                    f"{self.ready_timeout:.0f} s:\n{tail}", log)
             time.sleep(0.2)
 
     @property
@@ -220,12 +250,17 @@ class KafkaContainer(ServerContainer):
     """Apache Kafka in KRaft mode, broker and controller in one node, configured the
     way the official ``apache/kafka`` image reads its ``KAFKA_*`` variables."""
 
+    ports_needed = 2
+
+    @property
+    def controller_port(self) -> int:
+        """The KRaft controller's listener, after the broker's."""
+        return self.port + 1
+
     def __init__(self, image: str | None = None) -> None:
         super().__init__(image)
         self.official_image = f"apache/kafka:{stack.kafka_version()}"
         self.local_image = stack.kafka_image()
-        self.port = free_port(2)
-        self.controller_port = self.port + 1
 
     @property
     def bootstrap_servers(self) -> str:
@@ -268,7 +303,6 @@ class RedisContainer(ServerContainer):
         super().__init__(image)
         self.official_image = "redis:7.0"
         self.local_image = stack.redis_image()
-        self.port = free_port()
 
     @property
     def url(self) -> str:
@@ -295,7 +329,6 @@ class SchemaRegistryContainer(ServerContainer):
         super().__init__(image)
         self.official_image = f"apicurio/apicurio-registry-mem:{stack.registry_version()}"
         self.local_image = stack.registry_image()
-        self.port = free_port()
 
     @property
     def url(self) -> str:
@@ -312,3 +345,117 @@ class SchemaRegistryContainer(ServerContainer):
                 return int(reply.status) == 200 and reply.read().startswith(b"[")
         except (urllib.error.URLError, OSError):
             return False
+
+
+class CassandraContainer(ServerContainer):
+    """One Cassandra node, a cluster of its own (its seed is itself), as the stack runs
+    it; the official image's ``cassandra -f`` with the ports as ``-D`` options."""
+
+    ready_timeout = 240.0
+    ports_needed = 2
+
+    @property
+    def storage_port(self) -> int:
+        """The node's inter-node (storage) port, after the CQL port."""
+        return self.port + 1
+
+    def __init__(self, image: str | None = None) -> None:
+        super().__init__(image)
+        self.official_image = f"cassandra:{stack.cassandra_version()}"
+        self.local_image = stack.cassandra_image()
+
+    @property
+    def contact(self) -> tuple[str, int]:
+        """(host, port): ``CassandraTable(contact_points=[host], port=port)``."""
+        return LOOPBACK, self.port
+
+    def get_contact_point(self) -> str:
+        """``127.0.0.1:<port>``, under testcontainers' CassandraContainer's name."""
+        return f"{LOOPBACK}:{self.port}"
+
+    def command(self) -> list[str]:
+        return ["cassandra", "-f", f"-Dcassandra.native_transport_port={self.port}",
+                f"-Dcassandra.storage_port={self.storage_port}"]
+
+    def environment(self) -> dict[str, str]:
+        # never gossips with another node on the machine (the stack's, on port 7000)
+        return {"CASSANDRA_SEEDS": f"{LOOPBACK}:{self.storage_port}",
+                "CASSANDRA_CLUSTER_NAME": f"kasper-container-{self.port}",
+                "CASSANDRA_LISTEN_ADDRESS": LOOPBACK, "CASSANDRA_RPC_ADDRESS": LOOPBACK,
+                "MAX_HEAP_SIZE": "1g", "HEAP_NEWSIZE": "128m"}
+
+    def answers(self) -> bool:
+        return stack.cql_answers(LOOPBACK, self.port)
+
+
+class PostgresContainer(ServerContainer):
+    """A PostgreSQL server, superuser ``postgres`` with trust authentication, as the
+    stack runs it."""
+
+    def __init__(self, image: str | None = None) -> None:
+        super().__init__(image)
+        self.official_image = f"postgres:{stack.postgres_version().split('.')[0]}"
+        self.local_image = stack.postgres_image()
+
+    @property
+    def url(self) -> str:
+        """``postgresql://postgres@127.0.0.1:<port>/postgres``, what ``PostgresTable(url=...)``
+        takes."""
+        return f"postgresql://postgres@{LOOPBACK}:{self.port}/postgres"
+
+    def get_connection_url(self) -> str:
+        """The URL, under the name testcontainers' Postgres container uses."""
+        return self.url
+
+    def command(self) -> list[str]:
+        return ["postgres", "-p", str(self.port), "-c", f"listen_addresses={LOOPBACK}",
+                "-c", "max_connections=100"]
+
+    def environment(self) -> dict[str, str]:
+        return {"POSTGRES_HOST_AUTH_METHOD": "trust"}
+
+    def answers(self) -> bool:
+        try:
+            import psycopg  # noqa: PLC0415 - the optional postgres extra
+        except ImportError:
+            raise ContainerEngineError("PostgresContainer's readiness check needs psycopg: "
+                                       "pip install 'kasper-py[postgres]'") from None
+        try:
+            with psycopg.connect(self.url, connect_timeout=2) as connection:
+                return connection.execute("SELECT 1").fetchone() == (1,)
+        except psycopg.Error:
+            return False
+
+
+class OpenSearchContainer(ServerContainer):
+    """One OpenSearch node, security off, a 512 MB heap, as the stack runs it."""
+
+    ports_needed = 2
+
+    @property
+    def transport_port(self) -> int:
+        """The node's transport port, after the HTTP port."""
+        return self.port + 1
+
+    def __init__(self, image: str | None = None) -> None:
+        super().__init__(image)
+        self.official_image = f"opensearchproject/opensearch:{stack.opensearch_version()}"
+        self.local_image = stack.opensearch_image()
+
+    @property
+    def url(self) -> str:
+        """``http://127.0.0.1:<port>``, what ``OpenSearchTable(url=...)`` takes."""
+        return f"http://{LOOPBACK}:{self.port}"
+
+    def environment(self) -> dict[str, str]:
+        port, transport = str(self.port), str(self.transport_port)
+        return {"OPENSEARCH_HOST": LOOPBACK, "OPENSEARCH_HTTP_PORT": port,
+                "OPENSEARCH_TRANSPORT_PORT": transport,
+                # the official image takes settings as dotted variables
+                "network.host": LOOPBACK, "http.port": port, "transport.port": transport,
+                "discovery.type": "single-node", "DISABLE_SECURITY_PLUGIN": "true",
+                "DISABLE_INSTALL_DEMO_CONFIG": "true",
+                "OPENSEARCH_JAVA_OPTS": "-Xms512m -Xmx512m"}
+
+    def answers(self) -> bool:
+        return stack.opensearch_answers(self.url)

@@ -99,9 +99,12 @@ def redis_url(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture(scope="session")
-def cassandra_contact() -> tuple[str, int]:
+def cassandra_contact(request: pytest.FixtureRequest) -> tuple[str, int]:
     """(host, port) of the stack's Cassandra, started when it is not running; fails
-    when CQL does not answer."""
+    when CQL does not answer. With ``KASPER_STACK=containers`` a node in a container."""
+    if on_containers():
+        host, port = request.getfixturevalue("container_cassandra_contact")
+        return str(host), int(port)
     host, port = stack_cassandra_contact()
 
     def answers() -> None:
@@ -116,9 +119,12 @@ def cassandra_contact() -> tuple[str, int]:
 
 
 @pytest.fixture(scope="session")
-def opensearch_url() -> str:
+def opensearch_url(request: pytest.FixtureRequest) -> str:
     """Base URL of the stack's OpenSearch, started when it is not running (or
-    ``$KASPER_OPENSEARCH_URL``); fails when ``/_cluster/health`` does not answer."""
+    ``$KASPER_OPENSEARCH_URL``); fails when ``/_cluster/health`` does not answer. With
+    ``KASPER_STACK=containers`` a node in a container."""
+    if on_containers():
+        return str(request.getfixturevalue("container_opensearch_url"))
     url = stack_opensearch_url()
 
     def answers() -> None:

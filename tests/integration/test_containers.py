@@ -19,36 +19,20 @@ import redis
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from kasper_py import Config, Message, MessageProcessor, ProcessorContext, Sender, TopicProcessor
+from kasper_py.stack._images import IMAGES
 from kasper_py.stores.redis import RedisTable
 from kasper_py.testing.containers import (
     OWNER_LABEL,
-    ContainerEngineError,
     ContainerStartError,
     KafkaContainer,
     RedisContainer,
     SchemaRegistryContainer,
-    docker_client,
 )
 from tests.conftest import KafkaHelper
-from tests.container_stack import on_containers
+from tests.container_stack import exists, on_containers
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="module")
-def engine() -> Any:
-    """The engine's docker-py client; these tests are about containers, so they skip
-    (naming what to install) where no engine answers."""
-    try:
-        return docker_client()
-    except ContainerEngineError as exc:
-        pytest.skip(str(exc))
-
-
-def exists(engine: Any, container_id: str) -> bool:
-    """True while the engine still knows the container, running or not."""
-    return any(c.id == container_id for c in engine.containers.list(all=True))
 
 
 class CountWords(MessageProcessor):
@@ -190,29 +174,45 @@ def test_a_failing_pytest_test_leaves_no_container(engine: Any, tmp_path: Path) 
 
 
 def test_the_images_command_finds_the_built_images() -> None:
-    """`python -m kasper_py.stack images` after a build: each image exists, none is
-    built again."""
+    """`python -m kasper_py.stack images` after a build: each image exists under its
+    content tag, none is built again."""
     result = subprocess.run([sys.executable, "-m", "kasper_py.stack", "images"],
                             check=False, capture_output=True, text=True, timeout=1800,
                             cwd=ROOT)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert [line.split(":")[0] for line in lines] == [
-        "localhost/kasper-py/debian", "localhost/kasper-py/kafka", "localhost/kasper-py/redis",
-        "localhost/kasper-py/apicurio-registry"]
+        f"localhost/kasper-py/{name}" for name in (
+            "debian", "kafka", "redis", "apicurio-registry", "cassandra", "postgres",
+            "opensearch")]
     assert all(line.endswith(": exists") for line in lines), lines
+    assert lines[1:] == [f"{image().name}: exists" for image in IMAGES.values()]
+    subset = subprocess.run([sys.executable, "-m", "kasper_py.stack", "images", "postgres"],
+                            check=False, capture_output=True, text=True, timeout=1800,
+                            cwd=ROOT)
+    assert subset.stdout.splitlines() == [lines[0], f"{IMAGES['postgres']().name}: exists"]
 
 
 def test_with_kasper_stack_containers_the_suite_runs_on_containers(
         request: pytest.FixtureRequest, engine: Any) -> None:
     """`KASPER_STACK=containers` (make test's second step): the suite's broker is the
-    session's Kafka container, running, and workers find it through the environment."""
+    session's Kafka container, and its Cassandra, PostgreSQL and OpenSearch (the fixtures
+    the store tests take hand these out) the session's containers, running; workers find
+    them through the environment."""
     if not on_containers():
         pytest.skip("the suite runs on the local stack (KASPER_STACK is not containers)")
     bootstrap = request.getfixturevalue("bootstrap")
     kafka = request.getfixturevalue("kafka_container")
     assert bootstrap == kafka.bootstrap_servers == os.environ["KASPER_BOOTSTRAP_SERVERS"]
     assert exists(engine, kafka.container_id)
+    for server, variable in (("postgres", "POSTGRES_URL"), ("opensearch", "OPENSEARCH_URL")):
+        container = request.getfixturevalue(f"{server}_container")
+        assert request.getfixturevalue(f"container_{server}_url") == container.url
+        assert os.environ[f"KASPER_{variable}"] == container.url
+        assert exists(engine, container.container_id)
+    cassandra = request.getfixturevalue("cassandra_container")
+    assert request.getfixturevalue("container_cassandra_contact") == cassandra.contact
+    assert os.environ["KASPER_CASSANDRA_PORT"] == str(cassandra.port)
 
 
 def test_kasper_stack_up_podman_serves_the_docker_api() -> None:

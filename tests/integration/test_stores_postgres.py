@@ -24,6 +24,7 @@ from kasper_py.steps import BOUNDARIES
 from kasper_py.stores.base import StoreRuntime
 from kasper_py.stores.postgres import PostgresTable
 from kasper_py.stores.query import Scan
+from tests.container_stack import on_containers
 from tests.on_demand import on_demand
 
 pytest.register_assert_rewrite("conftest_stores")
@@ -38,9 +39,12 @@ WORDS = [f"w{i % 23}" for i in range(1200)]
 
 
 @pytest.fixture(scope="session")
-def postgres_url() -> str:
+def postgres_url(request: pytest.FixtureRequest) -> str:
     """URL of the stack's PostgreSQL, started when it is not running (or
-    ``$KASPER_POSTGRES_URL``); fails when it does not answer."""
+    ``$KASPER_POSTGRES_URL``); fails when it does not answer. With
+    ``KASPER_STACK=containers`` a server in a container."""
+    if on_containers():
+        return str(request.getfixturevalue("container_postgres_url"))
     url = stack.postgres_url()
     on_demand("postgres", url, lambda: psycopg.connect(url, connect_timeout=5).close(),
               external="KASPER_POSTGRES_URL" in os.environ)

@@ -7,13 +7,26 @@ import os
 import resource
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 from string import Template
 
 import pytest
 
 from kasper_py.stack._engine import current_ulimits, engine_conf
-from kasper_py.stack._images import debian_sources, kafka_image, kafka_version
+from kasper_py.stack._image_build import debian_sources
+from kasper_py.stack._images import (
+    IMAGES,
+    base_image,
+    cassandra_image,
+    cassandra_version,
+    kafka_image,
+    kafka_version,
+    opensearch_image,
+    opensearch_version,
+    postgres_image,
+    postgres_version,
+)
 from kasper_py.stack._install import template
 from kasper_py.testing.containers import (
     INSTALL_HINT,
@@ -53,7 +66,50 @@ def test_image_recipes_fill_every_placeholder() -> None:
     redis = Template(template("redis-Containerfile")).substitute(base="B", version="7", pin="=1")
     assert kafka.splitlines()[2] == "FROM B" and redis.splitlines()[2] == "FROM B"
     assert "redis-server=1" in redis
-    assert kafka_image() == f"localhost/kasper-py/kafka:{kafka_version()}"
+    for make in IMAGES.values():
+        image = make()
+        text = image.containerfile_text()
+        assert f"FROM {base_image()}" in text and "${" not in text.replace("$${", "")
+        assert f'image.version="{image.version}"' in text
+
+
+def test_an_image_is_tagged_by_its_version_and_content() -> None:
+    """``<version>-<12 hex>``; an edited Containerfile value, file or pin is a new tag, and
+    the same inputs the same tag (so a built image is found again)."""
+    kafka = IMAGES["kafka"]()
+    assert kafka_image() == kafka.name
+    version, digest = kafka.name.rsplit(":", 1)[1].rsplit("-", 1)
+    assert version == kafka_version() and len(digest) == 12
+    assert int(digest, 16) >= 0 and kafka.name == IMAGES["kafka"]().name
+    edited = [replace(kafka, files={**kafka.files, "kafka-image.sh": "#!/bin/sh\n"}),
+              replace(kafka, values={"version": "9.9"}),
+              replace(kafka, pinned_by=("cassandra-pom.xml",))]
+    names = {kafka.name, *(image.name for image in edited)}
+    assert len(names) == 4
+    assert {name.rsplit("-", 1)[0] for name in names} == {
+        f"localhost/kasper-py/kafka:{kafka_version()}"}
+
+
+def test_images_are_named_after_the_stack_versions() -> None:
+    """Cassandra, PostgreSQL and OpenSearch images run the stack's pinned versions."""
+    assert cassandra_image().startswith(f"localhost/kasper-py/cassandra:{cassandra_version()}-")
+    assert opensearch_image().startswith(
+        f"localhost/kasper-py/opensearch:{opensearch_version()}-")
+    assert postgres_image().startswith(f"localhost/kasper-py/postgres:{postgres_version()}-")
+    assert cassandra_version() == "5.0.9" and opensearch_version().startswith("2.19.")
+
+
+def test_the_images_command_refuses_an_unknown_image_naming_the_known(
+        tmp_path: Path) -> None:
+    """``stack images nosuch``: exit 1, the error names the images there are."""
+    result = subprocess.run([sys.executable, "-m", "kasper_py.stack", "--stack-dir",
+                             str(tmp_path), "images", "nosuch"], capture_output=True,
+                            text=True, check=False, cwd=ROOT,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert result.returncode == 1
+    assert result.stderr.strip() == (
+        "error: no image for nosuch; images: kafka, redis, schema-registry, cassandra, "
+        "postgres, opensearch")
 
 
 def test_free_ports_are_in_the_5xxxx_range_and_free() -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from kasper_py import Config, StoreError, StoreUnavailableError
-from kasper_py.stack._opensearch import OpenSearch, _lay_out_home
+from kasper_py.stack._opensearch import OpenSearch, lay_out_home
 from kasper_py.stack._settings import Settings
 from kasper_py.stores.base import StoreRuntime
 from kasper_py.stores.opensearch import OpenSearchTable
@@ -83,7 +83,7 @@ def test_the_node_runs_on_its_ports_from_a_home_of_its_own(tmp_path: Path,
         (tmp_path / name).write_bytes(b"")
         jars.append(tmp_path / name)
     home = tmp_path / "home"
-    _lay_out_home(home, jars, "2.19.6")
+    lay_out_home(home, jars, "2.19.6")
     assert sorted(p.name for p in (home / "lib").iterdir()) == [
         "lucene-core-9.12.3.jar", "opensearch-2.19.6.jar"]
     module = home / "modules" / "transport-netty4"
