@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
+from kasper_py._support.ports import LOOPBACK
 from kasper_py.stack import _lifecycle
 from kasper_py.stack._cli import main
 from kasper_py.stack._components import SparkMaster, cql_answers, kafka_answers, redis_answers
@@ -52,7 +53,7 @@ from kasper_py.stack._opensearch import OpenSearch, opensearch_answers
 from kasper_py.stack._postgres import Postgres
 from kasper_py.stack._prometheus import scraped, targets_file, write_targets
 from kasper_py.stack._registry import SchemaRegistry
-from kasper_py.stack._settings import LOOPBACK, Settings
+from kasper_py.stack._settings import Settings
 from kasper_py.stack._spark import spark_jars
 
 __all__ = [

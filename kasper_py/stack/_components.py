@@ -23,10 +23,11 @@ from pathlib import Path
 from string import Template
 from typing import Any, ClassVar
 
+from kasper_py._support.ports import LOOPBACK
 from kasper_py.stack._errors import StackError
 from kasper_py.stack._install import apt_install, require_binary, resolve_jars, template
 from kasper_py.stack._process import port_open
-from kasper_py.stack._settings import LOOPBACK, Settings
+from kasper_py.stack._settings import Settings
 from kasper_py.stack._spark import spark_home
 
 JAVA_HINT = "install Java 17 (e.g. apt-get install openjdk-17-jre-headless)"

@@ -20,11 +20,11 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from kasper_py._support.ports import LOOPBACK
 from kasper_py.stack._components import Component
 from kasper_py.stack._errors import StackError
 from kasper_py.stack._install import building, is_resolved, mark_resolved, require_binary
 from kasper_py.stack._process import port_open
-from kasper_py.stack._settings import LOOPBACK
 
 JAEGER_MODULE = "github.com/jaegertracing/jaeger"
 JAEGER_VERSION = "v1.76.0"

@@ -12,11 +12,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from kasper_py._support.ports import LOOPBACK
 from kasper_py.stack import _process
 from kasper_py.stack._catalog import COMPONENTS, GROUPS, build
 from kasper_py.stack._components import Component
 from kasper_py.stack._errors import StackError
-from kasper_py.stack._settings import LOOPBACK, Settings, record_stack_dir
+from kasper_py.stack._settings import Settings, record_stack_dir
 
 DEFAULT_UP = ("kafka", "redis")
 Report = Callable[[str], None]

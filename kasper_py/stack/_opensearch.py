@@ -15,9 +15,9 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from kasper_py._support.ports import LOOPBACK
 from kasper_py.stack._components import JAVA_HINT, Component
 from kasper_py.stack._install import require_binary, resolve_jars, template
-from kasper_py.stack._settings import LOOPBACK
 
 _MODULE = "transport-netty4"
 _MODULE_JARS = ("netty-", "transport-netty4-client-")

@@ -15,10 +15,10 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from kasper_py._support.ports import LOOPBACK
 from kasper_py.stack._components import Component
 from kasper_py.stack._errors import StackError
 from kasper_py.stack._install import apt_install
-from kasper_py.stack._settings import LOOPBACK
 
 DATABASE = "postgres"
 """The database the stack's clients use (``initdb`` creates it)."""

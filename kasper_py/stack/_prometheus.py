@@ -17,10 +17,11 @@ import urllib.request
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from kasper_py._support.ports import LOOPBACK
 from kasper_py.stack._components import Component
 from kasper_py.stack._install import apt_install
 from kasper_py.stack._process import alive
-from kasper_py.stack._settings import LOOPBACK, Settings
+from kasper_py.stack._settings import Settings
 
 PROMETHEUS = "prometheus"
 """The Prometheus component's name, and so its folder in the stack."""

@@ -15,6 +15,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from kasper_py._support.ports import LOOPBACK
 from kasper_py.stack._components import JAVA_HINT, Component
 from kasper_py.stack._errors import StackError
 from kasper_py.stack._install import (
@@ -24,7 +25,6 @@ from kasper_py.stack._install import (
     require_binary,
     template,
 )
-from kasper_py.stack._settings import LOOPBACK
 
 CCOMPAT_PATH = "/apis/ccompat/v7"
 """Where Apicurio serves the Confluent Schema Registry API."""

@@ -14,9 +14,8 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 
+from kasper_py._support.ports import LOOPBACK, bindable
 from kasper_py.stack._errors import StackError
-
-LOOPBACK = "127.0.0.1"
 
 REDIS_PERSISTENCE = ("aof", "aof-always", "none")
 """``KASPER_REDIS_PERSISTENCE``: an append-only file fsynced every second (default) or
@@ -226,17 +225,9 @@ def free_ports(count: int = 1) -> int:
         with socket.socket() as probe:
             probe.bind((LOOPBACK, 0))
             first = int(probe.getsockname()[1])
-        if first + count < 65536 and all(_bindable(first + n) for n in range(1, count)):
+        if first + count < 65536 and all(bindable(first + n) for n in range(1, count)):
             return first
 
-
-def _bindable(port: int) -> bool:
-    with socket.socket() as probe:
-        try:
-            probe.bind((LOOPBACK, port))
-        except OSError:
-            return False
-    return True
 
 
 def with_free_spark_ports(settings: Settings) -> Settings:

@@ -22,7 +22,6 @@ from __future__ import annotations
 import os
 import random
 import re
-import socket
 import time
 import urllib.error
 import urllib.request
@@ -30,6 +29,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from kasper_py import stack
+from kasper_py._support.ports import LOOPBACK, bindable
 from kasper_py.exceptions import KasperError
 
 if TYPE_CHECKING:
@@ -44,7 +44,6 @@ INSTALL_HINT = (
 """What a machine needs for container tests; said by every ``ContainerEngineError``."""
 
 PORT_RANGE = (50000, 60000)
-LOOPBACK = "127.0.0.1"
 OWNER_LABEL = "org.kasper-py.testing.owner-pid"
 """The label naming the process that started a container: one whose process is gone (a
 test run killed with -9 removes nothing) is removed by the next start on the machine."""
@@ -76,17 +75,9 @@ def free_port(count: int = 1) -> int:
     host networking shares the host's ports, and the stack's own are below 50000."""
     while True:
         first = random.randrange(PORT_RANGE[0], PORT_RANGE[1] - count)
-        if all(_bindable(first + offset) for offset in range(count)):
+        if all(bindable(first + offset) for offset in range(count)):
             return first
 
-
-def _bindable(port: int) -> bool:
-    with socket.socket() as probe:
-        try:
-            probe.bind((LOOPBACK, port))
-        except OSError:
-            return False
-    return True
 
 
 def docker_client() -> Any:
