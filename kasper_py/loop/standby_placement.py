@@ -15,7 +15,9 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Mapping
 
-__all__ = ["standby_placement", "warm_owner_probability"]
+from kasper_py.kafka.admin import GroupState
+
+__all__ = ["group_placement", "standby_placement", "warm_owner_probability"]
 
 
 def _score(member: str, topic: str, partition: int) -> int:
@@ -40,6 +42,16 @@ def standby_placement(topic: str, owners: Mapping[int, str], members: Iterable[s
         for member in others[:replicas]:
             placed[member].append(partition)
     return {member: tuple(partitions) for member, partitions in placed.items()}
+
+
+def group_placement(state: GroupState, topic: str, replicas: int
+                    ) -> dict[str, tuple[int, ...]]:
+    """``standby_placement`` of ``topic`` over the group ``KafkaAdmin.group`` described,
+    by member (``client-id@host``)."""
+    owners = {partition: member for (name, partition), member in state.owners().items()
+              if name == topic}
+    return standby_placement(topic, owners, (m.describe() for m in state.members),
+                             replicas)
 
 
 def warm_owner_probability(members: int, replicas: int) -> float:

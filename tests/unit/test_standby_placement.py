@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from kasper_py.loop.standby_placement import standby_placement, warm_owner_probability
+from kasper_py.kafka.admin import GroupMember, GroupState
+from kasper_py.loop.standby_placement import (
+    group_placement,
+    standby_placement,
+    warm_owner_probability,
+)
 
 MEMBERS = ["m-a", "m-b", "m-c"]
 OWNERS = {0: "m-a", 1: "m-b", 2: "m-c", 3: "m-a", 4: "m-b", 5: "m-c"}
@@ -47,3 +52,12 @@ def test_warm_owner_probability() -> None:
     assert warm_owner_probability(3, 2) == 1.0
     assert warm_owner_probability(5, 9) == 1.0
     assert warm_owner_probability(1, 1) == 0.0
+
+
+def test_group_placement_follows_the_described_group() -> None:
+    state = GroupState("STABLE", (
+        GroupMember("w0", "/10.0.0.1", (("orders", 0), ("other", 1))),
+        GroupMember("w1", "/10.0.0.2", (("orders", 1),)),
+    ))
+    assert group_placement(state, "orders", 1) == {"w0@10.0.0.1": (1,),
+                                                    "w1@10.0.0.2": (0,)}
