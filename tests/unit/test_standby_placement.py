@@ -1,0 +1,63 @@
+"""The group members' standby placement: rendezvous hashing over non-owners."""
+
+from __future__ import annotations
+
+from kasper_py.kafka.admin import GroupMember, GroupState
+from kasper_py.loop.standby_placement import (
+    group_placement,
+    standby_placement,
+    warm_owner_probability,
+)
+
+MEMBERS = ["m-a", "m-b", "m-c"]
+OWNERS = {0: "m-a", 1: "m-b", 2: "m-c", 3: "m-a", 4: "m-b", 5: "m-c"}
+
+
+def test_each_partition_warm_in_replicas_non_owners() -> None:
+    placed = standby_placement("orders", OWNERS, MEMBERS, 1)
+    for partition, owner in OWNERS.items():
+        holders = [m for m, parts in placed.items() if partition in parts]
+        assert len(holders) == 1
+        assert holders != [owner]
+
+
+def test_replicas_at_least_members_minus_one_warms_every_partition_everywhere() -> None:
+    placed = standby_placement("orders", OWNERS, MEMBERS, 5)
+    for member in MEMBERS:
+        assert placed[member] == tuple(p for p, o in sorted(OWNERS.items()) if o != member)
+
+
+def test_placement_is_the_same_whatever_order_members_are_learned_in() -> None:
+    one = standby_placement("orders", OWNERS, MEMBERS, 1)
+    other = standby_placement("orders", dict(reversed(list(OWNERS.items()))),
+                              list(reversed(MEMBERS)), 1)
+    assert one == other
+
+
+def test_a_member_leaving_moves_only_the_copies_it_held() -> None:
+    owners = dict.fromkeys(range(64), "m-a")
+    before = standby_placement("orders", owners, ["m-a", "m-b", "m-c", "m-d"], 1)
+    after = standby_placement("orders", owners, ["m-a", "m-b", "m-c"], 1)
+    for member in ("m-b", "m-c"):
+        assert set(before[member]) <= set(after[member])
+    assert set(after["m-b"]) | set(after["m-c"]) == set(range(64))
+
+
+def test_no_replicas_places_nothing() -> None:
+    assert standby_placement("orders", OWNERS, MEMBERS, 0) == dict.fromkeys(MEMBERS, ())
+
+
+def test_warm_owner_probability() -> None:
+    assert warm_owner_probability(3, 1) == 0.5
+    assert warm_owner_probability(3, 2) == 1.0
+    assert warm_owner_probability(5, 9) == 1.0
+    assert warm_owner_probability(1, 1) == 0.0
+
+
+def test_group_placement_follows_the_described_group() -> None:
+    state = GroupState("STABLE", (
+        GroupMember("w0", "/10.0.0.1", (("orders", 0), ("other", 1))),
+        GroupMember("w1", "/10.0.0.2", (("orders", 1),)),
+    ))
+    assert group_placement(state, "orders", 1) == {"w0@10.0.0.1": (1,),
+                                                    "w1@10.0.0.2": (0,)}
