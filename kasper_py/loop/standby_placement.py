@@ -13,11 +13,18 @@ with probability ``replicas / (members - 1)`` (``warm_owner_probability``).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
-from kasper_py.kafka.admin import GroupState
+import structlog
 
-__all__ = ["group_placement", "standby_placement", "warm_owner_probability"]
+from kasper_py.config import Config
+from kasper_py.exceptions import KasperError
+from kasper_py.kafka.admin import GroupState, KafkaAdmin
+
+__all__ = ["MemberPlacement", "group_placement", "standby_placement",
+           "warm_owner_probability"]
+
+_log = structlog.get_logger("kasper_py")
 
 
 def _score(member: str, topic: str, partition: int) -> int:
@@ -61,3 +68,44 @@ def warm_owner_probability(members: int, replicas: int) -> float:
     if survivors <= 0:
         return 0.0
     return min(replicas, survivors) / survivors
+
+
+class MemberPlacement:
+    """What this group member keeps warm now (``StandbyReplicas``' placement): the
+    group described (``KafkaAdmin.group``), this member found by its consumer's client
+    id, and ``group_placement`` of the first input topic (the others are co-partitioned
+    with it). ``None`` (keep what is kept) while the group cannot be described or the
+    member is not in it yet, or when its client id names several members."""
+
+    def __init__(self, config: Config, describe: Callable[[], GroupState] | None = None
+                 ) -> None:
+        self.config = config
+        self.client_id = str(config.to_consumer_conf()["client.id"])
+        self._describe = describe
+        self._said: str | None = None
+
+    def __call__(self) -> tuple[int, ...] | None:
+        if self._describe is None:  # on first use, on the standby thread
+            self._describe = KafkaAdmin(self.config, consumer=False).group
+        try:
+            state = self._describe()
+        except KasperError as exc:
+            self._say("group not described", error=str(exc))
+            return None
+        me = [m for m in state.members if m.client_id == self.client_id]
+        if len(me) != 1:
+            self._say("not in the group yet" if not me else
+                      "client.id shared by several members: set one per process",
+                      members=len(me))
+            return None
+        self._said = None
+        placed = group_placement(state, self.config.input_topics[0],
+                                 self.config.num_standby_replicas)
+        return placed.get(me[0].describe(), ())
+
+    def _say(self, reason: str, **details: object) -> None:
+        """Log why nothing is placed, once per reason."""
+        if reason != self._said:
+            self._said = reason
+            _log.warning("kasper.standby_not_placed", processor=self.config.name,
+                         client_id=self.client_id, reason=reason, **details)

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import structlog.testing
+
+from kasper_py import Config
+from kasper_py.exceptions import AdminError
 from kasper_py.kafka.admin import GroupMember, GroupState
 from kasper_py.loop.standby_placement import (
+    MemberPlacement,
     group_placement,
     standby_placement,
     warm_owner_probability,
@@ -61,3 +66,42 @@ def test_group_placement_follows_the_described_group() -> None:
     ))
     assert group_placement(state, "orders", 1) == {"w0@10.0.0.1": (1,),
                                                     "w1@10.0.0.2": (0,)}
+
+
+def member_config() -> Config:
+    return Config(name="wc", bootstrap_servers="unused:0", input_topics=["orders", "other"],
+                  assignment="group", num_standby_replicas=1,
+                  consumer_overrides={"client.id": "w1"})
+
+
+def test_a_member_keeps_warm_what_the_placement_gives_it() -> None:
+    """Found by its client id, the member keeps the first input topic's placement."""
+    state = GroupState("STABLE", (
+        GroupMember("w0", "/10.0.0.1", (("orders", 0), ("other", 0))),
+        GroupMember("w1", "/10.0.0.2", (("orders", 1), ("other", 1))),
+    ))
+    assert MemberPlacement(member_config(), lambda: state)() == (0,)
+
+
+def test_a_member_not_found_once_keeps_what_it_keeps_and_says_why() -> None:
+    """Not in the group yet, its client id on two members, or the group not described:
+    ``None`` (nothing changes), each reason logged once."""
+    alone = GroupState("STABLE", (GroupMember("w0", "/10.0.0.1", ()),))
+    twice = GroupState("STABLE", (GroupMember("w1", "/10.0.0.1", ()),
+                                  GroupMember("w1", "/10.0.0.2", ())))
+    states = iter([alone, alone, twice])
+
+    def describe() -> GroupState:
+        state = next(states, None)
+        if state is None:
+            raise AdminError("describing group 'wc' failed")
+        return state
+
+    placement = MemberPlacement(member_config(), describe)
+    with structlog.testing.capture_logs() as logs:
+        assert [placement() for _ in range(4)] == [None] * 4
+    assert [(e["event"], e["reason"]) for e in logs] == [
+        ("kasper.standby_not_placed", "not in the group yet"),
+        ("kasper.standby_not_placed",
+         "client.id shared by several members: set one per process"),
+        ("kasper.standby_not_placed", "group not described")]
