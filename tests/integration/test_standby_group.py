@@ -6,6 +6,7 @@ copy lacked."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -22,6 +23,7 @@ HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
 pytest.register_assert_rewrite("conftest_stores")
 from conftest_stores import free_port, wait_for  # isort: skip  # noqa: E402
+from test_cli import kasper_command  # isort: skip  # noqa: E402
 from test_standby import changelog_ends, keyed, run, stop, table_metric  # isort: skip  # noqa: E402
 
 pytest_plugins = ["conftest_stores"]
@@ -57,6 +59,19 @@ def warm(port: int, name: str, bootstrap: str, partitions: list[int]) -> bool:
     applied = table_metric(port, "standby_changelog_offset", name)
     ends = changelog_ends(bootstrap, changelog_topic(name, "counts"), partitions)
     return all(applied.get(p) == float(end) for p, end in ends.items())
+
+
+def lag_standbys(bootstrap: str, name: str, topic: str) -> dict[int, set[str]]:
+    """The STANDBYS column of ``kasper lag`` (a config of group mode, two replicas)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KASPER_")}
+    env.update(PYTHONPATH=os.pathsep.join(sys.path), KASPER_ASSIGNMENT="group",
+               KASPER_NUM_STANDBY_REPLICAS="2")
+    out = subprocess.run([*kasper_command(), "lag", "--name", name, "--bootstrap-servers",
+                          bootstrap, "--input-topics", topic], env=env, capture_output=True,
+                         text=True, timeout=60, check=True).stdout
+    lines = out.splitlines()
+    assert lines[0].split() == ["TOPIC", "PARTITION", "LAG", "MEMBER", "STANDBYS"]
+    return {int(row.split()[1]): set(row.split()[4].split(",")) for row in lines[1:3]}
 
 
 def read_partition(folder: Path) -> dict[str, int]:
@@ -102,6 +117,9 @@ def test_a_killed_owners_partition_is_promoted_from_a_warm_copy(
                                                           if owner != m])
                              for m, port in ports.items()), "every warm copy", 40)
         assert owners(bootstrap, name, topic) == before
+        assert lag_standbys(bootstrap, name, topic) == {
+            p: {f"{name}-{m}@127.0.0.1" for m in "abc" if m != owner}
+            for p, owner in before.items()}
         killed = before[0]
         members[killed].kill()
         members[killed].wait(30)
