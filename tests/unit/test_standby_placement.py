@@ -5,6 +5,7 @@ from __future__ import annotations
 import structlog.testing
 
 from kasper_py import Config
+from kasper_py.cli.offsets import group_standbys
 from kasper_py.exceptions import AdminError
 from kasper_py.kafka.admin import GroupMember, GroupState
 from kasper_py.loop.standby_placement import (
@@ -105,3 +106,20 @@ def test_a_member_not_found_once_keeps_what_it_keeps_and_says_why() -> None:
         ("kasper.standby_not_placed",
          "client.id shared by several members: set one per process"),
         ("kasper.standby_not_placed", "group not described")]
+
+
+def test_kasper_lag_lists_the_members_keeping_each_partition_warm() -> None:
+    """``kasper lag``'s STANDBYS column: each partition's warm members, by the same
+    rule the members follow; nothing to list outside group mode or without replicas."""
+    state = GroupState("STABLE", (
+        GroupMember("w0", "/10.0.0.1", (("orders", 0),)),
+        GroupMember("w1", "/10.0.0.2", (("orders", 1),)),
+        GroupMember("w2", "/10.0.0.3", ()),
+    ))
+    group = Config(name="wc", bootstrap_servers="unused:0", input_topics=["orders"],
+                   assignment="group", num_standby_replicas=2)
+    assert group_standbys(group, state) == {0: ("w1@10.0.0.2", "w2@10.0.0.3"),
+                                            1: ("w0@10.0.0.1", "w2@10.0.0.3")}
+    static = Config(name="wc", bootstrap_servers="unused:0", input_topics=["orders"],
+                    num_standby_replicas=1)
+    assert group_standbys(static, state) is None
