@@ -88,6 +88,10 @@ class StoreObserver(Protocol):
         up to ``offset`` (the next to read), ``records`` offsets behind its end, and was
         last level ``seconds`` ago (0 when level)."""
 
+    def on_standby_stopped(self, store: str, partition: int) -> None:
+        """This process no longer keeps ``store``'s ``partition`` warm (promoted here, or
+        placed elsewhere): it reports no lag for it from now on."""
+
 
 class NoopStoreObserver:
     """Observes nothing: what a store reports to when no one listens."""
@@ -119,6 +123,9 @@ class NoopStoreObserver:
                        seconds: float) -> None:
         pass
 
+    def on_standby_stopped(self, store: str, partition: int) -> None:
+        pass
+
 
 NOOP_STORE_OBSERVER = NoopStoreObserver()
 
@@ -146,7 +153,7 @@ class StoreObservers:
         for observer in self.observers:
             observer.on_late_records(store, count)
 
-    # An observer written before these four were added lacks them: it hears none.
+    # An observer written before these five were added lacks them: it hears none.
     def on_keys_expired(self, store: str, count: int) -> None:
         self._to_those_with("on_keys_expired", store, count)
 
@@ -161,6 +168,9 @@ class StoreObservers:
     def on_standby_lag(self, store: str, partition: int, offset: int, records: int,
                        seconds: float) -> None:
         self._to_those_with("on_standby_lag", store, partition, offset, records, seconds)
+
+    def on_standby_stopped(self, store: str, partition: int) -> None:
+        self._to_those_with("on_standby_stopped", store, partition)
 
     def _to_those_with(self, method: str, *args: object) -> None:
         for observer in self.observers:

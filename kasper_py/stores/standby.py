@@ -167,6 +167,8 @@ class StandbyReplicas:
             starts = {p: positions[p] for p in copy.dbs if p in wanted and p in positions}
             for partition in gone:
                 copy.dbs.pop(partition).close()  # still marked warm for the next owner
+                copy.level_at.pop(partition, None)
+                self._observer.on_standby_stopped(copy.table.name, partition)
             for partition in added:
                 copy.dbs[partition], starts[partition] = self._open(copy, partition)
             copy.reader.assign(starts)

@@ -137,6 +137,7 @@ def test_a_killed_owners_partition_is_promoted_from_a_warm_copy(
             assert restored[partition] == 0
             started = table_metric(ports[owner], "last_restore_from_standby", name)
             assert started[partition] == 1
+            assert partition not in table_metric(ports[owner], "standby_lag_records", name)
         for m in ports:
             if m != killed:
                 stop(members[m])
