@@ -61,6 +61,16 @@ def warm(port: int, name: str, bootstrap: str, partitions: list[int]) -> bool:
     return all(applied.get(p) == float(end) for p, end in ends.items())
 
 
+def settled_and_warm(bootstrap: str, name: str, topic: str, ports: dict[str, int]) -> bool:
+    """Two owners (range over three members and two partitions leaves one idle), and
+    every member's copies of the partitions it does not own level with the changelog."""
+    now = owners(bootstrap, name, topic)
+    return (len(set(now.values())) == 2 and len(now) == 2
+            and all(warm(port, name, bootstrap, [p for p, o in now.items() if o != m])
+                    for m, port in ports.items())
+            and owners(bootstrap, name, topic) == now)
+
+
 def lag_standbys(bootstrap: str, name: str, topic: str) -> dict[int, set[str]]:
     """The STANDBYS column of ``kasper lag`` (a config of group mode, two replicas)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("KASPER_")}
@@ -72,6 +82,16 @@ def lag_standbys(bootstrap: str, name: str, topic: str) -> dict[int, set[str]]:
     lines = out.splitlines()
     assert lines[0].split() == ["TOPIC", "PARTITION", "LAG", "MEMBER", "STANDBYS"]
     return {int(row.split()[1]): set(row.split()[4].split(",")) for row in lines[1:3]}
+
+
+def assert_promoted(port: int, name: str, partition: int) -> None:
+    """The member on ``port`` opened ``partition`` from its warm copy, restoring nothing
+    the copy lacked, and reports no standby lag for it any more."""
+    wait_for(lambda: partition in table_metric(port, "last_restore_records", name),
+             "the promotion", 30)
+    assert table_metric(port, "last_restore_records", name)[partition] == 0
+    assert table_metric(port, "last_restore_from_standby", name)[partition] == 1
+    assert partition not in table_metric(port, "standby_lag_records", name)
 
 
 def read_partition(folder: Path) -> dict[str, int]:
@@ -109,14 +129,9 @@ def test_a_killed_owners_partition_is_promoted_from_a_warm_copy(
     try:
         committed = lambda: kafka.committed(name, topic, 2)  # noqa: E731
         wait_for(lambda: committed() == {0: KEYS, 1: KEYS}, "the first keys", 60)
-        # range over three members and two partitions: two owners, one idle member
-        wait_for(lambda: len(set(owners(bootstrap, name, topic).values())) == 2,
-                 "two owners", 30)
+        wait_for(lambda: settled_and_warm(bootstrap, name, topic, ports),
+                 "a settled group with every copy warm", 60)
         before = owners(bootstrap, name, topic)
-        wait_for(lambda: all(warm(port, name, bootstrap, [p for p, owner in before.items()
-                                                          if owner != m])
-                             for m, port in ports.items()), "every warm copy", 40)
-        assert owners(bootstrap, name, topic) == before
         assert lag_standbys(bootstrap, name, topic) == {
             p: {f"{name}-{m}@127.0.0.1" for m in "abc" if m != owner}
             for p, owner in before.items()}
@@ -131,13 +146,7 @@ def test_a_killed_owners_partition_is_promoted_from_a_warm_copy(
         moved = {p: owner for p, owner in after.items() if before.get(p) != owner}
         assert 0 in moved
         for partition, owner in moved.items():
-            wait_for(lambda: partition in table_metric(  # noqa: B023 - waited at once
-                ports[owner], "last_restore_records", name), "the promotion", 30)  # noqa: B023
-            restored = table_metric(ports[owner], "last_restore_records", name)
-            assert restored[partition] == 0
-            started = table_metric(ports[owner], "last_restore_from_standby", name)
-            assert started[partition] == 1
-            assert partition not in table_metric(ports[owner], "standby_lag_records", name)
+            assert_promoted(ports[owner], name, partition)
         for m in ports:
             if m != killed:
                 stop(members[m])
