@@ -10,7 +10,16 @@ folder is started again as owner of both partitions (``--force``): the figure is
 time from the kill until that record's offset is committed (process start, restore and
 first turn). The restore's records and seconds come from the new owner's /metrics.
 
-    python bench/bench_failover.py --keys 100000,1000000
+The group case (``--modes group``): A and B are ``kasper run --assignment group``
+members (with a standby: ``--num-standby-replicas 1``, so each keeps warm the partition
+the other owns). The owner of partition 0 is killed, one more record is produced, and
+the survivor, still running, is assigned partition 0 by the group and promotes its warm
+copy in place: the figure is the time from the kill to that record's commit, and
+"kill->open s" the time until the survivor's restore finished (the rest of the first
+figure is the first turn). Most of it is the group noticing the dead member: the
+broker's session timeout (``group.consumer.session.timeout.ms``).
+
+    python bench/bench_failover.py --keys 100000,1000000 --modes static,group
 """
 
 from __future__ import annotations
@@ -33,6 +42,8 @@ from pathlib import Path
 from benchkit import create_topics, delete_topics, fill
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from kasper_py import Config
+from kasper_py.kafka.admin import KafkaAdmin
 from kasper_py.kafka.topics import changelog_topic
 
 HERE = Path(__file__).parent
@@ -46,9 +57,11 @@ def free_port() -> int:
 
 
 def start(bootstrap: str, name: str, topic: str, state: Path, port: int,
-          *flags: str) -> subprocess.Popen[bytes]:
+          *flags: str, client_id: str | None = None) -> subprocess.Popen[bytes]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("KASPER_")}
     env.update(PYTHONPATH=os.pathsep.join([str(HERE), *sys.path]))
+    if client_id is not None:
+        env["KASPER_CONSUMER__CLIENT_ID"] = client_id
     command = [sys.executable, "-m", "kasper_py", "run", "failover_app:Count", "--stores",
                "failover_app:stores", "--app-dir", str(HERE), "--name", name,
                "--bootstrap-servers", bootstrap, "--input-topics", topic, "--state-dir",
@@ -134,24 +147,88 @@ def failover(bootstrap: str, keys: int, standby: bool) -> dict[str, float]:
         shutil.rmtree(state, ignore_errors=True)
 
 
+def group_failover(bootstrap: str, keys: int, standby: bool) -> dict[str, float]:
+    """The group case: seconds from SIGKILL of partition 0's owner to the survivor's
+    commit of the next record, and to its promotion (restore) of partition 0."""
+    name = f"bench-failover-{uuid.uuid4().hex[:8]}"
+    topic, state = name, Path(tempfile.mkdtemp(prefix="kasper-failover-"))
+    create_topics(bootstrap, [topic], 2)
+    fill(bootstrap, topic, 1, [{"key": b"k%d" % i, "value": b"x"} for i in range(keys)])
+    flags = ["--assignment", "group", *(["--num-standby-replicas", "1"] if standby else [])]
+    ports = {m: free_port() for m in "ab"}
+    members = {m: start(bootstrap, name, topic, state / m, ports[m], *flags,
+                        client_id=f"{name}-{m}") for m in "ab"}
+    try:
+        wait_for(lambda: committed(bootstrap, name, topic) == keys)
+        wait_for(lambda: len(set(owners(bootstrap, name, topic).values())) == 2)
+        owner = owners(bootstrap, name, topic)[0]
+        survivor = "b" if owner == "a" else "a"
+        if standby:
+            wait_for(lambda: metric(ports[survivor], "standby_changelog_offset").get(0)
+                     == changelog_end(bootstrap, name))
+        else:  # files the survivor kept of partition 0 while the group settled: a new host
+            shutil.rmtree(state / survivor / name / "counts" / "0", ignore_errors=True)
+        before = metric(ports[survivor], "last_restore_seconds").get(0)
+        killed = time.monotonic()
+        members[owner].send_signal(signal.SIGKILL)
+        producer = Producer({"bootstrap.servers": bootstrap})
+        producer.produce(topic, b"x", b"after-kill", partition=0)
+        producer.flush(30)
+        opened = 0.0
+
+        def commit_seen() -> bool:
+            nonlocal opened
+            if not opened and metric(ports[survivor], "last_restore_seconds").get(0) not in (
+                    None, before):
+                opened = time.monotonic() - killed
+            return committed(bootstrap, name, topic) == keys + 1
+
+        wait_for(commit_seen)
+        seconds = time.monotonic() - killed
+        return {"seconds": seconds, "opened": opened or seconds,
+                "restored": metric(ports[survivor], "last_restore_records")[0],
+                "restore_seconds": metric(ports[survivor], "last_restore_seconds")[0]}
+    finally:
+        for process in members.values():
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+                process.wait(60)
+        delete_topics(bootstrap, [topic, changelog_topic(name, "counts")])
+        shutil.rmtree(state, ignore_errors=True)
+
+
+def owners(bootstrap: str, name: str, topic: str) -> dict[int, str]:
+    """The member (a or b) owning each partition, as the group describes it."""
+    admin = KafkaAdmin(Config(name=name, bootstrap_servers=bootstrap, input_topics=[topic]),
+                       consumer=False)
+    return {p: member.split("@")[0].removeprefix(f"{name}-")
+            for (t, p), member in admin.group().owners().items() if t == topic}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bootstrap", default=os.environ.get("KASPER_BOOTSTRAP_SERVERS",
                                                               "127.0.0.1:19092"))
     parser.add_argument("--keys", default="100000,1000000",
                         help="comma-separated table sizes (distinct keys)")
+    parser.add_argument("--modes", default="static,group",
+                        help="comma-separated: static (restart as owner), group (promotion "
+                             "in a running member)")
     args = parser.parse_args()
-    print(f"{'keys':>9} {'standby':>8} {'kill->commit s':>15} {'restored':>9} "
-          f"{'restore s':>10}")
-    for keys in (int(k) for k in args.keys.split(",")):
-        cold = failover(args.bootstrap, keys, standby=False)
-        warm = failover(args.bootstrap, keys, standby=True)
-        for label, case in (("no", cold), ("yes", warm)):
-            print(f"{keys:>9} {label:>8} {case['seconds']:>15.2f} {case['restored']:>9.0f} "
-                  f"{case['restore_seconds']:>10.3f}", flush=True)
-        restore_ratio = cold["restore_seconds"] / max(warm["restore_seconds"], 1e-6)
-        print(f"{keys:>9} {'ratio':>8} {cold['seconds'] / warm['seconds']:>15.1f}x "
-              f"(restore alone: {restore_ratio:.0f}x)", flush=True)
+    print(f"{'mode':>6} {'keys':>9} {'standby':>8} {'kill->commit s':>15} "
+          f"{'kill->open s':>13} {'restored':>9} {'restore s':>10}")
+    cases = {"static": failover, "group": group_failover}
+    for mode in args.modes.split(","):
+        for keys in (int(k) for k in args.keys.split(",")):
+            cold = cases[mode](args.bootstrap, keys, standby=False)
+            warm = cases[mode](args.bootstrap, keys, standby=True)
+            for label, case in (("no", cold), ("yes", warm)):
+                print(f"{mode:>6} {keys:>9} {label:>8} {case['seconds']:>15.2f} "
+                      f"{case.get('opened', float('nan')):>13.2f} {case['restored']:>9.0f} "
+                      f"{case['restore_seconds']:>10.3f}", flush=True)
+            restore_ratio = cold["restore_seconds"] / max(warm["restore_seconds"], 1e-6)
+            print(f"{mode:>6} {keys:>9} {'ratio':>8} {cold['seconds'] / warm['seconds']:>15.1f}x"
+                  f" (restore alone: {restore_ratio:.0f}x)", flush=True)
 
 
 if __name__ == "__main__":

@@ -140,7 +140,9 @@ class Config:
     num_standby_replicas: int = 0
     """Warm copies of each partition's local tables kept in other processes, which tail
     the changelogs (docs/stores.md, standby replicas): ``kasper run --processes N``
-    places them over its workers (static assignment; group mode places none yet)."""
+    places them over its workers (static assignment); in group mode each member keeps
+    warm what the group placement gives it, and promotes a copy in place when assigned
+    its partition."""
     standby_partitions: Sequence[int] | None = None
     """Partitions whose local tables this process keeps warm (static assignment); ``None``:
     none, unless placed for you as ``num_standby_replicas`` says."""

@@ -95,10 +95,10 @@ class TopicProcessor:
             tasks=plan.tasks, routes=plan.routes, leading=self._election.leading)
         partitions = Partitions(config, clients, engine, factory=plan.factory,
                                 stores=plan.stores, store_observer=observer.store_observer)
+        self._standbys = standbys_for(config, plan.stores, observer.store_observer())
         self._assignment = assignment_for(config, clients, partitions=partitions,
                                           committer=committer, prefetcher=self._prefetcher,
-                                          observer=observer)
-        self._standbys = standbys_for(config, plan.stores, observer.store_observer())
+                                          observer=observer, standbys=self._standbys)
         self._ensure_topics = clients.ensure_topics
         self._turns = turns_for(  # a group member reads nothing ahead
             config, engine, committer, observer, tracing=tracing,

@@ -42,6 +42,7 @@ from kasper_py.kafka.positions import (
     to_millis,
 )
 from kasper_py.kafka.topics import input_partitions
+from kasper_py.loop.standby_placement import group_placement
 from kasper_py.message import TopicPartitionKey
 
 __all__ = ["Progress", "ResetTarget", "add_offsets_parsers", "admin_for", "alter_offsets",
@@ -177,17 +178,38 @@ def offsets_show(config: Config, timeout: float) -> int:
 
 
 def lag(config: Config, timeout: float) -> int:
-    """Print the group's lag per partition and in total."""
+    """Print the group's lag per partition and in total; with group standbys, the
+    members keeping each partition warm."""
     with admin_for(config, timeout) as admin:
         rows = _read_offsets(config, admin, probe(config, admin, timeout))
-        owners = _group(config, admin).owners()
+        group = _group(config, admin)
+    owners = group.owners()
     lags = [r.lag(config.auto_offset_reset) for r in rows]
     table = [["TOPIC", "PARTITION", "LAG", "MEMBER"]]
     table += [[r.topic, str(r.partition), str(lag), owners.get(r.key, "-")]
               for r, lag in zip(rows, lags, strict=True)]
+    warm = group_standbys(config, group)
+    if warm is not None:
+        table[0].append("STANDBYS")
+        for row, r in zip(table[1:], rows, strict=True):
+            row.append(",".join(warm.get(r.partition, ())) or "-")
     print(_format_table(table))
     print(f"total lag of group {config.group}: {sum(lags)} messages")
     return EXIT_OK
+
+
+def group_standbys(config: Config, group: GroupState) -> dict[int, tuple[str, ...]] | None:
+    """The members keeping each partition warm, as each member computes it at run time
+    (``loop.standby_placement``, of the first input topic); ``None`` unless group mode
+    with ``num_standby_replicas``."""
+    if not (config.group_mode and config.num_standby_replicas):
+        return None
+    placed = group_placement(group, config.input_topics[0], config.num_standby_replicas)
+    warm: dict[int, tuple[str, ...]] = {}
+    for member, partitions in sorted(placed.items()):
+        for partition in partitions:
+            warm[partition] = (*warm.get(partition, ()), member)
+    return warm
 
 
 def _format_table(rows: list[list[str]]) -> str:

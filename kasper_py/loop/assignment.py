@@ -23,6 +23,7 @@ from kasper_py.loop.committer import OffsetCommitter
 from kasper_py.loop.partitions import Partitions
 from kasper_py.loop.peers import PeerWait
 from kasper_py.loop.prefetch import Prefetcher
+from kasper_py.loop.standby import NoStandbys, Standbys
 from kasper_py.message import TopicPartitionKey
 from kasper_py.observability.observe import LoopObserver
 
@@ -134,15 +135,18 @@ class StaticAssignment(Assignment):
 class GroupAssignment(Assignment):
     """Group membership: subscribe at start; partitions arrive (and leave) through the
     rebalance callbacks, which run inside ``consume``, so between turns: the loop reads
-    no batch ahead, and every turn is committed before the next consume."""
+    no batch ahead, and every turn is committed before the next consume. A partition
+    this member keeps warm (``standbys``) is promoted when it arrives: its copy hands
+    over its folder and the open reads only the changelog's tail."""
 
     reads_ahead = False
 
     def __init__(self, config: Config, clients: KafkaClients, *, partitions: Partitions,
                  committer: OffsetCommitter, prefetcher: Prefetcher,
-                 observer: LoopObserver) -> None:
+                 observer: LoopObserver, standbys: Standbys | None = None) -> None:
         super().__init__(config, clients, partitions=partitions, committer=committer,
                          prefetcher=prefetcher, observer=observer)
+        self._standbys = standbys or NoStandbys()
         self._poll_budget_ms = float(config.to_consumer_conf().get("max.poll.interval.ms",
                                                                    300_000))
         self._next_group_check = 0.0
@@ -187,6 +191,7 @@ class GroupAssignment(Assignment):
         their processing stands. Returns the starts of ``keys`` lower than their
         committed offsets."""
         started = time.perf_counter()
+        self._standbys.promote(partitions)
         self._partitions.open(partitions)
         ready = [tp for tp in self._consumer.keys(partitions) if tp in held]
         self._running.update(ready)
@@ -222,6 +227,7 @@ class GroupAssignment(Assignment):
         self._committer.offsets.forget([*keys, *left])
         self._peers.forget(partitions)
         self._partitions.close(partitions)
+        self._standbys.revoked(partitions)
         self._running.difference_update([*keys, *left])
         self._consumer.pause(left)
         self._peers.wait(sorted({p for _, p in left}), held)
@@ -292,8 +298,11 @@ class GroupAssignment(Assignment):
 
 def assignment_for(config: Config, clients: KafkaClients, *, partitions: Partitions,
                    committer: OffsetCommitter, prefetcher: Prefetcher,
-                   observer: LoopObserver) -> Assignment:
-    """The assignment ``config.assignment`` asks for."""
-    kind = GroupAssignment if config.group_mode else StaticAssignment
-    return kind(config, clients, partitions=partitions, committer=committer,
-                prefetcher=prefetcher, observer=observer)
+                   observer: LoopObserver, standbys: Standbys | None = None) -> Assignment:
+    """The assignment ``config.assignment`` asks for; a group member promotes the
+    partitions it keeps warm in ``standbys`` as they arrive."""
+    if config.group_mode:
+        return GroupAssignment(config, clients, partitions=partitions, committer=committer,
+                               prefetcher=prefetcher, observer=observer, standbys=standbys)
+    return StaticAssignment(config, clients, partitions=partitions, committer=committer,
+                            prefetcher=prefetcher, observer=observer)

@@ -1,23 +1,22 @@
-"""The loop's standby replicas, chosen once at start: none, or the partitions
-``Config.standby_partitions`` names kept warm by ``kasper_py.stores.standby`` (imported
-only then, so a processor without RocksDB tables needs no rocksdict).
+"""The loop's standby replicas, chosen once at start: none, the partitions
+``Config.standby_partitions`` names, or (group mode, ``Config.num_standby_replicas``)
+those the group placement gives this member after each rebalance
+(``loop.standby_placement``), kept warm by ``kasper_py.stores.standby`` (imported only
+then, so a processor without RocksDB tables needs no rocksdict).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Protocol
 
-import structlog
-
 from kasper_py.config import Config
+from kasper_py.loop.standby_placement import MemberPlacement
 from kasper_py.observability.observe import StoreObserver
 from kasper_py.stores.base import StoreSpec
 from kasper_py.stores.query import WarmCopy
 
 __all__ = ["NoStandbys", "Standbys", "standbys_for"]
-
-_log = structlog.get_logger("kasper_py")
 
 
 class Standbys(Protocol):
@@ -29,6 +28,13 @@ class Standbys(Protocol):
 
     def start(self) -> None:
         """Bring the copies level with where their files stopped, and start tailing."""
+
+    def promote(self, partitions: Collection[int]) -> None:
+        """This process is about to open ``partitions`` as their owner: stop keeping them
+        warm, their folders handed over so the open reads only the changelog's tail."""
+
+    def revoked(self, partitions: Collection[int]) -> None:
+        """This process no longer owns ``partitions``: they may be kept warm again."""
 
     def close(self) -> None:
         """Stop tailing and close the copies."""
@@ -45,6 +51,12 @@ class NoStandbys:
     def start(self) -> None:
         """Nothing to start."""
 
+    def promote(self, partitions: Collection[int]) -> None:
+        """Nothing kept warm to hand over."""
+
+    def revoked(self, partitions: Collection[int]) -> None:
+        """Nothing to keep warm."""
+
     def close(self) -> None:
         """Nothing to stop."""
 
@@ -55,18 +67,19 @@ class NoStandbys:
 
 def standbys_for(config: Config, specs: Sequence[StoreSpec],
                  observer: StoreObserver) -> Standbys:
-    """The standby replicas ``config.standby_partitions`` asks for, of the local tables
-    with a changelog; ``NoStandbys`` when there is nothing to keep warm. A group member
-    places none yet: asked for some, it says so in the log."""
-    if config.group_mode and config.num_standby_replicas:
-        _log.warning("kasper.standby_not_placed", processor=config.name,
-                     num_standby_replicas=config.num_standby_replicas,
-                     reason="group mode places no standby replicas yet")
-    if not config.standby_partitions:
+    """The standby replicas asked for, of the local tables with a changelog: static, the
+    partitions of ``config.standby_partitions``; a group member, those the group
+    placement gives it (``MemberPlacement``, asked after each rebalance and every
+    second); ``NoStandbys`` when there is nothing to keep warm."""
+    group = config.group_mode and config.num_standby_replicas > 0
+    if not group and not config.standby_partitions:
         return NoStandbys()
     from kasper_py.stores.standby import StandbyReplicas, standby_tables  # noqa: PLC0415
 
     tables = standby_tables(specs)
     if not tables:
         return NoStandbys()
-    return StandbyReplicas(config, tables, config.standby_partitions, observer)
+    if group:
+        return StandbyReplicas(config, tables, (), observer,
+                               placement=MemberPlacement(config))
+    return StandbyReplicas(config, tables, config.standby_partitions or (), observer)

@@ -11,6 +11,7 @@ log count (``count_client_log``) costs nothing.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -337,6 +338,14 @@ class PrometheusObserver(LoopObserver, StoreObserver):
         self.collectors.standby_offset.labels(*labels).set(offset)
         self.collectors.standby_lag.labels(*labels).set(records)
         self.collectors.standby_lag_seconds.labels(*labels).set(seconds)
+
+    def on_standby_stopped(self, store: str, partition: int) -> None:
+        """Remove the standby gauges of a partition no longer kept warm here."""
+        labels = (self.processor, store, str(partition))
+        for gauge in (self.collectors.standby_offset, self.collectors.standby_lag,
+                      self.collectors.standby_lag_seconds):
+            with contextlib.suppress(KeyError):  # never reported
+                gauge.remove(*labels)
 
     # -- health ---------------------------------------------------------------
 

@@ -93,6 +93,10 @@ class StoreObserver(Protocol):
         up to ``offset`` (the next to read), ``records`` offsets behind its end, and was
         last level ``seconds`` ago (0 when level)."""
 
+    def on_standby_stopped(self, store: str, partition: int) -> None:
+        """This process no longer keeps ``store``'s ``partition`` warm (promoted here, or
+        placed elsewhere): it reports no lag for it from now on."""
+
 
 class NoopStoreObserver:
     """Observes nothing: what a store reports to when no one listens."""
@@ -125,6 +129,9 @@ class NoopStoreObserver:
 
     def on_standby_lag(self, store: str, partition: int, offset: int, records: int,
                        seconds: float) -> None:
+        pass
+
+    def on_standby_stopped(self, store: str, partition: int) -> None:
         pass
 
 
@@ -172,6 +179,9 @@ class StoreObservers:
     def on_standby_lag(self, store: str, partition: int, offset: int, records: int,
                        seconds: float) -> None:
         self._to_those_with("on_standby_lag", store, partition, offset, records, seconds)
+
+    def on_standby_stopped(self, store: str, partition: int) -> None:
+        self._to_those_with("on_standby_stopped", store, partition)
 
     def _to_those_with(self, method: str, *args: object) -> None:
         for observer in self.observers:

@@ -165,10 +165,15 @@ class ChangelogReader:
         """Apply what already arrived, without waiting; return how many records."""
         applied = 0
         while True:
-            count = self._read_chunk(apply, 0.0, _CHUNK)
+            count = self.read_chunk(apply)
             if not count:
                 return applied
             applied += count
+
+    def read_chunk(self, apply: ApplyRecords) -> int:
+        """Apply one chunk (up to ``_CHUNK`` records) of what already arrived, without
+        waiting; return how many records."""
+        return self._read_chunk(apply, 0.0, _CHUNK)
 
     def close(self) -> None:
         """Close the consumer (it never committed anything)."""

@@ -3,14 +3,17 @@ with a group-less consumer per table (read_committed, so an aborted transaction'
 writes never reach a copy), tails the changelogs of the partitions this process keeps
 warm into the RocksDB folders an owner would open, recording the next changelog offset
 applied as a restore does. Promotion is the ordinary open (``RocksDBTable.open``), which
-then reads only the changelog's tail. A standby never produces and never commits.
+then reads only the changelog's tail; in a running process the copy first hands its
+folder over (``promote``). The partitions kept warm may change while it runs (``keep``,
+or the ``placement`` the thread asks): a group member's follow the group. A standby never
+produces and never commits.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +35,11 @@ _IDLE_WAIT = 0.1
 """Seconds the thread sleeps when no changelog had anything new."""
 _LAG_EVERY = 1.0
 """Seconds between lag reports (each asks the broker for the changelogs' watermarks)."""
+_PLACE_EVERY = 1.0
+"""Seconds between two asks of the ``placement`` (each describes the group)."""
+
+Placement = Callable[[], "Collection[int] | None"]
+"""The partitions to keep warm now, or ``None`` to keep what is kept."""
 
 
 class _WarmTable(WarmCopy):
@@ -65,27 +73,65 @@ class _Copy:
 
 class StandbyReplicas:
     """Keeps ``partitions`` of every changelogged local table warm, on its own thread
-    (so the owner's turns never wait for it) and its own consumers."""
+    (so the owner's turns never wait for it) and its own consumers. A ``placement``,
+    asked every ``_PLACE_EVERY`` seconds on that thread, changes the partitions kept."""
 
     def __init__(self, config: Config, tables: Sequence[RocksDBTable],
-                 partitions: Sequence[int], observer: StoreObserver) -> None:
+                 partitions: Sequence[int], observer: StoreObserver, *,
+                 placement: Placement | None = None) -> None:
         self.config, self.tables = config, list(tables)
-        self.partitions = tuple(partitions)
-        self._observer = observer
+        self._kept = tuple(sorted(set(partitions)))
+        self._observer, self._placement = observer, placement
         self._copies: list[_Copy] = []
+        self._owned: set[int] = set()
+        """Partitions this process's owner opened (``promote``): never kept warm here."""
+        self._lock = threading.Lock()
+        """Held by the thread while it applies a chunk, and by a change of the copies."""
+        self._handover = threading.Event()
+        """Set while the loop waits for the lock, so the thread steps aside."""
+        self._place_now = threading.Event()
+        """Set when the owner's partitions changed: the placement is asked at once."""
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True,
                                         name=f"kasper-standby-{config.name}")
         self.error: KasperError | None = None
         """What stopped the thread, if anything did (also logged)."""
 
+    @property
+    def partitions(self) -> tuple[int, ...]:
+        """The partitions kept warm now."""
+        return self._kept
+
     def start(self) -> None:
         """Open the copies (each level with where its files stopped) and start tailing."""
         for table in self.tables:
-            self._copies.append(self._open(table))
+            topic = table.topic(self.config)
+            reader = ChangelogReader(self.config, topic, timeout=table.restore_timeout)
+            self._copies.append(_Copy(table, reader, {}))
+        self._change(self._kept)
         self._thread.start()
         _log.info("kasper.standby_started", processor=self.config.name,
-                  tables=[t.name for t in self.tables], partitions=list(self.partitions))
+                  tables=[t.name for t in self.tables], partitions=list(self._kept))
+
+    def keep(self, partitions: Collection[int]) -> None:
+        """Keep ``partitions`` warm from now on (less any this process owns): the new
+        ones brought level with where their files stopped, the others let go."""
+        with self._stepping_in():
+            self._change(partitions)
+
+    def promote(self, partitions: Collection[int]) -> None:
+        """This process's owner is about to open ``partitions``: their copies stop and
+        hand over their folders, still marked warm, so the open reads only the tail."""
+        with self._stepping_in():
+            self._owned.update(partitions)
+            self._change(self._kept)
+        self._place_now.set()
+
+    def revoked(self, partitions: Collection[int]) -> None:
+        """This process's owner closed ``partitions``: they may be kept warm again."""
+        with self._stepping_in():
+            self._owned.difference_update(partitions)
+        self._place_now.set()
 
     def close(self) -> None:
         """Stop tailing, record where each copy stands, close the folders."""
@@ -106,31 +152,62 @@ class StandbyReplicas:
                 found.setdefault(partition, {})[copy.table.name] = warm
         return found
 
-    def _open(self, table: RocksDBTable) -> _Copy:
-        topic = table.topic(self.config)
-        reader = ChangelogReader(self.config, topic, timeout=table.restore_timeout)
-        dbs, starts = {}, {}
-        for partition in self.partitions:
-            db = LocalDB(table.path(self.config, partition))
-            low, high = reader.watermarks(partition)
-            recorded = db.changelog_offset(partition) if db.topic() == topic else None
-            start, wipe, _ = restore_plan(recorded, low, high)
-            if wipe:
-                db.reset(topic)
-            db.standby = True
-            dbs[partition], starts[partition] = db, start
-        reader.assign(starts)
-        return _Copy(table, reader, dbs, warm={p: _WarmTable(table, db) for p, db in dbs.items()})
+    def _stepping_in(self) -> _SteppingIn:
+        return _SteppingIn(self._lock, self._handover)
+
+    def _change(self, partitions: Collection[int]) -> None:
+        """Under the lock: keep exactly ``partitions`` (less the owned ones) warm."""
+        wanted = sorted(set(partitions) - self._owned)
+        for copy in self._copies:
+            gone = [p for p in copy.dbs if p not in wanted]
+            added = [p for p in wanted if p not in copy.dbs]
+            if not gone and not added:
+                continue
+            positions = copy.reader.positions
+            starts = {p: positions[p] for p in copy.dbs if p in wanted and p in positions}
+            for partition in gone:
+                copy.dbs.pop(partition).close()  # still marked warm for the next owner
+                copy.level_at.pop(partition, None)
+                self._observer.on_standby_stopped(copy.table.name, partition)
+            for partition in added:
+                copy.dbs[partition], starts[partition] = self._open(copy, partition)
+            copy.reader.assign(starts)
+            copy.warm = {p: _WarmTable(copy.table, db) for p, db in copy.dbs.items()}
+        if tuple(wanted) != self._kept:
+            _log.info("kasper.standby_placed", processor=self.config.name,
+                      partitions=wanted, owned=sorted(self._owned))
+        self._kept = tuple(wanted)
+
+    def _open(self, copy: _Copy, partition: int) -> tuple[LocalDB, int]:
+        """A partition's folder, marked warm, and where its changelog resumes."""
+        topic = copy.reader.topic
+        db = LocalDB(copy.table.path(self.config, partition))
+        low, high = copy.reader.watermarks(partition)
+        recorded = db.changelog_offset(partition) if db.topic() == topic else None
+        start, wipe, _ = restore_plan(recorded, low, high)
+        if wipe:
+            db.reset(topic)
+        db.standby = True
+        return db, start
 
     def _run(self) -> None:
-        reported = 0.0
+        reported = placed = 0.0
         try:
             while not self._stopping.is_set():
-                applied = sum(self._tail(copy) for copy in self._copies)
-                if time.monotonic() - reported >= _LAG_EVERY:
-                    reported = time.monotonic()
-                    for copy in self._copies:
-                        self._report_lag(copy)
+                if self._handover.is_set():  # the loop is changing the copies
+                    self._stopping.wait(0.005)
+                    continue
+                if self._placement is not None and (
+                        self._place_now.is_set() or time.monotonic() - placed >= _PLACE_EVERY):
+                    self._place_now.clear()
+                    placed = time.monotonic()
+                    self._place()
+                with self._lock:
+                    applied = sum(self._tail(copy) for copy in self._copies)
+                    if time.monotonic() - reported >= _LAG_EVERY:
+                        reported = time.monotonic()
+                        for copy in self._copies:
+                            self._report_lag(copy)
                 if not applied:
                     self._stopping.wait(_IDLE_WAIT)
         except KasperError as exc:
@@ -138,9 +215,17 @@ class StandbyReplicas:
             _log.error("kasper.standby_stopped", processor=self.config.name, error=str(exc),
                        error_type=type(exc).__name__)
 
+    def _place(self) -> None:
+        """Keep what the placement says (asked outside the lock: it reads the broker)."""
+        assert self._placement is not None
+        wanted = self._placement()
+        if wanted is not None:
+            with self._lock:
+                self._change(wanted)
+
     def _tail(self, copy: _Copy) -> int:
         """Apply what arrived; record each partition's position (past commit markers)."""
-        applied = copy.reader.read_available(lambda p, records: copy.dbs[p].apply_records(
+        applied = copy.reader.read_chunk(lambda p, records: copy.dbs[p].apply_records(
             p, records))
         for partition, position in copy.reader.positions.items():
             db = copy.dbs[partition]
@@ -163,6 +248,20 @@ class StandbyReplicas:
             self._observer.on_standby_lag(copy.table.name, partition, offset, behind,
                                           seconds)
 
+
+class _SteppingIn:
+    """The loop's hold on the copies: the thread steps aside, then the lock is taken."""
+
+    def __init__(self, lock: threading.Lock, handover: threading.Event) -> None:
+        self._lock, self._handover = lock, handover
+
+    def __enter__(self) -> None:
+        self._handover.set()
+        self._lock.acquire()
+
+    def __exit__(self, *_exc: object) -> None:
+        self._handover.clear()
+        self._lock.release()
 
 
 def standby_tables(specs: Sequence[StoreSpec]) -> list[RocksDBTable]:

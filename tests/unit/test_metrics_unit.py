@@ -247,6 +247,20 @@ def test_restore_progress_sets_gauges_and_keeps_the_loop_live(
     assert value(observer, "kasper_restore_progress_ratio", **labels) == 1.0
 
 
+def test_a_copy_no_longer_kept_warm_reports_no_standby_lag(
+        observer: PrometheusObserver) -> None:
+    """A warm copy's lag gauges go once it is promoted or placed elsewhere, so the
+    dashboard shows no standby for a partition this process now owns."""
+    stores = observer.store_observer()
+    stores.on_standby_lag("totals", 2, 40, 3, 1.5)
+    labels = {"processor": "orders", "store": "totals", "partition": "2"}
+    assert value(observer, "kasper_standby_lag_records", **labels) == 3
+    stores.on_standby_stopped("totals", 2)
+    stores.on_standby_stopped("totals", 5)  # never kept warm: nothing to remove
+    for name in ("standby_lag_records", "standby_lag_seconds", "standby_changelog_offset"):
+        assert value(observer, f"kasper_{name}", **labels) is None
+
+
 def test_missing_prometheus_client_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     """Without prometheus-client, building an observer says which extra to install."""
     monkeypatch.setitem(sys.modules, "prometheus_client", None)

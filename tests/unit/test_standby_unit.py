@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import structlog.testing
 
 from kasper_py import Config
 from kasper_py.exceptions import ConfigError, KeyNotFoundError, NotHereError
@@ -19,6 +18,7 @@ from kasper_py.stores.localdb import LocalDB
 from kasper_py.stores.memory import MemoryTable
 from kasper_py.stores.query import WarmCopy
 from kasper_py.stores.rocksdb import RocksDBTable
+from kasper_py.stores.standby import StandbyReplicas
 from kasper_py.supervisor import standby_sets
 
 
@@ -102,10 +102,12 @@ def test_a_stale_lookup_is_answered_by_a_warm_copy_with_its_lag() -> None:
         tables.find("counts", "bob", stale=True)
 
 
-def test_a_group_member_says_it_places_no_standbys() -> None:
-    """Group mode places no standby replicas yet: asking for some is logged, not silent."""
-    with structlog.testing.capture_logs() as logs:
-        standbys = standbys_for(config(assignment="group", num_standby_replicas=1),
-                                [RocksDBTable("t")], NOOP_STORE_OBSERVER)
-    assert isinstance(standbys, NoStandbys)
-    assert [e["event"] for e in logs] == ["kasper.standby_not_placed"]
+def test_a_group_member_places_its_standbys_by_the_group() -> None:
+    """A group member asked for standbys keeps warm what the group placement gives it,
+    none to begin with (the group is described once it runs)."""
+    standbys = standbys_for(config(assignment="group", num_standby_replicas=1),
+                            [RocksDBTable("t")], NOOP_STORE_OBSERVER)
+    assert isinstance(standbys, StandbyReplicas)
+    assert standbys.partitions == ()
+    assert isinstance(standbys_for(config(assignment="group"), [RocksDBTable("t")],
+                                   NOOP_STORE_OBSERVER), NoStandbys)
