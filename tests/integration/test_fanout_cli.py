@@ -12,12 +12,14 @@ import random
 import signal
 import subprocess
 import sys
+import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -30,9 +32,10 @@ pytestmark = pytest.mark.integration
 
 EXAMPLES = HERE.parents[1] / "examples"
 TOTAL = 600
-MODES = {"static": [[]], "processes": [["--processes", "2"]]}
-"""Each mode's ``kasper run`` processes, by their options. Group mode refuses stages of
-their own count (test_group_mode_refuses_them_naming_what_runs_them)."""
+MODES = {"static": [[]], "processes": [["--processes", "2"]],
+         "group": [["--assignment", "group"], ["--assignment", "group"]]}
+"""Each mode's ``kasper run`` processes, by their options (group: two members, each on
+a state folder of its own, as on two hosts)."""
 
 
 def partition_count(bootstrap: str, topic: str) -> int:
@@ -78,7 +81,8 @@ def test_a_repartition_of_its_own_count_counts_exactly_under_kill(  # noqa: PLR0
         new_topic: Callable[..., str], kafka: Any, unique_name: Callable[[str], str],
         tmp_path: Path) -> None:
     """600 page views; the app runs, is SIGKILLed once it has committed part of the
-    source, and runs again until caught up. The repartition has
+    source (group mode: over 2 partitions into 6, where partition numbers 1 and 2 are
+    split between the members), and runs again until caught up. The repartition has
     its own count; the group's committed offsets are at the end of every partition of
     the source and of the repartition; a read_committed reader sees each (user, n)
     update exactly once."""
@@ -101,13 +105,14 @@ def test_a_repartition_of_its_own_count_counts_exactly_under_kill(  # noqa: PLR0
         return sum(o or 0 for o in kafka.committed(name, source, sources).values())
 
     with internal_topics_deleted(bootstrap, name):
-        first = Run(configs, [tmp_path / f"first{i}.log" for i in range(len(options))],
-                    options, env)
-        try:
-            wait_for(lambda: done() > 0, "the first commit", 90)
-        finally:
-            first.kill()
-        assert done() < TOTAL, first.text()  # the kill landed mid-run
+        if (mode, sources) != ("group", 4):  # a killed member's session outlives it: 45 s
+            first = Run(configs, [tmp_path / f"first{i}.log" for i in range(len(options))],
+                        options, env)
+            try:
+                wait_for(lambda: done() > 0, "the first commit", 90)
+            finally:
+                first.kill()
+            assert done() < TOTAL, first.text()  # the kill landed mid-run
         last = Run(configs, [tmp_path / f"last{i}.log" for i in range(len(options))],
                    options, env, "--until-caught-up")
         assert last.finish() == [0] * len(options), last.text()
@@ -167,24 +172,55 @@ def test_global_topk_example_is_exact_under_kill(bootstrap: str, new_topic: Call
         assert [tuple(pair) for pair in json.loads(final.value())] == expected
 
 
-def test_group_mode_refuses_them_naming_what_runs_them(
-        bootstrap: str, new_topic: Callable[..., str], unique_name: Callable[[str], str],
-        tmp_path: Path) -> None:
-    """`kasper run --assignment group` of an app whose repartition has a count of its own
-    exits 3 (bad configuration) before processing anything, naming both counts and the
-    modes that run it."""
-    source = new_topic("fan-views", partitions=2)
-    name = unique_name("fan-group")
-    config = write_config(tmp_path / "app.toml", name=name, bootstrap_servers=bootstrap,
-                          state_dir=str(tmp_path / "state"), key_serde="str",
-                          value_serde="str")
+def test_group_members_wait_out_a_transaction_open_on_their_input(
+        bootstrap: str, new_topic: Callable[..., str], kafka: Any,
+        unique_name: Callable[[str], str], tmp_path: Path) -> None:
+    """A transaction left open on the source (a killed upstream's, until the broker
+    aborts it) hides its records and holds the partition's visible end below them. Two
+    group members run until caught up over a 2-partition source and a 3-partition
+    repartition: with every visible view committed they keep running while it is open;
+    once it commits they count its view too and end, every partition of both topics
+    committed at its end, each update seen once."""
+    source = new_topic("fan-open-views", partitions=2)
+    output = new_topic("fan-open-counts", partitions=2)
+    name = unique_name("fan-open")
+    expected = produce_views(kafka, source, 40, users=4, sessions=8)
+    upstream = Producer({"bootstrap.servers": bootstrap,
+                         "transactional.id": unique_name("fan-open-upstream")})
+    upstream.init_transactions()
+    upstream.begin_transaction()
+    upstream.produce(source, key=b"s0", value=b"u0,p-open", partition=0)
+    upstream.flush()
+    configs = [write_config(tmp_path / f"app{i}.toml", name=name, bootstrap_servers=bootstrap,
+                            state_dir=str(tmp_path / f"state{i}"), key_serde="str",
+                            value_serde="str", batch_size=20, batch_wait=0.1,
+                            processing_guarantee="exactly_once") for i in range(2)]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "PAGEVIEWS_SOURCE": source,
-           "PAGEVIEWS_OUTPUT": new_topic("fan-counts", partitions=2),
-           "PAGEVIEWS_REPARTITION_PARTITIONS": "6"}
+           "PAGEVIEWS_OUTPUT": output, "PAGEVIEWS_REPARTITION_PARTITIONS": "3"}
+    repartition = f"{name}-by-user-repartition"
     with internal_topics_deleted(bootstrap, name):
-        run = Run([config], [tmp_path / "group.log"], [["--assignment", "group"]], env,
-                  "--until-caught-up")
-        assert run.finish() == [3], run.text()  # bad configuration
-        assert (f"stages with their own partition count ({source}=2, "
-                f"{name}-by-user-repartition=6) run with a static partition set or "
-                "--processes N; group mode") in run.text()
+        run = Run(configs, [tmp_path / f"member{i}.log" for i in range(2)],
+                  [["--assignment", "group"]] * 2, env, "--until-caught-up")
+        try:
+            wait_for(lambda: visible_done(kafka, name, bootstrap, {source: 2, repartition: 3}),
+                     "the visible records committed", 90)
+            time.sleep(3)  # a member that took this for caught up would have ended
+            assert [p.poll() for p in run.processes] == [None, None], run.text()
+        finally:
+            upstream.commit_transaction()
+        assert run.finish() == [0, 0], run.text()
+        for topic, count in ((source, 2), (repartition, 3)):
+            committed = {p: o or 0 for p, o in kafka.committed(name, topic, count).items()}
+            assert committed == ends(bootstrap, topic, count)
+        expected["u0"] += 1
+        seen = updates(kafka, output)
+        assert set(seen.values()) == {1}, {u: n for u, n in seen.items() if n != 1}
+        assert set(seen) == {(user, n) for user, count in expected.items()
+                             for n in range(1, count + 1)}
+
+
+def visible_done(kafka: Any, group: str, bootstrap: str, counts: dict[str, int]) -> bool:
+    """Every partition of the topics of ``counts`` committed at its visible end (its
+    last stable offset; past nothing: a transaction left open holds it)."""
+    return all({p: o or 0 for p, o in kafka.committed(group, topic, count).items()}
+               == ends(bootstrap, topic, count) for topic, count in counts.items())
