@@ -36,6 +36,19 @@ MODES = {"static": [[]], "processes": [["--processes", "2"]],
          "group": [["--assignment", "group"], ["--assignment", "group"]]}
 """Each mode's ``kasper run`` processes, by their options (group: two members, each on
 a state folder of its own, as on two hosts)."""
+QUICK_SESSIONS = ("\n[consumer_overrides]\n\"group.protocol\" = \"classic\"\n"
+                  "\"session.timeout.ms\" = 6000\n")
+"""Group members whose SIGKILLed predecessors leave the group in 6 s: the classic
+protocol's session timeout is the client's (KIP-848's is the broker's, 45 s)."""
+
+
+def app_config(path: Path, mode: str, **fields: Any) -> Path:
+    """A member's or process's TOML config of ``fields``; group members with
+    ``QUICK_SESSIONS``."""
+    write_config(path, **fields)
+    if mode == "group":
+        path.write_text(path.read_text() + QUICK_SESSIONS)
+    return path
 
 
 def partition_count(bootstrap: str, topic: str) -> int:
@@ -81,8 +94,8 @@ def test_a_repartition_of_its_own_count_counts_exactly_under_kill(  # noqa: PLR0
         new_topic: Callable[..., str], kafka: Any, unique_name: Callable[[str], str],
         tmp_path: Path) -> None:
     """600 page views; the app runs, is SIGKILLed once it has committed part of the
-    source (group mode: over 2 partitions into 6, where partition numbers 1 and 2 are
-    split between the members), and runs again until caught up. The repartition has
+    source (group mode: both members, over 2 partitions into 6, where partition numbers
+    1 and 2 are split between them), and runs again until caught up. The repartition has
     its own count; the group's committed offsets are at the end of every partition of
     the source and of the repartition; a read_committed reader sees each (user, n)
     update exactly once."""
@@ -92,10 +105,10 @@ def test_a_repartition_of_its_own_count_counts_exactly_under_kill(  # noqa: PLR0
     repartition = f"{name}-by-user-repartition"
     expected = produce_views(kafka, source, TOTAL, users=12, sessions=40)
     options = MODES[mode]
-    configs = [write_config(tmp_path / f"app{i}.toml", name=name, bootstrap_servers=bootstrap,
-                            state_dir=str(tmp_path / f"state{i}"), key_serde="str",
-                            value_serde="str", batch_size=20, batch_wait=0.1,
-                            processing_guarantee="exactly_once")
+    configs = [app_config(tmp_path / f"app{i}.toml", mode, name=name,
+                          bootstrap_servers=bootstrap, state_dir=str(tmp_path / f"state{i}"),
+                          key_serde="str", value_serde="str", batch_size=20, batch_wait=0.1,
+                          processing_guarantee="exactly_once")
                for i in range(len(options))]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "PAGEVIEWS_SOURCE": source,
            "PAGEVIEWS_OUTPUT": output, "PAGEVIEWS_PAUSE": "0.05",
@@ -105,14 +118,13 @@ def test_a_repartition_of_its_own_count_counts_exactly_under_kill(  # noqa: PLR0
         return sum(o or 0 for o in kafka.committed(name, source, sources).values())
 
     with internal_topics_deleted(bootstrap, name):
-        if (mode, sources) != ("group", 4):  # a killed member's session outlives it: 45 s
-            first = Run(configs, [tmp_path / f"first{i}.log" for i in range(len(options))],
-                        options, env)
-            try:
-                wait_for(lambda: done() > 0, "the first commit", 90)
-            finally:
-                first.kill()
-            assert done() < TOTAL, first.text()  # the kill landed mid-run
+        first = Run(configs, [tmp_path / f"first{i}.log" for i in range(len(options))],
+                    options, env)
+        try:
+            wait_for(lambda: done() > 0, "the first commit", 90)
+        finally:
+            first.kill()
+        assert done() < TOTAL, first.text()  # the kill landed mid-run
         last = Run(configs, [tmp_path / f"last{i}.log" for i in range(len(options))],
                    options, env, "--until-caught-up")
         assert last.finish() == [0] * len(options), last.text()
@@ -180,7 +192,8 @@ def test_group_members_wait_out_a_transaction_open_on_their_input(
     group members run until caught up over a 2-partition source and a 3-partition
     repartition: with every visible view committed they keep running while it is open;
     once it commits they count its view too and end, every partition of both topics
-    committed at its end, each update seen once."""
+    committed at its end, each update seen once. Meanwhile `kasper app describe
+    --members` names the member holding each partition of the repartition."""
     source = new_topic("fan-open-views", partitions=2)
     output = new_topic("fan-open-counts", partitions=2)
     name = unique_name("fan-open")
@@ -191,10 +204,10 @@ def test_group_members_wait_out_a_transaction_open_on_their_input(
     upstream.begin_transaction()
     upstream.produce(source, key=b"s0", value=b"u0,p-open", partition=0)
     upstream.flush()
-    configs = [write_config(tmp_path / f"app{i}.toml", name=name, bootstrap_servers=bootstrap,
-                            state_dir=str(tmp_path / f"state{i}"), key_serde="str",
-                            value_serde="str", batch_size=20, batch_wait=0.1,
-                            processing_guarantee="exactly_once") for i in range(2)]
+    configs = [app_config(tmp_path / f"app{i}.toml", "group", name=name,
+                          bootstrap_servers=bootstrap, state_dir=str(tmp_path / f"state{i}"),
+                          key_serde="str", value_serde="str", batch_size=20, batch_wait=0.1,
+                          processing_guarantee="exactly_once") for i in range(2)]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "PAGEVIEWS_SOURCE": source,
            "PAGEVIEWS_OUTPUT": output, "PAGEVIEWS_REPARTITION_PARTITIONS": "3"}
     repartition = f"{name}-by-user-repartition"
@@ -206,6 +219,7 @@ def test_group_members_wait_out_a_transaction_open_on_their_input(
                      "the visible records committed", 90)
             time.sleep(3)  # a member that took this for caught up would have ended
             assert [p.poll() for p in run.processes] == [None, None], run.text()
+            assert holders(configs[0], env, repartition) == {"0", "1", "2"}
         finally:
             upstream.commit_transaction()
         assert run.finish() == [0, 0], run.text()
@@ -224,3 +238,18 @@ def visible_done(kafka: Any, group: str, bootstrap: str, counts: dict[str, int])
     last stable offset; past nothing: a transaction left open holds it)."""
     return all({p: o or 0 for p, o in kafka.committed(group, topic, count).items()}
                == ends(bootstrap, topic, count) for topic, count in counts.items())
+
+
+def holders(config: Path, env: dict[str, str], topic: str) -> set[str]:
+    """``kasper app describe --members --json`` of the group: which member holds each
+    partition of ``topic`` (every one held, by one of the two members; their numbers)."""
+    group = config.with_name("describe.toml")
+    group.write_text(config.read_text().replace("\n[", '\nassignment = "group"\n[', 1))
+    described = subprocess.run(
+        [sys.executable, "-m", "kasper_py", "app", "describe", APP, "--app-dir", str(HERE),
+         "--config", str(group), "--members", "--json"],
+        env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert described.returncode == 0, described.stderr[-2000:]
+    members = json.loads(described.stdout)["partitions"][topic]["members"]
+    assert "-" not in members.values() and len(set(members.values())) <= 2, members
+    return set(members)
