@@ -2,7 +2,8 @@
 page-view app (rekey_app_module.py) with its repartition given 1 partition over a
 4-partition source (fan-in) and 6 over a 2-partition source (fan-out), run under
 exactly-once in static mode, with ``--processes 2`` and as two group members,
-SIGKILLed once mid-run, then run until caught up."""
+SIGKILLed once mid-run, then run until caught up; and two group members run until
+caught up while a transaction is open on their source."""
 
 from __future__ import annotations
 
