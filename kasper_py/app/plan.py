@@ -6,7 +6,7 @@ at start and the routes its senders use. A lone processor's plan is itself, unch
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, cast
 
@@ -15,6 +15,7 @@ from kasper_py.app.topology import App, Channel, Node, Repartition
 from kasper_py.config import Config, OutputTopic
 from kasper_py.exceptions import ConfigError
 from kasper_py.kafka.topics import internal_specs, leader_topic, source_counts, task_count
+from kasper_py.message import TopicPartitionKey
 from kasper_py.processor import ProcessorFactory
 from kasper_py.stores.base import StoreSpec
 from kasper_py.stores.specs import check_unique_names
@@ -127,24 +128,33 @@ def read_together(inputs: Sequence[frozenset[str]]) -> tuple[tuple[str, ...], ..
     return tuple(tuple(sorted(g, key=order.index)) for g in groups)
 
 
-def _partitions(repartition: Repartition, config: Config | None) -> dict[str, Any]:
+def _partitions(repartition: Repartition, topic: str, config: Config | None,
+                owners: Mapping[TopicPartitionKey, str] | None) -> dict[str, Any]:
     """A repartition's count (``None``: the sources') and who runs its partitions: a
     static set, the partitions of it this process owns; else every partition number's
-    owner (all of them, a ``--processes`` worker each, or the group)."""
+    owner (all of them, a ``--processes`` worker each, or the group). In group mode with
+    the group's ``owners`` read: the member holding each partition (``-``: none yet)."""
     count = repartition.partitions
     owned = None if config is None else config.input_partitions
-    runs: Any = ("group" if config is not None and config.group_mode
-                 else "all" if owned is None
+    group = config is not None and config.group_mode
+    runs: Any = ("group" if group else "all" if owned is None
                  else [p for p in owned if count is None or p < count])
-    return {"count": count, "runs": runs}
+    found = {"count": count, "runs": runs}
+    if group and owners is not None:
+        held = {p: who for (t, p), who in owners.items() if t == topic}
+        numbers = range(count) if count is not None else sorted(held)
+        found["members"] = {str(p): held.get(p, "-") for p in numbers}
+    return found
 
 
-def describe(app: App, config: Config | None = None) -> dict[str, Any]:
+def describe(app: App, config: Config | None = None,
+             owners: Mapping[TopicPartitionKey, str] | None = None) -> dict[str, Any]:
     """The app's topology as plain data (``kasper app describe``): its processors in
     turn order, each with inputs, outputs and stores (and its operators in order, when
     declared: a DSL stage's named nodes, as Kafka Streams' ``Topology.describe()``);
-    its internal topics (named after ``config.name``, else the app's name) and
-    channels; its tasks."""
+    its internal topics (named after ``config.name``, else the app's name), who runs
+    their partitions (in group mode, with the group's ``owners``, each one's member)
+    and channels; its tasks."""
     name = config.name if config is not None else app.name
     nodes = app.ordered()
 
@@ -172,7 +182,7 @@ def describe(app: App, config: Config | None = None) -> dict[str, Any]:
         "internal_topics": [*(r.topic(name) for r in app.repartitions.values()),
                             *([leader_topic(name)] if any(t.on_leader for t in app.tasks)
                               else [])],
-        "partitions": {r.topic(name): _partitions(r, config)
+        "partitions": {r.topic(name): _partitions(r, r.topic(name), config, owners)
                        for r in app.repartitions.values()},
         "channels": list(app.channels),
         "tasks": [{"name": t.name, "on_leader": t.on_leader} for t in app.tasks],

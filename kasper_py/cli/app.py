@@ -31,6 +31,7 @@ from kasper_py.cli.offsets import (
     admin_for,
     alter_offsets,
     describe_target,
+    group_of,
     probe,
     read_progress,
     refuse_if_active,
@@ -48,6 +49,9 @@ from kasper_py.message import TopicPartitionKey
 
 __all__ = ["add_app_parsers", "app_command", "app_reset", "load_app", "render"]
 
+_MEMBERS_TIMEOUT = 10.0
+"""``kasper app describe --members``: how long to wait for Kafka."""
+
 
 def add_app_parsers(commands: Any, add_config_flags: Callable[[argparse.ArgumentParser], None]
                     ) -> None:
@@ -59,6 +63,9 @@ def add_app_parsers(commands: Any, add_config_flags: Callable[[argparse.Argument
                               "internal topics, channels, stores and tasks")
     add_target_arguments(show, stores=False)  # an App declares its stores
     show.add_argument("--json", action="store_true", help="print it as JSON")
+    show.add_argument("--members", action="store_true",
+                      help="group mode: also read the group from Kafka and name the member "
+                           "holding each partition of each internal topic")
     show.set_defaults(offline=True)  # reads the code and the config, never Kafka
     add_name_flags(show, ("name",))
     reset = actions.add_parser(
@@ -83,7 +90,11 @@ def app_command(config: Config, args: argparse.Namespace) -> int:
     if args.action == "reset":
         return app_reset(config, args)
     app = load_app(args)
-    topology = describe(app, config)
+    owners = None
+    if args.members and config.group_mode:
+        with admin_for(config, _MEMBERS_TIMEOUT) as admin:
+            owners = group_of(config, admin).owners()
+    topology = describe(app, config, owners)
     if args.json:
         print(json.dumps(topology, indent=2))
     else:
@@ -125,6 +136,7 @@ def render(topology: dict[str, Any]) -> str:
         runs = found["runs"] if isinstance(found["runs"], str) else (
             ",".join(map(str, found["runs"])) or "none")
         lines.append(f"  {topic}: {count} partitions; this process runs: {runs}")
+        lines += [f"    partition {p}: {who}" for p, who in found.get("members", {}).items()]
     if topology["channels"]:
         lines.append(f"  channels: {', '.join(topology['channels'])}")
     for task in topology["tasks"]:

@@ -46,10 +46,9 @@ from kasper_py.loop.standby_placement import group_placement
 from kasper_py.message import TopicPartitionKey
 
 __all__ = ["Progress", "ResetTarget", "add_offsets_parsers", "admin_for", "alter_offsets",
-           "clear_running_notes",
-           "describe_target", "lag", "offsets_reset", "offsets_show", "probe",
-           "read_progress", "refuse_if_active", "refuse_if_running", "reset_table",
-           "reset_target", "reset_targets"]
+           "clear_running_notes", "describe_target", "group_of", "lag", "offsets_reset",
+           "offsets_show", "probe", "read_progress", "refuse_if_active", "refuse_if_running",
+           "reset_table", "reset_target", "reset_targets"]
 
 _log = structlog.get_logger("kasper_py.cli")
 
@@ -148,7 +147,9 @@ def read_progress(config: Config, admin: KafkaAdmin, keys: list[TopicPartitionKe
         progress.finish()
 
 
-def _group(config: Config, admin: KafkaAdmin) -> Any:
+def group_of(config: Config, admin: KafkaAdmin) -> GroupState:
+    """The group's state and members (``admin.group``); ``CliError`` (the broker's exit
+    code) when it cannot be read."""
     try:
         return admin.group()
     except AdminError as exc:
@@ -162,7 +163,7 @@ def offsets_show(config: Config, timeout: float) -> int:
     """Print the group's state, committed offsets, watermarks, lag and owners."""
     with admin_for(config, timeout) as admin:
         metadata = probe(config, admin, timeout)
-        group = _group(config, admin)
+        group = group_of(config, admin)
         rows = _read_offsets(config, admin, metadata)
     print(f"group {config.group} ({group.state.lower()}, {len(group.members)} members)")
     owners = group.owners()
@@ -182,7 +183,7 @@ def lag(config: Config, timeout: float) -> int:
     members keeping each partition warm."""
     with admin_for(config, timeout) as admin:
         rows = _read_offsets(config, admin, probe(config, admin, timeout))
-        group = _group(config, admin)
+        group = group_of(config, admin)
     owners = group.owners()
     lags = [r.lag(config.auto_offset_reset) for r in rows]
     table = [["TOPIC", "PARTITION", "LAG", "MEMBER"]]
@@ -261,7 +262,7 @@ def describe_target(to: ResetTarget) -> str:
 def refuse_if_active(config: Config, admin: KafkaAdmin) -> GroupState:
     """The admin's group's state (``DEAD``: no such group) when it has no members;
     ``CliError(EXIT_REFUSED)`` naming them while it has."""
-    group: GroupState = _group(config, admin)
+    group: GroupState = group_of(config, admin)
     if group.members or group.state not in IDLE_GROUP_STATES:
         listed = ", ".join(m.describe() for m in group.members) or "none"
         raise CliError(EXIT_REFUSED, f"group {admin.group_id!r} is active "

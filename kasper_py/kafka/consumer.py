@@ -16,13 +16,16 @@ from confluent_kafka import (
     OFFSET_END,
     OFFSET_INVALID,
     Consumer,
+    IsolationLevel,
     KafkaError,
     KafkaException,
     TopicPartition,
 )
+from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]  # stubs omit it
 
 from kasper_py.config import Config
 from kasper_py.exceptions import CommitError, ConsumeError, TopicError
+from kasper_py.kafka.admin import shared_client
 from kasper_py.kafka.client_log import with_client_log
 from kasper_py.kafka.offsets import lowered
 from kasper_py.kafka.ports import Rebalance
@@ -342,6 +345,34 @@ class InputConsumer:
                                f"{self._config.bootstrap_servers} (waited up to "
                                f"{_METADATA_TIMEOUT:g}s): {exc.args[0]}") from exc
         return int(low), int(high)
+
+    def open_transactions(self, keys: Sequence[TopicPartitionKey]) -> list[TopicPartitionKey]:
+        """Of ``keys``, those a transaction is still open on: their last stable offset
+        (the end a ``read_committed`` reader sees) is below their high watermark. Such a
+        partition may be at its visible end yet gain records: a member's turn in flight,
+        or a killed member's transaction until the broker aborts it (its timeout). None
+        when this consumer reads uncommitted records, which it sees at once."""
+        conf = self._config.to_consumer_conf()
+        if not keys or conf.get("isolation.level") != "read_committed":
+            return []
+        client, _ = shared_client(self._config)
+        ends = {level: self._latest(client, keys, level) for level in
+                (IsolationLevel.READ_COMMITTED, IsolationLevel.READ_UNCOMMITTED)}
+        return [tp for tp in keys if ends[IsolationLevel.READ_COMMITTED][tp]
+                < ends[IsolationLevel.READ_UNCOMMITTED][tp]]
+
+    def _latest(self, client: Any, keys: Sequence[TopicPartitionKey],
+                level: IsolationLevel) -> dict[TopicPartitionKey, int]:
+        latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]
+        asked = {TopicPartition(*tp): latest for tp in keys}
+        try:
+            futures = client.list_offsets(asked, isolation_level=level,
+                                          request_timeout=_METADATA_TIMEOUT)
+            return {(tp.topic, tp.partition): int(future.result().offset)
+                    for tp, future in futures.items()}
+        except KafkaException as exc:
+            raise ConsumeError(f"end offsets ({level.name.lower()}) on "
+                               f"{self._config.bootstrap_servers}: {exc.args[0]}") from exc
 
     def close(self) -> None:
         """Leave without committing: only the loop commits."""

@@ -147,6 +147,10 @@ class InputPort(Protocol):
     def watermarks(self, key: TopicPartitionKey, cached: bool = False) -> tuple[int, int]:
         """(low, high) watermark of one partition."""
 
+    def open_transactions(self, keys: Sequence[TopicPartitionKey]) -> list[TopicPartitionKey]:
+        """Of ``keys``, those a transaction is still open on (records written, not yet
+        committed or aborted)."""
+
     def close(self) -> None:
         """Leave without committing."""
 

@@ -55,12 +55,6 @@ def task_count(config: Config, counts: Mapping[str, int]) -> int:
     ``TopicError`` listing them."""
     for group in config.input_groups or (config.input_topics,):
         common_partition_count({t: counts[t] for t in group})
-    if config.group_mode and len({counts[t] for t in config.input_topics}) > 1:
-        listed = ", ".join(f"{t}={counts[t]}" for t in config.input_topics)
-        raise TopicError(f"stages with their own partition count ({listed}) run with a static "
-                         "partition set or --processes N; group mode (--assignment group) "
-                         "does not run them yet: its --until-caught-up can end before the "
-                         "group committed every partition of a stage")
     return max(counts[t] for t in config.input_topics)
 
 

@@ -242,7 +242,11 @@ class GroupAssignment(Assignment):
     def caught_up(self, consumed_all: Callable[[], bool]) -> bool:
         """This member's own partitions first, at no cost to the broker; once they are
         done, the group's lag on every input partition, read at most every
-        ``_GROUP_CHECK_SECONDS``: caught up when the group holds none."""
+        ``_GROUP_CHECK_SECONDS``: caught up when the group holds none and no transaction
+        is open on any input partition (internal ones included). Under ``read_committed``
+        an open transaction hides its records and holds the partition's visible end below
+        them: a killed member's (until the broker aborts it) or a live member's turn in
+        flight would otherwise let the group end with those records unread."""
         if self._consumer.assigned and not consumed_all():
             return False
         now = self._clock()
@@ -250,7 +254,10 @@ class GroupAssignment(Assignment):
             return False
         self._next_group_check = now + _GROUP_CHECK_SECONDS
         self._committer.commit_past_markers()  # the group's offsets reach the end
-        lagging = self._group_lag()
+        keys = self._consumer.keys(range(self._partition_count or 0))
+        # first the open transactions: one that commits after this read shows as lag
+        lagging = dict.fromkeys(self._consumer.open_transactions(keys), 0)
+        lagging.update(self._group_lag(keys))
         if sorted(lagging) != self._group_lagging:
             self._group_lagging = sorted(lagging)
             if lagging:
@@ -259,15 +266,14 @@ class GroupAssignment(Assignment):
                           partitions=[f"{t}[{p}]" for t, p in self._group_lagging])
         return not lagging
 
-    def _group_lag(self) -> dict[TopicPartitionKey, int]:
-        """The group's lag on each partition of the input topics that has any, read
+    def _group_lag(self, keys: list[TopicPartitionKey]) -> dict[TopicPartitionKey, int]:
+        """The group's lag on each partition of ``keys`` that has any, read
         from the broker (one committed-offsets request, then each partition's end):
         ``offsets.partition_lag`` of the group's committed offset. Empty when the group
         has processed and committed everything written so far. The consumer reads
         committed offsets as stable ones (``read_committed``): while a transaction holds
         offsets pending (a killed exactly-once member's, until it times out) the read
         waits for it, so the answer is final."""
-        keys = self._consumer.keys(range(self._partition_count or 0))
         committed = self._consumer.committed(keys)
         lags = {}
         for tp in keys:

@@ -220,6 +220,10 @@ class _Consumer:
         """(low, high) of one partition; always current."""
         return self._broker.watermarks(*key)
 
+    def open_transactions(self, keys: Sequence[TopicPartitionKey]) -> list[TopicPartitionKey]:
+        """None: the in-memory broker appends a transaction's records at its commit."""
+        return []
+
     def close(self) -> None:
         """Nothing to release; positions and pauses are forgotten."""
         self._positions.clear()

@@ -2,7 +2,8 @@
 page-view app (rekey_app_module.py) with its repartition given 1 partition over a
 4-partition source (fan-in) and 6 over a 2-partition source (fan-out), run under
 exactly-once in static mode, with ``--processes 2`` and as two group members,
-SIGKILLed once mid-run, then run until caught up."""
+SIGKILLed once mid-run, then run until caught up; and two group members run until
+caught up while a transaction is open on their source."""
 
 from __future__ import annotations
 
@@ -12,12 +13,14 @@ import random
 import signal
 import subprocess
 import sys
+import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -30,9 +33,23 @@ pytestmark = pytest.mark.integration
 
 EXAMPLES = HERE.parents[1] / "examples"
 TOTAL = 600
-MODES = {"static": [[]], "processes": [["--processes", "2"]]}
-"""Each mode's ``kasper run`` processes, by their options. Group mode refuses stages of
-their own count (test_group_mode_refuses_them_naming_what_runs_them)."""
+MODES = {"static": [[]], "processes": [["--processes", "2"]],
+         "group": [["--assignment", "group"], ["--assignment", "group"]]}
+"""Each mode's ``kasper run`` processes, by their options (group: two members, each on
+a state folder of its own, as on two hosts)."""
+QUICK_SESSIONS = ("\n[consumer_overrides]\n\"group.protocol\" = \"classic\"\n"
+                  "\"session.timeout.ms\" = 6000\n")
+"""Group members whose SIGKILLed predecessors leave the group in 6 s: the classic
+protocol's session timeout is the client's (KIP-848's is the broker's, 45 s)."""
+
+
+def app_config(path: Path, mode: str, **fields: Any) -> Path:
+    """A member's or process's TOML config of ``fields``; group members with
+    ``QUICK_SESSIONS``."""
+    write_config(path, **fields)
+    if mode == "group":
+        path.write_text(path.read_text() + QUICK_SESSIONS)
+    return path
 
 
 def partition_count(bootstrap: str, topic: str) -> int:
@@ -78,7 +95,8 @@ def test_a_repartition_of_its_own_count_counts_exactly_under_kill(  # noqa: PLR0
         new_topic: Callable[..., str], kafka: Any, unique_name: Callable[[str], str],
         tmp_path: Path) -> None:
     """600 page views; the app runs, is SIGKILLed once it has committed part of the
-    source, and runs again until caught up. The repartition has
+    source (group mode: both members, over 2 partitions into 6, where partition numbers
+    1 and 2 are split between them), and runs again until caught up. The repartition has
     its own count; the group's committed offsets are at the end of every partition of
     the source and of the repartition; a read_committed reader sees each (user, n)
     update exactly once."""
@@ -88,10 +106,10 @@ def test_a_repartition_of_its_own_count_counts_exactly_under_kill(  # noqa: PLR0
     repartition = f"{name}-by-user-repartition"
     expected = produce_views(kafka, source, TOTAL, users=12, sessions=40)
     options = MODES[mode]
-    configs = [write_config(tmp_path / f"app{i}.toml", name=name, bootstrap_servers=bootstrap,
-                            state_dir=str(tmp_path / f"state{i}"), key_serde="str",
-                            value_serde="str", batch_size=20, batch_wait=0.1,
-                            processing_guarantee="exactly_once")
+    configs = [app_config(tmp_path / f"app{i}.toml", mode, name=name,
+                          bootstrap_servers=bootstrap, state_dir=str(tmp_path / f"state{i}"),
+                          key_serde="str", value_serde="str", batch_size=20, batch_wait=0.1,
+                          processing_guarantee="exactly_once")
                for i in range(len(options))]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "PAGEVIEWS_SOURCE": source,
            "PAGEVIEWS_OUTPUT": output, "PAGEVIEWS_PAUSE": "0.05",
@@ -167,27 +185,53 @@ def test_global_topk_example_is_exact_under_kill(bootstrap: str, new_topic: Call
         assert [tuple(pair) for pair in json.loads(final.value())] == expected
 
 
-def test_group_mode_refuses_them_naming_what_runs_them(
-        bootstrap: str, new_topic: Callable[..., str], unique_name: Callable[[str], str],
-        tmp_path: Path) -> None:
-    """`kasper run --assignment group` of an app whose repartition has a count of its own
-    exits 3 (bad configuration) before processing anything, naming both counts and the
-    modes that run it."""
-    source = new_topic("fan-views", partitions=2)
-    name = unique_name("fan-group")
-    config = write_config(tmp_path / "app.toml", name=name, bootstrap_servers=bootstrap,
-                          state_dir=str(tmp_path / "state"), key_serde="str",
-                          value_serde="str")
+def test_group_members_wait_out_a_transaction_open_on_their_input(
+        bootstrap: str, new_topic: Callable[..., str], kafka: Any,
+        unique_name: Callable[[str], str], tmp_path: Path) -> None:
+    """A transaction left open on the source (a killed upstream's, until the broker
+    aborts it) hides its records and holds the partition's visible end below them. Two
+    group members run until caught up over a 2-partition source and a 3-partition
+    repartition: with every visible view committed they keep running while it is open;
+    once it commits they count its view too and end, every partition of both topics
+    committed at its end, each update seen once. Meanwhile `kasper app describe
+    --members` names the member holding each partition of the repartition."""
+    source = new_topic("fan-open-views", partitions=2)
+    output = new_topic("fan-open-counts", partitions=2)
+    name = unique_name("fan-open")
+    expected = produce_views(kafka, source, 40, users=4, sessions=8)
+    upstream = Producer({"bootstrap.servers": bootstrap,
+                         "transactional.id": unique_name("fan-open-upstream")})
+    upstream.init_transactions()
+    upstream.begin_transaction()
+    upstream.produce(source, key=b"s0", value=b"u0,p-open", partition=0)
+    upstream.flush()
+    configs = [app_config(tmp_path / f"app{i}.toml", "group", name=name,
+                          bootstrap_servers=bootstrap, state_dir=str(tmp_path / f"state{i}"),
+                          key_serde="str", value_serde="str", batch_size=20, batch_wait=0.1,
+                          processing_guarantee="exactly_once") for i in range(2)]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "PAGEVIEWS_SOURCE": source,
-           "PAGEVIEWS_OUTPUT": new_topic("fan-counts", partitions=2),
-           "PAGEVIEWS_REPARTITION_PARTITIONS": "6"}
+           "PAGEVIEWS_OUTPUT": output, "PAGEVIEWS_REPARTITION_PARTITIONS": "3"}
+    repartition = f"{name}-by-user-repartition"
     with internal_topics_deleted(bootstrap, name):
-        run = Run([config], [tmp_path / "group.log"], [["--assignment", "group"]], env,
-                  "--until-caught-up")
-        assert run.finish() == [3], run.text()  # bad configuration
-        assert (f"stages with their own partition count ({source}=2, "
-                f"{name}-by-user-repartition=6) run with a static partition set or "
-                "--processes N; group mode") in run.text()
+        run = Run(configs, [tmp_path / f"member{i}.log" for i in range(2)],
+                  [["--assignment", "group"]] * 2, env, "--until-caught-up")
+        try:
+            wait_for(lambda: visible_done(kafka, name, bootstrap, {source: 2, repartition: 3}),
+                     "the visible records committed", 90)
+            time.sleep(3)  # a member that took this for caught up would have ended
+            assert [p.poll() for p in run.processes] == [None, None], run.text()
+            assert holders(configs[0], env, repartition) == {"0", "1", "2"}
+        finally:
+            upstream.commit_transaction()
+        assert run.finish() == [0, 0], run.text()
+        for topic, count in ((source, 2), (repartition, 3)):
+            committed = {p: o or 0 for p, o in kafka.committed(name, topic, count).items()}
+            assert committed == ends(bootstrap, topic, count)
+        expected["u0"] += 1
+        seen = updates(kafka, output)
+        assert set(seen.values()) == {1}, {u: n for u, n in seen.items() if n != 1}
+        assert set(seen) == {(user, n) for user, count in expected.items()
+                             for n in range(1, count + 1)}
 
 
 def test_kasper_query_routes_a_key_by_its_stages_own_partition_count(
@@ -225,3 +269,25 @@ def test_kasper_query_routes_a_key_by_its_stages_own_partition_count(
         assert partition_count(bootstrap, repartition) == 1
     assert {user: (a.returncode, a.stdout, a.stderr) for user, a in answers.items()} == {
         user: (0, f"{count}\n", "") for user, count in expected.items()}, run.text()
+
+
+def visible_done(kafka: Any, group: str, bootstrap: str, counts: dict[str, int]) -> bool:
+    """Every partition of the topics of ``counts`` committed at its visible end (its
+    last stable offset; past nothing: a transaction left open holds it)."""
+    return all({p: o or 0 for p, o in kafka.committed(group, topic, count).items()}
+               == ends(bootstrap, topic, count) for topic, count in counts.items())
+
+
+def holders(config: Path, env: dict[str, str], topic: str) -> set[str]:
+    """``kasper app describe --members --json`` of the group: which member holds each
+    partition of ``topic`` (every one held, by one of the two members; their numbers)."""
+    group = config.with_name("describe.toml")
+    group.write_text(config.read_text().replace("\n[", '\nassignment = "group"\n[', 1))
+    described = subprocess.run(
+        [sys.executable, "-m", "kasper_py", "app", "describe", APP, "--app-dir", str(HERE),
+         "--config", str(group), "--members", "--json"],
+        env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert described.returncode == 0, described.stderr[-2000:]
+    members = json.loads(described.stdout)["partitions"][topic]["members"]
+    assert "-" not in members.values() and len(set(members.values())) <= 2, members
+    return set(members)

@@ -259,3 +259,19 @@ def test_describe_tells_each_repartitions_count_and_who_runs_it() -> None:
     assert grouped["partitions"] == {"fan-by-key-repartition": {"count": 6, "runs": "group"}}
     assert describe(fan_app(6), dataclasses.replace(CONFIG, input_partitions=[1]))[
         "partitions"]["fan-by-key-repartition"]["runs"] == [1]
+
+
+def test_describe_names_the_member_holding_each_partition_in_group_mode() -> None:
+    """With the group's owners read (`kasper app describe --members`), each partition of
+    the repartition is listed with its member, `-` for one the group holds nowhere; the
+    source's owners are not the repartition's."""
+    grouped = dataclasses.replace(CONFIG, assignment="group")
+    topic = "fan-by-key-repartition"
+    owners = {(topic, p): f"m{p % 2}@h" for p in range(5)} | {("src", 5): "m9@h"}
+    topology = describe(fan_app(6), grouped, owners)
+    assert topology["partitions"][topic]["members"] == {
+        "0": "m0@h", "1": "m1@h", "2": "m0@h", "3": "m1@h", "4": "m0@h", "5": "-"}
+    assert render(topology).splitlines()[-6:] == [
+        "    partition 0: m0@h", "    partition 1: m1@h", "    partition 2: m0@h",
+        "    partition 3: m1@h", "    partition 4: m0@h", "    partition 5: -"]
+    assert "members" not in describe(fan_app(6), CONFIG, owners)["partitions"][topic]

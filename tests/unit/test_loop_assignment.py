@@ -253,9 +253,10 @@ class Coordinator:
         self._consumer.assigned = [tp for tp in self.assigned if tp not in keys]
 
 
-def member(broker: InMemoryBroker, config: Config = GROUPED) -> tuple[Parts, Coordinator]:
+def member(broker: InMemoryBroker, config: Config = GROUPED, count: int = 2
+           ) -> tuple[Parts, Coordinator]:
     joined = parts(broker, config, consumer=Coordinator)
-    joined.assignment.start(2)
+    joined.assignment.start(count)
     coordinator = joined.clients.consumer
     assert isinstance(coordinator, Coordinator)
     return joined, coordinator
@@ -445,21 +446,3 @@ def test_a_member_is_caught_up_only_when_the_group_holds_no_lag() -> None:
     assert not joined.assignment.caught_up(lambda: True)  # read again a second later
     coordinator.consume(100, 1.0)  # finding too little moves the broker's clock on 1 s
     assert joined.assignment.caught_up(lambda: True)
-
-
-FANNED = dataclasses.replace(GROUPED, input_topics=["a", "r"], input_groups=[["a"], ["r"]])
-
-
-def test_group_mode_refuses_stages_with_their_own_partition_count() -> None:
-    """A 2-partition source and a 6-partition repartition in group mode: the member's
-    first partition count is a TopicError naming both counts and what runs them (its
-    --until-caught-up could end before the group committed every partition of the
-    repartition)."""
-    broker = InMemoryBroker()
-    broker.create_topic("a", 2)
-    broker.create_topic("r", 6)
-    joined, _ = member(broker, FANNED)
-    with pytest.raises(TopicError, match=r"stages with their own partition count \(a=2, "
-                                         r"r=6\) run with a static partition set or "
-                                         r"--processes N; group mode"):
-        joined.clients.consumer.partition_count()
