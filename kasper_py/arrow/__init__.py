@@ -6,8 +6,10 @@ which receives the table. Needs the ``arrow`` extra (pyarrow); nothing else impo
 from __future__ import annotations
 
 import importlib
+import operator
 from abc import abstractmethod
 from collections.abc import Sequence
+from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
 from kasper_py.processor import MessageProcessor
@@ -43,25 +45,57 @@ def to_arrow(messages: Sequence[Message]) -> Any:
     pa = import_pyarrow()
     if not messages:
         return pa.table({name: [] for name in META_COLUMNS})
-    # a Message is a tuple: zip(*) transposes the batch into its fields in C
-    topics, partitions, offsets, keys, values, timestamps = list(zip(*messages, strict=True))[:6]
-    table = pa.table({"topic": topics, "partition": partitions, "offset": offsets,
-                      "timestamp": pa.array(timestamps, pa.int64()), "key": keys})
-    values = _values(pa, list(values))
+    # one C-level pass per column (map over an itemgetter), none per message in Python
+    topic, partition, offset, key, value, timestamp = (
+        list(map(field, messages)) for field in _FIELDS)
+    table = pa.table({"topic": _constant_or(pa, topic, pa.string()),
+                      "partition": _constant_or(pa, partition, pa.int64()),
+                      "offset": pa.array(offset, pa.int64()),
+                      "timestamp": pa.array(timestamp, pa.int64()), "key": key})
+    values = _values(pa, value)
     for name in values.column_names:
         column = name if name not in META_COLUMNS else f"value.{name}"
         table = table.append_column(column, values.column(name))
     return table
 
 
+_FIELDS = tuple(operator.itemgetter(index) for index in range(6))
+"""A ``Message``'s topic, partition, offset, key, value and timestamp."""
+
+
+def _constant_or(pa: Any, column: list[Any], kind: Any) -> Any:
+    """``column`` as an array: one repeated scalar when every row holds the first's
+    value (a partition's batch of one topic), counted in C."""
+    if column.count(column[0]) == len(column):
+        return pa.repeat(pa.scalar(column[0], kind), len(column))
+    return pa.array(column, kind)
+
+
 def _values(pa: Any, values: list[Any]) -> Any:
     """The values' columns (a table of as many rows)."""
-    if values and all(isinstance(value, dict) for value in values):
+    if isinstance(values[0], dict) and all(map(isinstance, values, repeat(dict))):
         return pa.Table.from_pylist(values)
-    if values and all(isinstance(value, bytes) and value[:1] == b"{" for value in values):
-        return pa.json.read_json(pa.py_buffer(b"\n".join(values)),
+    lines = _json_lines(values)
+    if lines is not None:
+        return pa.json.read_json(pa.py_buffer(lines),
                                  read_options=pa.json.ReadOptions(use_threads=False))
     return pa.table({"value": values})
+
+
+def _json_lines(values: list[Any]) -> bytes | None:
+    """The values as newline-delimited JSON, one line per value, when every value is
+    the bytes of one JSON object on one line (Arrow's reader then gives a row each);
+    ``None`` otherwise. Checked by counting in C, not by a Python step per value."""
+    if not isinstance(values[0], bytes):
+        return None
+    try:
+        lines = b"\n".join(values)
+    except TypeError:  # not all bytes (None, str, ...)
+        return None
+    rows = len(values) - 1
+    if lines[:1] != b"{" or lines.count(b"\n") != rows or lines.count(b"\n{") != rows:
+        return None
+    return lines
 
 
 def send_table(sender: Sender, topic: str, table: Any, *, key: str | None = None,

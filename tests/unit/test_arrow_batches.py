@@ -43,6 +43,30 @@ def test_plain_values_are_one_column_and_clashing_fields_are_renamed() -> None:
     assert table.column("key").to_pylist() == ["k0"]
 
 
+def test_a_batch_of_two_topics_keeps_each_rows_topic_and_partition() -> None:
+    """Co-partitioned inputs share a batch: the topic column is per row, not the first's."""
+    messages = [make_message("clicks", {"n": 1}, offset=4, partition=2),
+                make_message("views", {"n": 2}, offset=9, partition=2)]
+    table = to_arrow(messages)
+    assert table.column("topic").to_pylist() == ["clicks", "views"]
+    assert table.column("partition").to_pylist() == [2, 2]
+    assert table.column("offset").to_pylist() == [4, 9]
+
+
+@pytest.mark.parametrize("values", [
+    [b'{"a": 1}', b'{"a":\n 2}'],  # a line break inside a value: not one row per line
+    [b'{"a": 1}', b"[1]"],  # a value that is not an object
+    [b'{"a": 1}', None],  # a tombstone
+], ids=["multi-line", "array", "tombstone"])
+def test_bytes_that_are_not_one_object_per_line_stay_one_value_column(
+        values: list[bytes | None]) -> None:
+    """Arrow's JSON reader is used only when every value is one object on one line;
+    otherwise the bytes are kept as they are, row for row, none lost."""
+    table = to_arrow(events(values))
+    assert table.column("value").to_pylist() == values
+    assert table.num_rows == len(values)
+
+
 class SumPerUser(ArrowMessageProcessor):
     """Sum and count of ``amount`` per ``user`` in each batch, sent from a table."""
 
