@@ -211,6 +211,24 @@ def test_async_processor_reprocesses_like_the_live_loop(bootstrap, new_topic, ka
     assert sum(outputs(kafka, spark_out).values()) == 300
 
 
+def test_a_raising_coroutine_fails_the_spark_job_and_writes_nothing(
+        bootstrap, new_topic, kafka, unique_name, spark) -> None:
+    """An AsyncMessageProcessor whose coroutine raises on Spark fails the job with a
+    ReprocessError naming the partition, offsets and cause; nothing reaches the output
+    topic (the failed task's queued output is dropped) and the group's offsets stay."""
+    source, output = new_topic("in"), new_topic("out")
+    kafka.produce(source, [b"poison"] + [b"ok-%d" % i for i in range(5)])
+    cfg = config(bootstrap, unique_name("afail"), [source], batch_size=50)
+    with pytest.raises(ReprocessError) as info:
+        reprocess(cfg, partial(procs.AsyncTagged, output=output, fail_on=b"poison"),
+                  handoff=True, spark=spark)
+    text = str(info.value)
+    assert "process() of partition 0 raised ValueError: cannot handle b'poison'" in text
+    assert f"{source}[0] offsets 0..5" in text
+    assert kafka.read_all(output) == []
+    assert kafka.committed(cfg.group, source) == {0: None}
+
+
 def test_arrow_processor_reprocesses_like_the_live_loop(bootstrap, new_topic, kafka,
                                                        unique_name, spark) -> None:
     """An ArrowMessageProcessor on Spark sends what it sends on the live loop."""
