@@ -8,17 +8,18 @@ from __future__ import annotations
 import importlib
 import operator
 from abc import abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from itertools import repeat
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
+from kasper_py.message import Message
 from kasper_py.processor import MessageProcessor
 
 if TYPE_CHECKING:
-    from kasper_py.message import Message
     from kasper_py.sender import Sender
 
-__all__ = ["ArrowMessageProcessor", "import_pyarrow", "send_table", "to_arrow"]
+__all__ = ["ArrowMessageProcessor", "TableBatch", "arrow_table", "import_pyarrow", "send_table",
+           "to_arrow"]
 
 META_COLUMNS = ("topic", "partition", "offset", "timestamp", "key")
 """The columns every table has, before the value's."""
@@ -41,26 +42,82 @@ def to_arrow(messages: Sequence[Message]) -> Any:
     (ms or null), ``key``, then the values. Values decoded to objects (``json``, Avro)
     give one column per field (a field missing from a record is null); undecoded JSON
     bytes (``value_serde="bytes"``) are parsed by Arrow's own JSON reader into the same
-    columns, much faster than Python; any other value is one ``value`` column."""
-    pa = import_pyarrow()
+    columns, much faster than Python; any other value is one ``value`` column. A
+    ``TableBatch`` (the Spark task's records, kept columnar) gives its own table."""
+    if isinstance(messages, TableBatch):
+        return messages.table()
     if not messages:
-        return pa.table({name: [] for name in META_COLUMNS})
+        return import_pyarrow().table({name: [] for name in META_COLUMNS})
     # one C-level pass per column (map over an itemgetter), none per message in Python
-    topic, partition, offset, key, value, timestamp = (
-        list(map(field, messages)) for field in _FIELDS)
-    table = pa.table({"topic": _constant_or(pa, topic, pa.string()),
-                      "partition": _constant_or(pa, partition, pa.int64()),
-                      "offset": pa.array(offset, pa.int64()),
-                      "timestamp": pa.array(timestamp, pa.int64()), "key": key})
-    values = _values(pa, value)
+    return arrow_table({name: list(map(field, messages)) for name, field in _FIELDS.items()})
+
+
+def arrow_table(columns: Mapping[str, list[Any]]) -> Any:
+    """The table ``to_arrow`` makes, from a batch's columns (``META_COLUMNS`` and
+    ``value``, non-empty, of equal lengths): the one place both runners build it, the loop
+    from its messages and the Spark task from its Arrow records."""
+    pa = import_pyarrow()
+    table = pa.table({"topic": _constant_or(pa, columns["topic"], pa.string()),
+                      "partition": _constant_or(pa, columns["partition"], pa.int64()),
+                      "offset": pa.array(columns["offset"], pa.int64()),
+                      "timestamp": pa.array(columns["timestamp"], pa.int64()),
+                      "key": columns["key"]})
+    values = _values(pa, columns["value"])
     for name in values.column_names:
         column = name if name not in META_COLUMNS else f"value.{name}"
         table = table.append_column(column, values.column(name))
     return table
 
 
-_FIELDS = tuple(operator.itemgetter(index) for index in range(6))
-"""A ``Message``'s topic, partition, offset, key, value and timestamp."""
+class TableBatch(Sequence[Message]):
+    """One partition's batch kept as columns (the Spark task's Arrow records): ``to_arrow``
+    builds its table from them with no ``Message`` per record. Read as a sequence (a
+    processor that iterates, a timestamp extractor, a replay skipped in part) it builds
+    its messages once, from ``messages``."""
+
+    def __init__(self, columns: dict[str, list[Any]],
+                 messages: Callable[[], list[Message]]) -> None:
+        self._columns = columns
+        self._build = messages
+        self._built: list[Message] | None = None
+
+    def table(self) -> Any:
+        """The batch as ``to_arrow`` gives it (built again on each call)."""
+        return arrow_table(self._columns)
+
+    def newest_timestamp(self) -> int | None:
+        """The newest Kafka timestamp of the batch (``None`` when none has one)."""
+        stamps = self._columns["timestamp"]
+        try:
+            return max(stamps, default=None)
+        except TypeError:  # some records have no timestamp
+            return max((stamp for stamp in stamps if stamp is not None), default=None)
+
+    def messages(self) -> list[Message]:
+        """The batch as messages, built on first use."""
+        if self._built is None:
+            self._built = self._build()
+        return self._built
+
+    def __len__(self) -> int:
+        return len(self._columns["offset"])
+
+    @overload
+    def __getitem__(self, index: int) -> Message: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[Message]: ...
+
+    def __getitem__(self, index: int | slice) -> Message | list[Message]:
+        return self.messages()[index]
+
+    def __iter__(self) -> Iterator[Message]:
+        return iter(self.messages())
+
+
+_FIELDS = {name: operator.itemgetter(index) for index, name in enumerate(
+    ("topic", "partition", "offset", "key", "value", "timestamp"))}
+"""A ``Message``'s fields that ``arrow_table`` takes, by column name."""
 
 
 def _constant_or(pa: Any, column: list[Any], kind: Any) -> Any:
