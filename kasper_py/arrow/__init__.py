@@ -6,6 +6,7 @@ which receives the table. Needs the ``arrow`` extra (pyarrow); nothing else impo
 from __future__ import annotations
 
 import importlib
+import json
 import operator
 from abc import abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING, Any, overload
 
 from kasper_py.message import Message
 from kasper_py.processor import MessageProcessor
+from kasper_py.serdes import JSON
 
 if TYPE_CHECKING:
     from kasper_py.sender import Sender
@@ -160,14 +162,54 @@ def send_table(sender: Sender, topic: str, table: Any, *, key: str | None = None
     """Send one message to ``topic`` per row of ``table`` (an Arrow table, or anything
     with ``to_arrow()``: a Polars frame): its ``key`` column as the key (none when
     ``None``), the ``value`` columns (default: every other) as a dict value, which the
-    topic's serde encodes (``json``, Avro). Rows keep the table's order."""
+    topic's serde encodes (``json``, Avro). Rows keep the table's order. For the ``json``
+    serde, columns of integers, booleans and plain ASCII text (no quote, backslash or
+    control character) are encoded by Arrow, the bytes the serde would give."""
     if hasattr(table, "to_arrow"):
         table = table.to_arrow()
     columns = list(value) if value is not None else [
         name for name in table.column_names if name != key]
-    rows = table.select(columns).to_pylist()
+    rows = None
+    if sender.value_serde(topic) is JSON:
+        rows = _json_rows(table, columns)
+    if rows is None:
+        rows = table.select(columns).to_pylist()
     keys = table.column(key).to_pylist() if key is not None else [None] * len(rows)
     sender.send_many(topic, [(k, row, None, None) for k, row in zip(keys, rows, strict=True)])
+
+
+_json_string = json.encoder.encode_basestring_ascii
+
+_PLAIN_TEXT = r"^[ !#-\[\]-~]*$"
+r"""Text the json serde writes as is between quotes: printable ASCII, no ``"`` nor ``\``."""
+
+
+def _json_rows(table: Any, columns: Sequence[str]) -> list[bytes] | None:
+    """Each row of ``columns`` as the ``json`` serde encodes its dict (compact, keys in
+    order), joined by Arrow; ``None`` when a column is of another kind, whose text only
+    Python's encoder gives exactly (floats, nested values, other text)."""
+    pa = import_pyarrow()
+    compute = importlib.import_module("pyarrow.compute")
+    parts: list[Any] = []
+    for index, name in enumerate(columns):
+        column = table.column(name)
+        kind = column.type
+        if pa.types.is_integer(kind):
+            text = column.cast(pa.string())
+        elif pa.types.is_boolean(kind):
+            text = compute.if_else(column, "true", "false")
+        elif pa.types.is_string(kind) and compute.all(
+                compute.match_substring_regex(column, _PLAIN_TEXT)).as_py() is not False:
+            text = compute.binary_join_element_wise('"', column, '"', "")
+        else:
+            return None
+        if column.null_count:
+            text = compute.fill_null(text, "null")
+        parts += [("{" if index == 0 else ",") + _json_string(name) + ":", text]
+    if not parts:
+        return None
+    joined = compute.binary_join_element_wise(*parts, "}", "")
+    return list(joined.cast(pa.binary()).to_pylist())
 
 
 class ArrowMessageProcessor(MessageProcessor):

@@ -113,3 +113,22 @@ def test_send_table_takes_a_real_polars_frame() -> None:
     send_table(sender, "out", frame, key="user")
     sent = [(m.topic, m.key, json.loads(m.value)) for m in sender.messages]
     assert sent == [("out", b"a", {"total": 3}), ("out", b"b", {"total": 5})]
+
+
+@pytest.mark.parametrize("columns", [
+    {"n": [1, -2, None, 2**62], "ok": [True, False, None, True],
+     "name": ["plain text", "", None, "~!#[]"]},
+    {"x": [0.1, 1.0, 1e20, None]},
+    {"name": ['a "quoted" word', "back\\slash", "caf\u00e9", "tab\there"]},
+    {"nested": [{"a": 1}, None, {"a": 2}, {"a": None}]},
+], ids=["arrow-encoded", "floats", "escaped-text", "nested"])
+def test_send_table_with_the_json_serde_gives_the_serdes_bytes(columns: dict[str, Any]) -> None:
+    """Whether Arrow encodes the rows (integers, booleans, plain text, nulls) or the
+    serde does (floats, text needing escapes, nested values), each value is the bytes
+    the json serde gives for the row's dict."""
+    table = pa.table({"user": ["u0", "u1", "u2", "u3"], **columns})
+    sender = Sender(STRING, JSON)
+    send_table(sender, "out", table, key="user")
+    rows = table.select(list(columns)).to_pylist()
+    assert [(m.key, m.value) for m in sender.messages] == [
+        (f"u{n}".encode(), JSON.encode(row)) for n, row in enumerate(rows)]
