@@ -2,7 +2,8 @@
 partition number (and, per topic, by offset), become ``Batch``es of
 ``Config.largest_batch`` run through the turn engine (``kasper_py.turn``) with the task's
 producer as its output port: the loop's turn, the loop's decoder, the loop's dead
-letters.
+letters. ``records.py`` turns each batch's records into the turn's input (an
+``ArrowMessageProcessor``'s may stay columnar).
 
 With stores, every batch's output is acked before the next (local tables apply their
 writes only then); without, acks are awaited at the end of each partition. Any error
