@@ -146,6 +146,10 @@ class Sender:
             self._unnote(topic)
             raise
 
+    def value_serde(self, topic: str) -> Serde:
+        """The serde that encodes values sent to ``topic`` (a topic serde bound to it)."""
+        return bound_to(self._value_serde, topic)
+
     def _switch_to(self, topic: str) -> None:
         """Sends go to ``topic`` now: check its name, note it, take its encoders."""
         if type(topic) is not str or not topic:

@@ -6,17 +6,22 @@ which receives the table. Needs the ``arrow`` extra (pyarrow); nothing else impo
 from __future__ import annotations
 
 import importlib
+import json
+import operator
 from abc import abstractmethod
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from itertools import repeat
+from typing import TYPE_CHECKING, Any, overload
 
+from kasper_py.message import Message
 from kasper_py.processor import MessageProcessor
+from kasper_py.serdes import JSON
 
 if TYPE_CHECKING:
-    from kasper_py.message import Message
     from kasper_py.sender import Sender
 
-__all__ = ["ArrowMessageProcessor", "import_pyarrow", "send_table", "to_arrow"]
+__all__ = ["ArrowMessageProcessor", "TableBatch", "arrow_table", "import_pyarrow", "send_table",
+           "to_arrow"]
 
 META_COLUMNS = ("topic", "partition", "offset", "timestamp", "key")
 """The columns every table has, before the value's."""
@@ -39,29 +44,117 @@ def to_arrow(messages: Sequence[Message]) -> Any:
     (ms or null), ``key``, then the values. Values decoded to objects (``json``, Avro)
     give one column per field (a field missing from a record is null); undecoded JSON
     bytes (``value_serde="bytes"``) are parsed by Arrow's own JSON reader into the same
-    columns, much faster than Python; any other value is one ``value`` column."""
-    pa = import_pyarrow()
+    columns, much faster than Python; any other value is one ``value`` column. A
+    ``TableBatch`` (the Spark task's records, kept columnar) gives its own table."""
+    if isinstance(messages, TableBatch):
+        return messages.table()
     if not messages:
-        return pa.table({name: [] for name in META_COLUMNS})
-    # a Message is a tuple: zip(*) transposes the batch into its fields in C
-    topics, partitions, offsets, keys, values, timestamps = list(zip(*messages, strict=True))[:6]
-    table = pa.table({"topic": topics, "partition": partitions, "offset": offsets,
-                      "timestamp": pa.array(timestamps, pa.int64()), "key": keys})
-    values = _values(pa, list(values))
+        return import_pyarrow().table({name: [] for name in META_COLUMNS})
+    # one C-level pass per column (map over an itemgetter), none per message in Python
+    return arrow_table({name: list(map(field, messages)) for name, field in _FIELDS.items()})
+
+
+def arrow_table(columns: Mapping[str, list[Any]]) -> Any:
+    """The table ``to_arrow`` makes, from a batch's columns (``META_COLUMNS`` and
+    ``value``, non-empty, of equal lengths): the one place both runners build it, the loop
+    from its messages and the Spark task from its Arrow records."""
+    pa = import_pyarrow()
+    table = pa.table({"topic": _constant_or(pa, columns["topic"], pa.string()),
+                      "partition": _constant_or(pa, columns["partition"], pa.int64()),
+                      "offset": pa.array(columns["offset"], pa.int64()),
+                      "timestamp": pa.array(columns["timestamp"], pa.int64()),
+                      "key": columns["key"]})
+    values = _values(pa, columns["value"])
     for name in values.column_names:
         column = name if name not in META_COLUMNS else f"value.{name}"
         table = table.append_column(column, values.column(name))
     return table
 
 
+class TableBatch(Sequence[Message]):
+    """One partition's batch kept as columns (the Spark task's Arrow records): ``to_arrow``
+    builds its table from them with no ``Message`` per record. Read as a sequence (a
+    processor that iterates, a timestamp extractor, a replay skipped in part) it builds
+    its messages once, from ``messages``."""
+
+    def __init__(self, columns: dict[str, list[Any]],
+                 messages: Callable[[], list[Message]]) -> None:
+        self._columns = columns
+        self._build = messages
+        self._built: list[Message] | None = None
+
+    def table(self) -> Any:
+        """The batch as ``to_arrow`` gives it (built again on each call)."""
+        return arrow_table(self._columns)
+
+    def newest_timestamp(self) -> int | None:
+        """The newest Kafka timestamp of the batch (``None`` when none has one)."""
+        stamps = self._columns["timestamp"]
+        try:
+            return max(stamps, default=None)
+        except TypeError:  # some records have no timestamp
+            return max((stamp for stamp in stamps if stamp is not None), default=None)
+
+    def messages(self) -> list[Message]:
+        """The batch as messages, built on first use."""
+        if self._built is None:
+            self._built = self._build()
+        return self._built
+
+    def __len__(self) -> int:
+        return len(self._columns["offset"])
+
+    @overload
+    def __getitem__(self, index: int) -> Message: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[Message]: ...
+
+    def __getitem__(self, index: int | slice) -> Message | list[Message]:
+        return self.messages()[index]
+
+    def __iter__(self) -> Iterator[Message]:
+        return iter(self.messages())
+
+
+_FIELDS = {name: operator.itemgetter(index) for index, name in enumerate(
+    ("topic", "partition", "offset", "key", "value", "timestamp"))}
+"""A ``Message``'s fields that ``arrow_table`` takes, by column name."""
+
+
+def _constant_or(pa: Any, column: list[Any], kind: Any) -> Any:
+    """``column`` as an array: one repeated scalar when every row holds the first's
+    value (a partition's batch of one topic), counted in C."""
+    if column.count(column[0]) == len(column):
+        return pa.repeat(pa.scalar(column[0], kind), len(column))
+    return pa.array(column, kind)
+
+
 def _values(pa: Any, values: list[Any]) -> Any:
     """The values' columns (a table of as many rows)."""
-    if values and all(isinstance(value, dict) for value in values):
+    if isinstance(values[0], dict) and all(map(isinstance, values, repeat(dict))):
         return pa.Table.from_pylist(values)
-    if values and all(isinstance(value, bytes) and value[:1] == b"{" for value in values):
-        return pa.json.read_json(pa.py_buffer(b"\n".join(values)),
+    lines = _json_lines(values)
+    if lines is not None:
+        return pa.json.read_json(pa.py_buffer(lines),
                                  read_options=pa.json.ReadOptions(use_threads=False))
     return pa.table({"value": values})
+
+
+def _json_lines(values: list[Any]) -> bytes | None:
+    """The values as newline-delimited JSON, one line per value, when every value is
+    the bytes of one JSON object on one line (Arrow's reader then gives a row each);
+    ``None`` otherwise. Checked by counting in C, not by a Python step per value."""
+    if not isinstance(values[0], bytes):
+        return None
+    try:
+        lines = b"\n".join(values)
+    except TypeError:  # not all bytes (None, str, ...)
+        return None
+    rows = len(values) - 1
+    if lines[:1] != b"{" or lines.count(b"\n") != rows or lines.count(b"\n{") != rows:
+        return None
+    return lines
 
 
 def send_table(sender: Sender, topic: str, table: Any, *, key: str | None = None,
@@ -69,14 +162,54 @@ def send_table(sender: Sender, topic: str, table: Any, *, key: str | None = None
     """Send one message to ``topic`` per row of ``table`` (an Arrow table, or anything
     with ``to_arrow()``: a Polars frame): its ``key`` column as the key (none when
     ``None``), the ``value`` columns (default: every other) as a dict value, which the
-    topic's serde encodes (``json``, Avro). Rows keep the table's order."""
+    topic's serde encodes (``json``, Avro). Rows keep the table's order. For the ``json``
+    serde, columns of integers, booleans and plain ASCII text (no quote, backslash or
+    control character) are encoded by Arrow, the bytes the serde would give."""
     if hasattr(table, "to_arrow"):
         table = table.to_arrow()
     columns = list(value) if value is not None else [
         name for name in table.column_names if name != key]
-    rows = table.select(columns).to_pylist()
+    rows = None
+    if sender.value_serde(topic) is JSON:
+        rows = _json_rows(table, columns)
+    if rows is None:
+        rows = table.select(columns).to_pylist()
     keys = table.column(key).to_pylist() if key is not None else [None] * len(rows)
     sender.send_many(topic, [(k, row, None, None) for k, row in zip(keys, rows, strict=True)])
+
+
+_json_string = json.encoder.encode_basestring_ascii
+
+_PLAIN_TEXT = r"^[ !#-\[\]-~]*$"
+r"""Text the json serde writes as is between quotes: printable ASCII, no ``"`` nor ``\``."""
+
+
+def _json_rows(table: Any, columns: Sequence[str]) -> list[bytes] | None:
+    """Each row of ``columns`` as the ``json`` serde encodes its dict (compact, keys in
+    order), joined by Arrow; ``None`` when a column is of another kind, whose text only
+    Python's encoder gives exactly (floats, nested values, other text)."""
+    pa = import_pyarrow()
+    compute = importlib.import_module("pyarrow.compute")
+    parts: list[Any] = []
+    for index, name in enumerate(columns):
+        column = table.column(name)
+        kind = column.type
+        if pa.types.is_integer(kind):
+            text = column.cast(pa.string())
+        elif pa.types.is_boolean(kind):
+            text = compute.if_else(column, "true", "false")
+        elif pa.types.is_string(kind) and compute.all(
+                compute.match_substring_regex(column, _PLAIN_TEXT)).as_py() is not False:
+            text = compute.binary_join_element_wise('"', column, '"', "")
+        else:
+            return None
+        if column.null_count:
+            text = compute.fill_null(text, "null")
+        parts += [("{" if index == 0 else ",") + _json_string(name) + ":", text]
+    if not parts:
+        return None
+    joined = compute.binary_join_element_wise(*parts, "}", "")
+    return list(joined.cast(pa.binary()).to_pylist())
 
 
 class ArrowMessageProcessor(MessageProcessor):

@@ -18,7 +18,7 @@ from kasper_py.kafka.alignment import UNALIGNED, Alignment, runs_until
 from kasper_py.message import Message, TopicPartitionKey, Undecodable
 from kasper_py.serdes import BYTES, Serde, bound_to
 
-__all__ = ["Batch", "Collector", "OffsetRange", "build_batch", "decode_batch"]
+__all__ = ["Batch", "Collector", "OffsetRange", "build_batch", "decode_batch", "offset_range"]
 
 
 @dataclass
@@ -372,12 +372,9 @@ def _group(by_tp: dict[TopicPartitionKey, list[Message]], aside: list[Undecodabl
     batch = Batch(undecodable=aside)
     for (topic, partition), messages in by_tp.items():
         first, last = messages[0], messages[-1]
-        # Offsets are unique and increasing, so n messages span at least n offsets.
-        if last.offset - first.offset + 1 < len(messages):
-            raise OffsetError(f"{topic}[{partition}] offsets are not increasing within a batch "
-                              f"({len(messages)} messages in {first.offset}..{last.offset})")
-        batch.ranges[(topic, partition)] = OffsetRange(
-            first.offset, last.offset, len(messages), first.timestamp, last.timestamp)
+        batch.ranges[(topic, partition)] = offset_range(
+            (topic, partition), first.offset, last.offset, len(messages),
+            first_timestamp=first.timestamp, last_timestamp=last.timestamp)
         batch.by_partition.setdefault(partition, []).extend(messages)
     for record in aside:  # committed with the batch, though no processor sees them
         offsets = batch.ranges.get((record.topic, record.partition))
@@ -389,6 +386,17 @@ def _group(by_tp: dict[TopicPartitionKey, list[Message]], aside: list[Undecodabl
             offsets.last = max(offsets.last, record.offset)
             offsets.count += 1
     return batch
+
+
+def offset_range(key: TopicPartitionKey, first: int, last: int, count: int, *,
+                 first_timestamp: int | None, last_timestamp: int | None) -> OffsetRange:
+    """The range of ``count`` messages of one topic-partition from ``first`` to ``last``;
+    raises ``OffsetError`` when they cannot be in increasing offset order."""
+    # Offsets are unique and increasing, so n messages span at least n offsets.
+    if last - first + 1 < count:
+        raise OffsetError(f"{key[0]}[{key[1]}] offsets are not increasing within a batch "
+                          f"({count} messages in {first}..{last})")
+    return OffsetRange(first, last, count, first_timestamp, last_timestamp)
 
 
 def _consume_error(record: Any) -> ConsumeError:

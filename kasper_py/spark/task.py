@@ -2,7 +2,8 @@
 partition number (and, per topic, by offset), become ``Batch``es of
 ``Config.largest_batch`` run through the turn engine (``kasper_py.turn``) with the task's
 producer as its output port: the loop's turn, the loop's decoder, the loop's dead
-letters.
+letters. ``records.py`` turns each batch's records into the turn's input (an
+``ArrowMessageProcessor``'s may stay columnar).
 
 With stores, every batch's output is acked before the next (local tables apply their
 writes only then); without, acks are awaited at the end of each partition. Any error
@@ -13,7 +14,6 @@ scheduled tasks do not run. Nothing here imports pyspark.
 
 from __future__ import annotations
 
-import base64
 import json
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
@@ -24,11 +24,11 @@ from kasper_py._support.closing import close_all
 from kasper_py.arrow import import_pyarrow
 from kasper_py.config import Config
 from kasper_py.exceptions import OffsetError
-from kasper_py.kafka.batching import decode_batch
 from kasper_py.kafka.ports import OutputPort
 from kasper_py.kafka.producer import OutputProducer
-from kasper_py.message import Message, OutgoingRecord
+from kasper_py.message import OutgoingRecord
 from kasper_py.processor import ProcessorFactory
+from kasper_py.spark.records import reader_for
 from kasper_py.stores.base import StoreRuntime, StoreSpec
 from kasper_py.turn import TurnEngine
 
@@ -101,14 +101,13 @@ def run_task(
     failed = True
     try:
         for batch in batches:
-            messages = _messages(batch)
-            for partition, start, stop in _runs(messages):
+            for partition, start, stop in _runs(batch.column(1).to_pylist()):
                 if runner is None or runner.partition != partition:
                     if runner is not None:
                         done.append(_finish(runner, report))
                     _check_new(partition, done)
                     runner = PartitionRunner(spec, partition, producer)
-                runner.feed(messages[start:stop])
+                runner.feed(batch.slice(start, stop - start))
         if runner is not None:
             done.append(_finish(runner, report))
             runner = None
@@ -147,7 +146,8 @@ class PartitionRunner:
         self.stats = PartitionStats(partition)
         self._config, self._spec, self._producer = config, spec, producer
         self._started = time.perf_counter()
-        self._pending: list[Message] = []
+        self._pending: Any = None
+        """Arrow records (a table of ``COLUMNS``) not yet in a turn."""
         self._first: dict[str, int] = {}
         self._last: dict[str, int] = {}
         self._closed = False
@@ -163,21 +163,26 @@ class PartitionRunner:
         except BaseException:
             self.abort()
             raise
+        # chosen once: an Arrow processor's records may stay columnar (records.py)
+        self._reader = reader_for(config, self._engine.partitions[partition].processor)
 
-    def feed(self, messages: list[Message]) -> None:
-        """Buffer ``messages``; run a turn on every full batch."""
-        size = self._config.largest_batch
-        buffer = self._pending + messages if self._pending else messages
-        full = len(buffer) - len(buffer) % size
+    def feed(self, records: Any) -> None:
+        """Buffer ``records`` (Arrow records of this partition, ``COLUMNS``); run a turn on
+        every full batch."""
+        pa, size = import_pyarrow(), self._config.largest_batch
+        buffer = pa.Table.from_batches([records])
+        if self._pending is not None:
+            buffer = pa.concat_tables([self._pending, buffer])
+        full = buffer.num_rows - buffer.num_rows % size
         for begin in range(0, full, size):
-            self._turn(buffer[begin:begin + size])
-        self._pending = buffer[full:]
+            self._turn(buffer.slice(begin, size))
+        self._pending = buffer.slice(full) if full < buffer.num_rows else None
 
     def finish(self) -> PartitionStats:
         """Process what is left, wait for every ack, close the processor and stores."""
-        if self._pending:
+        if self._pending is not None:
             self._turn(self._pending)
-            self._pending = []
+            self._pending = None
         self._producer.wait_for_acks()
         self.abort()
         self.stats.seconds = time.perf_counter() - self._started
@@ -192,11 +197,8 @@ class PartitionRunner:
             self._closed = True
             close_all(self._engine.close_steps(), self._config.name)
 
-    def _turn(self, messages: list[Message]) -> None:
-        config = self._config
-        batch = decode_batch(messages, config.key_decoder, config.value_decoder,
-                             set_aside=config.on_decode_error != "fail",
-                             keep_read=config.on_process_error == "dead_letter")
+    def _turn(self, records: Any) -> None:
+        batch = self._reader.batch(records)
         result = self._engine.run(batch)
         for (topic, _), offsets in batch.ranges.items():
             self._first.setdefault(topic, offsets.first)
@@ -244,37 +246,16 @@ class _AckedAtFinish:
         return self._port.missing_topics(topics)
 
 
-def _runs(messages: Sequence[Message]) -> Iterator[tuple[int, int, int]]:
+def _runs(partitions: Sequence[int]) -> Iterator[tuple[int, int, int]]:
     """(partition, start, stop) of each run of one partition number."""
-    if not messages:
+    if not partitions:
         return
-    first = messages[0].partition
-    if messages[-1].partition == first and all(m.partition == first for m in messages):
-        yield first, 0, len(messages)
+    first = partitions[0]
+    if partitions.count(first) == len(partitions):
+        yield first, 0, len(partitions)
         return
     start = 0
-    for index in range(1, len(messages) + 1):
-        if index == len(messages) or messages[index].partition != messages[start].partition:
-            yield messages[start].partition, start, index
+    for index in range(1, len(partitions) + 1):
+        if index == len(partitions) or partitions[index] != partitions[start]:
+            yield partitions[start], start, index
             start = index
-
-
-def _messages(batch: Any) -> list[Message]:
-    """Arrow batch of ``COLUMNS`` -> Messages as read (key and value bytes; the turn's
-    ``decode_batch`` decodes them, as it does the loop's records). Spark's
-    ``timestampType`` is Kafka's Java id (-1 none, 0 create time, 1 log-append time),
-    one below confluent-kafka's, which ``Message.timestamp_type`` uses."""
-    topics, partitions, offsets, keys, values, stamps, kinds, headers = (
-        batch.column(i).to_pylist() for i in range(len(COLUMNS)))
-    new = tuple.__new__  # Message is a NamedTuple; this skips its Python-level __new__
-    return [new(Message, (topic, partition, offset, key, value, None if kind < 0 else stamp,
-                          _headers(header) if header else (), max(kind + 1, 0)))
-            for topic, partition, offset, key, value, stamp, kind, header
-            in zip(topics, partitions, offsets, keys, values, stamps, kinds, headers,
-                   strict=True)]
-
-
-def _headers(encoded: str) -> tuple[tuple[str, bytes | None], ...]:
-    """Spark's ``to_json`` of the headers column: ``[{"key": .., "value": base64}]``."""
-    return tuple((header["key"], None if header.get("value") is None
-                  else base64.b64decode(header["value"])) for header in json.loads(encoded))

@@ -5,18 +5,21 @@ and (effectively-once, the default) the partition's input offsets commit togethe
 
 Rows live in three tables of ``schema`` (``<table>`` is the store's name unless given)::
 
-    CREATE TABLE <table> (prefix text, partition int, key bytea, value bytea,
+    CREATE TABLE <table> (prefix text, partition int, key bytea, value jsonb,
                           PRIMARY KEY (prefix, partition, key))        -- upserts
     CREATE TABLE <table>_appended (prefix text, partition int,
                                    seq bigint GENERATED ALWAYS AS IDENTITY,
-                                   value bytea)                       -- appends, in order
+                                   value jsonb)                       -- appends, in order
     CREATE TABLE <table>_offsets (prefix text, partition int, topic text,
                                   next_offset bigint,
                                   PRIMARY KEY (prefix, partition, topic))
 
-``prefix`` is the processor name unless given; ``key`` and ``value`` are the serdes'
-bytes. Queries use a connection of their own and read committed rows only: with
-effectively-once they see whole turns, never one that is then replayed.
+``prefix`` is the processor name unless given; ``key`` is the key serde's bytes;
+``value`` is ``jsonb`` with the ``json`` value serde (typed: ``value->>'field'`` in
+SQL), ``bytea`` (the serde's bytes) with any other. Tables made before values were
+``jsonb`` keep ``bytea`` and keep working. Queries use a connection of their own and
+read committed rows only: with effectively-once they see whole turns, never one that is
+then replayed.
 """
 
 from __future__ import annotations
@@ -50,26 +53,37 @@ _RETRIABLE = (psycopg.OperationalError,)
 
 
 class _Sql:
-    """The statements of one table, ``%s`` placeholders in psycopg's style."""
+    """The statements of one table, ``%s`` placeholders in psycopg's style. ``values``
+    is the value columns' type: ``jsonb`` (the serde's JSON text, typed and queryable in
+    SQL) or ``bytea`` (the serde's bytes as they are); the Python side always deals in
+    the serde's bytes, converted in the statements."""
 
-    def __init__(self, schema: str, table: str) -> None:
+    def __init__(self, schema: str, table: str, values: str) -> None:
         rows, appended, offsets = (f'"{schema}"."{table}"', f'"{schema}"."{table}_appended"',
                                    f'"{schema}"."{table}_offsets"')
+        self.rows, self.values = rows, values
         self.create = (
             f'CREATE SCHEMA IF NOT EXISTS "{schema}"',
             f"CREATE TABLE IF NOT EXISTS {rows} (prefix text, partition int, key bytea, "
-            "value bytea NOT NULL, PRIMARY KEY (prefix, partition, key))",
+            f"value {values} NOT NULL, PRIMARY KEY (prefix, partition, key))",
             f"CREATE TABLE IF NOT EXISTS {appended} (prefix text, partition int, "
-            "seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, value bytea NOT NULL)",
+            f"seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, value {values} NOT NULL)",
             f"CREATE TABLE IF NOT EXISTS {offsets} (prefix text, partition int, topic text, "
             "next_offset bigint NOT NULL, PRIMARY KEY (prefix, partition, topic))")
+        self.value_type = ("SELECT format_type(atttypid, atttypmod) FROM pg_attribute "
+                           "WHERE attrelid = %s::regclass AND attname = 'value'")
+        stored, read = (("convert_from(v, 'UTF8')::jsonb", "convert_to(value::text, 'UTF8')")
+                        if values == "jsonb" else ("v", "value"))
         where = "WHERE prefix = %s AND partition = %s"
-        self.select = f"SELECT key, value FROM {rows} {where} AND key = ANY(%s)"
+        self.select = f"SELECT key, {read} FROM {rows} {where} AND key = ANY(%s)"
         self.upsert = (f"INSERT INTO {rows} (prefix, partition, key, value) "
-                       "SELECT %s, %s, k, v FROM unnest(%s::bytea[], %s::bytea[]) AS u(k, v) "
-                       "ON CONFLICT (prefix, partition, key) DO UPDATE SET value = EXCLUDED.value")
+                       f"SELECT %s, %s, k, {stored} FROM unnest(%s::bytea[], %s::bytea[]) "
+                       "AS u(k, v) ON CONFLICT (prefix, partition, key) "
+                       "DO UPDATE SET value = EXCLUDED.value")
         self.delete = f"DELETE FROM {rows} {where} AND key = ANY(%s)"
         self.copy_appended = f"COPY {appended} (prefix, partition, value) FROM STDIN"
+        # COPY takes jsonb as its text, bytea as bytes
+        self.copied: Callable[[bytes], Any] = bytes.decode if values == "jsonb" else bytes
         self.lock = "SELECT pg_advisory_xact_lock(hashtext(%s), %s)"
         self.offsets = f"SELECT topic, next_offset FROM {offsets} {where}"
         self.set_offsets = (
@@ -77,7 +91,7 @@ class _Sql:
             "SELECT %s, %s, t, o FROM unnest(%s::text[], %s::bigint[]) AS u(t, o) "
             "ON CONFLICT (prefix, partition, topic) DO UPDATE SET next_offset = "
             "EXCLUDED.next_offset")
-        self.scan = f"SELECT key, value FROM {rows} {where} AND key >= %s"
+        self.scan = f"SELECT key, {read} FROM {rows} {where} AND key >= %s"
 
 
 class PostgresTable(StoreSpec):
@@ -107,7 +121,8 @@ class PostgresTable(StoreSpec):
         self.effectively_once = effectively_once
         self.retries, self.backoff, self.max_backoff = retries, backoff, max_backoff
         self.timeout = timeout
-        self.sql = _Sql(schema, self.table)
+        self.sql = _Sql(schema, self.table, "jsonb" if self.value_serde.name == "json"
+                        else "bytea")
         self._created = False
         self._query_connection: psycopg.Connection[Any] | None = None
 
@@ -119,12 +134,16 @@ class PostgresTable(StoreSpec):
 
     def connect(self) -> psycopg.Connection[Any]:
         """A new autocommit connection to ``url`` (transactions are explicit), the tables
-        created on the first."""
+        created on the first; a table that exists keeps its value type (one made before
+        values were ``jsonb`` stays ``bytea``), and the statements follow it."""
         connection = psycopg.connect(self.url, autocommit=True, connect_timeout=max(
             1, round(self.timeout)))
         if not self._created:
             for statement in self.sql.create:
                 connection.execute(statement)
+            row = connection.execute(self.sql.value_type, (self.sql.rows,)).fetchone()
+            if row is not None and row[0] != self.sql.values:
+                self.sql = _Sql(self.schema, self.table, row[0])
             self._created = True
         return connection
 
@@ -161,7 +180,7 @@ class PostgresStore(BufferedStore):
         super().__init__(table.name, table.key_serde, table.value_serde, runtime.observer)
         self.effectively_once = table.effectively_once
         self.prefix = table.prefix or self.processor
-        self._table, self._sql = table, table.sql
+        self._table = table
         self._connection: psycopg.Connection[Any] | None = None
         self._appended: list[bytes] = []
         self._applied: dict[TopicPartitionKey, int] = {}
@@ -223,6 +242,10 @@ class PostgresStore(BufferedStore):
         ``<table>_offsets`` when opened, then kept by ``flush``)."""
         return dict(self._applied)
 
+    @property
+    def _sql(self) -> _Sql:
+        return self._table.sql  # the table settles its value type on its first connection
+
     def close(self) -> None:
         """Close this partition's connection."""
         if self._connection is not None:
@@ -254,8 +277,9 @@ class PostgresStore(BufferedStore):
                 cursor.execute(self._sql.delete, (*scope, deletes))
             if appended:
                 with cursor.copy(self._sql.copy_appended) as copy:
+                    copied = self._sql.copied
                     for value in appended:
-                        copy.write_row((self.prefix, self.partition, value))
+                        copy.write_row((self.prefix, self.partition, copied(value)))
             if self.effectively_once and next_offsets:
                 topics = [topic for topic, _ in next_offsets]
                 cursor.execute(self._sql.set_offsets, (*scope, topics,

@@ -66,6 +66,9 @@ def newest(messages: Sequence[Message], extractor: TimestampExtractor | None) ->
     """The newest event time among ``messages`` (``None`` when none has one). Without an
     extractor this is a ``max`` over the timestamps, in C: cheap on the hot path."""
     if extractor is None:
+        newest_timestamp = getattr(messages, "newest_timestamp", None)
+        if newest_timestamp is not None:  # a columnar batch (TableBatch): its column's max
+            return newest_timestamp()  # type: ignore[no-any-return]
         try:
             return max(map(_kafka_timestamp, messages), default=None)
         except TypeError:  # some messages have no timestamp

@@ -7,6 +7,7 @@ Spark's Python workers import this module by name: the tests ship it with
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 from collections import Counter
 from typing import Any
@@ -72,6 +73,27 @@ class ArrowDoubler(ArrowMessageProcessor):
         doubled = table.select(["user", "offset"]).append_column(
             "doubled", pc.multiply(table.column("amount"), 2))
         send_table(sender, self.output, doubled, key="user")
+
+
+class ArrowBytesDoubler(ArrowMessageProcessor):
+    """For ``value_serde="bytes"`` (the table's values parsed by Arrow's JSON reader):
+    sends each row's offset, timestamp and doubled amount as JSON bytes keyed by ``user``;
+    a batch with a negative amount raises."""
+
+    def __init__(self, context: ProcessorContext, output: str) -> None:
+        super().__init__(context)
+        self.output = output
+
+    def process_table(self, table: Any, sender: Sender) -> None:
+        import pyarrow.compute as pc  # on the executors too
+
+        if pc.any(pc.less(table.column("amount"), 0)).as_py():
+            raise ValueError("negative amount")
+        rows = table.select(["user", "offset", "timestamp", "amount"]).to_pylist()
+        sender.send_many(self.output, [
+            (row["user"], json.dumps({"offset": row["offset"], "timestamp": row["timestamp"],
+                                      "doubled": 2 * row["amount"]}).encode(), None, None)
+            for row in rows])
 
 
 class WordCount(MessageProcessor):

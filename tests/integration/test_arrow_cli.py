@@ -1,6 +1,7 @@
 """`kasper run` of an ``ArrowMessageProcessor`` (arrow_module.py) against the stack's
 Kafka: every event's output exact and every offset committed; a batch that raises
-exits 1 with its offsets uncommitted."""
+exits 1 with its offsets uncommitted; `kasper reprocess` on a local Spark sends what
+`kasper run` sends."""
 
 from __future__ import annotations
 
@@ -51,3 +52,28 @@ def test_columnar_processor_through_kasper_run(
     assert failed.returncode == 1
     assert "raised ValueError: negative amount" in failed.stderr
     assert kafka.committed(name, source)[0] == 25
+
+
+@pytest.mark.spark
+def test_columnar_records_through_kasper_reprocess(
+        bootstrap: str, new_topic: Callable[..., str], kafka: Any,
+        unique_name: Callable[[str], str], tmp_path: Path) -> None:
+    """`kasper reprocess` (a local Spark) of an Arrow processor of JSON bytes, whose
+    records stay columnar on Spark, sends what `kasper run` sends for the same events."""
+    source, live_out, spark_out = new_topic("arrow-in"), new_topic("live"), new_topic("spark")
+    kafka.produce(source, [(b"u%d" % (n % 3), json.dumps({"user": f"u{n % 3}", "amount": n})
+                            .encode()) for n in range(20)])
+    config = write_config(tmp_path, unique_name("arrow-re"), source, batch_size=10,
+                          max_latency="none", value_serde="bytes", key_serde="str")
+    target = ["arrow_module:BytesDoubler", "--app-dir", str(HERE), "--config", config]
+    live = kasper("run", *target, "--until-caught-up",
+                  env=cli_env(bootstrap, ARROW_OUTPUT_TOPIC=live_out))
+    assert live.returncode == 0, live.stderr
+    spark = kasper("reprocess", *target, env=cli_env(bootstrap, ARROW_OUTPUT_TOPIC=spark_out))
+    assert spark.returncode == 0, spark.stderr
+
+    def sent(topic: str) -> list[tuple[bytes, bytes]]:
+        return sorted((m.key(), m.value()) for m in kafka.read_all(topic))
+
+    assert sent(spark_out) == sent(live_out)
+    assert len(sent(spark_out)) == 20

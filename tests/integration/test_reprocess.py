@@ -211,6 +211,24 @@ def test_async_processor_reprocesses_like_the_live_loop(bootstrap, new_topic, ka
     assert sum(outputs(kafka, spark_out).values()) == 300
 
 
+def test_a_raising_coroutine_fails_the_spark_job_and_writes_nothing(
+        bootstrap, new_topic, kafka, unique_name, spark) -> None:
+    """An AsyncMessageProcessor whose coroutine raises on Spark fails the job with a
+    ReprocessError naming the partition, offsets and cause; nothing reaches the output
+    topic (the failed task's queued output is dropped) and the group's offsets stay."""
+    source, output = new_topic("in"), new_topic("out")
+    kafka.produce(source, [b"poison"] + [b"ok-%d" % i for i in range(5)])
+    cfg = config(bootstrap, unique_name("afail"), [source], batch_size=50)
+    with pytest.raises(ReprocessError) as info:
+        reprocess(cfg, partial(procs.AsyncTagged, output=output, fail_on=b"poison"),
+                  handoff=True, spark=spark)
+    text = str(info.value)
+    assert "process() of partition 0 raised ValueError: cannot handle b'poison'" in text
+    assert f"{source}[0] offsets 0..5" in text
+    assert kafka.read_all(output) == []
+    assert kafka.committed(cfg.group, source) == {0: None}
+
+
 def test_arrow_processor_reprocesses_like_the_live_loop(bootstrap, new_topic, kafka,
                                                        unique_name, spark) -> None:
     """An ArrowMessageProcessor on Spark sends what it sends on the live loop."""
@@ -223,6 +241,46 @@ def test_arrow_processor_reprocesses_like_the_live_loop(bootstrap, new_topic, ka
     reprocess(cfg, partial(procs.ArrowDoubler, output=spark_out), spark=spark)
     assert outputs(kafka, spark_out) == outputs(kafka, live_out)
     assert sum(outputs(kafka, spark_out).values()) == 300
+
+
+def test_columnar_records_reprocess_like_the_live_loop(bootstrap, new_topic, kafka,
+                                                      unique_name, spark) -> None:
+    """JSON bytes (``value_serde="bytes"``) reach an ArrowMessageProcessor on Spark as
+    columns (parsed by Arrow's JSON reader, as the loop's to_arrow does): the same outputs
+    as the live loop, offsets and timestamps included."""
+    source, live_out, spark_out = new_topic("in", partitions=2), new_topic("lo"), new_topic("so")
+    kafka.produce(source, [(b"u%d" % (i % 3), json.dumps({"user": f"u{i % 3}", "amount": i})
+                            .encode()) for i in range(300)])
+    cfg = config(bootstrap, unique_name("cols"), [source], batch_size=50, key_serde="str")
+    run_live(cfg, partial(procs.ArrowBytesDoubler, output=live_out))
+    result = reprocess(cfg, partial(procs.ArrowBytesDoubler, output=spark_out), spark=spark)
+    assert outputs(kafka, spark_out) == outputs(kafka, live_out)
+    assert sum(outputs(kafka, spark_out).values()) == 300
+    assert sorted(json.loads(m.value())["doubled"] for m in kafka.read_all(spark_out)) == [
+        2 * i for i in range(300)]
+    assert sum(stats.messages for stats in result.partitions) == 300
+    assert all(stats.ranges == {source: [0, stats.messages - 1]}
+               for stats in result.partitions)
+
+
+def test_a_raising_process_table_fails_the_spark_job_and_writes_nothing(
+        bootstrap, new_topic, kafka, unique_name, spark) -> None:
+    """A columnar batch whose process_table raises fails the job with a ReprocessError
+    naming the partition, offsets and cause; nothing reaches the output topic and the
+    group's offsets stay uncommitted."""
+    source, output = new_topic("in"), new_topic("out")
+    amounts = [-1, *range(5)]
+    kafka.produce(source, [(b"u0", json.dumps({"user": "u0", "amount": a}).encode())
+                           for a in amounts])
+    cfg = config(bootstrap, unique_name("colfail"), [source], batch_size=50, key_serde="str")
+    with pytest.raises(ReprocessError) as info:
+        reprocess(cfg, partial(procs.ArrowBytesDoubler, output=output), handoff=True,
+                  spark=spark)
+    text = str(info.value)
+    assert "process() of partition 0 raised ValueError: negative amount" in text
+    assert f"{source}[0] offsets 0..5" in text
+    assert kafka.read_all(output) == []
+    assert kafka.committed(cfg.group, source) == {0: None}
 
 
 def test_bad_ranges_fail_before_spark_with_clear_errors(bootstrap, new_topic, kafka,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from collections import Counter
@@ -28,13 +29,15 @@ from tests.container_stack import on_containers
 from tests.on_demand import on_demand
 
 pytest.register_assert_rewrite("conftest_stores")
-from conftest_stores import TcpProxy, produce_words, wait_for  # isort: skip  # noqa: E402
+from conftest_stores import TcpProxy, free_port, produce_words, wait_for  # isort: skip  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
 HERE = Path(__file__).parent
 PARTITIONS = 2
 WORDS = [f"w{i % 23}" for i in range(1200)]
+STORE = "words"
+"""postgres_module.STORE: the table `kasper query` reads."""
 """600 messages a partition: at batches of 50, a run reaches every boundary thrice."""
 
 
@@ -84,13 +87,13 @@ class WordLogRun:
             offsets = dict(connection.execute(
                 f"SELECT partition, next_offset FROM {self.table}_offsets WHERE prefix = %s",
                 (self.name,)).fetchall())
-            appended = [json.loads(bytes(v)) for (v,) in connection.execute(
+            appended = [v for (v,) in connection.execute(  # jsonb: psycopg decodes it
                 f"SELECT value FROM {self.table}_appended WHERE prefix = %s ORDER BY seq",
                 (self.name,))]
             counts: Counter[str] = Counter()
             for key, value in connection.execute(
                     f"SELECT key, value FROM {self.table} WHERE prefix = %s", (self.name,)):
-                counts[bytes(key).decode()] += json.loads(bytes(value))
+                counts[bytes(key).decode()] += value
         return offsets, [(r["partition"], r["offset"], r["word"]) for r in appended], counts
 
 
@@ -177,6 +180,40 @@ def test_server_gone_mid_run_fails_the_turn_then_the_run_recovers(
         proxy.stop()
 
 
+def test_kasper_query_reads_a_postgres_table_through_the_query_server(
+        bootstrap, new_topic, kafka, unique_name, postgres_url, tmp_path) -> None:
+    """``kasper run --query-port`` serves the PostgreSQL table: ``kasper query`` (a
+    subprocess) reads one word's count in a partition and a prefix scan of the other,
+    equal to the input's counts there (the words are spread over the partitions by
+    position, not by key); a key never written is not found (exit 1, named); a SIGTERM
+    ends the run cleanly."""
+    topic = new_topic("pg-query", partitions=PARTITIONS)
+    produce_words(kafka, topic, WORDS, PARTITIONS)
+    run = WordLogRun(tmp_path, bootstrap, unique_name("pg-query"), topic, postgres_url)
+    port = free_port()
+    worker = run.start("--query-port", str(port))
+    url = f"http://127.0.0.1:{port}"
+    expected = [Counter(WORDS[partition::PARTITIONS]) for partition in range(PARTITIONS)]
+    query = lambda *args: subprocess.run(  # noqa: E731
+        [sys.executable, "-m", "kasper_py", "query", "--url", url, STORE, *args],
+        check=False, capture_output=True, text=True, timeout=60,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    try:
+        wait_for(lambda: sum(_offsets(run).values()) == len(WORDS), "every word counted",
+                 timeout=90)
+        answer = query("w7", "--partition", "0")
+        assert (answer.returncode, answer.stdout) == (0, f"{expected[0]['w7']}\n"), answer
+        answer = query("--prefix", "w1", "--partition", "1")
+        assert answer.returncode == 0, answer.stderr
+        assert dict(map(json.loads, answer.stdout.splitlines())) == {
+            word: count for word, count in expected[1].items() if word.startswith("w1")}
+        answer = query("nope", "--partition", "0")
+        assert answer.returncode == 1 and "nope" in answer.stderr, answer
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(60) == 0, run.log.read_text()[-3000:]
+
+
 def _offsets(run: WordLogRun) -> dict[int, Any]:
     try:
         return run.rows()[0]
@@ -217,7 +254,7 @@ def test_a_failed_turn_writes_nothing_and_a_replay_is_not_applied_twice(
     with psycopg.connect(postgres_url) as connection:
         rows = connection.execute(f"SELECT value FROM {spec.table}_appended "
                                   "ORDER BY seq").fetchall()
-    assert [json.loads(bytes(v)) for (v,) in rows] == ["first"]
+    assert [v for (v,) in rows] == ["first"]
     spec.close()
 
 
@@ -252,3 +289,50 @@ def test_queries_read_committed_rows_in_key_order(postgres_url, unique_name) -> 
     ranged = store.query_scan(Scan(start=b"k1", end=b"k3", limit=10))
     assert ranged.items == [("k1", 1), ("k2", 2)]
     spec.close()
+
+
+def test_json_values_are_jsonb_and_a_bytea_table_made_before_keeps_working(
+        postgres_url, unique_name) -> None:
+    """With the json serde values are typed jsonb, readable field by field in SQL; a
+    table made with bytea values (before jsonb) is written and read as before; another
+    serde's values stay bytea."""
+    spec, config = _table(postgres_url, unique_name)
+    store = spec.open(StoreRuntime(config, 0))
+    store.put("ada", {"visits": 3, "city": "Paris"})
+    store.append({"word": "hello"})
+    store.flush({("t", 0): 1})
+    with psycopg.connect(postgres_url) as connection:
+        assert connection.execute(f"SELECT value->>'city', pg_typeof(value)::text "
+                                  f"FROM {spec.table}").fetchall() == [("Paris", "jsonb")]
+        assert connection.execute(f"SELECT value->>'word' FROM {spec.table}_appended"
+                                  ).fetchall() == [("hello",)]
+        old = unique_name("pg_old").replace("-", "_")
+        connection.execute(f"CREATE TABLE {old} (prefix text, partition int, key bytea, "
+                           "value bytea NOT NULL, PRIMARY KEY (prefix, partition, key))")
+        connection.execute(f"CREATE TABLE {old}_appended (prefix text, partition int, seq "
+                           "bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, value bytea "
+                           "NOT NULL)")
+        connection.execute(f"INSERT INTO {old} VALUES (%s, 0, 'ada', %s)",
+                           (config.name, b'{"visits":1}'))
+    legacy = PostgresTable("api", url=postgres_url, table=old)
+    store = legacy.open(StoreRuntime(config, 0))
+    assert store.get_many(["ada"]) == {"ada": {"visits": 1}}
+    store.put("bob", {"visits": 2})
+    store.append({"word": "again"})
+    store.flush({("t", 0): 1})
+    assert legacy.open(StoreRuntime(config, 0)).get_many(["ada", "bob"]) == {
+        "ada": {"visits": 1}, "bob": {"visits": 2}}
+    assert store.query_get_many(["bob"]) == {"bob": {"visits": 2}}
+    plain = PostgresTable("api", url=postgres_url, table=f"{old}_s", value_serde="str")
+    text = plain.open(StoreRuntime(config, 0))
+    text.put("k", "v")
+    text.flush({("t", 0): 1})
+    with psycopg.connect(postgres_url) as connection:
+        assert connection.execute(f"SELECT value FROM {old} WHERE key = 'bob'").fetchall(
+            ) == [(b'{"visits":2}',)]
+        assert connection.execute(f"SELECT value FROM {old}_appended").fetchall() == [
+            (b'{"word":"again"}',)]
+        assert connection.execute(f"SELECT pg_typeof(value)::text, value FROM {old}_s"
+                                  ).fetchall() == [("bytea", b"v")]
+    for table in (spec, legacy, plain):
+        table.close()

@@ -43,6 +43,30 @@ def test_plain_values_are_one_column_and_clashing_fields_are_renamed() -> None:
     assert table.column("key").to_pylist() == ["k0"]
 
 
+def test_a_batch_of_two_topics_keeps_each_rows_topic_and_partition() -> None:
+    """Co-partitioned inputs share a batch: the topic column is per row, not the first's."""
+    messages = [make_message("clicks", {"n": 1}, offset=4, partition=2),
+                make_message("views", {"n": 2}, offset=9, partition=2)]
+    table = to_arrow(messages)
+    assert table.column("topic").to_pylist() == ["clicks", "views"]
+    assert table.column("partition").to_pylist() == [2, 2]
+    assert table.column("offset").to_pylist() == [4, 9]
+
+
+@pytest.mark.parametrize("values", [
+    [b'{"a": 1}', b'{"a":\n 2}'],  # a line break inside a value: not one row per line
+    [b'{"a": 1}', b"[1]"],  # a value that is not an object
+    [b'{"a": 1}', None],  # a tombstone
+], ids=["multi-line", "array", "tombstone"])
+def test_bytes_that_are_not_one_object_per_line_stay_one_value_column(
+        values: list[bytes | None]) -> None:
+    """Arrow's JSON reader is used only when every value is one object on one line;
+    otherwise the bytes are kept as they are, row for row, none lost."""
+    table = to_arrow(events(values))
+    assert table.column("value").to_pylist() == values
+    assert table.num_rows == len(values)
+
+
 class SumPerUser(ArrowMessageProcessor):
     """Sum and count of ``amount`` per ``user`` in each batch, sent from a table."""
 
@@ -89,3 +113,22 @@ def test_send_table_takes_a_real_polars_frame() -> None:
     send_table(sender, "out", frame, key="user")
     sent = [(m.topic, m.key, json.loads(m.value)) for m in sender.messages]
     assert sent == [("out", b"a", {"total": 3}), ("out", b"b", {"total": 5})]
+
+
+@pytest.mark.parametrize("columns", [
+    {"n": [1, -2, None, 2**62], "ok": [True, False, None, True],
+     "name": ["plain text", "", None, "~!#[]"]},
+    {"x": [0.1, 1.0, 1e20, None]},
+    {"name": ['a "quoted" word', "back\\slash", "caf\u00e9", "tab\there"]},
+    {"nested": [{"a": 1}, None, {"a": 2}, {"a": None}]},
+], ids=["arrow-encoded", "floats", "escaped-text", "nested"])
+def test_send_table_with_the_json_serde_gives_the_serdes_bytes(columns: dict[str, Any]) -> None:
+    """Whether Arrow encodes the rows (integers, booleans, plain text, nulls) or the
+    serde does (floats, text needing escapes, nested values), each value is the bytes
+    the json serde gives for the row's dict."""
+    table = pa.table({"user": ["u0", "u1", "u2", "u3"], **columns})
+    sender = Sender(STRING, JSON)
+    send_table(sender, "out", table, key="user")
+    rows = table.select(list(columns)).to_pylist()
+    assert [(m.key, m.value) for m in sender.messages] == [
+        (f"u{n}".encode(), JSON.encode(row)) for n, row in enumerate(rows)]
