@@ -23,6 +23,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("internal_topics"
 
 START = 1_700_000_000_000
 """The first window's start (event time; a multiple of 2 s)."""
+AHEAD = 600_000
+"""The second window's start after START: never reached by idle advance in the test."""
 APP = """from kasper_py.dsl import Builder
 from kasper_py.windows import Tumbling
 
@@ -39,7 +41,9 @@ def test_a_quiet_partitions_last_dsl_window_is_emitted(
     """Three records in the window [START, START + 2 s), then nothing: its final count
     (3) comes while the process runs, stamped with the window's last instant, and the
     input is committed past the records. Then a record at START + 30 ms (late: its
-    window closed) and one at START + 2.5 s: only the second window comes, with 1."""
+    window closed) and one at START + 600 s (ahead of the stream time that idle advance
+    moves by about 1 s a second, however loaded the machine): only that one's window
+    comes, with 1."""
     source, sink, name = new_topic("idlew-in"), unique_name("idlew-out"), unique_name("idlew")
     (tmp_path / "dsl_app.py").write_text(APP.format(source=source, sink=sink))
     kafka.produce(source, [(b'"k"', b'"v"', START + at) for at in (1, 10, 20)], partition=0)
@@ -53,11 +57,11 @@ def test_a_quiet_partitions_last_dsl_window_is_emitted(
         assert _outputs(kafka, sink, 1, process=process, folder=tmp_path) == [
             (["k", START, START + 2000], 3, START + 1999)]
         assert _committed(kafka, name, source, 3, process=process, folder=tmp_path) == 3
-        kafka.produce(source, [(b'"k"', b'"late"', START + 30), (b'"k"', b'"v"', START + 2500)],
+        kafka.produce(source, [(b'"k"', b'"late"', START + 30), (b'"k"', b'"v"', START + AHEAD)],
                       partition=0)
         assert _outputs(kafka, sink, 2, process=process, folder=tmp_path) == [
             (["k", START, START + 2000], 3, START + 1999),
-            (["k", START + 2000, START + 4000], 1, START + 3999)]
+            (["k", START + AHEAD, START + AHEAD + 2000], 1, START + AHEAD + 1999)]
         assert _committed(kafka, name, source, 5, process=process, folder=tmp_path) == 5
     finally:
         process.terminate()
