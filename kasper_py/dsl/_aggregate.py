@@ -12,6 +12,7 @@ without that header is a plain one, folded as it is: a repartition may hold both
 
 from __future__ import annotations
 
+import math
 import operator
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -21,10 +22,19 @@ from typing import Any
 from kasper_py.dsl._ops import CachedTable, NullSkips, Op, Records, StageContext, Windowed
 from kasper_py.exceptions import SerdeError
 from kasper_py.message import Headers
-from kasper_py.sender import SendRecord
+from kasper_py.processor import ProcessorContext
+from kasper_py.sender import Sender, SendRecord
 from kasper_py.serdes import JSON
 from kasper_py.stores.base import KeyValueStore
-from kasper_py.windows import Aggregation, Deduplicator, WindowedTable, WindowKind
+from kasper_py.windows import (
+    Aggregation,
+    Deduplicator,
+    Hopping,
+    Tumbling,
+    WindowedTable,
+    WindowKind,
+    WindowResult,
+)
 
 PARTIAL = "kasper.partial"
 """The header of a combined record (reserved: a record of yours must not end with it)."""
@@ -32,6 +42,9 @@ _FIRST = object()
 """A reduce's aggregate before its first value."""
 _KEY, _VALUE = operator.itemgetter(0), operator.itemgetter(1)
 _TIME_OF = operator.itemgetter(2)
+_TICK_MS = 1000
+"""The least stream time between a windowed aggregation's idle ticks: finer ones would
+wake a quiet loop for every millisecond of event time."""
 
 Merge = Callable[[Any, Any, Any], Any]
 """``merge(key, aggregate, partial)``: the aggregate with a partial's records folded in."""
@@ -225,24 +238,54 @@ class WindowedAggregate(Op):
     timestamp fail the turn. Never combined before a repartition: which window a
     record lands in, and whether it is late, depend on the stream time of the stage
     that counts it. Records with a ``None`` key or value are skipped and counted
-    (``NullSkips``)."""
+    (``NullSkips``). With ``Config.idle_advance``, a stream-time timer (``tick``) moves
+    the table's stream time with the partition's, so windows close on quiet input."""
 
-    __slots__ = ("skips", "table")
+    __slots__ = ("stage", "table")
 
-    def __init__(self, table: WindowedTable, skips: NullSkips) -> None:
+    def __init__(self, table: WindowedTable, stage: StageContext) -> None:
         super().__init__()
-        self.table, self.skips = table, skips
+        self.table, self.stage = table, stage
 
     def push(self, records: Records) -> None:
-        results = self.table.update((r[0], r[2], r[1]) for r in self.skips.kept(records))
+        self._emit(self.table.update((r[0], r[2], r[1])
+                                     for r in self.stage.skips.kept(records)))
+
+    def tick(self, stream_time: int, sender: Sender) -> None:
+        """A stream-time timer: the windows that close by ``stream_time`` emit, and the
+        updates tables downstream hold go on, as at the end of a batch."""
+        self.stage.sender = sender
+        self.stage.start()
+        self._emit(self.table.advance(stream_time))
+        self.stage.end()
+
+    def _emit(self, results: list[WindowResult]) -> None:
         self.emit([(Windowed(w.key, w.start, w.end), w.value, w.end - 1, ())
                    for w in results])
 
 
-def windowed_table(context: Any, store: str, windows: WindowKind, aggregation: Aggregation,
-                   emit: str) -> WindowedTable:
-    """The ``WindowedTable`` a windowed aggregation keeps its windows in."""
-    return WindowedTable(context, store, windows, aggregation, emit=emit)  # type: ignore[arg-type]
+def windowed_aggregate(context: ProcessorContext, stage: StageContext, *, store: str,
+                       windows: WindowKind, aggregation: Aggregation,
+                       emit: str) -> WindowedAggregate:
+    """The operator of a windowed aggregation, its windows in a ``WindowedTable``; with
+    ``Config.idle_advance`` it ticks every ``close_step(windows)`` of stream time."""
+    table = WindowedTable(context, store, windows, aggregation, emit=emit)  # type: ignore[arg-type]
+    op = WindowedAggregate(table, stage)
+    if context.config.idle_advance is not None:
+        context.schedule(close_step(windows) / 1000, op.tick)
+    return op
+
+
+def close_step(windows: WindowKind) -> int:
+    """Milliseconds of stream time between a windowed aggregation's ticks: the step
+    every window of a tumbling or hopping kind closes on (the gcd of its advance and its
+    size plus grace), at least 1 s; 1 s for sliding and session windows, whose windows
+    close at any millisecond. A window closes at the first tick at or after its close."""
+    if isinstance(windows, Tumbling | Hopping):
+        advance = windows.advance_ms if isinstance(windows, Hopping) else windows.size_ms
+        step = math.gcd(advance, windows.size_ms + windows.grace_ms)
+        return step if step >= _TICK_MS else _TICK_MS
+    return _TICK_MS
 
 
 class DropDuplicates(Op):

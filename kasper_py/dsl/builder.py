@@ -393,9 +393,9 @@ class WindowedGrouped:
         ``Windowed(key, start, end)``."""
         windows = self._windows
         return self._grouped._stateful(
-            "windowed_aggregate", store, lambda b, s: agg.WindowedAggregate(
-                agg.windowed_table(b.context, s, windows, aggregation, emit),
-                b.stage_context.skips),
+            "windowed_aggregate", store, lambda b, s: agg.windowed_aggregate(
+                b.context, b.stage_context, store=s, windows=windows,
+                aggregation=aggregation, emit=emit),
             name, windowed=True)
 
     def count(self, store: str, *, emit: Literal["updates", "final"] = "updates",

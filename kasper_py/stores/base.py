@@ -107,6 +107,10 @@ class Changelogs(Protocol):
         """A reader of ``topic``."""
 
 
+def _no_stream_time() -> int | None:
+    return None
+
+
 @dataclass(frozen=True)
 class StoreRuntime:
     """What a store needs from the loop that owns it."""
@@ -123,6 +127,9 @@ class StoreRuntime:
     wall_clock: Callable[[], float] = time.time
     """Seconds since the epoch, for tables with a time to live (``ttl=``): the loop's
     clock, or ``ProcessorDriver``'s, which moves only when the test moves it."""
+    stream_time: Callable[[], int | None] = _no_stream_time
+    """The partition's stream time (ms), for tables whose keys expire by event time:
+    the turn engine sets it to the partition's clock when it opens the partition."""
 
 
 class KeyValueStore(StoreLifecycle, Queryable):

@@ -123,7 +123,7 @@ class CassandraTable(StoreSpec):
         self.timeout = timeout
         self.chunk_size = chunk_size
         self.cluster_options = dict(cluster_options or {})
-        self.ttl = Ttl.of(ttl)
+        self.ttl = Ttl.by_server(ttl, "a CassandraTable")
         self._cluster: Any = None
         self._session: Any = None
         self._statements: _Statements | None = None

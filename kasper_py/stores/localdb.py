@@ -30,6 +30,8 @@ _MAX_WAL = 64 * 1024 * 1024
 _TOPIC_KEY = b"changelog_topic"
 _INDEXED_KEY = b"expiry_indexed"
 _STANDBY_KEY = b"standby"
+_LATEST_KEY = b"latest_write"
+"""With a ttl: the newest time a write (a tombstone included) was dated with, 8 bytes."""
 
 
 def _options() -> Options:
@@ -131,6 +133,8 @@ class LocalDB:
             else:
                 batch.put(key, value)
         self._index(batch, [(key, value, written_ms) for key, value in writes.items()])
+        if writes:
+            self._date(batch, written_ms)
         for partition, offset in (offsets or {}).items():
             batch.put(_offset_key(partition), str(offset).encode(), self._meta)
         self.round_trips += 1
@@ -149,6 +153,7 @@ class LocalDB:
                 batch.put(key, value)
             latest[key] = (key, value, record.timestamp()[1])
         self._index(batch, list(latest.values()))
+        self._date(batch, max(record.timestamp()[1] for record in records))
         next_offset = records[-1].offset() + 1
         batch.put(_offset_key(partition), str(next_offset).encode(), self._meta)
         self.round_trips += 1
@@ -183,6 +188,17 @@ class LocalDB:
                 break
             due.append(entry[8:])
         return due
+
+    def _date(self, batch: WriteBatch, written_ms: int) -> None:
+        """With a ttl: raise ``latest_write`` to ``written_ms`` in ``batch``."""
+        if self.ttl_ms is not None and written_ms > self.latest_write():
+            batch.put(_LATEST_KEY, written_ms.to_bytes(8, "big"), self._meta)
+
+    def latest_write(self) -> int:
+        """With a ttl: the newest time a write was dated with (the newest changelog
+        timestamp, once restored); 0 without a ttl or a write."""
+        raw = None if self.ttl_ms is None else self._meta_db.get(_LATEST_KEY)
+        return 0 if raw is None else int.from_bytes(bytes(raw), "big")
 
     def expiry_indexed(self) -> bool:
         """True when every key's expiry is recorded (the files were written with a ttl

@@ -14,7 +14,7 @@ from kasper_py.message import TopicPartitionKey
 from kasper_py.serdes import Serde, serde_for
 from kasper_py.stores.base import KeyValueStore, StoreRuntime, StoreSpec
 from kasper_py.stores.query import Scan, ScanPage, in_range, next_key
-from kasper_py.stores.ttl import Clock, Ttl, now_ms
+from kasper_py.stores.ttl import Clock, ExpiryClock, Ttl
 
 __all__ = ["MemoryStore", "MemoryTable"]
 
@@ -26,11 +26,15 @@ class MemoryStore(KeyValueStore):
     Not a ``BufferedStore``: that one buffers serde bytes, and this store has none.
     With a ``ttl``, ``flush`` also removes up to ``ttl.sweep_limit`` expired keys."""
 
-    def __init__(self, ttl: Ttl | None = None, clock: Clock = time.time) -> None:
+    def __init__(self, ttl: Ttl | None = None, clock: Clock = time.time,
+                 expiry_clock: ExpiryClock | None = None) -> None:
         self.data: dict[Any, Any] = {}
         self.name = "memory"
         """The table's name, as metrics report it (``MemoryTable`` sets it)."""
-        self.ttl, self._clock = ttl, clock
+        self.ttl = ttl
+        self.expiry_clock = expiry_clock or (None if ttl is None else
+                                             ttl.clock(clock, lambda: None))
+        """With a ttl: the time writes are dated with and keys expire by (``Ttl.clock``)."""
         self._written: dict[Any, int] = {}
         """With a ttl: each key's last write (ms), oldest first (a rewrite moves it last)."""
         self._pending: dict[Any, Any] = {}
@@ -61,7 +65,7 @@ class MemoryStore(KeyValueStore):
     def flush(self, next_offsets: Mapping[TopicPartitionKey, int]) -> None:
         """Apply buffered writes to the dict, all at once for queries; with a ttl, then
         remove the keys whose last write is ``ttl`` or longer ago."""
-        now = now_ms(self._clock)
+        now = 0 if self.expiry_clock is None else self.expiry_clock.now()
         with self._lock:
             for key, value in self._pending.items():
                 if value is _DELETED:
@@ -140,7 +144,8 @@ class MemoryTable(StoreSpec):
     """Declares an in-memory store called ``name``; one ``MemoryStore`` per partition.
     ``key_serde`` serves queries only: it reads a URL's key and gives the bytes the
     key's partition is computed from. ``ttl`` (seconds, or a ``Ttl``) removes a key that
-    long after its last write, by the runtime's wall clock."""
+    long after its last write, by the runtime's wall clock (or, with ``Ttl(by="event")``,
+    by the partition's stream time)."""
 
     def __init__(self, name: str, *, key_serde: str | Serde = "str",
                  ttl: float | Ttl | None = None) -> None:
@@ -152,8 +157,12 @@ class MemoryTable(StoreSpec):
     def open(self, runtime: StoreRuntime) -> MemoryStore:
         """Return the partition's store, reusing it if this spec opened it before; it
         reports to ``runtime.observer`` (late records of windows kept in it)."""
-        store = self.partitions.setdefault(runtime.partition,
-                                           MemoryStore(self.ttl, runtime.wall_clock))
+        store = self.partitions.setdefault(runtime.partition, MemoryStore(self.ttl))
+        if self.ttl is not None:  # the reopened partition's clocks, no earlier than before
+            clock = self.ttl.clock(runtime.wall_clock, runtime.stream_time)
+            if store.expiry_clock is not None:
+                clock.seen(store.expiry_clock.now())
+            store.expiry_clock = clock
         store.name = self.name
         store.observer = runtime.observer
         return store

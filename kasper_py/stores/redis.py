@@ -109,7 +109,7 @@ class RedisTable(StoreSpec):
         self.effectively_once = effectively_once
         self.retries, self.backoff, self.max_backoff = retries, backoff, max_backoff
         self.timeout = timeout
-        self.ttl = Ttl.of(ttl)
+        self.ttl = Ttl.by_server(ttl, "a RedisTable")
         self._client: redis.Redis | None = None
 
     def open(self, runtime: StoreRuntime) -> RedisStore:

@@ -52,7 +52,7 @@ from kasper_py.stores.changelog import (
 )
 from kasper_py.stores.localdb import LocalDB
 from kasper_py.stores.query import Scan, ScanPage
-from kasper_py.stores.ttl import Ttl, now_ms
+from kasper_py.stores.ttl import Ttl
 
 __all__ = ["GlobalTableStore", "LocalDB", "RocksDBStore", "RocksDBTable"]
 
@@ -77,10 +77,14 @@ class RocksDBStore(BufferedStore):
         it took is unknown until the changelog's end is read again."""
         self._in_flight: dict[bytes, bytes | None] = {}
         self._in_flight_count = 0
-        self._ttl, self._clock = table.ttl, runtime.wall_clock
+        self._ttl = table.ttl
+        self._clock = None if table.ttl is None else table.ttl.clock(runtime.wall_clock,
+                                                                     runtime.stream_time)
+        if self._clock is not None:
+            self._clock.seen(db.latest_write())
         self._written_ms = 0
-        """The wall clock of the turn whose writes are in flight: their changelog
-        records' timestamp, from which a restore computes the keys' expiry again."""
+        """The time (``Ttl.clock``) of the turn whose writes are in flight: their
+        changelog records' timestamp, from which a restore computes the keys' expiry."""
 
     @property
     def round_trips(self) -> int:
@@ -100,7 +104,7 @@ class RocksDBStore(BufferedStore):
         changelog the ``WriteBatch`` is written here."""
         # With a ttl the records carry the time their keys' expiry counts from (0: the
         # producer stamps them, as without one).
-        written = self._written_ms = now_ms(self._clock) if self._ttl is not None else 0
+        written = self._written_ms = 0 if self._clock is None else self._clock.now()
         if self._producer is None or self.changelog_topic is None:
             self.db.write(writes, written_ms=written)
             return
@@ -135,10 +139,10 @@ class RocksDBStore(BufferedStore):
         keys this turn wrote; return how many. Called at open (after the restore) and
         by every flush, so a key lives at most until the first turn after it expired
         (later when more than ``sweep_limit`` keys expire at once)."""
-        if self._ttl is None:
+        if self._ttl is None or self._clock is None:
             return 0
         limit, pending = self._ttl.sweep_limit, self._pending
-        due = [key for key in self.db.expired(now_ms(self._clock), limit) if key not in pending]
+        due = [key for key in self.db.expired(self._clock.now(), limit) if key not in pending]
         if due:
             pending.update(dict.fromkeys(due))
             self.observer.on_keys_expired(self.name, len(due))

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 from kasper_py.config import Config
@@ -132,6 +132,8 @@ class TurnEngine:
         The partition is registered first, so ``close_steps`` covers a half-open one."""
         state = PartitionState(partition, factory=factory, observer=runtime.observer)
         self.partitions[partition] = state
+        clock = self.time.clock(partition)
+        runtime = replace(runtime, stream_time=lambda: clock.stream_time)
         for spec in specs:
             store = store_call(spec.name, partition, spec.open, runtime)
             state.stores[spec.name] = store

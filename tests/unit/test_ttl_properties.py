@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from kasper_py import Config, Message, MessageProcessor, Sender
 from kasper_py.stores.memory import MemoryTable
 from kasper_py.stores.rocksdb import RocksDBTable
+from kasper_py.stores.ttl import Ttl
 from kasper_py.testing import ProcessorDriver, make_message
 from kasper_py.testing.changelog import MemoryChangelogs
 
@@ -57,11 +58,13 @@ class _Model:
         return {k: value for k, (value, at) in self.keys.items() if at + TTL > now}
 
 
-def _driver(state_dir: Path, changelogs: MemoryChangelogs | None, now: float,
-            memory: bool) -> ProcessorDriver:
+def ttl_driver(state_dir: Path, changelogs: MemoryChangelogs | None, now: float,
+               memory: bool, ttl: float | Ttl = TTL) -> ProcessorDriver:
+    """A driver of ``Apply`` on table "t" (memory or RocksDB) with ``ttl``, its wall
+    clock at ``now``."""
     config = Config(name="p", bootstrap_servers="unused:9092", input_topics=["in"],
                     value_serde="str", state_dir=str(state_dir))
-    table = MemoryTable("t", ttl=TTL) if memory else RocksDBTable("t", ttl=TTL)
+    table = MemoryTable("t", ttl=ttl) if memory else RocksDBTable("t", ttl=ttl)
     return ProcessorDriver(Apply, config=config, stores=[table], changelogs=changelogs,
                            wall_clock_start=now)
 
@@ -69,7 +72,7 @@ def _driver(state_dir: Path, changelogs: MemoryChangelogs | None, now: float,
 def _check(steps: list[tuple[str, str, int]], memory: bool) -> None:
     with tempfile.TemporaryDirectory() as folder:
         now, restarts, model = START, 0, _Model()
-        driver = _driver(Path(folder) / "0", None, now, memory)
+        driver = ttl_driver(Path(folder) / "0", None, now, memory)
         batch: list[tuple[str, int]] = []
         for op, key, number in [*steps, ("cut", "", 0)]:
             if op in ("write", "delete"):
@@ -86,7 +89,7 @@ def _check(steps: list[tuple[str, str, int]], memory: bool) -> None:
                 batch = []
                 driver.close()
                 restarts += 1
-                driver = _driver(Path(folder) / str(restarts), driver.changelogs, now, memory)
+                driver = ttl_driver(Path(folder) / str(restarts), driver.changelogs, now, memory)
                 assert dict(driver.store("t").items()) == model.live(now)
         driver.close()
 
