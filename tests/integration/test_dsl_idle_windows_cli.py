@@ -21,8 +21,9 @@ from test_dsl_examples import internal_topics, run_env  # isort: skip  # noqa: F
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("internal_topics")]
 
-START = 1_700_000_000_000
-"""The first window's start (event time; a multiple of 2 s)."""
+START = int(time.time() - 3600) // 2 * 2000
+"""The first window's start (event time; a multiple of 2 s), an hour ago: within the
+broker's retention, which deletes older records while the test runs."""
 AHEAD = 600_000
 """The second window's start after START: never reached by idle advance in the test."""
 APP = """from kasper_py.dsl import Builder
