@@ -32,6 +32,7 @@ from kasper_py.cli.offsets import (
     alter_offsets,
     describe_target,
     group_of,
+    group_standbys,
     probe,
     read_progress,
     refuse_if_active,
@@ -90,11 +91,15 @@ def app_command(config: Config, args: argparse.Namespace) -> int:
     if args.action == "reset":
         return app_reset(config, args)
     app = load_app(args)
-    owners = None
+    owners = warm = None
     if args.members and config.group_mode:
         with admin_for(config, _MEMBERS_TIMEOUT) as admin:
-            owners = group_of(config, admin).owners()
+            group = group_of(config, admin)
+        owners, warm = group.owners(), group_standbys(config, group)
     topology = describe(app, config, owners)
+    standbys = standby_listing(config, warm)
+    if standbys is not None:
+        topology["standbys"] = standbys
     if args.json:
         print(json.dumps(topology, indent=2))
     else:
@@ -137,11 +142,37 @@ def render(topology: dict[str, Any]) -> str:
             ",".join(map(str, found["runs"])) or "none")
         lines.append(f"  {topic}: {count} partitions; this process runs: {runs}")
         lines += [f"    partition {p}: {who}" for p, who in found.get("members", {}).items()]
+    lines += _standby_lines(topology.get("standbys"))
     if topology["channels"]:
         lines.append(f"  channels: {', '.join(topology['channels'])}")
     for task in topology["tasks"]:
         lines.append(f"  task {task['name']}{' (on leader)' if task['on_leader'] else ''}")
     return "\n".join(lines)
+
+
+def standby_listing(config: Config, warm: dict[int, tuple[str, ...]] | None
+                    ) -> dict[str, Any] | None:
+    """Where the app's tables are kept warm (docs/stores.md, standby replicas): in group
+    mode, read with ``--members``, the members keeping each partition of the first input
+    topic warm (``warm``, as each member places its copies); with a static set, the
+    partitions this process keeps warm. ``None`` without standbys."""
+    if warm is not None:
+        return {"topic": config.input_topics[0],
+                "partitions": {str(p): list(who) for p, who in sorted(warm.items())}}
+    if config.standby_partitions:
+        return {"topic": config.input_topics[0], "this_process": list(config.standby_partitions)}
+    return None
+
+
+def _standby_lines(standbys: dict[str, Any] | None) -> list[str]:
+    if standbys is None:
+        return []
+    if "this_process" in standbys:
+        kept = ",".join(map(str, standbys["this_process"]))
+        return [f"  standbys: this process keeps partitions {kept} warm"]
+    return ["  standbys (members keeping each partition warm):",
+            *(f"    partition {p}: {', '.join(who) or '-'}"
+              for p, who in standbys["partitions"].items())]
 
 
 def _operator_line(operator: dict[str, Any]) -> str:

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
 import structlog.testing
 
-from kasper_py import Config
+from kasper_py import Config, cli
+from kasper_py.app.plan import describe
+from kasper_py.cli.app import render, standby_listing
 from kasper_py.cli.offsets import group_standbys
+from kasper_py.dsl import Builder
 from kasper_py.exceptions import AdminError
 from kasper_py.kafka.admin import GroupMember, GroupState
 from kasper_py.loop.standby_placement import (
@@ -123,3 +129,40 @@ def test_kasper_lag_lists_the_members_keeping_each_partition_warm() -> None:
     static = Config(name="wc", bootstrap_servers="unused:0", input_topics=["orders"],
                     num_standby_replicas=1)
     assert group_standbys(static, state) is None
+
+
+def test_describe_lists_the_members_keeping_each_partition_warm() -> None:
+    """`kasper app describe --members` in group mode: each partition of the first input
+    topic with the members whose placement keeps it warm, as `kasper lag` shows them."""
+    state = GroupState("STABLE", (
+        GroupMember("w0", "/10.0.0.1", (("orders", 0),)),
+        GroupMember("w1", "/10.0.0.2", (("orders", 1),)),
+    ))
+    listing = standby_listing(member_config(), group_standbys(member_config(), state))
+    assert listing == {"topic": "orders", "partitions": {"0": ["w1@10.0.0.2"],
+                                                          "1": ["w0@10.0.0.1"]}}
+    builder = Builder("wc", stores="memory")
+    builder.stream("orders").group_by_key().count("counts")
+    text = render({**describe(builder.build(), member_config()), "standbys": listing})
+    assert ("  standbys (members keeping each partition warm):\n"
+            "    partition 0: w1@10.0.0.2\n    partition 1: w0@10.0.0.1") in text
+
+
+def test_cli_describe_lists_the_partitions_a_static_process_keeps_warm(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """With a static set and standby partitions, `kasper app describe` (no connection)
+    names the partitions this process keeps warm; without standbys it says nothing."""
+    (tmp_path / "warm_module.py").write_text(
+        "from kasper_py.dsl import Builder\n"
+        "builder = Builder('warm', stores='memory')\n"
+        "builder.stream('orders').group_by_key().count('counts')\n"
+        "app = builder.build()\n")
+    monkeypatch.setenv("KASPER_BOOTSTRAP_SERVERS", "127.0.0.1:1")
+    base = ["app", "describe", "warm_module:app", "--app-dir", str(tmp_path)]
+    assert cli.main(base) == 0
+    assert "standbys" not in capsys.readouterr().out
+    monkeypatch.setenv("KASPER_INPUT_PARTITIONS", "0")
+    monkeypatch.setenv("KASPER_STANDBY_PARTITIONS", "1,2")
+    assert cli.main(base) == 0
+    assert "  standbys: this process keeps partitions 1,2 warm" in capsys.readouterr().out
