@@ -66,11 +66,11 @@ class LocalDB:
             # (rocksdict opens the families a folder already has by itself).
             families = [_META] if self.ttl_ms is None else [_META, _EXPIRY, _EXPIRY_ORDER]
             options = _options()
-            if self.ttl_ms is not None:
-                # The small families (offsets, expiry) rarely fill a memtable, and the
-                # write-ahead log is kept until every family flushed: bound it, so a table
-                # that deletes as much as it writes stays small on disk too.
-                options.set_max_total_wal_size(_MAX_WAL)
+            # The small families (offsets every turn, expiry) rarely fill a memtable,
+            # and the write-ahead log is kept until every family flushed: bound it, so a
+            # table that deletes as much as it writes (a ttl, a deduplicator's window)
+            # stays small on disk too.
+            options.set_max_total_wal_size(_MAX_WAL)
             self._db: Any = Rdict(str(self.path), options,
                                   column_families={name: _options() for name in families})
         except Exception as exc:
