@@ -45,7 +45,7 @@ def engine() -> Any:
 
 def exists(engine: Any, container_id: str) -> bool:
     """True while the engine still knows the container, running or not."""
-    return any(c.id == container_id for c in engine.containers.list(all=True))
+    return any(c.id == container_id for c in engine.containers.list(all=True, sparse=True))
 
 
 @pytest.fixture(scope="session")

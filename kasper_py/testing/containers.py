@@ -118,11 +118,21 @@ def resolve_image(client: Any, official: str, local: str) -> str:
 
 def remove_orphans(client: Any) -> list[str]:
     """Remove the containers started here by processes that no longer run; their ids."""
+    import docker.errors  # noqa: PLC0415 - the optional containers extra
+
     removed = []
-    for container in client.containers.list(all=True, filters={"label": OWNER_LABEL}):
-        owner = container.labels.get(OWNER_LABEL, "")
+    # sparse: the list's own answer, no inspection of each container, which fails for
+    # one another process removes meanwhile (Podman answers 500 "no such container")
+    for container in client.containers.list(all=True, sparse=True,
+                                            filters={"label": OWNER_LABEL}):
+        owner = (container.attrs.get("Labels") or {}).get(OWNER_LABEL, "")
         if owner.isdigit() and not _process_alive(int(owner)):
-            container.remove(force=True)
+            try:
+                container.remove(force=True)
+            except docker.errors.APIError as exc:
+                if "no such container" not in str(exc).lower():
+                    raise
+                continue  # another cleanup removed it first
             removed.append(str(container.id))
     return removed
 

@@ -118,12 +118,12 @@ def test_an_error_in_the_with_block_removes_the_container(engine: Any) -> None:
 def test_a_server_that_never_answers_is_removed_with_its_log(engine: Any) -> None:
     """A container whose server exits at start is a ContainerStartError quoting its log,
     and is removed."""
-    before = {c.id for c in engine.containers.list(all=True)}
+    before = {c.id for c in engine.containers.list(all=True, sparse=True)}
     broken = RedisContainer()
     broken.command = lambda: ["redis-server", "--no-such-option"]  # type: ignore[method-assign]
     with pytest.raises(ContainerStartError, match="no-such-option"):
         broken.start()
-    assert {c.id for c in engine.containers.list(all=True)} <= before
+    assert {c.id for c in engine.containers.list(all=True, sparse=True)} <= before
 
 
 def test_a_container_of_a_killed_test_run_is_removed_by_the_next_start(engine: Any) -> None:

@@ -80,14 +80,17 @@ def test_a_refused_delivery_fails_its_turn_and_leaves_the_batch_read_ahead_uncom
 
 
 class CountingConsumer(InputConsumer):
-    """The real consumer, noting each watermark query that goes to the broker."""
+    """The real consumer, noting each watermark query that goes to the broker although
+    a fetch response had already brought the partition's watermarks (the one query
+    allowed: a partition with no fetch response yet, as on a loaded machine, where the
+    first check can come before the first fetch of a partition answers)."""
 
     def __init__(self, config: Config) -> None:
         super().__init__(config)
         self.round_trips: list[tuple[str, int]] = []
 
     def watermarks(self, key: tuple[str, int], cached: bool = False) -> tuple[int, int]:
-        if not cached:
+        if not cached and super().watermarks(key, cached=True)[1] >= 0:
             self.round_trips.append(key)
         return super().watermarks(key, cached)
 
@@ -95,7 +98,8 @@ class CountingConsumer(InputConsumer):
 def test_until_caught_up_reads_cached_watermarks(bootstrap, new_topic, kafka,
                                                  unique_name) -> None:
     """Run to the end of two partitions: the loop processes everything, commits the
-    end, and its caught-up checks (after each short batch) ask the broker nothing."""
+    end, and its caught-up checks (after each short batch) ask the broker nothing once
+    a fetch response brought a partition's watermarks."""
     source, output = new_topic("in", partitions=2), new_topic("out", partitions=2)
     for partition in (0, 1):
         kafka.produce(source, [b"p%d-%d" % (partition, i) for i in range(250)], partition)
