@@ -25,7 +25,10 @@ pytest_plugins = ["tests.container_stack", "kasper_py.testing.container_fixtures
 # order; files that share a server they start and stop, or a session-wide Spark cluster,
 # share a group so they never run at the same time on two workers.
 SHARED_GROUPS = {"test_stack_jaeger.py": "jaeger", "test_tracing_otlp.py": "jaeger",
-                 "test_stack.py": "stack", "test_stack_anywhere.py": "stack"}
+                 "test_stack.py": "stack", "test_stack_anywhere.py": "stack",
+                 # each checks that no container is left behind, which another file's
+                 # container started meanwhile would break
+                 "test_containers.py": "containers", "test_store_containers.py": "containers"}
 SPARK_GROUPS = {"spark_master": "spark", "spark_cluster": "spark",
                 "own_spark_cluster": "spark-own"}  # one private cluster at a time
 

@@ -43,6 +43,16 @@ def engine() -> Any:
         pytest.skip(str(exc))
 
 
+def of_this_process(engine: Any, command: str) -> set[str]:
+    """The ids of the containers this process started whose command names ``command``
+    (the engine's own list: other tests' containers, started meanwhile, are not counted)."""
+    from kasper_py.testing.containers import OWNER_LABEL
+
+    return {c.id for c in engine.containers.list(
+        all=True, sparse=True, filters={"label": f"{OWNER_LABEL}={os.getpid()}"})
+        if command in str(c.attrs.get("Command", ""))}
+
+
 def exists(engine: Any, container_id: str) -> bool:
     """True while the engine still knows the container, running or not."""
     return any(c.id == container_id for c in engine.containers.list(all=True, sparse=True))

@@ -29,7 +29,7 @@ from kasper_py.testing.containers import (
     SchemaRegistryContainer,
 )
 from tests.conftest import KafkaHelper
-from tests.container_stack import exists, on_containers
+from tests.container_stack import exists, of_this_process, on_containers
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -118,12 +118,11 @@ def test_an_error_in_the_with_block_removes_the_container(engine: Any) -> None:
 def test_a_server_that_never_answers_is_removed_with_its_log(engine: Any) -> None:
     """A container whose server exits at start is a ContainerStartError quoting its log,
     and is removed."""
-    before = {c.id for c in engine.containers.list(all=True, sparse=True)}
     broken = RedisContainer()
     broken.command = lambda: ["redis-server", "--no-such-option"]  # type: ignore[method-assign]
     with pytest.raises(ContainerStartError, match="no-such-option"):
         broken.start()
-    assert {c.id for c in engine.containers.list(all=True, sparse=True)} <= before
+    assert of_this_process(engine, "no-such-option") == set()
 
 
 def test_a_container_of_a_killed_test_run_is_removed_by_the_next_start(engine: Any) -> None:

@@ -23,7 +23,7 @@ from kasper_py.testing.containers import (
     OpenSearchContainer,
     PostgresContainer,
 )
-from tests.container_stack import exists
+from tests.container_stack import exists, of_this_process
 
 pytestmark = pytest.mark.integration
 CONFIG = Config(name="boxed", bootstrap_servers="127.0.0.1:1", input_topics=["t"])
@@ -86,14 +86,13 @@ def test_an_opensearch_table_round_trips_through_an_opensearch_container(engine:
 def test_a_store_server_failing_at_start_is_an_error_quoting_its_log(engine: Any) -> None:
     """A PostgreSQL refusing its configuration: ContainerStartError carries the server's
     own complaint, and no container is left."""
-    before = {c.id for c in engine.containers.list(all=True, sparse=True)}
     broken = PostgresContainer()
     broken.command = lambda: ["postgres", "-c", "no_such_setting=1"]  # type: ignore[method-assign]
     with pytest.raises(ContainerStartError) as error:
         broken.start()
     assert 'unrecognized configuration parameter "no_such_setting"' in str(error.value)
     assert str(error.value).startswith(broken.local_image)
-    assert {c.id for c in engine.containers.list(all=True, sparse=True)} <= before
+    assert of_this_process(engine, "no_such_setting") == set()
 
 
 def test_a_port_taken_before_the_server_binds_it_is_replaced(engine: Any) -> None:
