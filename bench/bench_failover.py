@@ -29,7 +29,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -43,17 +42,13 @@ from benchkit import create_topics, delete_topics, fill
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from kasper_py import Config
+from kasper_py._support.ports import free_ports as free_port
 from kasper_py.kafka.admin import KafkaAdmin
 from kasper_py.kafka.topics import changelog_topic
 
 HERE = Path(__file__).parent
 SAMPLE = re.compile(r'^kasper_(\w+)\{([^}]*)\} (\S+)$', re.M)
 
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def start(bootstrap: str, name: str, topic: str, state: Path, port: int,

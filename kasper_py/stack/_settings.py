@@ -10,11 +10,10 @@ import dataclasses
 import hashlib
 import os
 import re
-import socket
 from dataclasses import dataclass
 from pathlib import Path
 
-from kasper_py._support.ports import LOOPBACK, bindable
+from kasper_py._support.ports import free_ports
 from kasper_py.stack._errors import StackError
 
 REDIS_PERSISTENCE = ("aof", "aof-always", "none")
@@ -218,15 +217,6 @@ class Settings:
         digest = hashlib.sha256(recipe.encode()).hexdigest()[:12]
         return self.cache_dir / "lib" / f"{name}-{digest}"
 
-
-def free_ports(count: int = 1) -> int:
-    """A port P such that P ... P+count-1 are free on the loopback now (nothing listens)."""
-    while True:
-        with socket.socket() as probe:
-            probe.bind((LOOPBACK, 0))
-            first = int(probe.getsockname()[1])
-        if first + count < 65536 and all(bindable(first + n) for n in range(1, count)):
-            return first
 
 
 

@@ -20,7 +20,6 @@ are in ``kasper_py.testing.container_fixtures``.
 from __future__ import annotations
 
 import os
-import random
 import re
 import time
 import urllib.error
@@ -29,7 +28,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from kasper_py import stack
-from kasper_py._support.ports import LOOPBACK, bindable
+from kasper_py._support.ports import LOOPBACK, free_ports
 from kasper_py.exceptions import KasperError
 
 if TYPE_CHECKING:
@@ -43,7 +42,6 @@ INSTALL_HINT = (
     "'kasper-py[containers]'`")
 """What a machine needs for container tests; said by every ``ContainerEngineError``."""
 
-PORT_RANGE = (50000, 60000)
 OWNER_LABEL = "org.kasper-py.testing.owner-pid"
 """The label naming the process that started a container: one whose process is gone (a
 test run killed with -9 removes nothing) is removed by the next start on the machine."""
@@ -65,18 +63,9 @@ class ContainerStartError(KasperError):
 
 
 _PORT_TAKEN = re.compile(r"address already in use|is in use by another process", re.I)
-"""What a server's log says when its port was taken between ``free_port``'s probe and
-its bind: 50000-59999 lies in Linux's ephemeral range, where any client's outgoing
-connection may land."""
+"""What a server's log says when its port was taken between ``free_ports``' probe and
+its bind: another process's probe may draw the same port at the same moment."""
 
-
-def free_port(count: int = 1) -> int:
-    """A port P in 50000-59999 such that P ... P+count-1 are free on 127.0.0.1 now:
-    host networking shares the host's ports, and the stack's own are below 50000."""
-    while True:
-        first = random.randrange(PORT_RANGE[0], PORT_RANGE[1] - count)
-        if all(bindable(first + offset) for offset in range(count)):
-            return first
 
 
 
@@ -160,7 +149,7 @@ class ServerContainer:
 
     def __init__(self, image: str | None = None) -> None:
         self.image = image
-        self.port = free_port(self.ports_needed)
+        self.port = free_ports(self.ports_needed)
         self._container: DockerContainer | None = None
 
     def command(self) -> list[str] | None:
@@ -185,7 +174,7 @@ class ServerContainer:
             except ContainerStartError as error:
                 if not _PORT_TAKEN.search(error.log):
                     raise
-                self.port = free_port(self.ports_needed)
+                self.port = free_ports(self.ports_needed)
         return self._start_once()
 
     def _start_once(self) -> Self:

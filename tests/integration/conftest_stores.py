@@ -26,6 +26,7 @@ from cassandra.cluster import Cluster
 from confluent_kafka.admin import AdminClient
 
 from kasper_py import Config, TopicProcessor
+from kasper_py._support.ports import free_ports as free_port
 from kasper_py.kafka.producer import OutputProducer
 from kasper_py.observability.observe import NoopObserver, TurnStats
 from kasper_py.stack import cassandra_contact as stack_cassandra_contact
@@ -68,12 +69,6 @@ class TurnCounter(NoopObserver):
     def on_turn(self, stats: TurnStats) -> None:
         self.turns += 1
 
-
-def free_port() -> int:
-    """A port nothing listens on right now."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def wait_for(condition: Callable[[], object], what: str = "the condition",

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -14,16 +13,12 @@ from typing import Any
 
 import pytest
 
+from kasper_py._support.ports import free_ports as closed_port
+
 pytestmark = pytest.mark.integration
 
 WORKER = Path(__file__).parent / "outage_worker.py"
 
-
-def closed_port() -> int:
-    """A port on 127.0.0.1 that nothing listens on (bound, then released)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def test_client_lines_reach_the_json_log_not_raw_stderr() -> None:

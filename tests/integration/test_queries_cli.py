@@ -174,7 +174,7 @@ def test_a_chain_of_processors_is_queried_with_default_settings(  # noqa: PLR091
                    _config(tmp_path, unique_name("q-relay"), source), "--until-caught-up",
                    env=env)
     assert relay.returncode == 0, relay.stderr[-3000:]
-    port = free_port()
+    port = free_port(2)  # worker i serves queries on P+i
     config = _config(tmp_path, unique_name("q-chain"), middle, query_port=port)
     env = cli_env(bootstrap, KASPER_QUERY_TOKEN=TOKEN)
     running("run", "queries_module:Count", "--stores", "queries_module:stores",

@@ -6,7 +6,6 @@ errors of a refused setting and an unreachable broker."""
 from __future__ import annotations
 
 import signal
-import socket
 import subprocess
 import urllib.error
 import urllib.request
@@ -18,6 +17,7 @@ from typing import Any
 import pytest
 from test_cli import cli_env, kasper, kasper_command, run_args, wait_for
 
+from kasper_py._support.ports import free_ports as free_port
 from kasper_py._support.secrets import SENSITIVE_PROPERTIES
 
 pytestmark = pytest.mark.integration
@@ -62,11 +62,6 @@ def write_config(tmp_path: Path, name: str, topic: str, toml: dict[str, str],
     path.write_text("\n".join(lines) + "\n")
     return str(path)
 
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def fetch(url: str) -> str:

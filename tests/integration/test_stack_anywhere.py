@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from kasper_py.stack._settings import Settings, free_ports
+from kasper_py._support.ports import free_ports
+from kasper_py.stack._settings import Settings
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 

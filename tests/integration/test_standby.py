@@ -217,7 +217,7 @@ def test_processes_place_each_workers_partitions_warm_in_the_next(
     topic, name = new_topic("standby-workers", partitions=4), unique_name("standby-workers")
     for partition in range(4):
         kafka.produce(topic, keyed(f"p{partition}-", 50), partition=partition)
-    port = free_port()
+    port = free_port(3)  # the supervisor P, its workers P+1 and P+2
     supervisor = run(name, topic, bootstrap, tmp_path / "state", tmp_path / "run.log",
                      "--processes", "2", "--num-standby-replicas", "1",
                      "--metrics-port", str(port))

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from kasper_py.stack._settings import free_ports
+from kasper_py._support.ports import free_ports
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_cli import (  # isort: skip

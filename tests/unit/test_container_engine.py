@@ -32,7 +32,6 @@ from kasper_py.testing.containers import (
     INSTALL_HINT,
     ContainerEngineError,
     docker_client,
-    free_port,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -110,12 +109,6 @@ def test_the_images_command_refuses_an_unknown_image_naming_the_known(
     assert result.stderr.strip() == (
         "error: no image for nosuch; images: kafka, redis, schema-registry, cassandra, "
         "postgres, opensearch")
-
-
-def test_free_ports_are_in_the_5xxxx_range_and_free() -> None:
-    """Host networking shares the host's ports: containers keep to 50000-59999."""
-    port = free_port(2)
-    assert port >= 50000 and port + 1 < 60000
 
 
 def test_no_engine_is_an_error_naming_what_to_install(monkeypatch: pytest.MonkeyPatch,

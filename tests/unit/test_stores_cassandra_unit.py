@@ -4,20 +4,14 @@ unreachable cluster surfaces as StoreUnavailableError after bounded retries."""
 from __future__ import annotations
 
 import importlib
-import socket
 import sys
 
 import pytest
 
 from kasper_py import Config, StoreUnavailableError
+from kasper_py._support.ports import free_ports as closed_port
 from kasper_py.stores.base import StoreRuntime
 from kasper_py.stores.cassandra import CassandraTable
-
-
-def closed_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def test_settings_are_validated_when_declared() -> None:

@@ -4,12 +4,12 @@ StoreUnavailableError), and the node's command line and home layout."""
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 
 import pytest
 
 from kasper_py import Config, StoreError, StoreUnavailableError
+from kasper_py._support.ports import free_ports as closed_port
 from kasper_py.stack._opensearch import OpenSearch, lay_out_home
 from kasper_py.stack._settings import Settings
 from kasper_py.stores.base import StoreRuntime
@@ -17,11 +17,6 @@ from kasper_py.stores.opensearch import OpenSearchTable
 
 CONFIG = Config(name="Word_Count", bootstrap_servers="unused:0", input_topics=["lines"])
 
-
-def closed_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def test_index_names_are_lowercase_per_processor_and_table() -> None:

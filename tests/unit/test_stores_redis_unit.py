@@ -4,20 +4,14 @@ when Redis cannot be reached (bounded retries, then StoreUnavailableError)."""
 from __future__ import annotations
 
 import importlib
-import socket
 import sys
 
 import pytest
 
 from kasper_py import Config, StoreUnavailableError
+from kasper_py._support.ports import free_ports as closed_port
 from kasper_py.stores.base import StoreRuntime
 from kasper_py.stores.redis import RedisStore, RedisTable
-
-
-def closed_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def open_store(table: RedisTable, partition: int = 2) -> RedisStore:

@@ -5,7 +5,6 @@ the store observer a store is handed, and the typed ``ProcessorContext.store``."
 from __future__ import annotations
 
 import json
-import socket
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -13,6 +12,7 @@ from typing import Any
 import pytest
 
 from kasper_py import JSON, Config, ProcessorContext, Serde, StoreError
+from kasper_py._support.ports import free_ports as closed_port
 from kasper_py.message import TopicPartitionKey
 from kasper_py.observability.observe import (
     NOOP_STORE_OBSERVER,
@@ -62,11 +62,6 @@ def config(tmp_path: Path) -> Config:
     return Config(name="wc", bootstrap_servers="unused:0", input_topics=["lines"],
                   state_dir=str(tmp_path))
 
-
-def closed_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @pytest.mark.parametrize("backend", [RedisStore, CassandraStore, RocksDBStore])
