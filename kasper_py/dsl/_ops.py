@@ -151,10 +151,11 @@ class NullSkips:
             r[1] is not None or not value
             or (partial is not None and r[3] and r[3][-1][0] == partial))]
         null_keys = sum(1 for r in records if r[0] is None) if key else 0
-        self._count(null_keys, len(records) - len(kept) - null_keys)
+        self.counted(null_keys, len(records) - len(kept) - null_keys)
         return kept
 
-    def _count(self, null_keys: int, null_values: int) -> None:
+    def counted(self, null_keys: int = 0, null_values: int = 0) -> None:
+        """Count records an operator skipped for lack of a key or a value."""
         if null_keys:
             self.context.skipped("null_key", null_keys)
         if null_values:

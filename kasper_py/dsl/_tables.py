@@ -88,7 +88,10 @@ class StreamTableJoin(Op):
 
 
 class KeyedLookupJoin(Op):
-    """A stream joined with a global table, looked up by ``key_of(key, value)``."""
+    """A stream joined with a global table, looked up by ``key_of(key, value)``. A
+    record whose ``key_of`` is ``None`` joins nothing: the inner join skips it and counts
+    it as a ``null_key`` skip (Kafka Streams drops it and counts it too), the left join
+    emits ``joiner(value, None)``."""
 
     __slots__ = ("joiner", "key_of", "left", "skips", "store")
 
@@ -103,6 +106,8 @@ class KeyedLookupJoin(Op):
         key_of = self.key_of
         lookups = [key_of(r[0], r[1]) for r in records]
         found = self.store.get_many({k for k in lookups if k is not None})
+        if not self.left and None in lookups:  # nothing to join: skipped, and counted
+            self.skips.counted(null_keys=lookups.count(None))
         joiner, left, out = self.joiner, self.left, []
         for r, lookup in zip(records, lookups, strict=True):
             other = found.get(lookup) if lookup is not None else None

@@ -146,3 +146,32 @@ def test_a_global_table_join_counts_the_null_values_it_skips() -> None:
     assert out.records == [(None, [{"to": "a"}, "A"], 1, ())]
     assert skipped(observer, "null_key") is None
     assert skipped(observer, "null_value") == 1
+
+
+def lookup_join(left: bool) -> tuple[Collect, PrometheusObserver]:
+    """A global-table join (``left`` or inner) over two records whose ``key_of`` is
+    ``None`` and one that finds its row."""
+    config = Config(name="skips", bootstrap_servers="memory", input_topics=["l"])
+    observer = PrometheusObserver(config)
+    join = KeyedLookupJoin(Lookups({"a": "A"}), by_value, pair, left,  # type: ignore[arg-type]
+                           NullSkips(ProcessorContext(0, config, observer=observer)))
+    out = Collect()
+    join.children.append(out)
+    join.push([("k1", {"to": None}, 1, ()), ("k2", {"to": "a"}, 2, ()),
+               ("k3", {"to": None}, 3, ())])
+    return out, observer
+
+
+def test_an_inner_global_table_join_counts_the_records_whose_lookup_key_is_none() -> None:
+    """``key_of`` gave ``None``: nothing to look up, so the inner join skips the record,
+    counted as a ``null_key`` skip, never silently."""
+    out, observer = lookup_join(left=False)
+    assert out.records == [("k2", [{"to": "a"}, "A"], 2, ())]
+    assert skipped(observer, "null_key") == 2
+
+
+def test_a_left_global_table_join_emits_the_records_whose_lookup_key_is_none() -> None:
+    out, observer = lookup_join(left=True)
+    assert out.records == [("k1", [{"to": None}, None], 1, ()),
+                           ("k2", [{"to": "a"}, "A"], 2, ()), ("k3", [{"to": None}, None], 3, ())]
+    assert skipped(observer, "null_key") is None
