@@ -203,31 +203,8 @@ IMAGES: dict[str, Callable[[], Image]] = {
 """Every image ``python -m kasper_py.stack images`` builds, by the stack component it runs."""
 
 
-def kafka_image() -> str:
-    """The local Kafka image's name."""
-    return kafka().name
 
-
-def redis_image() -> str:
-    """The local Redis image's name."""
-    return redis().name
-
-
-def registry_image() -> str:
-    """The local schema registry image's name."""
-    return registry().name
-
-
-def cassandra_image() -> str:
-    """The local Cassandra image's name."""
-    return cassandra().name
-
-
-def postgres_image() -> str:
-    """The local PostgreSQL image's name."""
-    return postgres().name
-
-
-def opensearch_image() -> str:
-    """The local OpenSearch image's name."""
-    return opensearch().name
+def image_name(component: str) -> str:
+    """The name of the local image that runs the stack ``component`` (a key of
+    ``IMAGES``: ``kafka``, ``redis``, ``schema-registry``, ...), tagged by its content."""
+    return IMAGES[component]().name

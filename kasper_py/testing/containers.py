@@ -250,7 +250,7 @@ class KafkaContainer(ServerContainer):
     def __init__(self, image: str | None = None) -> None:
         super().__init__(image)
         self.official_image = f"apache/kafka:{stack.kafka_version()}"
-        self.local_image = stack.kafka_image()
+        self.local_image = stack.image_name("kafka")
 
     @property
     def bootstrap_servers(self) -> str:
@@ -292,7 +292,7 @@ class RedisContainer(ServerContainer):
     def __init__(self, image: str | None = None) -> None:
         super().__init__(image)
         self.official_image = "redis:7.0"
-        self.local_image = stack.redis_image()
+        self.local_image = stack.image_name("redis")
 
     @property
     def url(self) -> str:
@@ -318,7 +318,7 @@ class SchemaRegistryContainer(ServerContainer):
     def __init__(self, image: str | None = None) -> None:
         super().__init__(image)
         self.official_image = f"apicurio/apicurio-registry-mem:{stack.registry_version()}"
-        self.local_image = stack.registry_image()
+        self.local_image = stack.image_name("schema-registry")
 
     @property
     def url(self) -> str:
@@ -352,7 +352,7 @@ class CassandraContainer(ServerContainer):
     def __init__(self, image: str | None = None) -> None:
         super().__init__(image)
         self.official_image = f"cassandra:{stack.cassandra_version()}"
-        self.local_image = stack.cassandra_image()
+        self.local_image = stack.image_name("cassandra")
 
     @property
     def contact(self) -> tuple[str, int]:
@@ -385,7 +385,7 @@ class PostgresContainer(ServerContainer):
     def __init__(self, image: str | None = None) -> None:
         super().__init__(image)
         self.official_image = f"postgres:{stack.postgres_version().split('.')[0]}"
-        self.local_image = stack.postgres_image()
+        self.local_image = stack.image_name("postgres")
 
     @property
     def url(self) -> str:
@@ -430,7 +430,7 @@ class OpenSearchContainer(ServerContainer):
     def __init__(self, image: str | None = None) -> None:
         super().__init__(image)
         self.official_image = f"opensearchproject/opensearch:{stack.opensearch_version()}"
-        self.local_image = stack.opensearch_image()
+        self.local_image = stack.image_name("opensearch")
 
     @property
     def url(self) -> str:

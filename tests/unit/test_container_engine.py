@@ -18,13 +18,10 @@ from kasper_py.stack._image_build import debian_sources
 from kasper_py.stack._images import (
     IMAGES,
     base_image,
-    cassandra_image,
     cassandra_version,
-    kafka_image,
+    image_name,
     kafka_version,
-    opensearch_image,
     opensearch_version,
-    postgres_image,
     postgres_version,
 )
 from kasper_py.stack._install import template
@@ -76,7 +73,7 @@ def test_an_image_is_tagged_by_its_version_and_content() -> None:
     """``<version>-<12 hex>``; an edited Containerfile value, file or pin is a new tag, and
     the same inputs the same tag (so a built image is found again)."""
     kafka = IMAGES["kafka"]()
-    assert kafka_image() == kafka.name
+    assert image_name("kafka") == kafka.name
     version, digest = kafka.name.rsplit(":", 1)[1].rsplit("-", 1)
     assert version == kafka_version() and len(digest) == 12
     assert int(digest, 16) >= 0 and kafka.name == IMAGES["kafka"]().name
@@ -91,10 +88,11 @@ def test_an_image_is_tagged_by_its_version_and_content() -> None:
 
 def test_images_are_named_after_the_stack_versions() -> None:
     """Cassandra, PostgreSQL and OpenSearch images run the stack's pinned versions."""
-    assert cassandra_image().startswith(f"localhost/kasper-py/cassandra:{cassandra_version()}-")
-    assert opensearch_image().startswith(
+    assert image_name("cassandra").startswith(
+        f"localhost/kasper-py/cassandra:{cassandra_version()}-")
+    assert image_name("opensearch").startswith(
         f"localhost/kasper-py/opensearch:{opensearch_version()}-")
-    assert postgres_image().startswith(f"localhost/kasper-py/postgres:{postgres_version()}-")
+    assert image_name("postgres").startswith(f"localhost/kasper-py/postgres:{postgres_version()}-")
     assert cassandra_version() == "5.0.9" and opensearch_version().startswith("2.19.")
 
 
