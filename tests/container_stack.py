@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from kasper_py._support.ports import ephemeral_range
 from kasper_py.testing.containers import (
     CassandraContainer,
     ContainerEngineError,
@@ -99,3 +100,9 @@ def container_opensearch_url(opensearch_container: OpenSearchContainer) -> Itera
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("KASPER_OPENSEARCH_URL", opensearch_container.url)
         yield opensearch_container.url
+
+
+def outside_ephemeral_range(port: int) -> bool:
+    """Whether ``port`` is one ``free_ports`` hands out: at 20000 or above, below the
+    kernel's ephemeral range (no outgoing connection takes it after the probe)."""
+    return 20000 <= port < ephemeral_range()[0]

@@ -5,7 +5,8 @@ registry, Cassandra, PostgreSQL and OpenSearch, started through testcontainers
     with KafkaContainer() as kafka:
         config = Config(name="wc", bootstrap_servers=kafka.bootstrap_servers, ...)
 
-Every container runs with host networking on free ports in 50000-59999, so the address
+Every container runs with host networking on free ports (``free_ports``: below the
+kernel's ephemeral range, above the stack's own), so the address
 handed back is ``127.0.0.1:<port>`` whatever the engine. The image is the official
 one (``apache/kafka:<the stack's Kafka version>``, ``redis:7.0``, ``cassandra``,
 ``postgres``, ``opensearchproject/opensearch``, each at the stack's version) when the

@@ -29,7 +29,7 @@ from kasper_py.testing.containers import (
     SchemaRegistryContainer,
 )
 from tests.conftest import KafkaHelper
-from tests.container_stack import exists, of_this_process, on_containers
+from tests.container_stack import exists, of_this_process, on_containers, outside_ephemeral_range
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -57,7 +57,8 @@ def test_a_processor_runs_end_to_end_through_kafka_and_redis_containers(
     outputs and committed offsets are exact; both containers are gone afterwards."""
     with KafkaContainer() as kafka, RedisContainer() as store:
         ids = [kafka.container_id, store.container_id]
-        assert kafka.bootstrap_servers.startswith("127.0.0.1:5")
+        assert kafka.bootstrap_servers == f"127.0.0.1:{kafka.port}"
+        assert outside_ephemeral_range(kafka.port)
         source = unique_name("lines")
         admin = AdminClient({"bootstrap.servers": kafka.bootstrap_servers})
         for topic in (source, "counts-out"):

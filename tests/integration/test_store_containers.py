@@ -23,7 +23,7 @@ from kasper_py.testing.containers import (
     OpenSearchContainer,
     PostgresContainer,
 )
-from tests.container_stack import exists, of_this_process
+from tests.container_stack import exists, of_this_process, outside_ephemeral_range
 
 pytestmark = pytest.mark.integration
 CONFIG = Config(name="boxed", bootstrap_servers="127.0.0.1:1", input_topics=["t"])
@@ -51,7 +51,7 @@ def test_a_cassandra_table_round_trips_through_a_cassandra_container(engine: Any
     with CassandraContainer() as cassandra:
         container_id = cassandra.container_id
         host, port = cassandra.contact
-        assert host == "127.0.0.1" and 50000 <= port < 60000
+        assert host == "127.0.0.1" and outside_ephemeral_range(port)
         tables = [CassandraTable("counts", contact_points=[host], port=port, keyspace=keyspace)
                   for _ in range(2)]
         assert write_then_read(*tables) == {"alpha": {"n": 1}}
@@ -62,7 +62,8 @@ def test_a_postgres_table_round_trips_through_a_postgres_container(engine: Any) 
     """PostgresTable writes, reads and its applied offsets on a server in a container."""
     with PostgresContainer() as postgres:
         container_id = postgres.container_id
-        assert postgres.url.startswith("postgresql://postgres@127.0.0.1:5")
+        assert postgres.url == f"postgresql://postgres@127.0.0.1:{postgres.port}/postgres"
+        assert outside_ephemeral_range(postgres.port)
         tables = [PostgresTable("counts", url=postgres.url) for _ in range(2)]
         assert write_then_read(*tables) == {"alpha": {"n": 1}}
         store = tables[0].open(StoreRuntime(CONFIG, 0))
@@ -97,7 +98,8 @@ def test_a_store_server_failing_at_start_is_an_error_quoting_its_log(engine: Any
 
 def test_a_port_taken_before_the_server_binds_it_is_replaced(engine: Any) -> None:
     """Free ports are probed, then bound by the server seconds later; a client's outgoing
-    connection (50000-59999 is in the ephemeral range) may take one meanwhile. The server
+    connection may take one meanwhile (not one outside the ephemeral range, but another
+    process's probe may draw the same port). The server
     then starts again on fresh ports, and answers there."""
     postgres = PostgresContainer()
     with socket.socket() as squatter:
