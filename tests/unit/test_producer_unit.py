@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaError
+from confluent_kafka import KafkaError, KafkaException
 
 from kasper_py import Config, ProduceError
 from kasper_py.kafka.producer import OutputProducer
@@ -98,6 +98,39 @@ def test_a_message_refused_again_and_again_is_still_sent_once_in_order() -> None
     calls = enqueue(messages, recorder)
     assert [c[1] for c in calls] == [b"0", b"1", b"2", b"3"]
     assert recorder.polls == 3
+
+
+class RefusesTopic(RecordingProducer):
+    """produce() raises KafkaException for one topic, as the client does for a topic it
+    refuses at once (say an unknown partition)."""
+
+    def produce(self, topic: str, value: bytes | None, key: bytes | None, partition: int,
+                *later: Any) -> None:
+        if topic == "refused":
+            raise KafkaException(KafkaError(KafkaError._UNKNOWN_PARTITION))
+        super().produce(topic, value, key, partition, *later)
+
+
+def test_a_refused_produce_names_the_topic_of_the_message_it_refused() -> None:
+    """Messages to three topics, the second refused: the messages before it are
+    enqueued, none after it, and ``ProduceError`` names the refused message's topic
+    (not the first's nor the last's) with the client's code."""
+    recorder = RefusesTopic()
+    messages = [OutgoingMessage("first", b"1"), OutgoingMessage("refused", b"2"),
+                OutgoingMessage("last", b"3")]
+    with pytest.raises(ProduceError, match="cannot produce to 'refused'") as info:
+        enqueue(messages, recorder)
+    assert info.value.code == KafkaError._UNKNOWN_PARTITION
+    assert [c[0] for c in recorder.calls] == ["first"]
+
+
+def test_a_full_queue_late_in_a_long_batch_sends_every_message_once_in_order() -> None:
+    """A 10,000-message batch refused at its 7,000th and 9,999th calls: each is produced
+    once, in order, after serving acks each time."""
+    recorder = FullAt(7_000, 9_999)
+    calls = enqueue([OutgoingMessage("out", b"%d" % i) for i in range(10_000)], recorder)
+    assert [c[1] for c in calls] == [b"%d" % i for i in range(10_000)]
+    assert recorder.polls == 2
 
 
 class SlowAcks(RecordingProducer):

@@ -1,0 +1,116 @@
+"""The repartition hop's Python parts, apart, with no broker: CPU µs a record of each
+step a re-keyed record takes on the loop thread, for comparing code without the noise
+of a whole run (bench_app.py measures the whole hop through Kafka).
+
+Records are repartition-shaped: a str key (``w0``..``w999``), the JSON value 1, a
+timestamp, no headers, 10,000 to a batch over two partitions in runs of 500. Parts:
+
+``send``     ``Sender.send_many`` of a batch's ``(key, value, timestamp, headers)``
+             records (str key serde, json value serde), then ``drain``.
+``produce``  ``OutputProducer.produce`` of the drained batch into a real client whose
+             broker is unreachable (enqueued, never sent), then a purge.
+``read``     ``build_batch`` of 10,000 consumed records (confluent-kafka ``Message``s
+             built in the bench) into decoded messages.
+
+Each part runs in its own process (``time.process_time`` over --reps batches after one
+warm-up, so the figure is CPU, not wall time); ``--before DIR`` runs each part on the
+kasper_py in DIR right after this checkout's, alternating, every round, and prints
+both and their ratio per round. A benchmark, not a test: nothing is asserted.
+
+    python bench/bench_hop_parts.py --rounds 3
+    git archive HEAD~1 kasper_py | tar -x -C /tmp/before
+    python bench/bench_hop_parts.py --before /tmp/before
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+
+from benchkit import child_env
+
+PARTS = ("send", "produce", "read")
+BATCH = 10_000
+
+
+def batch_step(part: str) -> Callable[[], object]:
+    """One batch of ``part``, ready to be called again and again."""
+    from confluent_kafka import Message as Consumed
+
+    from kasper_py import JSON, STRING, Config, Sender
+    from kasper_py.kafka.batching import build_batch
+    from kasper_py.kafka.producer import OutputProducer
+
+    rng = random.Random(34)
+    words = [f"w{rng.randrange(1000)}" for _ in range(BATCH)]
+    sender = Sender(STRING, JSON)
+    records = [(word, 1, 1_700_000_000_000 + n, ()) for n, word in enumerate(words)]
+    if part == "send":
+        return lambda: (sender.send_many("by-word", records), sender.drain())
+    if part == "produce":
+        producer = OutputProducer(Config(name="hop-parts", bootstrap_servers="127.0.0.1:1",
+                                         input_topics=["in"]))
+        sender.send_many("by-word", records)
+        drained = sender.drain()
+        return lambda: (producer.produce(drained), producer.close(discard=True))
+    offsets = [0, 0]
+    consumed = []
+    for n, word in enumerate(words):
+        partition = n // 500 % 2
+        consumed.append(Consumed(topic="by-word", partition=partition,
+                                 offset=offsets[partition], key=word.encode(), value=b"1",
+                                 timestamp=(1, 1_700_000_000_000 + n)))
+        offsets[partition] += 1
+    return lambda: build_batch(consumed, STRING, JSON)
+
+
+def child(part: str, reps: int) -> None:
+    """Print the CPU µs a record of ``part``, as one JSON line."""
+    step = batch_step(part)
+    step()
+    started = time.process_time()
+    for _ in range(reps):
+        step()
+    print(json.dumps({"us": (time.process_time() - started) / reps / BATCH * 1e6}))
+
+
+def run(part: str, reps: int, before: str | None) -> float:
+    result = subprocess.run([sys.executable, __file__, "--child", part, "--reps", str(reps)],
+                            check=True, capture_output=True, text=True, env=child_env(before))
+    return float(json.loads(result.stdout.strip().splitlines()[-1])["us"])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--reps", type=int, default=30, help="batches per part and run")
+    parser.add_argument("--before", help="a folder holding another kasper_py to A/B against")
+    parser.add_argument("--child", choices=PARTS, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(args.child, args.reps)
+        return
+    for part in PARTS:
+        now, before = [], []
+        for round_ in range(args.rounds):
+            now.append(run(part, args.reps, None))
+            line = f"{part:8} round {round_ + 1}: {now[-1]:.3f} µs a record"
+            if args.before:
+                before.append(run(part, args.reps, args.before))
+                line += f", before {before[-1]:.3f} (now / before {now[-1] / before[-1]:.2f})"
+            print(line, flush=True)
+        summary = f"{part:8} median {statistics.median(now):.3f}"
+        if before:
+            summary += (f", before {statistics.median(before):.3f} (now / before "
+                        f"{statistics.median(now) / statistics.median(before):.2f})")
+        print(summary, flush=True)
+
+
+if __name__ == "__main__":
+    main()
