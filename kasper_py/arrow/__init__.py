@@ -133,7 +133,8 @@ def _constant_or(pa: Any, column: list[Any], kind: Any) -> Any:
 def _values(pa: Any, values: list[Any]) -> Any:
     """The values' columns (a table of as many rows)."""
     if isinstance(values[0], dict) and all(map(isinstance, values, repeat(dict))):
-        return pa.Table.from_pylist(values)
+        # every row's fields, as Arrow's JSON reader gives (from_pylist takes the first's)
+        return pa.Table.from_struct_array(pa.array(values))
     lines = _json_lines(values)
     if lines is not None:
         return pa.json.read_json(pa.py_buffer(lines),
@@ -162,9 +163,11 @@ def send_table(sender: Sender, topic: str, table: Any, *, key: str | None = None
     """Send one message to ``topic`` per row of ``table`` (an Arrow table, or anything
     with ``to_arrow()``: a Polars frame): its ``key`` column as the key (none when
     ``None``), the ``value`` columns (default: every other) as a dict value, which the
-    topic's serde encodes (``json``, Avro). Rows keep the table's order. For the ``json``
-    serde, columns of integers, booleans and plain ASCII text (no quote, backslash or
-    control character) are encoded by Arrow, the bytes the serde would give."""
+    topic's value serde encodes (``json``, Avro): a declared output topic's own
+    (``OutputTopic.value_serde``, so a processor reading bytes sends JSON), else
+    ``Config.value_serde``. Rows keep the table's order. For the ``json`` serde, columns
+    of integers, booleans and plain ASCII text (no quote, backslash or control character)
+    are encoded by Arrow, the bytes the serde would give."""
     if hasattr(table, "to_arrow"):
         table = table.to_arrow()
     columns = list(value) if value is not None else [
