@@ -3,7 +3,8 @@
 processor written per message, in the same run, from the batch as the loop hands it:
 confluent-kafka records (``confluent_kafka.Message``, as the consumer returns them)
 through the loop's own ``build_batch`` with the processor's value serde, then
-``process(messages, sender)`` with a real ``Sender``. No broker.
+``process(messages, sender)`` with a real ``Sender`` whose output topic is declared with
+``value_serde = "json"`` (totals go out as JSON whatever the input's serde). No broker.
 
 Each processor is run the way its user would configure it:
 
@@ -95,6 +96,12 @@ def records(count: int, keys: int) -> list[Any]:
         for n in range(count)]
 
 
+def output_sender(serde: Any) -> Sender:
+    """The ``Sender`` the turn gives a processor of value serde ``serde`` whose output
+    topic is declared with ``value_serde = "json"`` (``OutputTopic.value_serde``)."""
+    return Sender(KEYS, serde, value_serdes={OUTPUT: serde_for("json")})
+
+
 def one_pass(side: str, batches: list[list[Any]], decode: bool) -> float:
     """CPU seconds to run every batch through ``side`` (``build_batch`` timed too when
     ``decode``)."""
@@ -103,7 +110,7 @@ def one_pass(side: str, batches: list[list[Any]], decode: bool) -> float:
     seconds = 0.0
     for records_of_batch in batches:
         built = None if decode else build_batch(records_of_batch, serde, serde)
-        sender = Sender(KEYS, serde_for("json"))
+        sender = output_sender(serde)
         started = time.process_time()
         if built is None:
             built = build_batch(records_of_batch, serde, serde)
@@ -116,7 +123,7 @@ def totals_of(side: str, batch: list[Any]) -> dict[Any, Any]:
     """What ``side`` sends for ``batch``: value per key (the sides must agree)."""
     make, serde_name = SIDES[side]
     serde = serde_for(serde_name)
-    sender = Sender(KEYS, serde_for("json"))
+    sender = output_sender(serde)
     make().process(build_batch(batch, serde, serde).by_partition[0], sender)
     return {record.key: record.value for record in sender.messages}
 

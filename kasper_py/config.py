@@ -26,7 +26,7 @@ from kasper_py._support.query_settings import Partitioner, check_port, check_que
 from kasper_py._support.secrets import MASK, masked_settings
 from kasper_py._support.standby_settings import check_standby_settings
 from kasper_py.exceptions import ConfigError
-from kasper_py.output_topic import OutputTopic
+from kasper_py.output_topic import OutputTopic, declared_topics
 from kasper_py.registry.config import RegistryConfig
 from kasper_py.registry.serdes import FORMATS, Field, registry_serde
 from kasper_py.serdes import Serde, serde_for
@@ -322,15 +322,21 @@ class Config:
         if self.registry is not None:
             self._set("registry", RegistryConfig.of(self.registry))
         for name, part in _SERDE_FIELDS:
-            spec = getattr(self, name)
-            if isinstance(spec, str) and spec in FORMATS:
-                registry = self.registry if isinstance(self.registry, RegistryConfig) else None
-                self._set(name, registry_serde(spec, registry, part))
-                continue
+            self._set(name, self._resolved_serde(name, getattr(self, name), part))
+
+    def _resolved_serde(self, name: str, spec: str | Serde, part: Field) -> Serde:
+        """``spec`` (a serde's name, a registry format or a ``Serde``) resolved; a bad one
+        raises ``ConfigError`` naming field ``name``."""
+        if isinstance(spec, str) and spec in FORMATS:
+            registry = self.registry if isinstance(self.registry, RegistryConfig) else None
             try:
-                self._set(name, serde_for(spec))
-            except ValueError as exc:
-                raise ConfigError(name, f"{exc} (or avro, protobuf, json_schema)") from None
+                return registry_serde(spec, registry, part)
+            except ConfigError as exc:  # named for the serde's part: name the field given
+                raise ConfigError(name, exc.problem) from None
+        try:
+            return serde_for(spec)
+        except ValueError as exc:
+            raise ConfigError(name, f"{exc} (or avro, protobuf, json_schema)") from None
 
     def _check_dead_letters(self) -> None:
         decode, process, topic = self.on_decode_error, self.on_process_error, self.dead_letter_topic
@@ -370,15 +376,8 @@ class Config:
                               f"must be a number in (0, 1] or None, got {ratio!r}")
 
     def _check_outputs(self) -> None:
-        topics = self.output_topics
-        if isinstance(topics, str | Mapping) or not isinstance(topics, Sequence):
-            raise ConfigError("output_topics", f"must be a list of declared topics, got {topics!r}")
-        declared = tuple(OutputTopic.of(topic) for topic in topics)
-        names = [topic.name for topic in declared]
-        twice = sorted({name for name in names if names.count(name) > 1})
-        if twice:
-            raise ConfigError("output_topics", f"declares {', '.join(map(repr, twice))} twice")
-        self._set("output_topics", declared)
+        self._set("output_topics", declared_topics(self.output_topics, lambda spec: (
+            self._resolved_serde("output_topics", spec, "value"))))
 
     def _check_modes(self) -> None:
         if self.processing_guarantee not in _GUARANTEES:

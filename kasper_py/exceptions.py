@@ -105,6 +105,7 @@ class ConfigError(KasperError, ValueError):
     def __init__(self, field: str, problem: str) -> None:
         super().__init__(f"config field {field!r}: {problem}")
         self.field = field
+        self.problem = problem
 
 
 class TopicError(KasperError):

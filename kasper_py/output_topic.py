@@ -7,13 +7,14 @@ Checking it against the cluster and creating it is ``kafka/``'s, not this module
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from kasper_py.exceptions import ConfigError
+from kasper_py.serdes import Serde, serde_for
 
-__all__ = ["OutputTopic"]
+__all__ = ["OutputTopic", "declared_topics", "value_serdes"]
 
 _TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")  # what Kafka accepts as a topic name
 
@@ -34,6 +35,10 @@ class OutputTopic:
     config: Mapping[str, str] = field(default_factory=dict)
     """Topic settings it is created with (``retention.ms``, ``cleanup.policy``...); an
     existing topic's settings are neither checked nor changed."""
+    value_serde: str | Serde | None = None
+    """Encodes the values sent to it, as ``Config.value_serde`` names one (``json``, a
+    registry format, a ``Serde``); ``None``: ``Config.value_serde``, which also decodes
+    the input. A processor reading bytes (``value_serde="bytes"``) sends JSON this way."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _TOPIC.match(self.name):
@@ -50,6 +55,9 @@ class OutputTopic:
                 for k, v in self.config.items()):
             raise ConfigError("output_topics", f"{self.name!r}: config must map setting "
                               f"names to values, got {self.config!r}")
+        if self.value_serde is not None and not isinstance(self.value_serde, str | Serde):
+            raise ConfigError("output_topics", f"{self.name!r}: value_serde must be a serde "
+                              f"name or a Serde, got {self.value_serde!r}")
         # Kafka takes every topic setting as a string; TOML gives numbers and booleans
         object.__setattr__(self, "config", {k: str(v).lower() if isinstance(v, bool) else str(v)
                                             for k, v in self.config.items()})
@@ -63,8 +71,9 @@ class OutputTopic:
         if isinstance(value, Mapping):
             unknown = set(value) - {f.name for f in fields(cls)}
             if unknown or "name" not in value:
-                raise ConfigError("output_topics", f"a declared topic takes name, partitions, "
-                                  f"replication_factor and config, got {dict(value)!r}")
+                raise ConfigError("output_topics", "a declared topic takes name, partitions, "
+                                  "replication_factor, config and value_serde, got "
+                                  f"{dict(value)!r}")
             return cls(**value)
         if isinstance(value, str):
             name, sep, count = value.partition(":")
@@ -74,3 +83,27 @@ class OutputTopic:
             return cls(name, int(count) if sep else None)
         raise ConfigError("output_topics", f"a declared topic is an OutputTopic, a table or "
                           f"'NAME[:PARTITIONS]', got {value!r}")
+
+
+def declared_topics(topics: Any, resolve: Callable[[str | Serde], Serde]
+                    ) -> tuple[OutputTopic, ...]:
+    """``Config.output_topics`` checked: each as an ``OutputTopic`` (see ``of``), none
+    twice, each ``value_serde`` resolved by ``resolve`` (``Config``'s own resolution, so
+    a registry format takes ``Config.registry``)."""
+    if isinstance(topics, str | Mapping) or not isinstance(topics, Sequence):
+        raise ConfigError("output_topics", f"must be a list of declared topics, got {topics!r}")
+    declared = tuple(OutputTopic.of(topic) for topic in topics)
+    names = [topic.name for topic in declared]
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:
+        raise ConfigError("output_topics", f"declares {', '.join(map(repr, twice))} twice")
+    return tuple(topic if topic.value_serde is None
+                 else replace(topic, value_serde=resolve(topic.value_serde))
+                 for topic in declared)
+
+
+def value_serdes(topics: Sequence[OutputTopic]) -> dict[str, Serde]:
+    """The value serde of each declared topic that has its own (resolved by ``Config``),
+    by topic name: what the ``Sender`` encodes the values sent there with."""
+    return {topic.name: serde_for(topic.value_serde) for topic in topics
+            if topic.value_serde is not None}

@@ -42,14 +42,17 @@ class Sender:
     """Buffers output messages, encoding keys and values with the configured serdes."""
 
     __slots__ = ("_buffer", "_encode_key", "_encode_value", "_encoders", "_key_serde",
-                 "_routes", "_timestamp", "_topic", "_topics", "_value_serde")
+                 "_routes", "_timestamp", "_topic", "_topics", "_value_serde", "_value_serdes")
 
     def __init__(self, key_serde: Serde = BYTES, value_serde: Serde = BYTES,
-                 routes: Routes | None = None) -> None:
+                 routes: Routes | None = None, *,
+                 value_serdes: Mapping[str, Serde] | None = None) -> None:
         """``routes``: the app's repartitions and channels, for a processor of an
-        ``App`` (the turn engine passes them)."""
+        ``App`` (the turn engine passes them). ``value_serdes``: the value serde of
+        topics that have their own (``OutputTopic.value_serde``), by name."""
         self._routes = routes
         self._key_serde, self._value_serde = key_serde, value_serde
+        self._value_serdes = value_serdes or {}
         self._encoders: dict[str, tuple[Encode, Encode]] = {}
         """Per topic sent to: the key and value serdes' ``encode``, bound to the topic
         (``bound_to``: a registry serde's subject is its topic's)."""
@@ -148,7 +151,7 @@ class Sender:
 
     def value_serde(self, topic: str) -> Serde:
         """The serde that encodes values sent to ``topic`` (a topic serde bound to it)."""
-        return bound_to(self._value_serde, topic)
+        return bound_to(self._value_serdes.get(topic, self._value_serde), topic)
 
     def _switch_to(self, topic: str) -> None:
         """Sends go to ``topic`` now: check its name, note it, take its encoders."""
@@ -157,7 +160,7 @@ class Sender:
         encoders = self._encoders.get(topic)
         if encoders is None:
             encoders = self._encoders[topic] = (bound_to(self._key_serde, topic).encode,
-                                                bound_to(self._value_serde, topic).encode)
+                                                self.value_serde(topic).encode)
         self._encode_key, self._encode_value = encoders
         self._topic = topic
         self._topics.add(topic)

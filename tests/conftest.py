@@ -28,7 +28,9 @@ SHARED_GROUPS = {"test_stack_jaeger.py": "jaeger", "test_tracing_otlp.py": "jaeg
                  "test_stack.py": "stack", "test_stack_anywhere.py": "stack",
                  # each checks that no container is left behind, which another file's
                  # container started meanwhile would break
-                 "test_containers.py": "containers", "test_store_containers.py": "containers"}
+                 "test_containers.py": "containers", "test_store_containers.py": "containers",
+                 # its local[2] session runs after the Spark cluster's tests, not beside them
+                 "test_reprocess_columnar.py": "spark"}
 SPARK_GROUPS = {"spark_master": "spark", "spark_cluster": "spark",
                 "own_spark_cluster": "spark-own"}  # one private cluster at a time
 

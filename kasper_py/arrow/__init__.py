@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib
 import json
 import operator
+import re
 from abc import abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from itertools import repeat
@@ -20,8 +21,8 @@ from kasper_py.serdes import JSON
 if TYPE_CHECKING:
     from kasper_py.sender import Sender
 
-__all__ = ["ArrowMessageProcessor", "TableBatch", "arrow_table", "import_pyarrow", "send_table",
-           "to_arrow"]
+__all__ = ["ArrowMessageProcessor", "TableBatch", "arrow_table", "import_pyarrow", "json_values",
+           "send_table", "to_arrow"]
 
 META_COLUMNS = ("topic", "partition", "offset", "timestamp", "key")
 """The columns every table has, before the value's."""
@@ -54,17 +55,20 @@ def to_arrow(messages: Sequence[Message]) -> Any:
     return arrow_table({name: list(map(field, messages)) for name, field in _FIELDS.items()})
 
 
-def arrow_table(columns: Mapping[str, list[Any]]) -> Any:
+def arrow_table(columns: Mapping[str, Any]) -> Any:
     """The table ``to_arrow`` makes, from a batch's columns (``META_COLUMNS`` and
-    ``value``, non-empty, of equal lengths): the one place both runners build it, the loop
-    from its messages and the Spark task from its Arrow records."""
+    ``value``, lists, non-empty, of equal lengths; ``value`` may be its columns already,
+    a table from ``json_values``): the one place both runners build it, the loop from its
+    messages and the Spark task from its Arrow records."""
     pa = import_pyarrow()
     table = pa.table({"topic": _constant_or(pa, columns["topic"], pa.string()),
                       "partition": _constant_or(pa, columns["partition"], pa.int64()),
                       "offset": pa.array(columns["offset"], pa.int64()),
                       "timestamp": pa.array(columns["timestamp"], pa.int64()),
                       "key": columns["key"]})
-    values = _values(pa, columns["value"])
+    values = columns["value"]
+    if isinstance(values, list):
+        values = _values(pa, values)
     for name in values.column_names:
         column = name if name not in META_COLUMNS else f"value.{name}"
         table = table.append_column(column, values.column(name))
@@ -133,12 +137,60 @@ def _constant_or(pa: Any, column: list[Any], kind: Any) -> Any:
 def _values(pa: Any, values: list[Any]) -> Any:
     """The values' columns (a table of as many rows)."""
     if isinstance(values[0], dict) and all(map(isinstance, values, repeat(dict))):
-        return pa.Table.from_pylist(values)
+        # every row's fields, as Arrow's JSON reader gives (from_pylist takes the first's)
+        return pa.Table.from_struct_array(pa.array(values))
+    table = json_values(values)
+    return table if table is not None else pa.table({"value": values})
+
+
+def json_values(values: list[Any], *, as_json_serde: bool = False) -> Any:
+    """The values' columns from Arrow's JSON reader (one call for the batch), when every
+    value is the bytes of one JSON object on one line; ``None`` otherwise. With
+    ``as_json_serde``, also ``None`` (never an error) unless the table is certainly the one
+    ``to_arrow`` builds from the same values decoded by the ``json`` serde: UTF-8 text, no
+    integer of 19 digits or more (the reader makes a double of one beyond int64), no
+    date-like string (the reader makes it a timestamp, the serde leaves it text)."""
     lines = _json_lines(values)
-    if lines is not None:
-        return pa.json.read_json(pa.py_buffer(lines),
-                                 read_options=pa.json.ReadOptions(use_threads=False))
-    return pa.table({"value": values})
+    if lines is None or (as_json_serde and not _decodes_alike(lines)):
+        return None
+    pa = import_pyarrow()
+    try:
+        table = pa.json.read_json(pa.py_buffer(lines),
+                                  read_options=pa.json.ReadOptions(use_threads=False))
+    except pa.ArrowInvalid:
+        if as_json_serde:
+            return None  # the serde's own error, or its skip policy, comes from its decoder
+        raise
+    if table.num_rows != len(values) or (as_json_serde and _has_timestamp(pa, table.schema)):
+        return None  # two objects in one value; a date-like string
+    return table
+
+
+_LONG_NUMBER = re.compile(rb"[0-9]{19}")
+
+
+def _decodes_alike(lines: bytes) -> bool:
+    """Whether the ``json`` serde's decoder and Arrow's reader see the same text and
+    numbers in ``lines``: valid UTF-8 (the serde refuses other bytes) and no run of 19
+    digits (maybe an integer beyond int64, which the reader makes a double)."""
+    try:
+        lines.decode()
+    except UnicodeDecodeError:
+        return False
+    return _LONG_NUMBER.search(lines) is None
+
+
+def _has_timestamp(pa: Any, kind: Any) -> bool:
+    """Whether a timestamp type is in ``kind`` (a schema, struct or list type), at any depth."""
+    if isinstance(kind, pa.Schema):
+        return any(_has_timestamp(pa, field.type) for field in kind)
+    if pa.types.is_timestamp(kind):
+        return True
+    if pa.types.is_struct(kind):
+        return any(_has_timestamp(pa, field.type) for field in kind)
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        return _has_timestamp(pa, kind.value_type)
+    return False
 
 
 def _json_lines(values: list[Any]) -> bytes | None:
@@ -162,9 +214,11 @@ def send_table(sender: Sender, topic: str, table: Any, *, key: str | None = None
     """Send one message to ``topic`` per row of ``table`` (an Arrow table, or anything
     with ``to_arrow()``: a Polars frame): its ``key`` column as the key (none when
     ``None``), the ``value`` columns (default: every other) as a dict value, which the
-    topic's serde encodes (``json``, Avro). Rows keep the table's order. For the ``json``
-    serde, columns of integers, booleans and plain ASCII text (no quote, backslash or
-    control character) are encoded by Arrow, the bytes the serde would give."""
+    topic's value serde encodes (``json``, Avro): a declared output topic's own
+    (``OutputTopic.value_serde``, so a processor reading bytes sends JSON), else
+    ``Config.value_serde``. Rows keep the table's order. For the ``json`` serde, columns
+    of integers, booleans and plain ASCII text (no quote, backslash or control character)
+    are encoded by Arrow, the bytes the serde would give."""
     if hasattr(table, "to_arrow"):
         table = table.to_arrow()
     columns = list(value) if value is not None else [

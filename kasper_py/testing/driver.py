@@ -24,6 +24,7 @@ from kasper_py.message import (
     OutgoingRecord,
     TopicPartitionKey,
 )
+from kasper_py.output_topic import value_serdes
 from kasper_py.processor import MessageProcessor, ProcessorFactory
 from kasper_py.serdes import Serde, serde_for
 from kasper_py.stores.base import KeyValueStore, StoreRuntime, StoreSpec
@@ -237,9 +238,12 @@ class ProcessorDriver:
                   self.config.name)
 
     def outputs(self, topic: str | None = None) -> list[tuple[Any, Any]]:
-        """(key, value) pairs sent to ``topic`` (or every topic), decoded with the serdes."""
+        """(key, value) pairs sent to ``topic`` (or every topic), decoded with the serdes
+        (a declared topic's own value serde, ``OutputTopic.value_serde``, for its values)."""
         key_serde, value_serde = self.config.key_decoder, self.config.value_decoder
-        return [(None if m.key is None else key_serde.decode(m.key), value_serde.decode(m.value))
+        own = value_serdes(self.config.output_topics)
+        return [(None if m.key is None else key_serde.decode(m.key),
+                 own.get(m.topic, value_serde).decode(m.value))
                 for m in self.sent if topic is None or m.topic == topic]
 
     def _numbered(self, message: Message) -> Message:

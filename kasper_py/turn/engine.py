@@ -48,6 +48,7 @@ from kasper_py.exceptions import (
 from kasper_py.kafka.batching import Batch
 from kasper_py.kafka.ports import OutputPort, Transactions
 from kasper_py.message import Message, OutgoingRecord, TopicPartitionKey
+from kasper_py.output_topic import value_serdes
 from kasper_py.processor import ProcessorContext, ProcessorFactory
 from kasper_py.sender import Routes, Sender
 from kasper_py.stores.base import StoreRuntime, StoreSpec
@@ -103,6 +104,8 @@ class TurnEngine:
         self.config = config
         self._serdes = (config.key_decoder, config.value_decoder)
         """The key and value serdes, resolved once (a custom one's check costs ~13 µs)."""
+        self._output_serdes = value_serdes(config.output_topics)
+        """Declared output topics' own value serdes (``OutputTopic.value_serde``)."""
         self._routes = routes
         self.time = TimeKeeper(config, wall_clock, tasks, leading=leading)
         """Stream time per partition, timers and tasks."""
@@ -293,7 +296,7 @@ class TurnEngine:
                                   "was processed")
 
     def _process(self, batch: Batch) -> tuple[Sender, list[DeadLetter]]:
-        sender = Sender(*self._serdes, self._routes)
+        sender = Sender(*self._serdes, self._routes, value_serdes=self._output_serdes)
         self.time.fire_wall_clock(sender)
         letters = [record.dead_letter() for record in batch.undecodable]
         failed = 0

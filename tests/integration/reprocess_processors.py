@@ -75,6 +75,20 @@ class ArrowDoubler(ArrowMessageProcessor):
         send_table(sender, self.output, doubled, key="user")
 
 
+class ArrowTopicsDoubler(ArrowDoubler):
+    """``ArrowDoubler`` for several input topics: each output also names its input's
+    topic; a batch with a negative amount raises."""
+
+    def process_table(self, table: Any, sender: Sender) -> None:
+        import pyarrow.compute as pc  # on the executors too
+
+        if pc.any(pc.less(table.column("amount"), 0)).as_py():
+            raise ValueError("negative amount")
+        doubled = table.select(["user", "topic", "offset"]).append_column(
+            "doubled", pc.multiply(table.column("amount"), 2))
+        send_table(sender, self.output, doubled, key="user")
+
+
 class ArrowBytesDoubler(ArrowMessageProcessor):
     """For ``value_serde="bytes"`` (the table's values parsed by Arrow's JSON reader):
     sends each row's offset, timestamp and doubled amount as JSON bytes keyed by ``user``;

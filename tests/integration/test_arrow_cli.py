@@ -1,7 +1,8 @@
 """`kasper run` of an ``ArrowMessageProcessor`` (arrow_module.py) against the stack's
 Kafka: every event's output exact and every offset committed; a batch that raises
 exits 1 with its offsets uncommitted; `kasper reprocess` on a local Spark sends what
-`kasper run` sends."""
+`kasper run` sends; events read as bytes go out as JSON through an output topic declared
+with the json serde."""
 
 from __future__ import annotations
 
@@ -77,3 +78,28 @@ def test_columnar_records_through_kasper_reprocess(
 
     assert sent(spark_out) == sent(live_out)
     assert len(sent(spark_out)) == 20
+
+
+def test_bytes_in_json_out_through_an_output_topic_of_its_own_serde(
+        bootstrap: str, new_topic: Callable[..., str], kafka: Any,
+        unique_name: Callable[[str], str], tmp_path: Path) -> None:
+    """Events read as bytes (Arrow parses them) and the output topic declared with
+    ``value_serde = "json"`` in kasper.toml: `kasper run` sends send_table's rows as the
+    json serde's bytes and commits every offset (on Spark: test_reprocess_columnar.py)."""
+    source, sink = new_topic("arrow-in"), new_topic("arrow-json")
+    kafka.produce(source, [(b"u%d" % (n % 3), json.dumps({"user": f"u{n % 3}", "amount": n})
+                            .encode()) for n in range(20)])
+    name = unique_name("arrow-out")
+    config = write_config(tmp_path, name, source, batch_size=10, max_latency="none",
+                          value_serde="bytes", key_serde="str")
+    with open(config, "a") as toml:
+        toml.write(f'[[output_topics]]\nname = "{sink}"\nvalue_serde = "json"\n')
+    args = ["arrow_module:Doubler", "--app-dir", str(HERE), "--config", config]
+    result = kasper("run", *args, "--until-caught-up", env=cli_env(bootstrap,
+                                                                   ARROW_OUTPUT_TOPIC=sink))
+    assert result.returncode == 0, result.stderr
+    compact = (",", ":")
+    assert sorted((m.key(), m.value()) for m in kafka.read_all(sink)) == sorted(
+        (f"u{n % 3}".encode(), json.dumps({"offset": n, "doubled": 2 * n},
+                                          separators=compact).encode()) for n in range(20))
+    assert kafka.committed(name, source)[0] == 20

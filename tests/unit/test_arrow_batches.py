@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from kasper_py import JSON, STRING, Config, ProcessingError, Sender
+from kasper_py import BYTES, JSON, STRING, Config, ProcessingError, Sender, SerdeError
 from kasper_py.testing import ProcessorDriver, make_message
 
 pa = pytest.importorskip("pyarrow")
@@ -121,14 +121,64 @@ def test_send_table_takes_a_real_polars_frame() -> None:
     {"x": [0.1, 1.0, 1e20, None]},
     {"name": ['a "quoted" word', "back\\slash", "caf\u00e9", "tab\there"]},
     {"nested": [{"a": 1}, None, {"a": 2}, {"a": None}]},
-], ids=["arrow-encoded", "floats", "escaped-text", "nested"])
-def test_send_table_with_the_json_serde_gives_the_serdes_bytes(columns: dict[str, Any]) -> None:
+    {"lists": [[1, 2], [], None, [3]]},
+], ids=["arrow-encoded", "floats", "escaped-text", "nested", "lists"])
+@pytest.mark.parametrize("own_serde", [False, True], ids=["config-json", "topic-json"])
+def test_send_table_with_the_json_serde_gives_the_serdes_bytes(
+        columns: dict[str, Any], own_serde: bool) -> None:
     """Whether Arrow encodes the rows (integers, booleans, plain text, nulls) or the
     serde does (floats, text needing escapes, nested values), each value is the bytes
-    the json serde gives for the row's dict."""
+    the json serde gives for the row's dict: the same when json is the topic's own serde
+    (``OutputTopic.value_serde``) and the processor's is bytes."""
     table = pa.table({"user": ["u0", "u1", "u2", "u3"], **columns})
-    sender = Sender(STRING, JSON)
+    sender = (Sender(STRING, BYTES, value_serdes={"out": JSON}) if own_serde
+              else Sender(STRING, JSON))
     send_table(sender, "out", table, key="user")
     rows = table.select(list(columns)).to_pylist()
     assert [(m.key, m.value) for m in sender.messages] == [
         (f"u{n}".encode(), JSON.encode(row)) for n, row in enumerate(rows)]
+
+
+def test_send_table_to_a_topic_without_a_serde_for_rows_names_it() -> None:
+    """With the bytes serde and no serde of the topic's own, a row is refused, naming
+    the topic; a topic with its own json serde takes the same rows."""
+    table = pa.table({"user": ["a"], "n": [1]})
+    sender = Sender(STRING, BYTES, value_serdes={"json-out": JSON})
+    with pytest.raises(SerdeError, match="cannot encode message for topic 'out': bytes serde "
+                                         "cannot encode dict"):
+        send_table(sender, "out", table, key="user")
+    send_table(sender, "json-out", table, key="user")
+    assert [(m.topic, m.value) for m in sender.messages] == [("json-out", b'{"n":1}')]
+
+
+class SumPerUserOfBytes(ArrowMessageProcessor):
+    """``SumPerUser`` over undecoded JSON values (``value_serde="bytes"``)."""
+
+    def process_table(self, table: Any, sender: Sender) -> None:
+        totals = table.group_by("user").aggregate([("amount", "sum")])
+        send_table(sender, "totals", totals.sort_by("user"), key="user")
+
+
+def test_an_arrow_processor_reading_bytes_sends_json_to_a_topic_with_its_own_serde() -> None:
+    """The input stays bytes (Arrow parses it); the declared output topic's json serde
+    encodes the rows, and the driver decodes them with it."""
+    config = Config(name="sums", bootstrap_servers="in-memory", input_topics=["in"],
+                    key_serde="str", value_serde="bytes",
+                    output_topics=[{"name": "totals", "value_serde": "json"}])
+    driver = ProcessorDriver(SumPerUserOfBytes, config=config)
+    driver.process(events([{"user": "a", "amount": 2}, {"user": "b", "amount": 5},
+                           {"user": "a", "amount": 3}], serialise=True))
+    assert [(m.key, m.value) for m in driver.sent] == [
+        (b"a", b'{"amount_sum":5}'), (b"b", b'{"amount_sum":5}')]
+    assert driver.outputs("totals") == [("a", {"amount_sum": 5}), ("b", {"amount_sum": 5})]
+    assert driver.committed == {("in", 0): 3}
+
+
+def test_decoded_values_give_every_rows_fields() -> None:
+    """A field the first value lacks is still a column (null where missing), as Arrow's
+    JSON reader gives for the same values as bytes."""
+    values = [{"a": 1}, {"a": 2, "b": True}]
+    assert to_arrow(events(values)).select(["a", "b"]).to_pylist() == [
+        {"a": 1, "b": None}, {"a": 2, "b": True}]
+    assert to_arrow(events(values, serialise=True)).select(["a", "b"]).to_pylist() == [
+        {"a": 1, "b": None}, {"a": 2, "b": True}]

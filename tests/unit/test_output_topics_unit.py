@@ -14,6 +14,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from kasper_py import (
+    JSON,
     Config,
     ConfigError,
     Message,
@@ -28,6 +29,7 @@ from kasper_py.cli import CliError, load_config
 from kasper_py.kafka import admin as admin_module
 from kasper_py.kafka.admin import ensure_output_topics
 from kasper_py.kafka.topics import output_specs
+from kasper_py.output_topic import value_serdes
 from kasper_py.testing import InMemoryBroker
 
 
@@ -129,6 +131,9 @@ def test_declared_topics_in_every_form_become_output_topics() -> None:
     ([{"partitions": 2}], "takes name, partitions"),
     (["bad topic"], "'bad topic' is not a topic name"),
     (["a", "b:2", "a:3"], "declares 'a' twice"),
+    ([{"name": "a", "value_serde": "yaml"}], "unknown serde 'yaml'"),
+    ([{"name": "a", "value_serde": 3}], "'a': value_serde must be a serde name or a Serde"),
+    ([{"name": "a", "value_serde": "avro"}], "registry"),
     ("a", "must be a list"),
     ([3], "got 3"),
 ])
@@ -160,6 +165,18 @@ def test_declared_topics_load_from_toml_environment_and_flags(tmp_path: Path) ->
                     'output_topics = ["enriched:0"]\n')
     with pytest.raises(CliError, match=f"partitions must be .* \\(from {path}\\)"):
         load_config(str(path), {})
+
+
+def test_a_declared_topic_has_its_own_value_serde_from_python_or_toml(tmp_path: Path) -> None:
+    """``value_serde`` is resolved as ``Config.value_serde`` is (a name or a Serde);
+    topics without one use Config's."""
+    config = make(output_topics=[{"name": "a", "value_serde": "json"}, OutputTopic("b")])
+    assert config.output_topics == (OutputTopic("a", value_serde=JSON), OutputTopic("b"))
+    assert value_serdes(config.output_topics) == {"a": JSON}
+    path = tmp_path / "kasper.toml"
+    path.write_text('name = "p"\nbootstrap_servers = "h:1"\ninput_topics = ["in"]\n'
+                    '[[output_topics]]\nname = "totals"\nvalue_serde = "json"\n')
+    assert load_config(str(path), {}).output_topics == (OutputTopic("totals", value_serde=JSON),)
 
 
 # -- checked and created at start ------------------------------------------------------------
