@@ -35,7 +35,7 @@ import tempfile
 import time
 import urllib.request
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from benchkit import create_topics, delete_topics, fill
@@ -52,9 +52,11 @@ SAMPLE = re.compile(r'^kasper_(\w+)\{([^}]*)\} (\S+)$', re.M)
 
 
 def start(bootstrap: str, name: str, topic: str, state: Path, port: int,
-          *flags: str, client_id: str | None = None) -> subprocess.Popen[bytes]:
+          *flags: str, client_id: str | None = None,
+          settings: Mapping[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """``kasper run`` of the counting app; ``settings``: ``KASPER_*`` variables."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("KASPER_")}
-    env.update(PYTHONPATH=os.pathsep.join([str(HERE), *sys.path]))
+    env.update(PYTHONPATH=os.pathsep.join([str(HERE), *sys.path]), **(settings or {}))
     if client_id is not None:
         env["KASPER_CONSUMER__CLIENT_ID"] = client_id
     command = [sys.executable, "-m", "kasper_py", "run", "failover_app:Count", "--stores",
