@@ -94,7 +94,7 @@ class Group:
         warm = [p for port in self.ports.values()
                 for p, offset in metric(port, "standby_changelog_offset").items()
                 if offset == tails[p]]
-        return sorted(warm) == list(range(PARTITIONS))
+        return set(warm) == set(range(PARTITIONS))
 
 
 def ends_of(bootstrap: str, topic: str) -> list[int]:
@@ -121,6 +121,8 @@ def one_round(group: Group, ends: list[int], victim: int) -> list[tuple[int, boo
     for partition in range(PARTITIONS):
         ends[partition] += 1
     wait_for(lambda: group.committed() == ends, timeout=120)
+    wait_for(lambda: len(group.owners()) == PARTITIONS
+             and victim not in group.owners().values(), timeout=60)
     after = group.owners()
     moved = [p for p, slot in before.items() if slot == victim]
     return [(p, metric(group.ports[after[p]], "last_restore_from_standby").get(p) == 1)
