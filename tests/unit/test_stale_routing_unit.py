@@ -5,12 +5,14 @@ an instance without a copy sends a ``?stale=ok`` lookup to the first of them."""
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import pytest
 
 from kasper_py import Config
 from kasper_py._support.client_conf import endpoint_of_member
+from kasper_py.cli.query import main as query_main
 from kasper_py.exceptions import AdminError, NotHereError
 from kasper_py.kafka.admin import GroupMember, GroupState
 from kasper_py.loop.standby_placement import WarmEndpoints, group_placement, warm_members
@@ -18,7 +20,9 @@ from kasper_py.observability.http import Request, Response
 from kasper_py.query import Tables
 from kasper_py.query._locate import Locator
 from kasper_py.query._web import QueryApp
+from kasper_py.query.server import QueryServer, query_app
 from kasper_py.stores.memory import MemoryTable
+from kasper_py.stores.query import WarmCopy
 
 
 def config(**fields: object) -> Config:
@@ -143,3 +147,35 @@ def test_a_stale_lookup_without_a_copy_here_is_sent_to_a_member_keeping_it_warm(
     with pytest.raises(NotHereError, match="kept warm by http://b:1") as raised:
         tables(["http://b:1"]).find("counts", "alice", stale=True)
     assert raised.value.endpoint == "http://b:1"
+
+
+class Warm(WarmCopy):
+    """A warm copy holding ``{"alice": 3}``, 7 offsets behind."""
+
+    lag = 7
+
+    def query_get_many(self, keys: Iterable[Any]) -> dict[Any, Any]:
+        return {k: 3 for k in keys if k == "alice"}
+
+
+def test_kasper_query_stale_prints_the_standby_answer_and_its_lag(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """``kasper query --stale`` prints a standby's answer, its lag as a note on stderr;
+    without the flag the owner is required, and none is known: exit 3."""
+    cfg = config(query_port=0, key_serde="str")
+    server = QueryServer(cfg)
+    capsys.readouterr()  # the server's start-up log
+    try:
+        warm = Tables(cfg, [MemoryTable("counts", key_serde="str")], dict,
+                      partition_count=lambda: 1, warm=lambda: {0: {"counts": Warm()}})
+        server.mount(query_app(warm, {}, server.endpoint))
+        assert query_main(["--url", server.endpoint, "--stale", "counts", "alice"],
+                          env={}) == 0
+        out, err = capsys.readouterr()
+        assert out == "3\n"
+        assert err == ("kasper query: note: answered by a standby copy 7 changelog offsets "
+                       "behind\n")
+        assert query_main(["--url", server.endpoint, "counts", "alice"], env={}) == 3
+        assert "input partition 0" in capsys.readouterr().err
+    finally:
+        server.close()
