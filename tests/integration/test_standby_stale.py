@@ -8,6 +8,7 @@ the owner and fails; once the partition moved, its new owner answers."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import urllib.request
@@ -26,7 +27,7 @@ sys.path.insert(0, str(HERE))
 pytest.register_assert_rewrite("conftest_stores")
 from conftest_stores import free_port, wait_for  # isort: skip  # noqa: E402
 from test_cli import kasper_command  # isort: skip  # noqa: E402
-from test_standby import changelog_ends, run, stop, table_metric  # isort: skip  # noqa: E402
+from test_standby import changelog_ends, run, table_metric  # isort: skip  # noqa: E402
 
 pytest_plugins = ["conftest_stores"]
 KEYS = 60
@@ -109,9 +110,10 @@ def test_a_stale_query_is_answered_by_the_standby_while_the_partition_moves(
         wait_for(lambda: kafka.committed(name, topic, 2)[0] == KEYS + 1, "the new owner", 60)
         moved = query(other, key)
         assert (moved.returncode, moved.stdout, moved.stderr) == (0, "2\n", "")
-        for url, process in members.items():
-            if url != owner:
-                stop(process)
+        survivors = [process for url, process in members.items() if url != owner]
+        for process in survivors:  # both at once: a clean close each
+            process.send_signal(signal.SIGTERM)
+        assert [process.wait(60) for process in survivors] == [0, 0]
     finally:
         for process in members.values():
             process.kill()
