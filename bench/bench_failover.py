@@ -62,8 +62,9 @@ SAMPLE = re.compile(r'^kasper_(\w+)\{([^}]*)\} (\S+)$', re.M)
 def start(bootstrap: str, name: str, topic: str, state: Path, port: int,
           *flags: str, client_id: str | None = None,
           settings: Mapping[str, str] | None = None,
-          stdout: IO[bytes] | int = subprocess.DEVNULL) -> subprocess.Popen[bytes]:
-    """``kasper run`` of the counting app; ``settings``: ``KASPER_*`` variables."""
+          log: IO[bytes] | None = None) -> subprocess.Popen[bytes]:
+    """``kasper run`` of the counting app; ``settings``: ``KASPER_*`` variables; ``log``
+    takes its output (its logs go to stderr, shown by default)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("KASPER_")}
     env.update(PYTHONPATH=os.pathsep.join([str(HERE), *sys.path]), **(settings or {}))
     if client_id is not None:
@@ -72,7 +73,7 @@ def start(bootstrap: str, name: str, topic: str, state: Path, port: int,
                "failover_app:stores", "--app-dir", str(HERE), "--name", name,
                "--bootstrap-servers", bootstrap, "--input-topics", topic, "--state-dir",
                str(state), "--metrics-port", str(port), "--log-level", "WARNING", *flags]
-    return subprocess.Popen(command, env=env, stdout=stdout)
+    return subprocess.Popen(command, env=env, stdout=log or subprocess.DEVNULL, stderr=log)
 
 
 def metric(port: int, name: str) -> dict[int, float]:
@@ -141,7 +142,7 @@ def failover(bootstrap: str, keys: int, standby: bool) -> dict[str, float]:
         phases = {"other stopped": time.monotonic() - killed}
         with (state / "new.log").open("wb") as log:
             new = start(bootstrap, name, topic, state / "b", port, "--force", "--log-level",
-                        "INFO", "--log-format", "json", stdout=log)
+                        "INFO", "--log-format", "json", log=log)
         phases["owner spawned"] = time.monotonic() - killed
         try:
             wait_for(lambda: committed(bootstrap, name, topic) == keys + 1)
