@@ -1,6 +1,7 @@
 """The query server's settings of ``Config`` checked (``kasper_py.config``): its port,
 address, bearer token, TLS pair, key partitioner and announced endpoint. A bad one is a
-``ConfigError`` naming it.
+``ConfigError`` naming it. Also the URL the server is reached by (``query_url``), the
+one rule for the commit notes' endpoint and a group member's published one.
 """
 
 from __future__ import annotations
