@@ -112,6 +112,7 @@ bench: stack
 	$(BIN)/python bench/bench_async.py
 	$(BIN)/python bench/bench_arrow.py
 	$(BIN)/python bench/bench_failover.py
+	$(BIN)/python bench/bench_warm_owner.py
 	$(BIN)/python bench/bench_latency.py
 	$(BIN)/python bench/bench_app.py
 	$(BIN)/python bench/bench_hop_parts.py

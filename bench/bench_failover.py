@@ -19,12 +19,18 @@ copy in place: the figure is the time from the kill to that record's commit, and
 figure is the first turn). Most of it is the group noticing the dead member: the
 broker's session timeout (``group.consumer.session.timeout.ms``).
 
+``--breakdown N`` runs the static case with a standby N times and prints where the time
+from the kill goes: the other process stopped, the new owner spawned, its first log line
+(Python start-up), its restore started and done, ``kasper.started`` and its first commit.
+
     python bench/bench_failover.py --keys 100000,1000000 --modes static,group
+    python bench/bench_failover.py --keys 100000 --breakdown 3
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shutil
@@ -35,8 +41,10 @@ import tempfile
 import time
 import urllib.request
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from datetime import datetime
 from pathlib import Path
+from typing import IO
 
 from benchkit import create_topics, delete_topics, fill
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -52,16 +60,20 @@ SAMPLE = re.compile(r'^kasper_(\w+)\{([^}]*)\} (\S+)$', re.M)
 
 
 def start(bootstrap: str, name: str, topic: str, state: Path, port: int,
-          *flags: str, client_id: str | None = None) -> subprocess.Popen[bytes]:
+          *flags: str, client_id: str | None = None,
+          settings: Mapping[str, str] | None = None,
+          log: IO[bytes] | None = None) -> subprocess.Popen[bytes]:
+    """``kasper run`` of the counting app; ``settings``: ``KASPER_*`` variables; ``log``
+    takes its output (its logs go to stderr, shown by default)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("KASPER_")}
-    env.update(PYTHONPATH=os.pathsep.join([str(HERE), *sys.path]))
+    env.update(PYTHONPATH=os.pathsep.join([str(HERE), *sys.path]), **(settings or {}))
     if client_id is not None:
         env["KASPER_CONSUMER__CLIENT_ID"] = client_id
     command = [sys.executable, "-m", "kasper_py", "run", "failover_app:Count", "--stores",
                "failover_app:stores", "--app-dir", str(HERE), "--name", name,
                "--bootstrap-servers", bootstrap, "--input-topics", topic, "--state-dir",
                str(state), "--metrics-port", str(port), "--log-level", "WARNING", *flags]
-    return subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL)
+    return subprocess.Popen(command, env=env, stdout=log or subprocess.DEVNULL, stderr=log)
 
 
 def metric(port: int, name: str) -> dict[int, float]:
@@ -102,7 +114,10 @@ def changelog_end(bootstrap: str, name: str) -> int:
 
 
 def failover(bootstrap: str, keys: int, standby: bool) -> dict[str, float]:
-    """One case: seconds from SIGKILL to the new owner's first commit, and its restore."""
+    """One case: seconds from SIGKILL to the new owner's first commit, and its restore;
+    with them, the phases from the kill (``--breakdown``): the other process stopped
+    (SIGTERM to exit), the new owner spawned, its first log line (Python start-up and
+    imports), its restore started and done, and ``kasper.started``."""
     name = f"bench-failover-{uuid.uuid4().hex[:8]}"
     topic, state = name, Path(tempfile.mkdtemp(prefix="kasper-failover-"))
     create_topics(bootstrap, [topic], 2)
@@ -116,7 +131,7 @@ def failover(bootstrap: str, keys: int, standby: bool) -> dict[str, float]:
         if standby:
             wait_for(lambda: metric(port_b, "standby_changelog_offset").get(0)
                      == changelog_end(bootstrap, name))
-        killed = time.monotonic()
+        killed, wall = time.monotonic(), time.time()
         owner.send_signal(signal.SIGKILL)
         other.send_signal(signal.SIGTERM)
         producer = Producer({"bootstrap.servers": bootstrap})
@@ -124,13 +139,19 @@ def failover(bootstrap: str, keys: int, standby: bool) -> dict[str, float]:
         producer.flush(30)
         other.wait(60)
         owner.wait(60)
-        new = start(bootstrap, name, topic, state / "b", port, "--force")
+        phases = {"other stopped": time.monotonic() - killed}
+        with (state / "new.log").open("wb") as log:
+            new = start(bootstrap, name, topic, state / "b", port, "--force", "--log-level",
+                        "INFO", "--log-format", "json", log=log)
+        phases["owner spawned"] = time.monotonic() - killed
         try:
             wait_for(lambda: committed(bootstrap, name, topic) == keys + 1)
             seconds = time.monotonic() - killed
             return {"seconds": seconds,
                     "restored": metric(port, "last_restore_records")[0],
-                    "restore_seconds": metric(port, "last_restore_seconds")[0]}
+                    "restore_seconds": metric(port, "last_restore_seconds")[0],
+                    **phases, **logged_phases(state / "new.log", wall),
+                    "first commit": seconds}
         finally:
             new.send_signal(signal.SIGTERM)
             new.wait(60)
@@ -140,6 +161,23 @@ def failover(bootstrap: str, keys: int, standby: bool) -> dict[str, float]:
                 process.kill()
         delete_topics(bootstrap, [topic, changelog_topic(name, "counts")])
         shutil.rmtree(state, ignore_errors=True)
+
+
+def logged_phases(log: Path, since: float) -> dict[str, float]:
+    """Seconds from ``since`` (Unix time) to the first log line and to each restore
+    event of the new owner's JSON log."""
+    found: dict[str, float] = {}
+    for line in log.read_text().splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        at = datetime.fromisoformat(entry["timestamp"].replace("Z", "+00:00")).timestamp()
+        found.setdefault("first log line", at - since)
+        if entry.get("event") in ("kasper.restore_started", "kasper.restore_done",
+                                  "kasper.started"):
+            found.setdefault(entry["event"], at - since)
+    return found
 
 
 def group_failover(bootstrap: str, keys: int, standby: bool) -> dict[str, float]:
@@ -209,7 +247,18 @@ def main() -> None:
     parser.add_argument("--modes", default="static,group",
                         help="comma-separated: static (restart as owner), group (promotion "
                              "in a running member)")
+    parser.add_argument("--breakdown", type=int, default=0, metavar="N",
+                        help="instead: N runs of the static case with a standby (at the "
+                             "first of --keys), timed by phase")
     args = parser.parse_args()
+    if args.breakdown:
+        keys = int(args.keys.split(",")[0])
+        for _ in range(args.breakdown):
+            phases = failover(args.bootstrap, keys, standby=True)
+            del phases["seconds"], phases["restored"], phases["restore_seconds"]
+            print(", ".join(f"{phase} {seconds:.2f}" for phase, seconds in
+                            sorted(phases.items(), key=lambda item: item[1])), flush=True)
+        return
     print(f"{'mode':>6} {'keys':>9} {'standby':>8} {'kill->commit s':>15} "
           f"{'kill->open s':>13} {'restored':>9} {'restore s':>10}")
     cases = {"static": failover, "group": group_failover}

@@ -10,15 +10,18 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
+from kasper_py._support.query_settings import announced_endpoint
 from kasper_py._support.secrets import remember_secrets
 from kasper_py.exceptions import ConfigError
 
 __all__ = ["ClientSettings", "ClientValue", "admin_conf", "checked_overrides",
-           "consumer_conf", "producer_conf", "refuse_unsafe_overrides"]
+           "consumer_conf", "endpoint_of_member", "member_client_id", "producer_conf",
+           "refuse_unsafe_overrides"]
 
 ClientValue = str | int | float | bool
 
 _GROUP_TRANSACTION_TIMEOUT_MS = 10_000
+_ENDPOINT_MARK = ";query="
 _MAX_QUEUE_KBYTES = 2_097_151  # librdkafka's largest queued.max.messages.kbytes
 # librdkafka keys (aliases included) that a Config field decides: an override naming
 # one is refused, so a setting is never silently replaced or dropped.
@@ -64,6 +67,16 @@ class ClientSettings(Protocol):
     def group(self) -> str: ...
     @property
     def transactional_id(self) -> str: ...
+    @property
+    def num_standby_replicas(self) -> int: ...
+    @property
+    def query_port(self) -> int | None: ...
+    @property
+    def query_host(self) -> str: ...
+    @property
+    def query_endpoint(self) -> str | None: ...
+    @property
+    def query_tls_cert(self) -> str | None: ...
 
 
 def _prefetch(largest_batch: int, batch_bytes: int) -> dict[str, ClientValue]:
@@ -105,6 +118,26 @@ def _group_protocol(protocol: str, topics: int) -> dict[str, ClientValue]:
     return {"group.protocol": "consumer", "group.remote.assignor": "range"}
 
 
+def member_client_id(config: ClientSettings) -> str:
+    """A group member's default client id, ``<name>-consumer-<pid>``; with standby
+    replicas and a query endpoint known at start, followed by ``;query=<endpoint>``.
+
+    The client id is the one string of a member's own that the group's description
+    (``DescribeConsumerGroups``, both protocols) returns, and librdkafka lets no
+    assignment user data carry one (Kafka Streams' ``application.server``), so it is
+    where a member publishes the endpoint stale queries are routed to: it comes and
+    goes with the membership, never outliving a dead member."""
+    client_id = f"{config.name}-consumer-{os.getpid()}"
+    endpoint = announced_endpoint(config) if config.num_standby_replicas > 0 else None
+    return client_id if endpoint is None else f"{client_id}{_ENDPOINT_MARK}{endpoint}"
+
+
+def endpoint_of_member(client_id: str) -> str | None:
+    """The query endpoint a member's client id publishes (``member_client_id``), if any."""
+    _, mark, endpoint = client_id.partition(_ENDPOINT_MARK)
+    return endpoint or None if mark else None
+
+
 def consumer_conf(config: ClientSettings) -> dict[str, ClientValue]:
     """librdkafka consumer settings: manual commits of processed offsets only, read
     committed. Precedence as for every client: see ``_client_conf``."""
@@ -118,7 +151,7 @@ def consumer_conf(config: ClientSettings) -> dict[str, ClientValue]:
     }
     if config.group_mode:
         # members are told apart (kasper lag, offsets show) by their client id
-        defaults["client.id"] = f"{config.name}-consumer-{os.getpid()}"
+        defaults["client.id"] = member_client_id(config)
         protocol = {**config.client_overrides, **config.consumer_overrides}.get(
             "group.protocol", "consumer")
         defaults.update(_group_protocol(str(protocol), len(config.input_topics)))

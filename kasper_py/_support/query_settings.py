@@ -1,23 +1,27 @@
 """The query server's settings of ``Config`` checked (``kasper_py.config``): its port,
 address, bearer token, TLS pair, key partitioner and announced endpoint. A bad one is a
-``ConfigError`` naming it.
+``ConfigError`` naming it. Also the URL the server is reached by (``query_url``), the
+one rule for the commit notes' endpoint and a group member's published one.
 """
 
 from __future__ import annotations
 
 import re
+import socket
 from typing import Any, Literal, get_args
 
 from kasper_py._support.secrets import remember_secrets
 from kasper_py.exceptions import ConfigError
 
-__all__ = ["PARTITIONERS", "Partitioner", "check_port", "check_query_settings"]
+__all__ = ["PARTITIONERS", "Partitioner", "announced_endpoint", "check_port",
+           "check_query_settings", "query_url"]
 
 Partitioner = Literal["crc32", "murmur2"]
 """How a key's partition is found (``Config.query_partitioner``)."""
 PARTITIONERS: tuple[str, ...] = get_args(Partitioner)
 _ENDPOINT = re.compile(r"^https?://[^\s/]+/?$")
 _MIN_TOKEN = 16
+_WILDCARDS = ("0.0.0.0", "::", "")
 
 
 def check_port(name: str, port: Any) -> None:
@@ -60,3 +64,27 @@ def check_query_settings(config: Any) -> str | None:
         raise ConfigError("query_endpoint", "must be an http(s) URL without spaces or a "
                           f"path, like 'http://host:9100', got {endpoint!r}")
     return endpoint.rstrip("/")
+
+
+def query_url(config: Any, port: int) -> str:
+    """The URL other instances reach ``config``'s query server by, serving on ``port``:
+    ``query_endpoint`` when set, else ``http(s)://<host>:<port>`` (the hostname for a
+    wildcard ``query_host``, an IPv6 address in brackets)."""
+    if config.query_endpoint:
+        return str(config.query_endpoint)
+    scheme = "https" if config.query_tls_cert is not None else "http"
+    host = config.query_host
+    if host in _WILDCARDS:
+        host = socket.gethostname()
+    elif ":" in host:
+        host = f"[{host}]"
+    return f"{scheme}://{host}:{port}"
+
+
+def announced_endpoint(config: Any) -> str | None:
+    """``config``'s query URL as known before its server starts (``query_url``): ``None``
+    without a ``query_port``, or with port 0 and no ``query_endpoint`` (the kernel picks
+    the port at bind)."""
+    if config.query_port is None or (config.query_port == 0 and not config.query_endpoint):
+        return None
+    return query_url(config, config.query_port)

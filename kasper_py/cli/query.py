@@ -57,6 +57,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--prefix", help="a scan: keys starting with these bytes (UTF-8)")
     parser.add_argument("--start", help="a scan: keys from these bytes (inclusive)")
     parser.add_argument("--end", help="a scan: keys up to these bytes (exclusive)")
+    parser.add_argument("--stale", action="store_true",
+                        help="a key: accept an answer from a standby's warm copy (its lag "
+                        "in changelog offsets goes to stderr) when the owner is not here")
     parser.add_argument("--partition", type=int, help="a scan: this partition only")
     parser.add_argument("--limit", type=int, help="a scan: at most this many pairs")
     parser.add_argument("--from", dest="time_from", type=int, default=0, metavar="MS",
@@ -99,9 +102,12 @@ def _answer(client: QueryClient, args: argparse.Namespace) -> Any:
     if described.get("kind") == "windowed":
         return client.windows(args.table, key, args.time_from, args.time_to,
                               key_serde="bytes")
-    found = client.find(args.table, key, key_serde="bytes")
+    found = client.find(args.table, key, key_serde="bytes", stale=args.stale)
     if found.hint:
         print(f"{_PROG}: note: {found.hint}", file=sys.stderr, flush=True)
+    if found.standby_lag is not None:
+        print(f"{_PROG}: note: answered by a standby copy {found.standby_lag} changelog "
+              "offsets behind", file=sys.stderr, flush=True)
     return [found.value]
 
 

@@ -28,6 +28,7 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient
 
+from kasper_py._support.client_conf import endpoint_of_member
 from kasper_py.config import Config, OutputTopic
 from kasper_py.exceptions import (
     AdminError,
@@ -61,6 +62,12 @@ class GroupMember:
     def describe(self) -> str:
         """``client-id@host``."""
         return f"{self.client_id}@{self.host.lstrip('/')}"
+
+    @property
+    def query_endpoint(self) -> str | None:
+        """The URL the member answers queries on, as its client id publishes it
+        (``;query=<url>``: a member with standby replicas and a query port), else ``None``."""
+        return endpoint_of_member(self.client_id)
 
 
 @dataclass(frozen=True)

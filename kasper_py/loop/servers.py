@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 import structlog
 
 from kasper_py.config import Config
+from kasper_py.loop.standby_placement import WarmEndpoints
 from kasper_py.message import TopicPartitionKey
 from kasper_py.observability.http import HttpServer
 from kasper_py.observability.observe import (
@@ -25,7 +26,7 @@ from kasper_py.observability.observe import (
     with_store_observer,
 )
 from kasper_py.query import Tables, View
-from kasper_py.query.server import QueryServer, query_app, tables_for
+from kasper_py.query.server import QueryServer, WarmElsewhere, query_app, tables_for
 from kasper_py.stores.base import StoreSpec
 from kasper_py.stores.query import Queryable, WarmStores
 from kasper_py.turn import PartitionState
@@ -106,13 +107,21 @@ class LoopServers:
         try:
             tables = tables_for(self.config, specs, open_stores, endpoint=server.endpoint,
                                 locate=locate, partition_count=partition_count, warm=warm,
-                                stage_count=stage_count)
+                                stage_count=stage_count,
+                                warm_elsewhere=self._warm_elsewhere(locate))
             server.mount(query_app(tables, views, server.endpoint))
         except BaseException:
             server.close()
             raise
         self.queries = server
         return tables
+
+    def _warm_elsewhere(self, locate: bool) -> WarmElsewhere:
+        """Group members with standbys find the others keeping a partition warm from the
+        group's description (``WarmEndpoints``); otherwise no instance is known."""
+        if locate and self.config.group_mode and self.config.num_standby_replicas > 0:
+            return WarmEndpoints(self.config)
+        return lambda _partition: ()
 
     @property
     def metrics_address(self) -> tuple[str, int] | None:

@@ -13,16 +13,18 @@ with probability ``replicas / (members - 1)`` (``warm_owner_probability``).
 from __future__ import annotations
 
 import hashlib
+import threading
+import time
 from collections.abc import Callable, Iterable, Mapping
 
 import structlog
 
 from kasper_py.config import Config
 from kasper_py.exceptions import KasperError
-from kasper_py.kafka.admin import GroupState, KafkaAdmin
+from kasper_py.kafka.admin import GroupMember, GroupState, KafkaAdmin
 
-__all__ = ["MemberPlacement", "group_placement", "standby_placement",
-           "warm_owner_probability"]
+__all__ = ["MemberPlacement", "WarmEndpoints", "group_placement", "standby_placement",
+           "warm_members", "warm_owner_probability"]
 
 _log = structlog.get_logger("kasper_py")
 
@@ -41,14 +43,28 @@ def standby_placement(topic: str, owners: Mapping[int, str], members: Iterable[s
     nothing warm."""
     live = sorted(set(members))
     placed: dict[str, list[int]] = {member: [] for member in live}
-    if replicas <= 0:
-        return dict.fromkeys(live, ())
     for partition, owner in sorted(owners.items()):
-        others = [member for member in live if member != owner]
-        others.sort(key=lambda member: _score(member, topic, partition), reverse=True)
-        for member in others[:replicas]:
+        for member in _ranked(topic, partition, owner, live)[:max(replicas, 0)]:
             placed[member].append(partition)
     return {member: tuple(partitions) for member, partitions in placed.items()}
+
+
+def _ranked(topic: str, partition: int, owner: str, members: Iterable[str]) -> list[str]:
+    """The members but ``owner``, highest rendezvous score for ``partition`` first."""
+    others = [member for member in members if member != owner]
+    return sorted(others, key=lambda member: _score(member, topic, partition), reverse=True)
+
+
+def warm_members(state: GroupState, topic: str, partition: int, replicas: int
+                 ) -> list[GroupMember]:
+    """The members of the group ``state`` describes that keep ``partition`` of ``topic``
+    warm (``group_placement``), the highest score first; none while no member owns it."""
+    owners = {p: member for (name, p), member in state.owners().items() if name == topic}
+    if partition not in owners:
+        return []
+    by_name = {m.describe(): m for m in state.members}
+    ranked = _ranked(topic, partition, owners[partition], sorted(by_name))
+    return [by_name[name] for name in ranked[:max(replicas, 0)]]
 
 
 def group_placement(state: GroupState, topic: str, replicas: int
@@ -109,3 +125,43 @@ class MemberPlacement:
             self._said = reason
             _log.warning("kasper.standby_not_placed", processor=self.config.name,
                          client_id=self.client_id, reason=reason, **details)
+
+
+class WarmEndpoints:
+    """Where stale queries of a partition go in group mode (``Tables``' ``warm_elsewhere``):
+    the query endpoints of the members keeping it warm (``warm_members``), as their client
+    ids publish them (``member_client_id``), the first choice first. The group is
+    described at most every ``fresh`` seconds (a burst of queries costs one
+    ``DescribeConsumerGroups``); a member that publishes no endpoint is left out, and an
+    undescribable group gives none."""
+
+    def __init__(self, config: Config, describe: Callable[[], GroupState] | None = None,
+                 fresh: float = 2.0) -> None:
+        self.config = config
+        self._describe = describe
+        self._fresh = fresh
+        self._lock = threading.Lock()
+        self._state: GroupState | None = None
+        self._read_at = float("-inf")
+
+    def __call__(self, partition: int) -> list[str]:
+        state = self._group()
+        if state is None:
+            return []
+        members = warm_members(state, self.config.input_topics[0], partition,
+                               self.config.num_standby_replicas)
+        return [m.query_endpoint for m in members if m.query_endpoint]
+
+    def _group(self) -> GroupState | None:
+        with self._lock:
+            if time.monotonic() - self._read_at > self._fresh:
+                if self._describe is None:  # on first use, on a query thread
+                    self._describe = KafkaAdmin(self.config, timeout=5.0, consumer=False).group
+                try:
+                    self._state = self._describe()
+                except KasperError as exc:
+                    _log.info("kasper.standbys_not_found", processor=self.config.name,
+                              error=str(exc))
+                    self._state = None
+                self._read_at = time.monotonic()
+            return self._state

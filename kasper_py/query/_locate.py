@@ -7,7 +7,9 @@ and an IP, not a port, and librdkafka's Python client has no way to add user dat
 the assignment; every loop commits its note on each turn and at least every
 ``HEARTBEAT_SECONDS`` when idle, for exactly the partitions it holds, so the newest
 running note of a partition names its owner (after a rebalance, once the new owner's
-first commit lands).
+first commit lands). Group standbys, which commit nothing, publish their endpoint in
+their client id instead (``member_client_id``), where stale lookups find it
+(``Tables``' ``warm_elsewhere``).
 """
 
 from __future__ import annotations

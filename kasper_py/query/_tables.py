@@ -30,12 +30,15 @@ from kasper_py.stores.base import StoreSpec
 from kasper_py.stores.query import Queryable, Scan, WarmStores
 from kasper_py.windows.table import WindowedQueryable, WindowResult
 
-__all__ = ["MAX_LIMIT", "Lookup", "Tables"]
+__all__ = ["MAX_LIMIT", "Lookup", "Tables", "WarmElsewhere"]
 
 _log = structlog.get_logger("kasper_py")
 
 MAX_LIMIT = 10_000
 """The most pairs one scan page returns."""
+WarmElsewhere = Callable[[int], Sequence[str]]
+"""The query endpoints of the instances keeping an input partition warm, first choice
+first (group mode: ``loop.standby_placement.WarmEndpoints``)."""
 OpenStores = Callable[[], Mapping[int, Mapping[str, Queryable]]]
 """The stores open right now, by partition (the loop's, read from another thread), each
 as queries read it: a windowed table's as its ``WindowedQueryable``."""
@@ -59,12 +62,15 @@ class Tables:
                  locator: Locator | None = None,
                  partition_count: Callable[[], int | None] = lambda: None, *,
                  warm: WarmStores = dict,
-                 stage_count: Callable[[str], int | None] = lambda _table: None) -> None:
+                 stage_count: Callable[[str], int | None] = lambda _table: None,
+                 warm_elsewhere: WarmElsewhere = lambda _partition: ()) -> None:
         """``partition_count`` gives the partitions of the input topics, ``None`` until
         the loop knows them (it started); ``warm`` the standby copies kept here;
         ``stage_count`` the partitions of the topics a table's stage reads, where they
-        are fewer (an app's stage with its own count; ``None``: the input topics')."""
+        are fewer (an app's stage with its own count; ``None``: the input topics');
+        ``warm_elsewhere`` the endpoints of the instances keeping a partition warm."""
         self.config = config
+        self._warm_elsewhere = warm_elsewhere
         self._stage_count = stage_count
         self._warm = warm
         self._specs = {spec.name: spec for spec in specs}
@@ -158,10 +164,18 @@ class Tables:
                                + self._miss_hint(home, others, held))
 
     def _from_standby(self, table: str, key: Any, home: int, stale: bool) -> Lookup:
-        """With ``stale``, a standby's warm copy of ``home`` answers, with its lag;
-        otherwise (or with none here) ``NotHereError`` names the owner."""
+        """With ``stale``, a standby's warm copy of ``home`` answers, with its lag: this
+        instance's, else ``NotHereError`` names the instance keeping it warm (an instance
+        placed to keep it warm that has no copy yet names the owner, so a stale lookup
+        is sent on once at most). Otherwise ``NotHereError`` names the owner."""
         copy = self._warm().get(home, {}).get(table) if stale else None
         if copy is None:
+            warm = list(self._warm_elsewhere(home)) if stale else []
+            own = self._locator.own_endpoint if self._locator is not None else None
+            if warm and own not in warm:
+                raise NotHereError(f"key {key!r} of table {table!r} is in input partition "
+                                   f"{home}, kept warm by {warm[0]}", partition=home,
+                                   endpoint=warm[0])
             raise self._not_here(table, home, key)
         found = copy.query_get_many([key])
         if key not in found:

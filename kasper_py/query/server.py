@@ -8,26 +8,26 @@ and what a runner mounts on it (``query_app``, over ``tables_for``). It binds
 
 from __future__ import annotations
 
-import socket
 import ssl
 from collections.abc import Callable, Mapping, Sequence
 
 import structlog
 
+from kasper_py._support.query_settings import query_url
 from kasper_py.config import Config
 from kasper_py.exceptions import ConfigError
 from kasper_py.observability.http import BearerGuard, Handler, HttpServer, tls_context
 from kasper_py.query._locate import Locator
-from kasper_py.query._tables import OpenStores, Tables
+from kasper_py.query._tables import OpenStores, Tables, WarmElsewhere
 from kasper_py.query._web import QueryApp, View
 from kasper_py.stores.base import StoreSpec
 from kasper_py.stores.query import WarmStores
 
-__all__ = ["QUERY_PATHS", "OpenStores", "QueryServer", "query_app", "tables_for"]
+__all__ = ["QUERY_PATHS", "OpenStores", "QueryServer", "WarmElsewhere", "query_app",
+           "tables_for"]
 
 _log = structlog.get_logger("kasper_py")
 QUERY_PATHS = ("/tables",)
-_WILDCARDS = ("0.0.0.0", "::", "")
 
 
 class QueryServer(HttpServer):
@@ -45,8 +45,7 @@ class QueryServer(HttpServer):
         except OSError as exc:
             raise ConfigError("query_port", f"cannot listen on {config.query_host}:"
                               f"{config.query_port}: {exc.strerror or exc}") from None
-        self.endpoint = config.query_endpoint or (
-            f"{self.scheme}://{_advertised(config.query_host)}:{self.port}")
+        self.endpoint = query_url(config, self.port)
         """The URL other instances redirect to, announced in the commit notes."""
         _log.info("kasper.queries_serving", processor=config.name, host=self.host,
                   port=self.port, tls=self.scheme == "https", token=guard is not None,
@@ -57,15 +56,18 @@ def tables_for(config: Config, specs: Sequence[StoreSpec], open_stores: OpenStor
                endpoint: str | None = None, locate: bool = False,
                partition_count: Callable[[], int | None] = lambda: None,
                warm: WarmStores = dict,
-               stage_count: Callable[[str], int | None] = lambda _table: None) -> Tables:
+               stage_count: Callable[[str], int | None] = lambda _table: None,
+               warm_elsewhere: WarmElsewhere = lambda _partition: ()) -> Tables:
     """The queryable tables of a processor's ``specs``, reading ``open_stores``. With
     ``locate`` (real Kafka clients) a key of a partition held elsewhere is found from the
     running loops' commit notes; ``endpoint`` is this instance's own URL.
     ``partition_count`` gives the input topics' partitions once the loop knows them;
     ``warm`` the standby copies kept here, which answer ``stale`` lookups;
-    ``stage_count`` a table's stage's own partition count (``Tables``)."""
+    ``stage_count`` a table's stage's own partition count (``Tables``);
+    ``warm_elsewhere`` where other instances keep a partition warm (``?stale=ok``)."""
     return Tables(config, specs, open_stores, Locator(config, endpoint) if locate else None,
-                  partition_count, warm=warm, stage_count=stage_count)
+                  partition_count, warm=warm, stage_count=stage_count,
+                  warm_elsewhere=warm_elsewhere)
 
 
 def query_app(tables: Tables, views: Mapping[str, View], endpoint: str | None) -> Handler:
@@ -87,10 +89,3 @@ def _tls(config: Config) -> ssl.SSLContext | None:
                           f"({config.query_tls_cert}, {config.query_tls_key}) do not "
                           f"load: {exc}") from None
 
-
-def _advertised(host: str) -> str:
-    """The host others reach this one by: the bound address, or the hostname for a
-    wildcard; an IPv6 address in brackets."""
-    if host in _WILDCARDS:
-        return socket.gethostname()
-    return f"[{host}]" if ":" in host else host

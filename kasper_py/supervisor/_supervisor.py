@@ -18,13 +18,25 @@ import structlog
 from kasper_py._support.signals import STOPPING, take_held
 from kasper_py.observability.http import Handler, HttpServer, Request, Response
 
-__all__ = ["Supervisor", "WorkerSpec", "split_partitions", "standby_sets"]
+__all__ = ["Supervisor", "WorkerSpec", "restart_backoff", "split_partitions", "standby_sets"]
 
 _log = structlog.get_logger("kasper_py")
 _TICK = 0.2
 _BACKOFF_FIRST, _BACKOFF_MAX = 1.0, 30.0
 _STEADY = 60.0
 """A worker that ran this long before dying restarts at once (its backoff resets)."""
+
+
+def restart_backoff(ran: float, failures: int) -> tuple[int, float]:
+    """A worker that died after running ``ran`` seconds, having died ``failures`` times
+    in a row before: its failures now, and the seconds to wait before its restart. A
+    worker that ran ``_STEADY`` seconds restarts at once (its partitions wait for
+    nothing else: part of a failover); one dying again soon after waits 1 s, doubling up
+    to 30 s."""
+    failures = 0 if ran >= _STEADY else failures + 1
+    if failures == 0:
+        return 0, 0.0
+    return failures, min(_BACKOFF_FIRST * 2 ** (failures - 1), _BACKOFF_MAX)
 
 
 def split_partitions(partitions: Sequence[int], workers: int) -> list[list[int]]:
@@ -142,8 +154,7 @@ class Supervisor:
             worker.done = True
             return
         ran = time.monotonic() - worker.started
-        worker.failures = 1 if ran >= _STEADY else worker.failures + 1
-        backoff = min(_BACKOFF_FIRST * 2 ** (worker.failures - 1), _BACKOFF_MAX)
+        worker.failures, backoff = restart_backoff(ran, worker.failures)
         worker.restart_at = time.monotonic() + backoff
         why = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
         _log.warning("kasper.worker_died", worker=worker.spec.index, pid=worker.process.pid,

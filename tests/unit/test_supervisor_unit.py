@@ -14,6 +14,7 @@ import pytest
 
 from kasper_py.cli.commands import _without_processes
 from kasper_py.supervisor import Supervisor, WorkerSpec, split_partitions
+from kasper_py.supervisor._supervisor import restart_backoff
 
 
 def test_partitions_split_into_even_contiguous_runs() -> None:
@@ -23,6 +24,15 @@ def test_partitions_split_into_even_contiguous_runs() -> None:
     assert split_partitions([7], 1) == [[7]]
     with pytest.raises(ValueError, match="3 worker processes for 2 partitions"):
         split_partitions([0, 1], 3)
+
+
+def test_a_steady_worker_restarts_at_once_and_a_crash_loop_backs_off() -> None:
+    """A worker that ran a minute restarts without waiting (a failover waits on it); one
+    that dies again soon after waits 1 s, then 2, 4... up to 30 s."""
+    assert restart_backoff(61.0, 3) == (0, 0.0)
+    assert restart_backoff(5.0, 0) == (1, 1.0)
+    assert restart_backoff(5.0, 1) == (2, 2.0)
+    assert restart_backoff(5.0, 9) == (10, 30.0)
 
 
 def test_a_worker_runs_the_same_command_without_processes() -> None:
