@@ -19,6 +19,7 @@ from kasper_py.dsl._chain import Sink, Step
 from kasper_py.dsl._ops import Op, StageContext, TableOp
 from kasper_py.dsl._stores import StoreMaker
 from kasper_py.dsl._tables import JoinHow, WindowedJoin
+from kasper_py.dsl._times import TIMES, Times
 from kasper_py.exceptions import ConfigError
 from kasper_py.processor import ProcessorContext
 from kasper_py.stores.base import StoreSpec
@@ -131,6 +132,8 @@ class Graph:
         """Store, repartition and join names (one namespace: a repartition's topic and a
         store's changelog are named after them)."""
         self._node_names: set[str] = set()
+        self._timed: set[str] = set()
+        """The stores of kept times (``keep_times``)."""
         self._generated = self._nodes = self._stage_count = 0
 
     # -- names --------------------------------------------------------------------------
@@ -208,6 +211,19 @@ class Graph:
         """Keep the store ``name`` on ``stage`` (its keys removed ``ttl`` after their last
         write, when given)."""
         stage.stores.append(self._stores(name, windowed, ttl))
+
+    def keep_times(self, stage: Stage, store: str, ttl: float | Ttl | None) -> None:
+        """Keep the times of the table in store ``store`` (``_times``) in a store of
+        their own on ``stage``, once, removed with the table's keys (``ttl``)."""
+        name = TIMES.format(store)
+        if name not in self._timed:
+            self.store(stage, self.store_name(name), ttl=ttl)
+            self._timed.add(name)
+
+    def times(self, build: Building, store: str) -> Times | None:
+        """The kept times of the table in store ``store``, when they are kept."""
+        name = TIMES.format(store)
+        return Times(build.context.store(name)) if name in self._timed else None
 
     def keep(self, stage: Stage, spec: StoreSpec) -> None:
         """Keep the store ``spec`` (a global table's) on ``stage``, once."""

@@ -26,6 +26,7 @@ from kasper_py.dsl._chain import Step, StepKind
 from kasper_py.dsl._graph import build_app
 from kasper_py.dsl._nodes import Graph, Node
 from kasper_py.dsl._stores import StoreKind, store_maker
+from kasper_py.dsl._times import TIMES, Times
 from kasper_py.exceptions import ConfigError
 from kasper_py.stores.base import StoreSpec
 from kasper_py.stores.ttl import Ttl
@@ -87,8 +88,8 @@ class Builder:
         graph.store(stage, store, ttl=ttl)
         cached = graph.cached(cache)
         head = graph.source(stage, (topic,), "table", name, stores=(store,), make=lambda b: (
-            tables.SourceTable(b.context.store(store), cached)))
-        return Table(graph, head)
+            tables.SourceTable(b.context.store(store), cached, graph.times(b, store))))
+        return Table(graph, head, source=(store, ttl))
 
     def global_table(self, topic: str, *, store: str | None = None,
                      key_serde: str = "json", value_serde: str = "json") -> GlobalTable:
@@ -327,6 +328,8 @@ class Grouped:
         store = graph.store_name(store)
         head = self._input(store, combine)
         graph.store(head.stage, store, windowed, ttl)
+        if not windowed:
+            graph.keep_times(head.stage, store, ttl)
         return Table(graph, graph.then(head, kind, name, stores=(store,),
                                        make=lambda b: make(b, store)))
 
@@ -334,10 +337,12 @@ class Grouped:
                 name: str | None, *, ttl: float | Ttl | None) -> Table:
         """An aggregation's table; ``ttl``: each key removed that long after its last
         update (docs/stores.md, time to live), as every method below takes it."""
-        cached = self._graph.cached(cache)
+        graph = self._graph
+        cached = graph.cached(cache)
         combine = folding if cached and folding.merge is not None else None
         return self._stateful(kind, store, lambda b, s: agg.Aggregate(
-            b.context.store(s), folding, cached, b.stage_context.skips), name,
+            b.context.store(s), Times(b.context.store(TIMES.format(s))), folding, cached,
+            b.stage_context.skips), name,
             combine=combine, ttl=ttl)
 
     def aggregate(self, initializer: Callable[[], Any], adder: Callable[[Any, Any, Any], Any],
@@ -416,8 +421,12 @@ class Table:
     """A changelog of values per key (Kafka Streams' KTable): its records are updates,
     a ``None`` value a delete. ``name=`` names an operator's node."""
 
-    def __init__(self, graph: Graph, node: Node) -> None:
+    def __init__(self, graph: Graph, node: Node, *,
+                 source: tuple[str, float | Ttl | None] | None = None) -> None:
         self._graph, self._node = graph, node
+        self._source = source
+        """A source table's store and ttl (a filter or map_values of it keeps them):
+        joined with another table, it keeps its times too."""
 
     def to_stream(self, *, name: str | None = None) -> Stream:
         """The table's updates as a stream (deletes as ``None`` values)."""
@@ -430,7 +439,7 @@ class Table:
         it is emitted as a delete."""
         parent = self._node
         return Table(self._graph, self._graph.then(parent, "table_filter", name, make=lambda b: (
-            tables.TableView(b.table(parent), predicate=predicate))))
+            tables.TableView(b.table(parent), predicate=predicate))), source=self._source)
 
     def map_values(self, function: Callable[[Any], Any], *, name: str | None = None
                    ) -> Table:
@@ -438,7 +447,7 @@ class Table:
         parent = self._node
         return Table(self._graph, self._graph.then(
             parent, "table_map_values", name, make=lambda b: tables.TableView(
-                b.table(parent), function=function)))
+                b.table(parent), function=function)), source=self._source)
 
     def join(self, other: Table, joiner: Callable[[Any, Any], Any], *,
              cache: bool | None = None, name: str | None = None) -> Table:
@@ -473,7 +482,10 @@ class Table:
     def _join(self, other: Table, joiner: Callable[[Any, Any], Any], how: tables.JoinHow,
               cache: bool | None, name: str | None) -> Table:
         graph, mine, theirs = self._graph, self._node, other._node
-        graph.merge(mine.stage, theirs.stage)
+        stage = graph.merge(mine.stage, theirs.stage)
+        for table in (self, other):
+            if table._source is not None:
+                graph.keep_times(stage, *table._source)
         cached = graph.cached(cache)
         kind = "table_join" if how == "inner" else f"table_{how}_join"
         joined = graph.then(mine, kind, name, port=0, make=lambda b: tables.TableJoin(

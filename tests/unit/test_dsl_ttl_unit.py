@@ -37,8 +37,9 @@ def test_a_count_with_a_ttl_forgets_a_key_not_counted_for_that_long() -> None:
 
 
 def test_a_source_table_takes_a_ttl_and_the_builder_passes_it_to_rocksdb() -> None:
-    """Builder.table(ttl=) and every aggregation give their RocksDB table that ttl; an
-    aggregation without one keeps its keys."""
+    """Builder.table(ttl=) and every aggregation give their RocksDB table that ttl (and
+    an aggregation's kept times, removed with its keys); an aggregation without one
+    keeps its keys."""
     b = Builder("ttl-specs")
     b.table("users", ttl=3600)
     grouped = b.stream("in").group_by_key()
@@ -47,7 +48,8 @@ def test_a_source_table_takes_a_ttl_and_the_builder_passes_it_to_rocksdb() -> No
     ttls = {spec.name: getattr(spec, "ttl", None) for node in b.build().nodes
             for spec in node.stores}
     assert {name: ttl and ttl.seconds for name, ttl in ttls.items()} == {
-        "users": 3600, "last": 120, "total": None}
+        "users": 3600, "last": 120, "total": None, "last-timestamps": 120,
+        "total-timestamps": None}
 
 
 def test_a_ttl_with_a_stores_function_is_refused_naming_the_store() -> None:
