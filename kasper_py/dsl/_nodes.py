@@ -212,13 +212,16 @@ class Graph:
         write, when given)."""
         stage.stores.append(self._stores(name, windowed, ttl))
 
-    def keep_times(self, stage: Stage, store: str, ttl: float | Ttl | None) -> None:
-        """Keep the times of the table in store ``store`` (``_times``) in a store of
-        their own on ``stage``, once, removed with the table's keys (``ttl``)."""
-        name = TIMES.format(store)
-        if name not in self._timed:
-            self.store(stage, self.store_name(name), ttl=ttl)
-            self._timed.add(name)
+    def keep_times(self, stage: Stage, *tables: tuple[str, float | Ttl | None] | None
+                   ) -> None:
+        """Keep the times of each of ``tables`` (its store's name and ttl; ``None``: a
+        table whose times need no store of their own) in a store on ``stage``
+        (``_times``), once, removed with the table's keys."""
+        for store, ttl in filter(None, tables):
+            name = TIMES.format(store)
+            if name not in self._timed:
+                self.store(stage, self.store_name(name), ttl=ttl)
+                self._timed.add(name)
 
     def times(self, build: Building, store: str) -> Times | None:
         """The kept times of the table in store ``store``, when they are kept."""
@@ -313,7 +316,8 @@ class Graph:
                                         foreign_key, joiner, left=left))
         result = self.then(subscribe, "fk_result", name, port=1, stores=(store,),
                            make=lambda b: fk.Result(b.context.store(store), b.table(mine),
-                                                    joiner, left, cached))
+                                                    joiner, left, cached,
+                                                    times=self.times(b, store)))
         answer = self.then(
             theirs, "fk_answer", port=1, links=(FromRepartition(response),),
             stores=(subscribers,), make=lambda b: fk.Answer(

@@ -329,7 +329,7 @@ class Grouped:
         head = self._input(store, combine)
         graph.store(head.stage, store, windowed, ttl)
         if not windowed:
-            graph.keep_times(head.stage, store, ttl)
+            graph.keep_times(head.stage, (store, ttl))
         return Table(graph, graph.then(head, kind, name, stores=(store,),
                                        make=lambda b: make(b, store)))
 
@@ -337,8 +337,7 @@ class Grouped:
                 name: str | None, *, ttl: float | Ttl | None) -> Table:
         """An aggregation's table; ``ttl``: each key removed that long after its last
         update (docs/stores.md, time to live), as every method below takes it."""
-        graph = self._graph
-        cached = graph.cached(cache)
+        cached = self._graph.cached(cache)
         combine = folding if cached and folding.merge is not None else None
         return self._stateful(kind, store, lambda b, s: agg.Aggregate(
             b.context.store(s), Times(b.context.store(TIMES.format(s))), folding, cached,
@@ -425,8 +424,8 @@ class Table:
                  source: tuple[str, float | Ttl | None] | None = None) -> None:
         self._graph, self._node = graph, node
         self._source = source
-        """A source table's store and ttl (a filter or map_values of it keeps them):
-        joined with another table, it keeps its times too."""
+        """The store and ttl of a table keeping its times once joined with another
+        table (a source table, a foreign-key join's result, a view of either)."""
 
     def to_stream(self, *, name: str | None = None) -> Stream:
         """The table's updates as a stream (deletes as ``None`` values)."""
@@ -475,17 +474,15 @@ class Table:
         ``None``). Runs through two repartitions of the app (``<name>-subscription``,
         ``<name>-response``); the result is stored as ``name``, which names its node
         too."""
-        return Table(self._graph, self._graph.foreign_key_join(
+        result = self._graph.foreign_key_join(
             self._node, other._node, foreign_key, joiner, left=left, store=name, cache=cache,
-            name=name))
+            name=name)
+        return Table(self._graph, result, source=(result.stores[0], None))
 
     def _join(self, other: Table, joiner: Callable[[Any, Any], Any], how: tables.JoinHow,
               cache: bool | None, name: str | None) -> Table:
         graph, mine, theirs = self._graph, self._node, other._node
-        stage = graph.merge(mine.stage, theirs.stage)
-        for table in (self, other):
-            if table._source is not None:
-                graph.keep_times(stage, *table._source)
+        graph.keep_times(graph.merge(mine.stage, theirs.stage), self._source, other._source)
         cached = graph.cached(cache)
         kind = "table_join" if how == "inner" else f"table_{how}_join"
         joined = graph.then(mine, kind, name, port=0, make=lambda b: tables.TableJoin(

@@ -116,3 +116,18 @@ def test_a_store_written_before_times_were_kept_restores_and_reads(tmp_path: Pat
     assert driver.store("counts").query_get_many(["a"]) == {"a": 7}
     assert changelogs.records(topic)[-1] == (b'"a"', b"7")
     driver.close()
+
+
+def test_a_foreign_key_joins_result_counts_with_the_time_it_was_emitted() -> None:
+    """A foreign-key join's result joined with another table: its side's time is the
+    one the result was emitted with (the order's), later than the note's."""
+    b = Builder("fk-stamps", stores="memory", cache=False)
+    orders, customers, notes = b.table("orders"), b.table("customers"), b.table("notes")
+    named = orders.join_foreign(customers, lambda o: o["c"], lambda o, c: c["name"],
+                                name="named")
+    named.join(notes, lambda name, note: [name, note]).to_stream().to("out")
+    driver = ProcessorDriver(b.build(), key_serde="json", value_serde="json")
+    driver.process([make_message("customers", {"name": "Ann"}, "c1", timestamp=5),
+                    make_message("orders", {"c": "c1"}, "o1", timestamp=80)])
+    driver.process([make_message("notes", "late", "o1", timestamp=20)])
+    assert outputs(driver, "out") == [("o1", ["Ann", "late"], 80)]
