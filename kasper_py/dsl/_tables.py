@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any, Literal
 
-from kasper_py.dsl._ops import CachedTable, NullSkips, Op, Records, TableOp
+from kasper_py.dsl._ops import CachedTable, NullSkips, Op, Rec, Records, TableOp
 from kasper_py.dsl._times import Times, later
 from kasper_py.stores.base import KeyValueStore
 from kasper_py.windows import StreamJoin
@@ -158,7 +158,9 @@ class TableJoin(CachedTable):
     side, the outer join both), unless the join had none before and has none after (see
     ``changed``). ``side(0)`` and ``side(1)`` are where each parent pushes. A result
     is stamped as Kafka Streams stamps it: with the larger of the update's time and the
-    other side's time (``lookup_times``) when the other side has a value."""
+    other side's time (``lookup_times``) when the other side has a value. Held (cached)
+    updates of a key keep the later stamp: the two sides are flushed one after the
+    other, and the key is emitted once."""
 
     __slots__ = ("how", "joiner", "tables")
 
@@ -198,6 +200,12 @@ class TableJoin(CachedTable):
             self.update([j for j, r in zip(joined, records, strict=True)
                          if r[1] is None or r[0] in other])
 
+    def update(self, records: Records) -> None:
+        held = self.held
+        if self.cache and held:
+            records = [_later(r, held.get(r[0])) for r in records]
+        super().update(records)
+
     def lookup_many(self, keys: Iterable[Any]) -> dict[Any, Any]:
         wanted = set(keys)
         left = self.tables[0].lookup_many(wanted)
@@ -212,6 +220,13 @@ class TableJoin(CachedTable):
         left, right = self.tables[0].lookup_times(joined), self.tables[1].lookup_times(joined)
         stamps = {k: later(left.get(k), right.get(k)) for k in joined}
         return {k: t for k, t in stamps.items() if t is not None}
+
+
+def _later(record: Rec, held: Rec | None) -> Rec:
+    """``record``, stamped with ``held``'s timestamp when that one is later."""
+    if held is None or later(record[2], held[2]) == record[2]:
+        return record
+    return (record[0], record[1], held[2], record[3])
 
 
 class _JoinSide(Op):

@@ -141,7 +141,8 @@ def table_join_model(sequence: list[Event], how: str, view: bool) -> dict[str, l
     The right table is read through ``view_of`` when ``view``, and a stream "s"
     probes the joined table ("probe"). An update is stamped with the larger of its
     time and the other side's (when that side has a value); "final" holds, per key
-    the join ends with a value, the larger of the two sides' last times."""
+    the join ends with a value, the stamp of its last update (which the cache's
+    flush, reading both sides as the batch left them, gives too)."""
     sides: dict[str, dict[Any, Any]] = {"l": {}, "r": {}}
     times: dict[str, dict[Any, int]] = {"l": {}, "r": {}}
     out: dict[str, list[Out]] = defaultdict(list)
@@ -163,10 +164,10 @@ def table_join_model(sequence: list[Event], how: str, view: bool) -> dict[str, l
                 or other.get(k) is not None:
             out["out"].append((k, joined_value(how, sides["l"].get(k), sides["r"].get(k)),
                                stamp))
+    last = {k: t for k, _, t in out["out"]}
     for k in sides["l"].keys() | sides["r"].keys():
         if joined_value(how, sides["l"].get(k), sides["r"].get(k)) is not None:
-            out["final"].append((k, None, max(times[side][k] for side in sides
-                                              if k in sides[side])))
+            out["final"].append((k, None, last[k]))
     return out
 
 
@@ -186,7 +187,7 @@ def test_table_table_join_equals_the_model(sequence: list[Event], at: list[int],
     with the larger of the two sides' times; or with the cache each key's as the batch
     left it (its values a subsequence of the model's, the same last values: a key the
     model last deleted may have no update), stamped as the batch left the two sides,
-    so a key the join ends with carries the larger of its sides' last times; the
+    so a key the join ends with carries the stamp of its last model update; the
     joined table ends as the join of the model's final tables; a stream joined with
     the joined table meets its value as of each record."""
     b = builder(cache)
