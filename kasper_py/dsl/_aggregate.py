@@ -5,8 +5,7 @@ crosses it, and the aggregation downstream merges these partials.
 
 A combined record of a repartition has a ``None`` value and, as its last header,
 ``kasper.partial``: the partial aggregate as JSON (a count as its digits). Its other
-headers are those of the key's latest record in the batch, its timestamp the largest
-of the key's records in the batch. A record
+headers and its timestamp are those of the key's latest record in the batch. A record
 without that header is a plain one, folded as it is: a repartition may hold both
 (written before and after combining was turned on, or a record that reset its key).
 """
@@ -21,7 +20,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from kasper_py.dsl._ops import CachedTable, NullSkips, Op, Records, StageContext, Windowed
-from kasper_py.dsl._times import Times, largest_times, later
 from kasper_py.exceptions import SerdeError
 from kasper_py.message import Headers
 from kasper_py.processor import ProcessorContext
@@ -83,80 +81,62 @@ class Folding:
 class Aggregate(CachedTable):
     """Grouped records folded per key into ``store``: read once and written once per
     batch; each record updates its key's aggregate (emitted once per batch with the
-    cache), stamped with the largest timestamp folded into the aggregate so far, kept
-    in ``times`` (Kafka Streams' timestamped store). ``None`` keys and values are
-    skipped and counted (``NullSkips``, Kafka Streams' rule); an aggregate of ``None``
-    deletes the key (emitted as a delete, and its time forgotten), and its next record
-    starts again from ``initializer()``. A combined record merges its partial in."""
+    cache). ``None`` keys and values are skipped and counted (``NullSkips``, Kafka
+    Streams' rule); an aggregate
+    of ``None`` deletes the key (emitted as a delete), and its next record starts again
+    from ``initializer()``. A combined record merges its partial in."""
 
-    __slots__ = ("folding", "skips", "store", "times")
+    __slots__ = ("folding", "skips", "store")
 
-    def __init__(self, store: KeyValueStore, times: Times, folding: Folding, cache: bool,
+    def __init__(self, store: KeyValueStore, folding: Folding, cache: bool,
                  skips: NullSkips) -> None:
         super().__init__(cache)
-        self.store, self.times, self.folding, self.skips = store, times, folding, skips
+        self.store, self.folding, self.skips = store, folding, skips
 
     def push(self, records: Records) -> None:
         kept = self.skips.kept(records, partial=PARTIAL)
         if self.folding.counts and self.cache:
             self._count(kept)
             return
-        if not kept:
-            return
-        keys = {r[0] for r in kept}
-        current, times = self.store.get_many(keys), self.times.get_many(keys)
-        out = self._fold(kept, current, times)
-        self.store.put_many({key: current.get(key) for key in keys})
-        self.times.put_many({key: times.get(key) for key in keys})
+        if kept:
+            self._fold_batch(kept)
+
+    def _fold_batch(self, kept: Records) -> None:
+        """``kept`` folded into the store, read once and written once."""
+        current = self.store.get_many({r[0] for r in kept})
+        out = self._fold(kept, current)
+        self.store.put_many({r[0]: current.get(r[0]) for r in out})
         self.update(out)
 
-    def _fold(self, kept: Records, current: dict[Any, Any], times: dict[Any, Any]
-              ) -> Records:
-        """Each record folded into ``current`` in turn, its time into ``times``; the
-        updates, in order."""
+    def _fold(self, kept: Records, current: dict[Any, Any]) -> Records:
+        """Each record folded into ``current`` in turn; the updates, in order."""
         initializer, adder, decode = self.folding.initializer, self.folding.adder, JSON.decode
         out: Records = []
         for key, value, timestamp, headers in kept:
-            held = times.get(key)
-            stamp = timestamp if held is None or (timestamp is not None and timestamp > held) \
-                else held
             if headers and headers[-1][0] == PARTIAL:
                 aggregate = self._merge(key, current, decode(headers[-1][1]))
-                out.append((key, aggregate, stamp, headers[:-1]))
+                out.append((key, aggregate, timestamp, headers[:-1]))
             else:
                 aggregate = adder(key, value, current[key] if key in current else initializer())
-                out.append((key, aggregate, stamp, headers))
+                out.append((key, aggregate, timestamp, headers))
             if aggregate is None:
                 current.pop(key, None)
-                times.pop(key, None)
             else:
                 current[key] = aggregate
-                times[key] = stamp
         return out
 
     def _count(self, records: Records) -> None:
         """A count with the cache: only each key's total matters, so records are
         counted per key (in C when none is combined or skipped), then added."""
-        keys = list(map(_KEY, records))
-        if None in map(_VALUE, records):  # combined records (the skipped are gone)
-            counts: dict[Any, int] = {}
-            for key, value, _, headers in records:
-                counts[key] = counts.get(key, 0) + (
-                    1 if value is not None else int(headers[-1][1] or b"0"))
-        else:
-            counts = Counter(keys)
+        keys, counts = key_counts(records)
         if not counts:
             return
-        totals, held = self.store.get_many(counts.keys()), self.times.get_many(counts.keys())
+        totals = self.store.get_many(counts.keys())
         for key, n in counts.items():
             totals[key] = totals.get(key, 0) + n
-        stamps = largest_times(keys, records)
-        for key, stamp in held.items():
-            stamps[key] = later(stamp, stamps[key])
         self.store.put_many(totals)
-        self.times.put_many(stamps)
         latest = dict(zip(keys, records, strict=True))
-        self.update([(key, totals[key], stamps[key], _own(latest[key][3]))
+        self.update([(key, totals[key], latest[key][2], own_headers(latest[key][3]))
                      for key in reversed(dict.fromkeys(reversed(keys))) if key in counts])
 
     def _merge(self, key: Any, current: dict[Any, Any], partial: Any) -> Any:
@@ -174,11 +154,21 @@ class Aggregate(CachedTable):
     def lookup_many(self, keys: Iterable[Any]) -> dict[Any, Any]:
         return self.store.get_many(keys)
 
-    def lookup_times(self, keys: Iterable[Any]) -> dict[Any, int]:
-        return self.times.get_many(keys)
+
+def key_counts(records: Records) -> tuple[list[Any], dict[Any, int]]:
+    """The key of each of ``records``, and how many records each key counts (in C when
+    none is combined or skipped)."""
+    keys = list(map(_KEY, records))
+    if None not in map(_VALUE, records):
+        return keys, Counter(keys)
+    counts: dict[Any, int] = {}  # combined records (the skipped are gone)
+    for key, value, _, headers in records:
+        counts[key] = counts.get(key, 0) + (
+            1 if value is not None else int(headers[-1][1] or b"0"))
+    return keys, counts
 
 
-def _own(headers: Headers) -> Headers:
+def own_headers(headers: Headers) -> Headers:
     """A record's headers without the combined record's header."""
     return headers[:-1] if headers and headers[-1][0] == PARTIAL else headers
 
@@ -197,6 +187,12 @@ class Combine(Op):
         super().__init__()
         self.stage, self.name, self.folding = stage, name, folding
 
+    @staticmethod
+    def stamp(held: int | None, timestamp: int | None) -> int | None:
+        """The time of a partial holding a key's records up to one of ``timestamp``
+        (``held``: the partial's before): the latest record's."""
+        return timestamp
+
     def push(self, records: Records) -> None:
         records = self.stage.skips.kept(records)
         if self.folding.counts:
@@ -212,9 +208,11 @@ class Combine(Op):
         """A count's partials: C loops over the records, a Python one over the keys."""
         keys = list(map(_KEY, records))
         latest = dict(zip(keys, records, strict=True))
-        stamps = largest_times(keys, records)
-        return [(key, None, stamps[key], (*latest[key][3], (PARTIAL, b"%d" % n)))
-                for key, n in Counter(keys).items()]
+        combined: list[SendRecord] = []
+        for key, n in Counter(keys).items():
+            _, _, timestamp, headers = latest[key]
+            combined.append((key, None, timestamp, (*headers, (PARTIAL, b"%d" % n))))
+        return combined
 
     def _fold(self, records: Records, combined: list[SendRecord]
               ) -> dict[Any, tuple[Any, int | None, Headers]]:
@@ -227,7 +225,7 @@ class Combine(Op):
             aggregate = adder(key, value, held[0] if held is not None else initializer())
             if aggregate is not None:
                 partials[key] = (aggregate, timestamp if held is None
-                                 else later(held[1], timestamp), headers)
+                                 else self.stamp(held[1], timestamp), headers)
                 continue
             if held is not None:
                 del partials[key]

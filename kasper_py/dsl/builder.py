@@ -26,7 +26,7 @@ from kasper_py.dsl._chain import Step, StepKind
 from kasper_py.dsl._graph import build_app
 from kasper_py.dsl._nodes import Graph, Node
 from kasper_py.dsl._stores import StoreKind, store_maker
-from kasper_py.dsl._times import TIMES, Times
+from kasper_py.dsl._times import Timestamps, timestamps_mode
 from kasper_py.exceptions import ConfigError
 from kasper_py.stores.base import StoreSpec
 from kasper_py.stores.ttl import Ttl
@@ -48,12 +48,14 @@ class Builder:
     Every operator is a node named ``name=`` or, by default, as Kafka Streams names it
     (``KSTREAM-MAPVALUES-0000000003``: the kind, then a counter of the builder's
     generated names); ``kasper app describe`` lists them per stage. Operator names are
-    unique per builder (a name given twice is a ``ConfigError``)."""
+    unique per builder (a name given twice is a ``ConfigError``). ``timestamps``: how
+    aggregations and table-table joins stamp outputs (``"record"``, the default, or
+    ``"latest"``, Kafka Streams' stamps; docs/streams-dsl.md, Timestamps)."""
 
-    def __init__(self, name: str, *, stores: StoreKind = "rocksdb", cache: bool = True
-                 ) -> None:
+    def __init__(self, name: str, *, stores: StoreKind = "rocksdb", cache: bool = True,
+                 timestamps: Timestamps = "record") -> None:
         self.name = name
-        self._graph = Graph(name, store_maker(stores), cache)
+        self._graph = Graph(name, store_maker(stores), cache, timestamps_mode(timestamps))
         self._built: App | None = None
 
     @property
@@ -339,10 +341,8 @@ class Grouped:
         update (docs/stores.md, time to live), as every method below takes it."""
         cached = self._graph.cached(cache)
         combine = folding if cached and folding.merge is not None else None
-        return self._stateful(kind, store, lambda b, s: agg.Aggregate(
-            b.context.store(s), Times(b.context.store(TIMES.format(s))), folding, cached,
-            b.stage_context.skips), name,
-            combine=combine, ttl=ttl)
+        return self._stateful(kind, store, lambda b, s: self._graph.aggregate(
+            b, s, folding, cached), name, combine=combine, ttl=ttl)
 
     def aggregate(self, initializer: Callable[[], Any], adder: Callable[[Any, Any, Any], Any],
                   store: str, *, merge: Callable[[Any, Any, Any], Any] | None = None,

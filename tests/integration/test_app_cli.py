@@ -151,8 +151,8 @@ def test_describe_prints_the_topology_as_text_and_json(app_run: AppRun) -> None:
 def test_describe_lists_a_dsl_apps_operators_per_stage(bootstrap: str) -> None:
     """`kasper app describe` of a streams-DSL app (dsl_app_module.py) prints each stage
     as a processor with its operators in order: generated names counting up across the
-    builder, the user's names where given, what each reads, sends to or stores (a
-    count's values and its kept times), and the operators it hands its records to."""
+    builder, the user's names where given, what each reads, sends to or stores, and
+    the operators it hands its records to."""
     result = kasper("app", "describe", "dsl_app_module:app", "--app-dir", str(HERE),
                     env=cli_env(bootstrap))
     assert result.returncode == 0, result.stderr
@@ -173,7 +173,7 @@ def test_describe_lists_a_dsl_apps_operators_per_stage(bootstrap: str) -> None:
         "  2. processor stage-1",
         f"       inputs:  {by_word}",
         "       outputs: topic:describe-counts",
-        "       stores:  counts (MemoryTable), counts-timestamps (MemoryTable)",
+        "       stores:  counts (MemoryTable)",
         "       operators:",
         f"         KSTREAM-SOURCE-0000000004 source [{by_word}]"
         " --> KSTREAM-AGGREGATE-0000000005",

@@ -26,7 +26,7 @@ from kasper_py.dsl import Builder
 
 
 def build(clicks, users, counts_out, joined_out):
-    b = Builder("stamps", cache=False)
+    b = Builder("stamps", cache=False, timestamps="latest")
     counts = b.stream(clicks).group_by_key().count("clicks-per-user")
     counts.to_stream().to(counts_out)
     named = counts.join(b.table(users), lambda n, user: {"clicks": n, "name": user})

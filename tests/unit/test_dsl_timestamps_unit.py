@@ -1,4 +1,5 @@
-"""Output timestamps of the DSL's tables as Kafka Streams gives them: an aggregation's
+"""Output timestamps of the DSL's tables with ``Builder(timestamps="latest")``, as Kafka
+Streams gives them: an aggregation's
 update carries the largest timestamp folded into its aggregate, a table-table join's
 the larger of its two sides'; the times are kept in ``<store>-timestamps`` beside the
 values, so a store written before they were kept still restores and reads, its values
@@ -10,8 +11,13 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from kasper_py import Config
 from kasper_py.dsl import Builder
+from kasper_py.exceptions import ConfigError
+from kasper_py.stores.base import StoreSpec
+from kasper_py.stores.memory import MemoryTable
 from kasper_py.stores.rocksdb import RocksDBTable
 from kasper_py.testing import ProcessorDriver, make_message
 from kasper_py.testing.changelog import MemoryChangelogs
@@ -26,7 +32,7 @@ def outputs(driver: ProcessorDriver, topic: str) -> list[Out]:
 
 
 def counts(stores: str = "memory", cache: bool = False) -> Builder:
-    b = Builder("stamps", stores=stores, cache=cache)
+    b = Builder("stamps", stores=stores, cache=cache, timestamps="latest")
     b.stream("in").group_by_key().count("counts").to_stream().to("out")
     return b
 
@@ -36,7 +42,7 @@ def test_an_aggregate_keeps_the_largest_time_and_forgets_it_when_deleted() -> No
     time folded in so far, in the same batch and in a later one; an aggregate reset to
     ``None`` is a delete stamped the same way, and the key's next record starts again
     from its own time. The store holds the bare aggregate, its time beside it."""
-    b = Builder("resets", stores="memory", cache=False)
+    b = Builder("resets", stores="memory", cache=False, timestamps="latest")
     (b.stream("in").group_by_key()
         .reduce(lambda total, v: None if v == 0 else total + v, "sums")
         .to_stream().to("out"))
@@ -69,7 +75,7 @@ def test_a_table_join_is_stamped_with_the_later_side() -> None:
     an earlier batch), for inner, left and outer joins; a left join's result without
     a right value carries the left's time."""
     for how in ("join", "left_join", "outer_join"):
-        b = Builder("tables", stores="memory", cache=False)
+        b = Builder("tables", stores="memory", cache=False, timestamps="latest")
         left, right = b.table("l"), b.table("r")
         getattr(left, how)(right, lambda v, w: [v, w]).to_stream().to("out")
         driver = ProcessorDriver(b.build(), key_serde="json", value_serde="json")
@@ -86,7 +92,7 @@ def test_a_table_join_is_stamped_with_the_later_side() -> None:
 def test_a_join_of_two_aggregations_takes_their_largest_times() -> None:
     """The sides of a table-table join may be aggregations: each side's time is the
     largest folded into its aggregate."""
-    b = Builder("aggregated", stores="memory", cache=False)
+    b = Builder("aggregated", stores="memory", cache=False, timestamps="latest")
     left = b.stream("l").group_by_key().count("left")
     right = b.stream("r").group_by_key().count("right")
     left.join(right, lambda v, w: [v, w]).to_stream().to("out")
@@ -121,7 +127,7 @@ def test_a_store_written_before_times_were_kept_restores_and_reads(tmp_path: Pat
 def test_a_foreign_key_joins_result_counts_with_the_time_it_was_emitted() -> None:
     """A foreign-key join's result joined with another table: its side's time is the
     one the result was emitted with (the order's), later than the note's."""
-    b = Builder("fk-stamps", stores="memory", cache=False)
+    b = Builder("fk-stamps", stores="memory", cache=False, timestamps="latest")
     orders, customers, notes = b.table("orders"), b.table("customers"), b.table("notes")
     named = orders.join_foreign(customers, lambda o: o["c"], lambda o, c: c["name"],
                                 name="named")
@@ -131,3 +137,49 @@ def test_a_foreign_key_joins_result_counts_with_the_time_it_was_emitted() -> Non
                     make_message("orders", {"c": "c1"}, "o1", timestamp=80)])
     driver.process([make_message("notes", "late", "o1", timestamp=20)])
     assert outputs(driver, "out") == [("o1", ["Ann", "late"], 80)]
+
+
+def joined_counts(timestamps: str, asked: list[str]) -> Builder:
+    """A count joined with a table, its stores made by a ``stores=`` function that
+    notes the names it is asked for in ``asked``."""
+    def stores(name: str, _windowed: bool) -> StoreSpec:
+        asked.append(name)
+        return MemoryTable(name)
+
+    b = Builder("modes", stores=stores, cache=False, timestamps=timestamps)  # type: ignore[arg-type]
+    counted = b.stream("in").group_by_key().count("counts")
+    counted.join(b.table("users"), lambda n, user: [n, user]).to_stream().to("out")
+    return b
+
+
+@pytest.mark.parametrize(("timestamps", "names"), [
+    ("record", ["counts", "users"]),
+    ("latest", ["counts", "counts-timestamps", "users", "users-timestamps"])])
+def test_only_the_latest_mode_keeps_times_in_stores_of_their_own(
+        timestamps: str, names: list[str]) -> None:
+    """The default (``"record"``) asks a ``stores=`` function for the tables' stores
+    only, and the app holds no other; ``"latest"`` asks for, and holds, a
+    ``<store>-timestamps`` beside each table it keeps times of."""
+    asked: list[str] = []
+    app = joined_counts(timestamps, asked).build()
+    assert sorted(asked) == names
+    assert sorted(spec.name for node in app.nodes for spec in node.stores) == names
+
+
+def test_the_default_stamps_each_update_with_its_records_time() -> None:
+    """With the default, a late record's count and the join it updates carry the late
+    record's own time, as before times were kept."""
+    driver = ProcessorDriver(joined_counts("record", []).build(), key_serde="json",
+                             value_serde="json")
+    driver.process([make_message("users", "Ann", "a", timestamp=90)])
+    driver.process([make_message("in", "x", "a", timestamp=50),
+                    make_message("in", "x", "a", timestamp=10)])
+    assert outputs(driver, "out") == [("a", [1, "Ann"], 50), ("a", [2, "Ann"], 10)]
+
+
+def test_an_unknown_timestamps_mode_is_refused_naming_it() -> None:
+    """``timestamps=`` takes ``"record"`` or ``"latest"``; anything else is a
+    ``ConfigError`` naming the value and the choices."""
+    with pytest.raises(ConfigError, match="Builder\\(timestamps='newest'\\): timestamps is "
+                                          "one of 'record', 'latest'"):
+        Builder("bad", timestamps="newest")  # type: ignore[arg-type]
