@@ -128,7 +128,7 @@ class Graph:
         self.owner, self.cache = owner, cache
         self.keeps_times = timestamps == "latest"
         """Whether tables keep their times (``keep_times``), chosen once: the operators
-        of either mode are made at build time (``times``, ``aggregate``, ``combine``)."""
+        of either mode are made at build time (``times``, ``aggregate``, ``repartition``)."""
         self.stages: list[Stage] = []
         self.repartitions: dict[str, int | None] = {}
         self.built = False

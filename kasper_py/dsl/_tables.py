@@ -157,17 +157,21 @@ class TableJoin(CachedTable):
     delete, when the join has none: the inner join lacks a side, the left join its left
     side, the outer join both), unless the join had none before and has none after (see
     ``changed``). ``side(0)`` and ``side(1)`` are where each parent pushes. A result
-    is stamped as Kafka Streams stamps it: with the larger of the update's time and the
-    other side's time (``lookup_times``) when the other side has a value. Held (cached)
-    updates of a key keep the later stamp: the two sides are flushed one after the
-    other, and the key is emitted once."""
+    is stamped with the update's time or, with ``keeps_times`` (``_times``), as Kafka
+    Streams stamps it: with the larger of the update's time and the other side's time
+    (``lookup_times``) when the other side has a value. Held (cached) updates of a key
+    keep the later stamp: the two sides are flushed one after the other, and the key
+    is emitted once."""
 
-    __slots__ = ("how", "joiner", "tables")
+    __slots__ = ("how", "joiner", "stamped", "tables")
 
     def __init__(self, tables: tuple[TableOp, TableOp], joiner: Callable[[Any, Any], Any],
-                 how: JoinHow, cache: bool) -> None:
+                 how: JoinHow, cache: bool, keeps_times: bool = False) -> None:
         super().__init__(cache)
         self.tables, self.joiner, self.how = tables, joiner, how
+        self.stamped = _later_side if keeps_times else _as_recorded
+        """How an update of one side is stamped, given the other side's table and
+        values: chosen once."""
 
     def _join(self, mine: Any, other: Any) -> Any:
         if mine is None and other is None:
@@ -187,13 +191,11 @@ class TableJoin(CachedTable):
         either side of an outer join (Kafka Streams' rule); a delete always is."""
         table = self.tables[1 - index]
         other = table.lookup_many({r[0] for r in records})
-        times = table.lookup_times(other) if other else {}
+        stamped = self.stamped(table, other, records)
         if index == 1:
-            joined = [(k, self._join(other.get(k), v), later(t, times.get(k)), h)
-                      for k, v, t, h in records]
+            joined = [(k, self._join(other.get(k), v), t, h) for k, v, t, h in stamped]
         else:
-            joined = [(k, self._join(v, other.get(k)), later(t, times.get(k)), h)
-                      for k, v, t, h in records]
+            joined = [(k, self._join(v, other.get(k)), t, h) for k, v, t, h in stamped]
         if self.how == "outer" or (index == 0 and self.how == "left"):
             self.update(joined)
         else:
@@ -220,6 +222,20 @@ class TableJoin(CachedTable):
         left, right = self.tables[0].lookup_times(joined), self.tables[1].lookup_times(joined)
         stamps = {k: later(left.get(k), right.get(k)) for k in joined}
         return {k: t for k, t in stamps.items() if t is not None}
+
+
+def _as_recorded(_table: TableOp, _other: dict[Any, Any], records: Records) -> Records:
+    """``records`` stamped with their own times."""
+    return records
+
+
+def _later_side(table: TableOp, other: dict[Any, Any], records: Records) -> Records:
+    """``records`` stamped with the later of their times and ``table``'s times of the
+    values ``other`` it has of their keys."""
+    times = table.lookup_times(other) if other else {}
+    if not times:
+        return records
+    return [(k, v, later(t, times.get(k)), h) for k, v, t, h in records]
 
 
 def _later(record: Rec, held: Rec | None) -> Rec:

@@ -486,7 +486,7 @@ class Table:
         cached = graph.cached(cache)
         kind = "table_join" if how == "inner" else f"table_{how}_join"
         joined = graph.then(mine, kind, name, port=0, make=lambda b: tables.TableJoin(
-            (b.table(mine), b.table(theirs)), joiner, how, cached))
+            (b.table(mine), b.table(theirs)), joiner, how, cached, graph.keeps_times))
         theirs.add(joined, 1)
         return Table(graph, joined)
 
