@@ -29,6 +29,9 @@ with ``Config``'s defaults:
                      word and batch; each word's count sent once per batch
 ``wc_dsl_uncached``  (``--rows``) the same with ``Builder(cache=False)``: every word
                      through the repartition, one update per word
+``wc_dsl_latest``,   (``--rows``) ``wc_dsl`` and ``dsl_count`` with
+``dsl_count_latest`` ``Builder(timestamps="latest")``: Kafka Streams' stamps, each
+                     count's times kept in a second store (docs/streams-dsl.md)
 
 (``--rows`` also takes ``-wide`` word counts: batches up to 10,000 with the latency
 target on, what a backlog's batches may be with defaults that grow with it.)
@@ -81,7 +84,9 @@ WORDS_PER_LINE = 5
 VOCABULARY = [f"w{i}" for i in range(10_000)]
 KEYED = ("ceiling", "passthrough", "dsl_chain", "chain_hand", "count_hand", "dsl_count")
 ROWS = (*KEYED, "wc_hand-best", "wc_hand-default", "wc_dsl-default", "wc_dsl-best")
-OPTIONAL = ("wc_dsl_uncached-best", "wc_dsl_uncached-default", "wc_hand-wide", "wc_dsl-wide")
+OPTIONAL = ("wc_dsl_uncached-best", "wc_dsl_uncached-default", "wc_hand-wide", "wc_dsl-wide",
+            "dsl_count_latest", "wc_dsl_latest-best")
+KEYED_OPTIONAL = ("dsl_count_latest",)
 TUNED = {"batch_size": 10_000, "max_latency": None, "batch_wait": 0.1}
 
 
@@ -152,11 +157,12 @@ def _end_offsets(bootstrap: str, partitions: list[tuple[str, int]]) -> dict[Any,
 
 
 def dsl_app(kind: str, name: str, source: str, output: str) -> App:
-    builder = Builder(name, cache="uncached" not in kind)
+    stamps: dict[str, Any] = {"timestamps": "latest"} if "_latest" in kind else {}
+    builder = Builder(name, cache="uncached" not in kind, **stamps)
     stream = builder.stream(source)
     if kind == "dsl_chain":
         stream.filter(keep).map_values(bytes).to(output)
-    elif kind == "dsl_count":
+    elif kind.startswith("dsl_count"):
         stream.group_by_key().count("counts").to_stream().to(output)
     else:
         (stream.flat_map_values(str.split).group_by(lambda _k, word: word)
@@ -272,7 +278,8 @@ def inputs(messages: int, lines: int) -> tuple[list[dict[str, Any]], list[dict[s
 
 
 BASELINE = {"passthrough": "ceiling", "dsl_chain": "passthrough", "chain_hand": "passthrough",
-            "count_hand": "passthrough", "dsl_count": "count_hand"}
+            "count_hand": "passthrough", "dsl_count": "count_hand",
+            "dsl_count_latest": "dsl_count"}
 """Each row's ratio is of its records/s to its baseline's (a word count's: to
 ``wc_hand-best``, the hand-written count at its best settings)."""
 RATIOS = (("dsl_chain", "passthrough", "(target >= 0.95)"),
@@ -282,7 +289,9 @@ RATIOS = (("dsl_chain", "passthrough", "(target >= 0.95)"),
           ("wc_dsl-best", "wc_hand-best", ""),
           ("wc_dsl_uncached-best", "wc_hand-best", "(no cache: every word repartitioned)"),
           ("wc_dsl_uncached-default", "wc_hand-best", "(no cache, defaults)"),
-          ("wc_hand-default", "wc_hand-best", "(defaults against best-tuned)"))
+          ("wc_hand-default", "wc_hand-best", "(defaults against best-tuned)"),
+          ("dsl_count_latest", "dsl_count", '(timestamps="latest" against the default)'),
+          ("wc_dsl_latest-best", "wc_dsl-best", '(timestamps="latest" against the default)'))
 
 
 def baseline(kind: str) -> str | None:
@@ -359,8 +368,8 @@ def main() -> None:
         for _ in range(args.rounds):  # alternate, so compared rows see the same machine
             for row in rows:
                 for before in (None, args.before) if args.before else (None,):
-                    r = run_child(row, args, words if row in KEYED else lines, output,
-                                  before=before)
+                    source = words if row in KEYED + KEYED_OPTIONAL else lines
+                    r = run_child(row, args, source, output, before=before)
                     results.setdefault(r["kind"], []).append(r)
                     print(show(r), flush=True)
         report(results, args)

@@ -8,7 +8,8 @@ Structured Streaming.
 """
 
 from kasper_py.dsl._ops import Windowed
+from kasper_py.dsl._times import Timestamps
 from kasper_py.dsl.builder import Builder, GlobalTable, Grouped, Stream, Table, WindowedGrouped
 
-__all__ = ["Builder", "GlobalTable", "Grouped", "Stream", "Table", "Windowed",
-           "WindowedGrouped"]
+__all__ = ["Builder", "GlobalTable", "Grouped", "Stream", "Table", "Timestamps",
+           "Windowed", "WindowedGrouped"]

@@ -98,8 +98,11 @@ class Aggregate(CachedTable):
         if self.folding.counts and self.cache:
             self._count(kept)
             return
-        if not kept:
-            return
+        if kept:
+            self._fold_batch(kept)
+
+    def _fold_batch(self, kept: Records) -> None:
+        """``kept`` folded into the store, read once and written once."""
         current = self.store.get_many({r[0] for r in kept})
         out = self._fold(kept, current)
         self.store.put_many({r[0]: current.get(r[0]) for r in out})
@@ -125,15 +128,7 @@ class Aggregate(CachedTable):
     def _count(self, records: Records) -> None:
         """A count with the cache: only each key's total matters, so records are
         counted per key (in C when none is combined or skipped), then added."""
-        if None in map(_VALUE, records):  # combined records (the skipped are gone)
-            counts: dict[Any, int] = {}
-            for key, value, _, headers in records:
-                counts[key] = counts.get(key, 0) + (
-                    1 if value is not None else int(headers[-1][1] or b"0"))
-            keys = list(map(_KEY, records))
-        else:
-            keys = list(map(_KEY, records))
-            counts = Counter(keys)
+        keys, counts = key_counts(records)
         if not counts:
             return
         totals = self.store.get_many(counts.keys())
@@ -141,7 +136,7 @@ class Aggregate(CachedTable):
             totals[key] = totals.get(key, 0) + n
         self.store.put_many(totals)
         latest = dict(zip(keys, records, strict=True))
-        self.update([(key, totals[key], latest[key][2], _own(latest[key][3]))
+        self.update([(key, totals[key], latest[key][2], own_headers(latest[key][3]))
                      for key in reversed(dict.fromkeys(reversed(keys))) if key in counts])
 
     def _merge(self, key: Any, current: dict[Any, Any], partial: Any) -> Any:
@@ -160,7 +155,20 @@ class Aggregate(CachedTable):
         return self.store.get_many(keys)
 
 
-def _own(headers: Headers) -> Headers:
+def key_counts(records: Records) -> tuple[list[Any], dict[Any, int]]:
+    """The key of each of ``records``, and how many records each key counts (in C when
+    none is combined or skipped)."""
+    keys = list(map(_KEY, records))
+    if None not in map(_VALUE, records):
+        return keys, Counter(keys)
+    counts: dict[Any, int] = {}  # combined records (the skipped are gone)
+    for key, value, _, headers in records:
+        counts[key] = counts.get(key, 0) + (
+            1 if value is not None else int(headers[-1][1] or b"0"))
+    return keys, counts
+
+
+def own_headers(headers: Headers) -> Headers:
     """A record's headers without the combined record's header."""
     return headers[:-1] if headers and headers[-1][0] == PARTIAL else headers
 
@@ -178,6 +186,12 @@ class Combine(Op):
     def __init__(self, stage: StageContext, name: str, folding: Folding) -> None:
         super().__init__()
         self.stage, self.name, self.folding = stage, name, folding
+
+    @staticmethod
+    def stamp(held: int | None, timestamp: int | None) -> int | None:
+        """The time of a partial holding a key's records up to one of ``timestamp``
+        (``held``: the partial's before): the latest record's."""
+        return timestamp
 
     def push(self, records: Records) -> None:
         records = self.stage.skips.kept(records)
@@ -210,7 +224,8 @@ class Combine(Op):
             held = partials.get(key)
             aggregate = adder(key, value, held[0] if held is not None else initializer())
             if aggregate is not None:
-                partials[key] = (aggregate, timestamp, headers)
+                partials[key] = (aggregate, timestamp if held is None
+                                 else self.stamp(held[1], timestamp), headers)
                 continue
             if held is not None:
                 del partials[key]

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from kasper_py.dsl._ops import CachedTable, Op, Records, StageContext, TableOp
+from kasper_py.dsl._times import Times
 from kasper_py.sender import SendRecord
 from kasper_py.stores.base import KeyValueStore
 
@@ -120,14 +121,17 @@ class Answer(Op):
 
 class Result(CachedTable):
     """The joined table, stored: ``side(0)`` takes answers, ``side(1)`` the immediate
-    results of ``Subscribe``."""
+    results of ``Subscribe``. With ``times`` (the result is joined with another table),
+    the time of each result it emitted is kept there too."""
 
-    __slots__ = ("joiner", "left", "left_table", "store")
+    __slots__ = ("joiner", "left", "left_table", "store", "times")
 
     def __init__(self, store: KeyValueStore, left_table: TableOp,
-                 joiner: Callable[[Any, Any], Any], left: bool, cache: bool) -> None:
+                 joiner: Callable[[Any, Any], Any], left: bool, cache: bool, *,
+                 times: Times | None = None) -> None:
         super().__init__(cache)
         self.store, self.left_table, self.joiner, self.left = store, left_table, joiner, left
+        self.times = times
 
     def side(self, index: int) -> Op:
         return _Port(self.answered if index == 0 else self.settle)
@@ -148,10 +152,15 @@ class Result(CachedTable):
     def settle(self, records: Records) -> None:
         if records:
             self.store.put_many({r[0]: r[1] for r in records})
+            if self.times is not None:
+                self.times.put_many({r[0]: None if r[1] is None else r[2] for r in records})
             self.update(records)
 
     def lookup_many(self, keys: Iterable[Any]) -> dict[Any, Any]:
         return self.store.get_many(keys)
+
+    def lookup_times(self, keys: Iterable[Any]) -> dict[Any, int]:
+        return {} if self.times is None else self.times.get_many(keys)
 
 
 def _send(stage: StageContext, name: str, records: list[SendRecord]) -> None:

@@ -19,6 +19,7 @@ from kasper_py.dsl._chain import Sink, Step
 from kasper_py.dsl._ops import Op, StageContext, TableOp
 from kasper_py.dsl._stores import StoreMaker
 from kasper_py.dsl._tables import JoinHow, WindowedJoin
+from kasper_py.dsl._times import TIMES, TimedAggregate, TimedCombine, Times, Timestamps
 from kasper_py.exceptions import ConfigError
 from kasper_py.processor import ProcessorContext
 from kasper_py.stores.base import StoreSpec
@@ -119,10 +120,15 @@ class Stage:
 class Graph:
     """A builder's stages and nodes, the names it has given, its repartitions and its
     stores (``stores``: a function of (store name, windowed) making a ``StoreSpec``;
-    ``cache``: the builder's default for tables)."""
+    ``cache``: the builder's default for tables; ``timestamps``: how aggregations and
+    table-table joins stamp their outputs, ``_times``)."""
 
-    def __init__(self, owner: str, stores: StoreMaker, cache: bool) -> None:
+    def __init__(self, owner: str, stores: StoreMaker, cache: bool,
+                 timestamps: Timestamps = "record") -> None:
         self.owner, self.cache = owner, cache
+        self.keeps_times = timestamps == "latest"
+        """Whether tables keep their times (``keep_times``), chosen once: the operators
+        of either mode are made at build time (``times``, ``aggregate``, ``repartition``)."""
         self.stages: list[Stage] = []
         self.repartitions: dict[str, int | None] = {}
         self.built = False
@@ -131,6 +137,8 @@ class Graph:
         """Store, repartition and join names (one namespace: a repartition's topic and a
         store's changelog are named after them)."""
         self._node_names: set[str] = set()
+        self._timed: set[str] = set()
+        """The stores of kept times (``keep_times``)."""
         self._generated = self._nodes = self._stage_count = 0
 
     # -- names --------------------------------------------------------------------------
@@ -209,6 +217,32 @@ class Graph:
         write, when given)."""
         stage.stores.append(self._stores(name, windowed, ttl))
 
+    def keep_times(self, stage: Stage, *tables: tuple[str, float | Ttl | None] | None
+                   ) -> None:
+        """Keep the times of each of ``tables`` (its store's name and ttl; ``None``: a
+        table whose times need no store of their own) in a store on ``stage``
+        (``_times``), once, removed with the table's keys."""
+        if not self.keeps_times:
+            return
+        for store, ttl in filter(None, tables):
+            name = TIMES.format(store)
+            if name not in self._timed:
+                self.store(stage, self.store_name(name), ttl=ttl)
+                self._timed.add(name)
+
+    def times(self, build: Building, store: str) -> Times | None:
+        """The kept times of the table in store ``store``, when they are kept."""
+        name = TIMES.format(store)
+        return Times(build.context.store(name)) if name in self._timed else None
+
+    def aggregate(self, build: Building, store: str, folding: agg.Folding, cache: bool
+                  ) -> agg.Aggregate:
+        """The operator folding records into the table in store ``store``."""
+        times, skips = self.times(build, store), build.stage_context.skips
+        if times is None:
+            return agg.Aggregate(build.context.store(store), folding, cache, skips)
+        return TimedAggregate(build.context.store(store), times, folding, cache, skips)
+
     def keep(self, stage: Stage, spec: StoreSpec) -> None:
         """Keep the store ``spec`` (a global table's) on ``stage``, once."""
         if spec not in stage.stores:
@@ -247,7 +281,8 @@ class Graph:
         if combine is None:
             self.then(parent, "repartition", sink=Sink("repartition", name), links=(target,))
         else:
-            self.then(parent, "combine", links=(target,), make=lambda b: agg.Combine(
+            combiner = TimedCombine if self.keeps_times else agg.Combine
+            self.then(parent, "combine", links=(target,), make=lambda b: combiner(
                 b.stage_context, name, combine))
         return self.source(self.stage(), (target,))
 
@@ -297,7 +332,8 @@ class Graph:
                                         foreign_key, joiner, left=left))
         result = self.then(subscribe, "fk_result", name, port=1, stores=(store,),
                            make=lambda b: fk.Result(b.context.store(store), b.table(mine),
-                                                    joiner, left, cached))
+                                                    joiner, left, cached,
+                                                    times=self.times(b, store)))
         answer = self.then(
             theirs, "fk_answer", port=1, links=(FromRepartition(response),),
             stores=(subscribers,), make=lambda b: fk.Answer(

@@ -83,6 +83,11 @@ class TableOp(Op):
         """The current value of each of ``keys`` that has one."""
         raise NotImplementedError
 
+    def lookup_times(self, keys: Iterable[Any]) -> dict[Any, int]:
+        """The time of each of ``keys``' current value that has a known one (what a
+        table-table join stamps its results with, ``_times``); none by default."""
+        return {}
+
 
 class CachedTable(TableOp):
     """A table whose updates (``update``) are held, with ``cache``, until the stage's

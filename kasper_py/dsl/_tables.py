@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, Literal
 
 from kasper_py.dsl._ops import CachedTable, NullSkips, Op, Rec, Records, TableOp
+from kasper_py.dsl._times import Times, later
 from kasper_py.stores.base import KeyValueStore
 from kasper_py.windows import StreamJoin
 
@@ -20,21 +21,29 @@ JoinHow = Literal["inner", "left", "outer"]
 
 class SourceTable(CachedTable):
     """A topic materialised into ``store``: each record upserts its key (``None``
-    deletes), once per batch in the store; every record with a key is an update."""
+    deletes), once per batch in the store; every record with a key is an update. With
+    ``times`` (the table is joined with another table), each key's record time is
+    kept there too."""
 
-    __slots__ = ("store",)
+    __slots__ = ("store", "times")
 
-    def __init__(self, store: KeyValueStore, cache: bool) -> None:
+    def __init__(self, store: KeyValueStore, cache: bool, times: Times | None = None) -> None:
         super().__init__(cache)
-        self.store = store
+        self.store, self.times = store, times
 
     def push(self, records: Records) -> None:
         latest = {r[0]: r[1] for r in records if r[0] is not None}
         self.store.put_many(latest)
+        if self.times is not None:
+            self.times.put_many({r[0]: None if r[1] is None else r[2]
+                                 for r in records if r[0] is not None})
         self.update([r for r in records if r[0] is not None])
 
     def lookup_many(self, keys: Iterable[Any]) -> dict[Any, Any]:
         return self.store.get_many(keys)
+
+    def lookup_times(self, keys: Iterable[Any]) -> dict[Any, int]:
+        return {} if self.times is None else self.times.get_many(keys)
 
 
 class TableView(TableOp):
@@ -62,6 +71,9 @@ class TableView(TableOp):
         found = self.parent.lookup_many(keys)
         applied = {k: self._apply(k, v) for k, v in found.items()}
         return {k: v for k, v in applied.items() if v is not None}
+
+    def lookup_times(self, keys: Iterable[Any]) -> dict[Any, int]:
+        return self.parent.lookup_times(self.lookup_many(keys))
 
 
 class StreamTableJoin(Op):
@@ -149,16 +161,22 @@ class TableJoin(CachedTable):
     ``"outer"``): an update of either side emits the key's joined value (``None``, a
     delete, when the join has none: the inner join lacks a side, the left join its left
     side, the outer join both), unless the join had none before and has none after (see
-    ``changed``). ``side(0)`` and ``side(1)`` are where each parent pushes. Held
-    (cached) updates of a key keep the latest timestamp of either side: the two sides
-    are flushed one after the other, and Kafka Streams stamps a join with the later."""
+    ``changed``). ``side(0)`` and ``side(1)`` are where each parent pushes. A result
+    is stamped with the update's time or, with ``keeps_times`` (``_times``), as Kafka
+    Streams stamps it: with the larger of the update's time and the other side's time
+    (``lookup_times``) when the other side has a value. Held (cached) updates of a key
+    keep the later stamp: the two sides are flushed one after the other, and the key
+    is emitted once."""
 
-    __slots__ = ("how", "joiner", "tables")
+    __slots__ = ("how", "joiner", "stamped", "tables")
 
     def __init__(self, tables: tuple[TableOp, TableOp], joiner: Callable[[Any, Any], Any],
-                 how: JoinHow, cache: bool) -> None:
+                 how: JoinHow, cache: bool, keeps_times: bool = False) -> None:
         super().__init__(cache)
         self.tables, self.joiner, self.how = tables, joiner, how
+        self.stamped = _later_side if keeps_times else _as_recorded
+        """How an update of one side is stamped, given the other side's table and
+        values: chosen once."""
 
     def _join(self, mine: Any, other: Any) -> Any:
         if mine is None and other is None:
@@ -176,11 +194,13 @@ class TableJoin(CachedTable):
         upsert finding no value on the other side changes nothing (the join has none
         before and after) and is not emitted, except on a left join's left side and
         either side of an outer join (Kafka Streams' rule); a delete always is."""
-        other = self.tables[1 - index].lookup_many({r[0] for r in records})
+        table = self.tables[1 - index]
+        other = table.lookup_many({r[0] for r in records})
+        stamped = self.stamped(table, other, records)
         if index == 1:
-            joined = [(k, self._join(other.get(k), v), t, h) for k, v, t, h in records]
+            joined = [(k, self._join(other.get(k), v), t, h) for k, v, t, h in stamped]
         else:
-            joined = [(k, self._join(v, other.get(k)), t, h) for k, v, t, h in records]
+            joined = [(k, self._join(v, other.get(k)), t, h) for k, v, t, h in stamped]
         if self.how == "outer" or (index == 0 and self.how == "left"):
             self.update(joined)
         else:
@@ -201,10 +221,31 @@ class TableJoin(CachedTable):
         joined = {k: self._join(left.get(k), right.get(k)) for k in keys}
         return {k: v for k, v in joined.items() if v is not None}
 
+    def lookup_times(self, keys: Iterable[Any]) -> dict[Any, int]:
+        """The larger of the two sides' times, for each key the join has a value of."""
+        joined = self.lookup_many(keys)
+        left, right = self.tables[0].lookup_times(joined), self.tables[1].lookup_times(joined)
+        stamps = {k: later(left.get(k), right.get(k)) for k in joined}
+        return {k: t for k, t in stamps.items() if t is not None}
+
+
+def _as_recorded(_table: TableOp, _other: dict[Any, Any], records: Records) -> Records:
+    """``records`` stamped with their own times."""
+    return records
+
+
+def _later_side(table: TableOp, other: dict[Any, Any], records: Records) -> Records:
+    """``records`` stamped with the later of their times and ``table``'s times of the
+    values ``other`` it has of their keys."""
+    times = table.lookup_times(other) if other else {}
+    if not times:
+        return records
+    return [(k, v, later(t, times.get(k)), h) for k, v, t, h in records]
+
 
 def _later(record: Rec, held: Rec | None) -> Rec:
     """``record``, stamped with ``held``'s timestamp when that one is later."""
-    if held is None or held[2] is None or (record[2] is not None and record[2] >= held[2]):
+    if held is None or later(record[2], held[2]) == record[2]:
         return record
     return (record[0], record[1], held[2], record[3])
 

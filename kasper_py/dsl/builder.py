@@ -26,6 +26,7 @@ from kasper_py.dsl._chain import Step, StepKind
 from kasper_py.dsl._graph import build_app
 from kasper_py.dsl._nodes import Graph, Node
 from kasper_py.dsl._stores import StoreKind, store_maker
+from kasper_py.dsl._times import Timestamps, timestamps_mode
 from kasper_py.exceptions import ConfigError
 from kasper_py.stores.base import StoreSpec
 from kasper_py.stores.ttl import Ttl
@@ -47,12 +48,14 @@ class Builder:
     Every operator is a node named ``name=`` or, by default, as Kafka Streams names it
     (``KSTREAM-MAPVALUES-0000000003``: the kind, then a counter of the builder's
     generated names); ``kasper app describe`` lists them per stage. Operator names are
-    unique per builder (a name given twice is a ``ConfigError``)."""
+    unique per builder (a name given twice is a ``ConfigError``). ``timestamps``: how
+    aggregations and table-table joins stamp outputs (``"record"``, the default, or
+    ``"latest"``, Kafka Streams' stamps; docs/streams-dsl.md, Timestamps)."""
 
-    def __init__(self, name: str, *, stores: StoreKind = "rocksdb", cache: bool = True
-                 ) -> None:
+    def __init__(self, name: str, *, stores: StoreKind = "rocksdb", cache: bool = True,
+                 timestamps: Timestamps = "record") -> None:
         self.name = name
-        self._graph = Graph(name, store_maker(stores), cache)
+        self._graph = Graph(name, store_maker(stores), cache, timestamps_mode(timestamps))
         self._built: App | None = None
 
     @property
@@ -87,8 +90,8 @@ class Builder:
         graph.store(stage, store, ttl=ttl)
         cached = graph.cached(cache)
         head = graph.source(stage, (topic,), "table", name, stores=(store,), make=lambda b: (
-            tables.SourceTable(b.context.store(store), cached)))
-        return Table(graph, head)
+            tables.SourceTable(b.context.store(store), cached, graph.times(b, store))))
+        return Table(graph, head, source=(store, ttl))
 
     def global_table(self, topic: str, *, store: str | None = None,
                      key_serde: str = "json", value_serde: str = "json") -> GlobalTable:
@@ -327,6 +330,8 @@ class Grouped:
         store = graph.store_name(store)
         head = self._input(store, combine)
         graph.store(head.stage, store, windowed, ttl)
+        if not windowed:
+            graph.keep_times(head.stage, (store, ttl))
         return Table(graph, graph.then(head, kind, name, stores=(store,),
                                        make=lambda b: make(b, store)))
 
@@ -336,9 +341,8 @@ class Grouped:
         update (docs/stores.md, time to live), as every method below takes it."""
         cached = self._graph.cached(cache)
         combine = folding if cached and folding.merge is not None else None
-        return self._stateful(kind, store, lambda b, s: agg.Aggregate(
-            b.context.store(s), folding, cached, b.stage_context.skips), name,
-            combine=combine, ttl=ttl)
+        return self._stateful(kind, store, lambda b, s: self._graph.aggregate(
+            b, s, folding, cached), name, combine=combine, ttl=ttl)
 
     def aggregate(self, initializer: Callable[[], Any], adder: Callable[[Any, Any, Any], Any],
                   store: str, *, merge: Callable[[Any, Any, Any], Any] | None = None,
@@ -416,8 +420,12 @@ class Table:
     """A changelog of values per key (Kafka Streams' KTable): its records are updates,
     a ``None`` value a delete. ``name=`` names an operator's node."""
 
-    def __init__(self, graph: Graph, node: Node) -> None:
+    def __init__(self, graph: Graph, node: Node, *,
+                 source: tuple[str, float | Ttl | None] | None = None) -> None:
         self._graph, self._node = graph, node
+        self._source = source
+        """The store and ttl of a table keeping its times once joined with another
+        table (a source table, a foreign-key join's result, a view of either)."""
 
     def to_stream(self, *, name: str | None = None) -> Stream:
         """The table's updates as a stream (deletes as ``None`` values)."""
@@ -430,7 +438,7 @@ class Table:
         it is emitted as a delete."""
         parent = self._node
         return Table(self._graph, self._graph.then(parent, "table_filter", name, make=lambda b: (
-            tables.TableView(b.table(parent), predicate=predicate))))
+            tables.TableView(b.table(parent), predicate=predicate))), source=self._source)
 
     def map_values(self, function: Callable[[Any], Any], *, name: str | None = None
                    ) -> Table:
@@ -438,7 +446,7 @@ class Table:
         parent = self._node
         return Table(self._graph, self._graph.then(
             parent, "table_map_values", name, make=lambda b: tables.TableView(
-                b.table(parent), function=function)))
+                b.table(parent), function=function)), source=self._source)
 
     def join(self, other: Table, joiner: Callable[[Any, Any], Any], *,
              cache: bool | None = None, name: str | None = None) -> Table:
@@ -466,18 +474,19 @@ class Table:
         ``None``). Runs through two repartitions of the app (``<name>-subscription``,
         ``<name>-response``); the result is stored as ``name``, which names its node
         too."""
-        return Table(self._graph, self._graph.foreign_key_join(
+        result = self._graph.foreign_key_join(
             self._node, other._node, foreign_key, joiner, left=left, store=name, cache=cache,
-            name=name))
+            name=name)
+        return Table(self._graph, result, source=(result.stores[0], None))
 
     def _join(self, other: Table, joiner: Callable[[Any, Any], Any], how: tables.JoinHow,
               cache: bool | None, name: str | None) -> Table:
         graph, mine, theirs = self._graph, self._node, other._node
-        graph.merge(mine.stage, theirs.stage)
+        graph.keep_times(graph.merge(mine.stage, theirs.stage), self._source, other._source)
         cached = graph.cached(cache)
         kind = "table_join" if how == "inner" else f"table_{how}_join"
         joined = graph.then(mine, kind, name, port=0, make=lambda b: tables.TableJoin(
-            (b.table(mine), b.table(theirs)), joiner, how, cached))
+            (b.table(mine), b.table(theirs)), joiner, how, cached, graph.keeps_times))
         theirs.add(joined, 1)
         return Table(graph, joined)
 

@@ -184,6 +184,20 @@ def test_describe_lists_a_dsl_apps_operators_per_stage(bootstrap: str) -> None:
         "  internal topics: dsl-describe-by-word-repartition"]
 
 
+def test_describe_lists_the_kept_times_store_of_a_dsl_app_stamping_latest(
+        bootstrap: str) -> None:
+    """`kasper app describe` of the same app built with ``timestamps="latest"`` lists
+    the count's kept times beside its values, and nothing else changes."""
+    result = kasper("app", "describe", "dsl_app_module:timed_app", "--app-dir", str(HERE),
+                    env=cli_env(bootstrap))
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == "app dsl-describe-timed (Config.name dsl-describe-timed)"
+    assert [line for line in lines if "stores:" in line] == [
+        "       stores:  counts (MemoryTable), counts-timestamps (MemoryTable)"]
+    assert lines[-1] == "  internal topics: dsl-describe-timed-by-word-repartition"
+
+
 def test_reset_dry_run_then_execute_then_reprocess(app_run: AppRun,
                                                    app_topics: AdminClient) -> None:
     """`kasper app reset` prints what it would delete and changes nothing; with

@@ -13,7 +13,9 @@ helpers of this module.
 Semantics the properties pin down (Kafka Streams' where they overlap):
 
 - a record's output keeps its input timestamp; a windowed result is stamped with its
-  window's end - 1 (the last instant it covers);
+  window's end - 1 (the last instant it covers); an aggregate's update with the
+  largest timestamp folded into it since it was last deleted, a table-table join's
+  with the larger of its two sides' (Kafka Streams' timestamped stores);
 - aggregations, joins and repartitions drop records with a ``None`` key;
   aggregations skip ``None`` values, stream-table joins drop them;
 - a table's ``None`` value (a tombstone) deletes its key;
@@ -50,7 +52,7 @@ from test_windows_properties import Model as WindowsModel
 from test_windows_properties import kinds as window_kinds
 
 from kasper_py.app import App
-from kasper_py.dsl import Builder
+from kasper_py.dsl import Builder, Timestamps
 from kasper_py.kafka.partitioner import murmur2_partition
 from kasper_py.testing import ProcessorDriver, make_message
 from kasper_py.windows import WindowKind, sum_of
@@ -126,8 +128,10 @@ def per_key(records: list[Out]) -> dict[Any, list[Out]]:
     return dict(grouped)
 
 
-def builder(cache: bool = True) -> Builder:
-    return Builder("props", stores="memory", cache=cache)
+def builder(cache: bool = True, timestamps: Timestamps = "latest") -> Builder:
+    """The properties' builder: Kafka Streams' stamps (``timestamps="latest"``) unless
+    a property pins down the default's."""
+    return Builder("props", stores="memory", cache=cache, timestamps=timestamps)
 
 
 def is_subsequence(part: list[Out], whole: list[Out]) -> bool:
@@ -247,11 +251,14 @@ def aggregations(b: Builder, rekey: bool) -> None:
         .to_stream().to("lists"))
 
 
-def aggregations_model(sequence: list[Event], rekey: bool) -> dict[str, list[Out]]:
+def aggregations_model(sequence: list[Event], rekey: bool, latest: bool = True
+                       ) -> dict[str, list[Out]]:
     """A dict per aggregation folded record by record; a ``None`` aggregate deletes
     the key, and the next record starts afresh (from the initializer, or as a
-    reduce's first value)."""
+    reduce's first value). Each update is stamped with the largest timestamp of the
+    key's records since its last delete (``latest``), or with its record's."""
     tables: dict[str, dict[Any, Any]] = {"counts": {}, "maxima": {}, "lists": {}}
+    stamps: dict[str, dict[Any, int]] = {name: {} for name in tables}
     out: dict[str, list[Out]] = defaultdict(list)
     for _topic, k, v, ts in sequence:
         key = (k.upper() if k else None) if rekey else k
@@ -262,30 +269,61 @@ def aggregations_model(sequence: list[Event], rekey: bool) -> dict[str, list[Out
         maxima[key] = v if key not in maxima else max_or_reset(maxima[key], v)
         lists[key] = add_or_reset(key, v, lists.get(key, []))
         for name, table in tables.items():
-            out[name].append((key, table[key], ts))
+            stamp = max(stamps[name].get(key, ts), ts) if latest else ts
+            out[name].append((key, table[key], stamp))
             if table[key] is None:
                 del table[key]
+                stamps[name].pop(key, None)
+            else:
+                stamps[name][key] = stamp
     return out
 
 
+disordered = st.lists(st.tuples(keys, st.one_of(st.integers(0, 4), st.none()),
+                                st.integers(1, 60)), max_size=40).map(
+    lambda raw: [("in", k, v, ts) for k, v, ts in raw])
+"""Events of one topic whose timestamps go back and forth (in offset order, which one
+topic keeps)."""
+
+
 @FAST
-@given(events(["in", "other"], value=st.one_of(st.integers(0, 4), st.none())), cuts,
-       st.booleans(), st.integers(1, 3), st.booleans())
+@given(st.one_of(events(["in", "other"], value=st.one_of(st.integers(0, 4), st.none())),
+                 disordered), cuts, st.booleans(), st.integers(1, 3), st.booleans())
 def test_aggregations_emit_the_model_updates(sequence: list[Event], at: list[int],
                                              rekey: bool, partitions: int,
                                              cache: bool) -> None:
     """count, reduce and aggregate of two merged topics, after group_by (a
     repartition) or group_by_key: without the cache, one update per record with a
-    key and a value, each key's updates in the model's order with the record's
-    timestamp; with it (combined before the repartition), the model's updates as of
+    key and a value, each key's updates in the model's order, stamped with the
+    largest timestamp of the key's records so far (the inputs' timestamps may go
+    back and forth: ``disordered``); with it (combined before the repartition, a
+    partial carrying the largest time of its records), the model's updates as of
     batch ends (``assert_coalesced``). An aggregate that becomes ``None`` is a
     delete, and the key's next record starts afresh; the store ends as the model's
     final table. Keys are spread over ``partitions`` by their original key, which
     decides the grouped key, so each grouped key's records stay in order."""
-    b = builder(cache)
+    check_aggregations(sequence, at, rekey, partitions, cache, timestamps="latest")
+
+
+@FAST
+@given(st.one_of(events(["in", "other"], value=st.one_of(st.integers(0, 4), st.none())),
+                 disordered), cuts, st.booleans(), st.integers(1, 3), st.booleans())
+def test_aggregations_by_default_stamp_updates_with_their_records_time(
+        sequence: list[Event], at: list[int], rekey: bool, partitions: int,
+        cache: bool) -> None:
+    """The same aggregations with the builder's default ``timestamps="record"``: each
+    update keeps the timestamp of the record that made it (with the cache, of the
+    key's last record of the batch), also when the inputs' timestamps go back."""
+    check_aggregations(sequence, at, rekey, partitions, cache, timestamps="record")
+
+
+def check_aggregations(sequence: list[Event], at: list[int], rekey: bool, partitions: int,
+                       cache: bool, *, timestamps: Timestamps) -> None:
+    """The aggregations' outputs and final stores equal ``aggregations_model``'s."""
+    b = builder(cache, timestamps)
     aggregations(b, rekey)
     driver = run(b.build(), sequence, at, partitions=partitions)
-    model = aggregations_model(sequence, rekey)
+    model = aggregations_model(sequence, rekey, latest=timestamps == "latest")
     for name in ("counts", "maxima", "lists"):
         if cache:
             assert_coalesced(outputs(driver, name), model[name])

@@ -39,15 +39,26 @@ def test_a_count_with_a_ttl_forgets_a_key_not_counted_for_that_long() -> None:
 def test_a_source_table_takes_a_ttl_and_the_builder_passes_it_to_rocksdb() -> None:
     """Builder.table(ttl=) and every aggregation give their RocksDB table that ttl; an
     aggregation without one keeps its keys."""
-    b = Builder("ttl-specs")
+    assert ttl_specs(Builder("ttl-specs")) == {"users": 3600, "last": 120, "total": None}
+
+
+def test_an_aggregations_kept_times_take_its_ttl() -> None:
+    """With ``timestamps="latest"``, an aggregation's kept times are removed with its
+    keys: their store takes the aggregation's ttl."""
+    assert ttl_specs(Builder("ttl-specs", timestamps="latest")) == {
+        "users": 3600, "last": 120, "total": None, "last-timestamps": 120,
+        "total-timestamps": None}
+
+
+def ttl_specs(b: Builder) -> dict[str, float | None]:
+    """The ttl (seconds) of each store of a table and two aggregations built on ``b``."""
     b.table("users", ttl=3600)
     grouped = b.stream("in").group_by_key()
     grouped.reduce(lambda x, y: y, "last", ttl=120)
     grouped.sum("total")
     ttls = {spec.name: getattr(spec, "ttl", None) for node in b.build().nodes
             for spec in node.stores}
-    assert {name: ttl and ttl.seconds for name, ttl in ttls.items()} == {
-        "users": 3600, "last": 120, "total": None}
+    return {name: ttl and ttl.seconds for name, ttl in ttls.items()}
 
 
 def test_a_ttl_with_a_stores_function_is_refused_naming_the_store() -> None:
