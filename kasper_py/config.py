@@ -185,8 +185,9 @@ class Config:
     query_endpoint: str | None = None
     """The URL other instances redirect key queries to, announced in the commit note
     (and, by a group member with ``num_standby_replicas``, in its client id, where stale
-    lookups find the members keeping a partition warm); defaults to ``http(s)://<query_host>:<query port>`` (the hostname when
-    ``query_host`` is a wildcard such as ``0.0.0.0``)."""
+    lookups find the members keeping a partition warm); defaults to
+    ``http(s)://<query_host>:<query port>`` (the hostname when ``query_host`` is a
+    wildcard such as ``0.0.0.0``)."""
     on_decode_error: DecodePolicy = "fail"
     """An input message whose key or value does not decode: ``fail`` stops the loop
     uncommitted; ``skip`` leaves it out of ``process()`` (logged, counted, committed);
