@@ -246,7 +246,10 @@ def aggregations(b: Builder, rekey: bool) -> None:
     grouped = (stream.group_by(lambda k, v: k.upper() if k else None) if rekey
                else stream.group_by_key())
     grouped.count("counts").to_stream().to("counts")
-    grouped.reduce(max_or_reset, "maxima", associative=True).to_stream().to("maxima")
+    # max_or_reset is not associative (a 0 first in a batch's partial would lose its
+    # reset), so it is never combined; plain max is, and is
+    grouped.reduce(max_or_reset, "maxima").to_stream().to("maxima")
+    grouped.reduce(max, "peaks", associative=True).to_stream().to("peaks")
     (grouped.aggregate(list, add_or_reset, "lists", merge=lambda k, agg, part: agg + part)
         .to_stream().to("lists"))
 
@@ -257,7 +260,8 @@ def aggregations_model(sequence: list[Event], rekey: bool, latest: bool = True
     the key, and the next record starts afresh (from the initializer, or as a
     reduce's first value). Each update is stamped with the largest timestamp of the
     key's records since its last delete (``latest``), or with its record's."""
-    tables: dict[str, dict[Any, Any]] = {"counts": {}, "maxima": {}, "lists": {}}
+    tables: dict[str, dict[Any, Any]] = {"counts": {}, "maxima": {}, "lists": {},
+                                         "peaks": {}}
     stamps: dict[str, dict[Any, int]] = {name: {} for name in tables}
     out: dict[str, list[Out]] = defaultdict(list)
     for _topic, k, v, ts in sequence:
@@ -268,6 +272,7 @@ def aggregations_model(sequence: list[Event], rekey: bool, latest: bool = True
         counts[key] = counts.get(key, 0) + 1
         maxima[key] = v if key not in maxima else max_or_reset(maxima[key], v)
         lists[key] = add_or_reset(key, v, lists.get(key, []))
+        tables["peaks"][key] = max(tables["peaks"].get(key, v), v)
         for name, table in tables.items():
             stamp = max(stamps[name].get(key, ts), ts) if latest else ts
             out[name].append((key, table[key], stamp))
@@ -324,7 +329,7 @@ def check_aggregations(sequence: list[Event], at: list[int], rekey: bool, partit
     aggregations(b, rekey)
     driver = run(b.build(), sequence, at, partitions=partitions)
     model = aggregations_model(sequence, rekey, latest=timestamps == "latest")
-    for name in ("counts", "maxima", "lists"):
+    for name in ("counts", "maxima", "lists", "peaks"):
         if cache:
             assert_coalesced(outputs(driver, name), model[name])
         else:
