@@ -59,7 +59,7 @@ def warm_members(state: GroupState, topic: str, partition: int, replicas: int
                  ) -> list[GroupMember]:
     """The members of the group ``state`` describes that keep ``partition`` of ``topic``
     warm (``group_placement``), the highest score first; none while no member owns it."""
-    owners = {p: member for (name, p), member in state.owners().items() if name == topic}
+    owners = _owners(state, topic)
     if partition not in owners:
         return []
     by_name = {m.describe(): m for m in state.members}
@@ -71,10 +71,15 @@ def group_placement(state: GroupState, topic: str, replicas: int
                     ) -> dict[str, tuple[int, ...]]:
     """``standby_placement`` of ``topic`` over the group ``KafkaAdmin.group`` described,
     by member (``client-id@host``)."""
-    owners = {partition: member for (name, partition), member in state.owners().items()
-              if name == topic}
-    return standby_placement(topic, owners, (m.describe() for m in state.members),
-                             replicas)
+    return standby_placement(topic, _owners(state, topic),
+                             (m.describe() for m in state.members), replicas)
+
+
+def _owners(state: GroupState, topic: str) -> dict[int, str]:
+    """The owner of each assigned partition of ``topic`` in the group ``state``
+    describes (``client-id@host``), by partition."""
+    return {partition: member for (name, partition), member in state.owners().items()
+            if name == topic}
 
 
 def warm_owner_probability(members: int, replicas: int) -> float:
