@@ -136,42 +136,41 @@ class Collect(Op):
 def test_a_global_table_join_counts_the_null_values_it_skips() -> None:
     """A global-table join looks up by ``key_of(key, value)``, so a keyless record still
     joins; a ``null`` value is skipped and counted."""
-    config = Config(name="skips", bootstrap_servers="memory", input_topics=["l"])
-    observer = PrometheusObserver(config)
-    join = KeyedLookupJoin(Lookups({"a": "A"}), by_value, pair, False,  # type: ignore[arg-type]
-                           NullSkips(ProcessorContext(0, config, observer=observer)))
-    out = Collect()
-    join.children.append(out)
-    join.push([(None, {"to": "a"}, 1, ()), ("k", None, 2, ()), ("k", {"to": "b"}, 3, ())])
+    out, observer = lookup_join(False, [(None, {"to": "a"}, 1, ()), ("k", None, 2, ()),
+                                        ("k", {"to": "b"}, 3, ())])
     assert out.records == [(None, [{"to": "a"}, "A"], 1, ())]
     assert skipped(observer, "null_key") is None
     assert skipped(observer, "null_value") == 1
 
 
-def lookup_join(left: bool) -> tuple[Collect, PrometheusObserver]:
-    """A global-table join (``left`` or inner) over two records whose ``key_of`` is
-    ``None`` and one that finds its row."""
+def lookup_join(left: bool, records: list[Any]) -> tuple[Collect, PrometheusObserver]:
+    """What a global-table join (``left`` or inner, its table holding ``a``: ``A``,
+    looked up by ``by_value``) emits of ``records``, and its observer."""
     config = Config(name="skips", bootstrap_servers="memory", input_topics=["l"])
     observer = PrometheusObserver(config)
     join = KeyedLookupJoin(Lookups({"a": "A"}), by_value, pair, left,  # type: ignore[arg-type]
                            NullSkips(ProcessorContext(0, config, observer=observer)))
     out = Collect()
     join.children.append(out)
-    join.push([("k1", {"to": None}, 1, ()), ("k2", {"to": "a"}, 2, ()),
-               ("k3", {"to": None}, 3, ())])
+    join.push(records)
     return out, observer
+
+
+NO_LOOKUP_KEY = [("k1", {"to": None}, 1, ()), ("k2", {"to": "a"}, 2, ()),
+                 ("k3", {"to": None}, 3, ())]
+"""Two records whose ``key_of`` is ``None`` and one that finds its row."""
 
 
 def test_an_inner_global_table_join_counts_the_records_whose_lookup_key_is_none() -> None:
     """``key_of`` gave ``None``: nothing to look up, so the inner join skips the record,
     counted as a ``null_key`` skip, never silently."""
-    out, observer = lookup_join(left=False)
+    out, observer = lookup_join(False, NO_LOOKUP_KEY)
     assert out.records == [("k2", [{"to": "a"}, "A"], 2, ())]
     assert skipped(observer, "null_key") == 2
 
 
 def test_a_left_global_table_join_emits_the_records_whose_lookup_key_is_none() -> None:
-    out, observer = lookup_join(left=True)
+    out, observer = lookup_join(True, NO_LOOKUP_KEY)
     assert out.records == [("k1", [{"to": None}, None], 1, ()),
                            ("k2", [{"to": "a"}, "A"], 2, ()), ("k3", [{"to": None}, None], 3, ())]
     assert skipped(observer, "null_key") is None
