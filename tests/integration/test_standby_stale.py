@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from kasper_py import Config
+from kasper_py.exceptions import KasperError
 from kasper_py.kafka.admin import KafkaAdmin
 from kasper_py.kafka.partitioner import murmur2_partition
 from kasper_py.kafka.topics import changelog_topic
@@ -50,6 +51,22 @@ def owner_endpoints(bootstrap: str, name: str, topic: str) -> dict[int, str]:
                        consumer=False).group()
     return {p: str(m.query_endpoint) for m in group.members for t, p in m.partitions
             if t == topic}
+
+
+def group_members(bootstrap: str, name: str, topic: str) -> list[str]:
+    """The group's members, as its description lists them."""
+    group = KafkaAdmin(Config(name=name, bootstrap_servers=bootstrap, input_topics=[topic]),
+                       consumer=False).group()
+    return [m.describe() for m in group.members]
+
+
+def owner_answers(url: str, key: str) -> bool:
+    """Whether a lookup of ``key`` without ``stale`` asked of ``url`` is answered."""
+    try:
+        QueryClient(url).find("counts", key)
+    except KasperError:
+        return False
+    return True
 
 
 def query(url: str, key: str, *flags: str) -> subprocess.CompletedProcess[str]:
@@ -96,17 +113,30 @@ def test_a_stale_query_is_answered_by_the_standby_while_the_partition_moves(
         wait_for(lambda: kafka.committed(name, topic, 2) == {0: KEYS, 1: KEYS},
                  "the first keys", 60)
 
+        def holding() -> list[str]:
+            """The members holding a copy of partition 0, caught up or not."""
+            return [url for url, port in metrics.items()
+                    if 0 in table_metric(port, "standby_changelog_offset", name)]
+
         def warm_in() -> list[str]:
             end = changelog_ends(bootstrap, changelog_topic(name, "counts"), [0])[0]
             return [url for url, port in metrics.items()
                     if table_metric(port, "standby_changelog_offset", name).get(0) == end]
 
-        wait_for(lambda: len(owner_endpoints(bootstrap, name, topic)) == 2
-                 and len(warm_in()) == 1, "partition 0 kept warm in one member", 60)
+        # the group settled with all three in it (members joining a group that has not
+        # rebalanced yet each keep every partition warm), and partition 0's one copy
+        # caught up: no other member may answer the stale lookup from a copy of its own
+        wait_for(lambda: len(group_members(bootstrap, name, topic)) == 3
+                 and len(set(owner_endpoints(bootstrap, name, topic).values())) == 2
+                 and len(holding()) == 1 and len(warm_in()) == 1,
+                 "partition 0 kept warm in one member of a settled group", 60)
         owner = owner_endpoints(bootstrap, name, topic)[0]
         standby = warm_in()[0]
         other = next(url for url in members if url not in (owner, standby))
         key = keys_of(0)[0]
+        # the owner after the rebalance is found by its commit note (written within
+        # HEARTBEAT_SECONDS when idle): before the kill, a plain lookup reaches it
+        wait_for(lambda: owner_answers(other, key), "partition 0's owner found", 60)
         members[owner].kill()
         members[owner].wait(30)
 
