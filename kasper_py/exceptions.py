@@ -255,7 +255,13 @@ class UnknownTableError(NotFoundError):
 
 
 class KeyNotFoundError(NotFoundError):
-    """The table holds no value for the key."""
+    """The table holds no value for the key. ``standby_lag``: the copy asked was a
+    standby's (``?stale=ok``), this many changelog offsets behind its owner's, so the key
+    may exist and not have reached it yet; ``None`` when the owner's table answered."""
+
+    def __init__(self, message: str, *, standby_lag: int | None = None) -> None:
+        super().__init__(message)
+        self.standby_lag = standby_lag
 
 
 class NotHereError(QueryError):

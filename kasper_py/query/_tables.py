@@ -180,7 +180,9 @@ class Tables:
         found = copy.query_get_many([key])
         if key not in found:
             raise KeyNotFoundError(f"table {table!r} has no value for key {key!r} in the "
-                                   f"standby copy of input partition {home}")
+                                   f"standby copy of input partition {home}, "
+                                   f"{copy.lag} changelog offsets behind its owner's",
+                                   standby_lag=copy.lag)
         return Lookup(found[key], None, copy.lag)
 
     def _other_partitions(self, table: str, key: Any, home: int) -> dict[Partitioner, int]:

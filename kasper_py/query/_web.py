@@ -18,12 +18,19 @@ body naming the partition when no instance announced it); errors answer JSON
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 from urllib.parse import unquote_to_bytes, urlsplit
 
 import structlog
 
-from kasper_py.exceptions import BadQueryError, KasperError, NotHereError, QueryError
+from kasper_py.exceptions import (
+    BadQueryError,
+    KasperError,
+    KeyNotFoundError,
+    NotHereError,
+    QueryError,
+)
 from kasper_py.observability.http import Request, Response, error_response
 from kasper_py.query._tables import Tables
 from kasper_py.stores.query import Scan
@@ -67,6 +74,8 @@ class QueryApp:
             return self._view(view, request) if view else self._route(request, segments)
         except NotHereError as exc:
             return self._elsewhere(exc, request)
+        except KeyNotFoundError as exc:
+            return _not_found(exc)
         except QueryError as exc:
             return _error(exc.status, type(exc).__name__, str(exc))
         except KasperError as exc:  # a store failed
@@ -127,6 +136,16 @@ STANDBY_LAG_HEADER = "Kasper-Standby-Lag"
 
 def _error(status: int, kind: str, message: str) -> Response:
     return error_response(status, message, kind)
+
+
+def _not_found(exc: KeyNotFoundError) -> Response:
+    """A 404 for a missing key; from a standby's copy, with the copy's lag (body and
+    header, as a found value has them): the key may not have reached the copy yet."""
+    if exc.standby_lag is None:
+        return _error(exc.status, type(exc).__name__, str(exc))
+    response = error_response(exc.status, str(exc), type(exc).__name__,
+                              headers={STANDBY_LAG_HEADER: str(exc.standby_lag)})
+    return replace(response, body={**response.body, "standby_lag": exc.standby_lag})
 
 
 def _int_param(request: Request, name: str, default: int | None = None) -> int | None:

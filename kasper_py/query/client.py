@@ -186,5 +186,7 @@ def _error_of(exc: urllib.error.HTTPError) -> QueryError:
     if exc.code == 421:
         return NotHereError(message, partition=body.get("partition", -1),
                             endpoint=body.get("endpoint"))
+    if body.get("error") == "KeyNotFoundError":
+        return KeyNotFoundError(message, standby_lag=body.get("standby_lag"))
     kind = _ERRORS.get(body.get("error", "")) or _BY_STATUS.get(exc.code, QueryError)
     return kind(message)

@@ -45,9 +45,11 @@ Placement = Callable[[], "Collection[int] | None"]
 class _WarmTable(WarmCopy):
     """One warm partition of a table, read by queries (``?stale=ok``)."""
 
-    def __init__(self, table: RocksDBTable, db: LocalDB) -> None:
+    def __init__(self, table: RocksDBTable, db: LocalDB, lag: int) -> None:
         self.table, self.db = table, db
-        self.lag = 0
+        self.lag = lag
+        """Changelog offsets behind the owner's, as last measured (at the open: what the
+        copy has yet to read)."""
 
     def query_get_many(self, keys: Iterable[Any]) -> dict[Any, Any]:
         """RocksDB ``MultiGet`` of the copy's applied (committed) values."""
@@ -169,17 +171,20 @@ class StandbyReplicas:
                 copy.dbs.pop(partition).close()  # still marked warm for the next owner
                 copy.level_at.pop(partition, None)
                 self._observer.on_standby_stopped(copy.table.name, partition)
+            lags = {p: warm.lag for p, warm in copy.warm.items() if p in copy.dbs}
             for partition in added:
-                copy.dbs[partition], starts[partition] = self._open(copy, partition)
+                copy.dbs[partition], starts[partition], lags[partition] = self._open(
+                    copy, partition)
             copy.reader.assign(starts)
-            copy.warm = {p: _WarmTable(copy.table, db) for p, db in copy.dbs.items()}
+            copy.warm = {p: _WarmTable(copy.table, db, lags[p]) for p, db in copy.dbs.items()}
         if tuple(wanted) != self._kept:
             _log.info("kasper.standby_placed", processor=self.config.name,
                       partitions=wanted, owned=sorted(self._owned))
         self._kept = tuple(wanted)
 
-    def _open(self, copy: _Copy, partition: int) -> tuple[LocalDB, int]:
-        """A partition's folder, marked warm, and where its changelog resumes."""
+    def _open(self, copy: _Copy, partition: int) -> tuple[LocalDB, int, int]:
+        """A partition's folder, marked warm, where its changelog resumes, and how many
+        offsets it has to read to be level."""
         topic = copy.reader.topic
         db = LocalDB(copy.table.path(self.config, partition))
         low, high = copy.reader.watermarks(partition)
@@ -188,7 +193,7 @@ class StandbyReplicas:
         if wipe:
             db.reset(topic)
         db.standby = True
-        return db, start
+        return db, start, max(high - start, 0)
 
     def _run(self) -> None:
         reported = placed = 0.0

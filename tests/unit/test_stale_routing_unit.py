@@ -13,11 +13,11 @@ import pytest
 from kasper_py import Config
 from kasper_py._support.client_conf import endpoint_of_member
 from kasper_py.cli.query import main as query_main
-from kasper_py.exceptions import AdminError, NotHereError
+from kasper_py.exceptions import AdminError, KeyNotFoundError, NotHereError
 from kasper_py.kafka.admin import GroupMember, GroupState
 from kasper_py.loop.standby_placement import WarmEndpoints, group_placement, warm_members
 from kasper_py.observability.http import Request, Response
-from kasper_py.query import Tables
+from kasper_py.query import QueryClient, Tables
 from kasper_py.query._locate import Locator
 from kasper_py.query._web import QueryApp
 from kasper_py.query.server import QueryServer, query_app
@@ -177,5 +177,28 @@ def test_kasper_query_stale_prints_the_standby_answer_and_its_lag(
                        "behind\n")
         assert query_main(["--url", server.endpoint, "counts", "alice"], env={}) == 3
         assert "input partition 0" in capsys.readouterr().err
+        assert query_main(["--url", server.endpoint, "--stale", "counts", "bob"],
+                          env={}) == 1
+        assert "7 changelog offsets behind its owner's" in capsys.readouterr().err
+    finally:
+        server.close()
+
+
+def test_a_key_missing_from_a_standby_copy_comes_back_with_the_copy_lag() -> None:
+    """A 404 from a standby's copy carries its lag (header and body), and the client's
+    ``KeyNotFoundError`` says it: the key may not have reached the copy yet."""
+    cfg = config(query_port=0, key_serde="str")
+    server = QueryServer(cfg)
+    try:
+        warm = Tables(cfg, [MemoryTable("counts", key_serde="str")], dict,
+                      partition_count=lambda: 1, warm=lambda: {0: {"counts": Warm()}})
+        app = query_app(warm, {}, server.endpoint)
+        server.mount(app)
+        answer = get(app, "/tables/counts/bob?stale=ok")
+        assert (answer.status, answer.headers["Kasper-Standby-Lag"]) == (404, "7")
+        assert answer.body["standby_lag"] == 7
+        with pytest.raises(KeyNotFoundError, match="7 changelog offsets behind") as missing:
+            QueryClient(server.endpoint).find("counts", "bob", stale=True)
+        assert missing.value.standby_lag == 7
     finally:
         server.close()

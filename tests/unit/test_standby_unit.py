@@ -18,7 +18,7 @@ from kasper_py.stores.localdb import LocalDB
 from kasper_py.stores.memory import MemoryTable
 from kasper_py.stores.query import WarmCopy
 from kasper_py.stores.rocksdb import RocksDBTable
-from kasper_py.stores.standby import StandbyReplicas
+from kasper_py.stores.standby import StandbyReplicas, _Copy
 from kasper_py.supervisor import standby_sets
 
 
@@ -98,8 +98,46 @@ def test_a_stale_lookup_is_answered_by_a_warm_copy_with_its_lag() -> None:
     assert tables.find("counts", "alice", stale=True) == Lookup(3, None, 7)
     with pytest.raises(NotHereError):
         tables.find("counts", "alice")
-    with pytest.raises(KeyNotFoundError, match="standby copy of input partition 0"):
+    with pytest.raises(KeyNotFoundError, match="standby copy of input partition 0, 7 "
+                       "changelog offsets behind its owner's") as missing:
         tables.find("counts", "bob", stale=True)
+    assert missing.value.standby_lag == 7
+
+
+class Changelog:
+    """A changelog reader whose partitions end at offset 50, none read yet."""
+
+    topic = "wc-counts-changelog"
+
+    def __init__(self) -> None:
+        self.positions: dict[int, int] = {}
+
+    def watermarks(self, partition: int) -> tuple[int, int]:
+        return 0, 50
+
+    def assign(self, starts: dict[int, int]) -> None:
+        self.starts = starts
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_new_copy_states_what_it_has_left_to_read_and_a_kept_one_its_measured_lag(
+        tmp_path: Path) -> None:
+    """A copy just opened answers stale lookups with the offsets it has yet to read, not
+    0; a change of what is kept leaves the kept copies' measured lag as it was."""
+    table = RocksDBTable("counts", key_serde="str")
+    replicas = StandbyReplicas(config(state_dir=str(tmp_path), input_partitions=[2]),
+                               [table], [0], NOOP_STORE_OBSERVER)
+    replicas._copies = [_Copy(table, Changelog(), {})]  # type: ignore[arg-type]
+    try:
+        replicas.keep([0])
+        assert replicas.queryable()[0]["counts"].lag == 50
+        replicas._copies[0].warm[0].lag = 4  # measured by the thread since
+        replicas.keep([0, 1])
+        assert {p: w["counts"].lag for p, w in replicas.queryable().items()} == {0: 4, 1: 50}
+    finally:
+        replicas.close()
 
 
 def test_a_group_member_places_its_standbys_by_the_group() -> None:
