@@ -5,6 +5,7 @@ cluster named by ``$KASPER_SPARK_MASTER`` when set, else the stack's own when
 ``kasper stack up spark`` started it, else a master and two workers started here in a
 temporary stack directory on free ports, stopped at the end of the session.
 ``own_spark_cluster`` starts such a private cluster, for tests that kill its processes.
+``spark`` is a local[2] session per test module, with the test processors shipped to it.
 """
 
 from __future__ import annotations
@@ -14,9 +15,12 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
+import reprocess_processors as procs
 
+from kasper_py.reprocess import spark_session
 from kasper_py.stack import _lifecycle
 from kasper_py.stack._catalog import GROUPS, build
 from kasper_py.stack._settings import Settings, with_free_spark_ports
@@ -89,3 +93,13 @@ def private_cluster(stack_dir: Path) -> Iterator[SparkCluster]:
         yield start_cluster(settings)
     finally:
         stop_cluster(settings)
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[Any]:
+    """One local[2] session for the module, with the test processors shipped to it."""
+    session = spark_session("local[2]", conf={"spark.ui.enabled": "false",
+                                              "spark.ui.showConsoleProgress": "false"})
+    session.sparkContext.addPyFile(procs.__file__)
+    yield session
+    session.stop()

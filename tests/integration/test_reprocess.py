@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from pathlib import Path
@@ -28,24 +28,14 @@ from kasper_py.reprocess import (
     RangeError,
     main,
     reprocess,
-    spark_session,
 )
 from kasper_py.stack import redis_url
 
+pytest_plugins = ["conftest_spark"]
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
 NO_SPARK: Any = object()
 """Passed as the session where the error must come before Spark is used at all."""
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[Any]:
-    """One local[2] session for the module, with the test processors shipped to it."""
-    session = spark_session("local[2]", conf={"spark.ui.enabled": "false",
-                                              "spark.ui.showConsoleProgress": "false"})
-    session.sparkContext.addPyFile(procs.__file__)
-    yield session
-    session.stop()
 
 
 

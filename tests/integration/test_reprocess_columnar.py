@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Iterator
 from functools import partial
 from typing import Any
 
@@ -16,19 +15,10 @@ import pytest
 import reprocess_processors as procs
 
 from kasper_py import Config, OutputTopic, ReprocessError, TopicProcessor
-from kasper_py.reprocess import reprocess, spark_session
+from kasper_py.reprocess import reprocess
 
+pytest_plugins = ["conftest_spark"]
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[Any]:
-    """One local[2] session for the module, with the test processors shipped to it."""
-    session = spark_session("local[2]", conf={"spark.ui.enabled": "false",
-                                              "spark.ui.showConsoleProgress": "false"})
-    session.sparkContext.addPyFile(procs.__file__)
-    yield session
-    session.stop()
 
 
 def two_topics(bootstrap: str, name: str, topics: list[str]) -> Config:
