@@ -65,7 +65,8 @@ class OutputTopic:
     @classmethod
     def of(cls, value: OutputTopic | Mapping[str, Any] | str) -> OutputTopic:
         """``value`` as an ``OutputTopic``: one already, a mapping of its fields (a TOML
-        table), or ``"name"`` / ``"name:partitions"`` (the environment and flags)."""
+        table), or ``"NAME[:PARTITIONS][@VALUE_SERDE]"`` (the environment and flags:
+        ``"totals"``, ``"totals:6"``, ``"totals:6@json"``, ``"totals@json"``)."""
         if isinstance(value, OutputTopic):
             return value
         if isinstance(value, Mapping):
@@ -76,13 +77,14 @@ class OutputTopic:
                                   f"{dict(value)!r}")
             return cls(**value)
         if isinstance(value, str):
-            name, sep, count = value.partition(":")
-            if sep and not count.isdigit():
-                raise ConfigError("output_topics", f"{value!r} is not NAME or "
-                                  "NAME:PARTITIONS")
-            return cls(name, int(count) if sep else None)
+            head, at, serde = value.partition("@")
+            name, sep, count = head.partition(":")
+            if (sep and not count.isdigit()) or (at and not serde):
+                raise ConfigError("output_topics", f"{value!r} is not NAME, NAME:PARTITIONS, "
+                                  "NAME@VALUE_SERDE or NAME:PARTITIONS@VALUE_SERDE")
+            return cls(name, int(count) if sep else None, value_serde=serde or None)
         raise ConfigError("output_topics", f"a declared topic is an OutputTopic, a table or "
-                          f"'NAME[:PARTITIONS]', got {value!r}")
+                          f"'NAME[:PARTITIONS][@VALUE_SERDE]', got {value!r}")
 
 
 def declared_topics(topics: Any, resolve: Callable[[str | Serde], Serde]

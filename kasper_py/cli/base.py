@@ -95,8 +95,9 @@ _FLAG_HELP = {
     "bootstrap_servers": "Kafka bootstrap servers, host:port[,...]",
     "input_topics": "comma-separated input topics",
     "input_partitions": "comma-separated partition numbers (default: all)",
-    "output_topics": "comma-separated output topics to declare, NAME[:PARTITIONS] (created "
-                     "with the input's partition count when none); see --create-topics",
+    "output_topics": "comma-separated output topics to declare, NAME[:PARTITIONS][@SERDE] "
+                     "(created with the input's partition count when none; SERDE encodes "
+                     "the values sent there); see --create-topics",
     "group_id": "the processor's consumer group (default: the name)",
     "batch_size": "messages per batch at most (default: 20,000 with a latency target, "
                   "1,000 with --max-latency none)",

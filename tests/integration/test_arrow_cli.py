@@ -80,21 +80,26 @@ def test_columnar_records_through_kasper_reprocess(
     assert len(sent(spark_out)) == 20
 
 
-def test_bytes_in_json_out_through_an_output_topic_of_its_own_serde(
+@pytest.mark.parametrize("declared", ["toml", "flag"])
+def test_bytes_in_json_out_through_an_output_topic_of_its_own_serde(  # noqa: PLR0917
         bootstrap: str, new_topic: Callable[..., str], kafka: Any,
-        unique_name: Callable[[str], str], tmp_path: Path) -> None:
+        unique_name: Callable[[str], str], tmp_path: Path, declared: str) -> None:
     """Events read as bytes (Arrow parses them) and the output topic declared with
-    ``value_serde = "json"`` in kasper.toml: `kasper run` sends send_table's rows as the
-    json serde's bytes and commits every offset (on Spark: test_reprocess_columnar.py)."""
+    ``value_serde = "json"`` in kasper.toml, or as ``--output-topics SINK@json``:
+    `kasper run` sends send_table's rows as the json serde's bytes and commits every
+    offset (on Spark: test_reprocess_columnar.py)."""
     source, sink = new_topic("arrow-in"), new_topic("arrow-json")
     kafka.produce(source, [(b"u%d" % (n % 3), json.dumps({"user": f"u{n % 3}", "amount": n})
                             .encode()) for n in range(20)])
     name = unique_name("arrow-out")
     config = write_config(tmp_path, name, source, batch_size=10, max_latency="none",
                           value_serde="bytes", key_serde="str")
-    with open(config, "a") as toml:
-        toml.write(f'[[output_topics]]\nname = "{sink}"\nvalue_serde = "json"\n')
     args = ["arrow_module:Doubler", "--app-dir", str(HERE), "--config", config]
+    if declared == "toml":
+        with open(config, "a") as toml:
+            toml.write(f'[[output_topics]]\nname = "{sink}"\nvalue_serde = "json"\n')
+    else:
+        args += ["--output-topics", f"{sink}@json"]
     result = kasper("run", *args, "--until-caught-up", env=cli_env(bootstrap,
                                                                    ARROW_OUTPUT_TOPIC=sink))
     assert result.returncode == 0, result.stderr

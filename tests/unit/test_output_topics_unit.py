@@ -15,6 +15,7 @@ from confluent_kafka import KafkaError, KafkaException
 
 from kasper_py import (
     JSON,
+    STRING,
     Config,
     ConfigError,
     Message,
@@ -125,7 +126,11 @@ def test_declared_topics_in_every_form_become_output_topics() -> None:
 
 
 @pytest.mark.parametrize(("declared", "problem"), [
-    (["a:x"], "'a:x' is not NAME or NAME:PARTITIONS"),
+    (["a:x"], "'a:x' is not NAME, NAME:PARTITIONS, NAME@VALUE_SERDE or "
+              "NAME:PARTITIONS@VALUE_SERDE"),
+    (["a@"], "'a@' is not NAME, NAME:PARTITIONS"),
+    (["a:x@json"], "'a:x@json' is not NAME, NAME:PARTITIONS"),
+    (["a@yaml"], "unknown serde 'yaml'"),
     (["a:0"], "'a': partitions must be an int >= 1"),
     ([{"name": "a", "partitions": 2, "retention": "1d"}], "takes name, partitions"),
     ([{"partitions": 2}], "takes name, partitions"),
@@ -147,8 +152,8 @@ def test_a_bad_declaration_names_the_field(declared: Any, problem: str) -> None:
 
 def test_declared_topics_load_from_toml_environment_and_flags(tmp_path: Path) -> None:
     """TOML declares topics as an array of tables (settings included) or as strings;
-    KASPER_OUTPUT_TOPICS and --output-topics as comma-separated NAME[:PARTITIONS],
-    winning over the file as every field does."""
+    KASPER_OUTPUT_TOPICS and --output-topics as comma-separated
+    NAME[:PARTITIONS][@VALUE_SERDE], winning over the file as every field does."""
     path = tmp_path / "kasper.toml"
     path.write_text('name = "p"\nbootstrap_servers = "h:1"\ninput_topics = ["in"]\n'
                     '[[output_topics]]\nname = "enriched"\npartitions = 8\n'
@@ -161,6 +166,12 @@ def test_declared_topics_load_from_toml_environment_and_flags(tmp_path: Path) ->
                                                          OutputTopic("alerts"))
     flags = {"output_topics": ["x:2"]}
     assert load_config(str(path), env, flags).output_topics == (OutputTopic("x", 2),)
+    env = {"KASPER_OUTPUT_TOPICS": "enriched:4@json, alerts@str"}
+    assert load_config(str(path), env).output_topics == (
+        OutputTopic("enriched", 4, value_serde=JSON), OutputTopic("alerts", value_serde=STRING))
+    flags = {"output_topics": ["x@json"]}
+    assert load_config(str(path), env, flags).output_topics == (
+        OutputTopic("x", value_serde=JSON),)
     path.write_text('name = "p"\nbootstrap_servers = "h:1"\ninput_topics = ["in"]\n'
                     'output_topics = ["enriched:0"]\n')
     with pytest.raises(CliError, match=f"partitions must be .* \\(from {path}\\)"):
