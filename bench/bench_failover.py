@@ -163,6 +163,54 @@ def failover(bootstrap: str, keys: int, standby: bool) -> dict[str, float]:
         shutil.rmtree(state, ignore_errors=True)
 
 
+def promoted_failover(bootstrap: str, keys: int, standby: bool,
+                      guarantee: str = "at_least_once") -> dict[str, float]:
+    """The static case, promoted in place: A owns partition 0, B owns 1 and (with a
+    standby) keeps 0 warm; A is SIGKILLed, one more record is produced, and B, still
+    running, is told to take partition 0 over (``POST /standby/promote`` on its admin
+    port, as ``kasper standby promote`` sends it): from its warm copy, or adopted with no
+    copy and restored in full. Seconds from the kill to that record's commit."""
+    name = f"bench-failover-{uuid.uuid4().hex[:8]}"
+    topic, state = name, Path(tempfile.mkdtemp(prefix="kasper-failover-"))
+    create_topics(bootstrap, [topic], 2)
+    fill(bootstrap, topic, 1, [{"key": b"k%d" % i, "value": b"x"} for i in range(keys)])
+    port_a, port_b, admin = free_port(), free_port(), free_port()
+    eos = ("--processing-guarantee", guarantee)
+    owner = start(bootstrap, name, topic, state / "a", port_a, "--input-partitions", "0",
+                  *eos)
+    other = start(bootstrap, name, topic, state / "b", port_b, "--input-partitions", "1",
+                  "--admin-port", str(admin), *eos,
+                  *(["--standby-partitions", "0"] if standby else []))
+    try:
+        wait_for(lambda: committed(bootstrap, name, topic) == keys)
+        if standby:
+            wait_for(lambda: metric(port_b, "standby_changelog_offset").get(0)
+                     == changelog_end(bootstrap, name))
+        killed = time.monotonic()
+        owner.send_signal(signal.SIGKILL)
+        producer = Producer({"bootstrap.servers": bootstrap})
+        producer.produce(topic, b"x", b"after-kill", partition=0)
+        producer.flush(30)
+        owner.wait(60)
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{admin}/standby/promote?partitions=0", data=b"",
+            method="POST")
+        with urllib.request.urlopen(request, timeout=900) as answer:
+            promoted = json.loads(answer.read())
+        opened = time.monotonic() - killed
+        wait_for(lambda: committed(bootstrap, name, topic) == keys + 1)
+        return {"seconds": time.monotonic() - killed, "opened": opened,
+                "restored": promoted["restored"],
+                "restore_seconds": metric(port_b, "last_restore_seconds")[0]}
+    finally:
+        for process in (owner, other):
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+                process.wait(60)
+        delete_topics(bootstrap, [topic, changelog_topic(name, "counts")])
+        shutil.rmtree(state, ignore_errors=True)
+
+
 def logged_phases(log: Path, since: float) -> dict[str, float]:
     """Seconds from ``since`` (Unix time) to the first log line and to each restore
     event of the new owner's JSON log."""
@@ -244,9 +292,16 @@ def main() -> None:
                                                               "127.0.0.1:19092"))
     parser.add_argument("--keys", default="100000,1000000",
                         help="comma-separated table sizes (distinct keys)")
-    parser.add_argument("--modes", default="static,group",
-                        help="comma-separated: static (restart as owner), group (promotion "
-                             "in a running member)")
+    parser.add_argument("--modes", default="static",
+                        help="comma-separated: static (promoted in the running process), "
+                             "restart (the standby's process restarted as owner), group "
+                             "(promotion in a running member on assignment)")
+    parser.add_argument("--guarantee", default="at_least_once",
+                        choices=("at_least_once", "exactly_once"),
+                        help="the static case's processing guarantee (exactly-once "
+                             "fences the killed owner's transactional id first)")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="rounds of each case, without and with a standby alternating")
     parser.add_argument("--breakdown", type=int, default=0, metavar="N",
                         help="instead: N runs of the static case with a standby (at the "
                              "first of --keys), timed by phase")
@@ -259,20 +314,29 @@ def main() -> None:
             print(", ".join(f"{phase} {seconds:.2f}" for phase, seconds in
                             sorted(phases.items(), key=lambda item: item[1])), flush=True)
         return
-    print(f"{'mode':>6} {'keys':>9} {'standby':>8} {'kill->commit s':>15} "
+    print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(f"{'mode':>7} {'keys':>9} {'standby':>8} {'kill->commit s':>15} "
           f"{'kill->open s':>13} {'restored':>9} {'restore s':>10}")
-    cases = {"static": failover, "group": group_failover}
+    cases: dict[str, Callable[..., dict[str, float]]] = {
+        "static": lambda *a, **k: promoted_failover(*a, **k, guarantee=args.guarantee),
+        "restart": failover, "group": group_failover}
     for mode in args.modes.split(","):
         for keys in (int(k) for k in args.keys.split(",")):
-            cold = cases[mode](args.bootstrap, keys, standby=False)
-            warm = cases[mode](args.bootstrap, keys, standby=True)
-            for label, case in (("no", cold), ("yes", warm)):
-                print(f"{mode:>6} {keys:>9} {label:>8} {case['seconds']:>15.2f} "
-                      f"{case.get('opened', float('nan')):>13.2f} {case['restored']:>9.0f} "
-                      f"{case['restore_seconds']:>10.3f}", flush=True)
-            restore_ratio = cold["restore_seconds"] / max(warm["restore_seconds"], 1e-6)
-            print(f"{mode:>6} {keys:>9} {'ratio':>8} {cold['seconds'] / warm['seconds']:>15.1f}x"
-                  f" (restore alone: {restore_ratio:.0f}x)", flush=True)
+            for _ in range(args.rounds):
+                compare(mode, keys, cases[mode](args.bootstrap, keys, standby=False),
+                        cases[mode](args.bootstrap, keys, standby=True))
+    print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+
+
+def compare(mode: str, keys: int, cold: dict[str, float], warm: dict[str, float]) -> None:
+    """Print one round's rows, without and with a standby, and their ratio."""
+    for label, case in (("no", cold), ("yes", warm)):
+        print(f"{mode:>7} {keys:>9} {label:>8} {case['seconds']:>15.2f} "
+              f"{case.get('opened', float('nan')):>13.2f} {case['restored']:>9.0f} "
+              f"{case['restore_seconds']:>10.3f}", flush=True)
+    restore_ratio = cold["restore_seconds"] / max(warm["restore_seconds"], 1e-6)
+    print(f"{mode:>7} {keys:>9} {'ratio':>8} {cold['seconds'] / warm['seconds']:>15.1f}x"
+          f" (restore alone: {restore_ratio:.0f}x)", flush=True)
 
 
 if __name__ == "__main__":

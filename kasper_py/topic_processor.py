@@ -219,7 +219,7 @@ class TopicProcessor:
             self._life.started = True
 
     def _loop(self, until_caught_up: bool) -> None:
-        schedule = self._engine.time
+        schedule = self._promotions.waking(self._engine.time)
         while not self._life.closing.is_set():
             size = self._prefetcher.size
             batch = self._prefetcher.next_batch(schedule)

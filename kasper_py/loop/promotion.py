@@ -15,11 +15,14 @@ from typing import Any
 
 from kasper_py.config import Config
 from kasper_py.exceptions import KasperError
+from kasper_py.loop.prefetch import Schedule
 from kasper_py.observability.http import Handler, Request, Response, error_response
 
 __all__ = ["PROMOTE_PATH", "PromotionRefusedError", "Promotions", "promotions_for"]
 
 PROMOTE_PATH = "/standby/promote"
+_WAKE_STEP = 0.02
+"""Longest a consume of a loop serving promotions waits before it looks for a request."""
 _WAIT = 600.0
 """Seconds a request waits for the loop by default (a full restore can take minutes)."""
 
@@ -46,10 +49,11 @@ class _Ask:
 
 class Promotions:
     """The requests waiting for the loop. ``refusal``: why this loop takes none (group
-    mode promotes on assignment), answered at once with 409."""
+    mode promotes on assignment), answered at once with 409. ``served``: requests can
+    come (the admin endpoint is up), so an idle loop looks for them often (``waking``)."""
 
-    def __init__(self, refusal: str | None = None) -> None:
-        self._refusal = refusal
+    def __init__(self, refusal: str | None = None, *, served: bool = False) -> None:
+        self._refusal, self._served = refusal, served
         self._waiting: queue.SimpleQueue[_Ask] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._closed = False
@@ -70,6 +74,11 @@ class Promotions:
                                   "at its next turn boundary)", "PromotionPending")
         assert ask.answer is not None
         return ask.answer
+
+    def waking(self, schedule: Schedule) -> Schedule:
+        """``schedule``, also due while a request waits, so that the consume of an idle
+        loop ends within ``_WAKE_STEP`` of one; as it is when no request can come."""
+        return _Waking(schedule, self._waiting) if self._served else schedule
 
     def serve(self, promote: Promote) -> None:
         """On the loop's thread, between turns: each waiting request promoted. A refusal
@@ -122,6 +131,20 @@ class Promotions:
         return promote
 
 
+class _Waking:
+    """A loop's schedule that also falls due when a promotion request waits."""
+
+    def __init__(self, schedule: Schedule, waiting: queue.SimpleQueue[_Ask]) -> None:
+        self._schedule, self._waiting = schedule, waiting
+
+    def due(self) -> bool:
+        return not self._waiting.empty() or self._schedule.due()
+
+    def seconds_until_due(self) -> float | None:
+        wait = self._schedule.seconds_until_due()
+        return _WAKE_STEP if wait is None else min(wait, _WAKE_STEP)
+
+
 def _partitions(request: Request) -> tuple[int, ...]:
     text = request.params.get("partitions", "")
     try:
@@ -140,4 +163,4 @@ def promotions_for(config: Config) -> Promotions:
     if config.group_mode:
         return Promotions(refusal="group mode: a member promotes a warm copy when the "
                           "group assigns it the partition; stop the owner instead")
-    return Promotions()
+    return Promotions(served=config.admin_port is not None)
