@@ -164,7 +164,8 @@ def failover(bootstrap: str, keys: int, standby: bool) -> dict[str, float]:
 
 
 def promoted_failover(bootstrap: str, keys: int, standby: bool,
-                      guarantee: str = "at_least_once") -> dict[str, float]:
+                      guarantee: str = "at_least_once",
+                      fetch_wait_ms: int | None = None) -> dict[str, float]:
     """The static case, promoted in place: A owns partition 0, B owns 1 and (with a
     standby) keeps 0 warm; A is SIGKILLed, one more record is produced, and B, still
     running, is told to take partition 0 over (``POST /standby/promote`` on its admin
@@ -176,11 +177,13 @@ def promoted_failover(bootstrap: str, keys: int, standby: bool,
     fill(bootstrap, topic, 1, [{"key": b"k%d" % i, "value": b"x"} for i in range(keys)])
     port_a, port_b, admin = free_port(), free_port(), free_port()
     eos = ("--processing-guarantee", guarantee)
+    settings = ({} if fetch_wait_ms is None
+                else {"KASPER_CONSUMER__FETCH_WAIT_MAX_MS": str(fetch_wait_ms)})
     owner = start(bootstrap, name, topic, state / "a", port_a, "--input-partitions", "0",
-                  *eos)
+                  *eos, settings=settings)
     other = start(bootstrap, name, topic, state / "b", port_b, "--input-partitions", "1",
                   "--admin-port", str(admin), *eos,
-                  *(["--standby-partitions", "0"] if standby else []))
+                  *(["--standby-partitions", "0"] if standby else []), settings=settings)
     try:
         wait_for(lambda: committed(bootstrap, name, topic) == keys)
         if standby:
@@ -300,6 +303,10 @@ def main() -> None:
                         choices=("at_least_once", "exactly_once"),
                         help="the static case's processing guarantee (exactly-once "
                              "fences the killed owner's transactional id first)")
+    parser.add_argument("--fetch-wait-ms", type=int, default=None,
+                        help="the static case's consumer fetch.wait.max.ms (default: "
+                             "librdkafka's 500): the promoted partition's first records "
+                             "come with the fetch after the one in flight")
     parser.add_argument("--rounds", type=int, default=1,
                         help="rounds of each case, without and with a standby alternating")
     parser.add_argument("--breakdown", type=int, default=0, metavar="N",
@@ -318,7 +325,8 @@ def main() -> None:
     print(f"{'mode':>7} {'keys':>9} {'standby':>8} {'kill->commit s':>15} "
           f"{'kill->open s':>13} {'restored':>9} {'restore s':>10}")
     cases: dict[str, Callable[..., dict[str, float]]] = {
-        "static": lambda *a, **k: promoted_failover(*a, **k, guarantee=args.guarantee),
+        "static": lambda *a, **k: promoted_failover(*a, **k, guarantee=args.guarantee,
+                                                    fetch_wait_ms=args.fetch_wait_ms),
         "restart": failover, "group": group_failover}
     for mode in args.modes.split(","):
         for keys in (int(k) for k in args.keys.split(",")):
