@@ -2,13 +2,26 @@
 owner to the new owner's first committed turn, for tables of 100k and 1M keys, in the
 same run. A benchmark, never a test: figures are printed, not asserted.
 
-Each case: owner A (``kasper run``, partition 0) counts KEYS distinct keys into a
-RocksDB table; process B owns partition 1 and, with a standby, keeps partition 0 warm
+The static case (``--modes static``, the default): owner A (``kasper run``, partition 0)
+counts KEYS distinct keys into a RocksDB table; process B owns partition 1, serves its
+admin endpoint (``--admin-port``) and, with a standby, keeps partition 0 warm
 (``--standby-partitions 0``). Once A committed everything (and B's copy is level), A is
-killed with SIGKILL, B is stopped, one more record is produced to partition 0, and B's
-folder is started again as owner of both partitions (``--force``): the figure is the
-time from the kill until that record's offset is committed (process start, restore and
-first turn). The restore's records and seconds come from the new owner's /metrics.
+killed with SIGKILL, one more record is produced to partition 0, and B, still running,
+is told to take partition 0 over (``POST /standby/promote``, what ``kasper standby
+promote`` sends; the bench posts it itself, so no CLI process start is counted): with a
+standby it promotes its warm copy, without one it adopts the partition and restores
+the whole changelog. The figure is the time from the kill until that record's offset is
+committed; "kill->open s" until the promotion answered. ``--guarantee exactly_once``
+runs both with exactly-once (B then fences A's transactional id first);
+``--fetch-wait-ms`` sets both processes' consumer ``fetch.wait.max.ms`` (the promoted
+partition's first records come with the fetch after the one in flight, which waits up
+to it for data: librdkafka's 500 ms by default). ``--rounds N`` alternates the two
+sides N times.
+
+The restart case (``--modes restart``, the static case before in-place promotion): B is
+stopped too, and B's folder is started again as owner of both partitions (``--force``):
+process start, restore and first turn. The restore's records and seconds come from the
+new owner's /metrics.
 
 The group case (``--modes group``): A and B are ``kasper run --assignment group``
 members (with a standby: ``--num-standby-replicas 1``, so each keeps warm the partition
@@ -19,11 +32,12 @@ copy in place: the figure is the time from the kill to that record's commit, and
 figure is the first turn). Most of it is the group noticing the dead member: the
 broker's session timeout (``group.consumer.session.timeout.ms``).
 
-``--breakdown N`` runs the static case with a standby N times and prints where the time
+``--breakdown N`` runs the restart case with a standby N times and prints where the time
 from the kill goes: the other process stopped, the new owner spawned, its first log line
 (Python start-up), its restore started and done, ``kasper.started`` and its first commit.
 
-    python bench/bench_failover.py --keys 100000,1000000 --modes static,group
+    python bench/bench_failover.py --keys 100000,1000000 --rounds 2
+    python bench/bench_failover.py --keys 100000,1000000 --modes static,restart,group
     python bench/bench_failover.py --keys 100000 --breakdown 3
 """
 
