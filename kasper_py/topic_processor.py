@@ -219,10 +219,11 @@ class TopicProcessor:
             self._life.started = True
 
     def _loop(self, until_caught_up: bool) -> None:
-        schedule = self._promotions.waking(self._engine.time)
+        schedule = self._engine.time
+        waking = self._promotions.waking(schedule)  # a promotion ends the wait, no turn
         while not self._life.closing.is_set():
             size = self._prefetcher.size
-            batch = self._prefetcher.next_batch(schedule)
+            batch = self._prefetcher.next_batch(waking)
             self._assignment.after_consume()
             if batch.ranges or schedule.due():
                 self._turn(batch)  # with no input: for the timers and tasks due
