@@ -290,6 +290,8 @@ def _supervise(config: Config, args: argparse.Namespace) -> int:
             command += ["--metrics-port", str(worker_port)]
         if config.query_port is not None:  # 0 stays 0: any free port, announced in notes
             command += ["--query-port", str(config.query_port and config.query_port + index)]
+        if config.admin_port is not None:  # one admin endpoint per worker, as queries
+            command += ["--admin-port", str(config.admin_port and config.admin_port + index)]
         workers.append(WorkerSpec(index, command, worker_port))
     _log.info("kasper.supervising", processor=config.name, workers=len(workers),
               assignment=config.assignment,
