@@ -2,15 +2,16 @@
 owner to the new owner's first committed turn, for tables of 100k and 1M keys, in the
 same run. A benchmark, never a test: figures are printed, not asserted.
 
-The static case (``--modes static``, the default): owner A (``kasper run``, partition 0)
-counts KEYS distinct keys into a RocksDB table; process B owns partition 1, serves its
-admin endpoint (``--admin-port``) and, with a standby, keeps partition 0 warm
-(``--standby-partitions 0``). Once A committed everything (and B's copy is level), A is
-killed with SIGKILL, one more record is produced to partition 0, and B, still running,
-is told to take partition 0 over (``POST /standby/promote``, what ``kasper standby
-promote`` sends; the bench posts it itself, so no CLI process start is counted): with a
-standby it promotes its warm copy, without one it adopts the partition and restores
-the whole changelog. The figure is the time from the kill until that record's offset is
+The static case (``--modes static``; the default runs it and the group case): owner A
+(``kasper run``, partition 0) counts KEYS distinct keys into a RocksDB table; process B
+owns partition 1, serves its admin endpoint (``--admin-port``) and, with a standby,
+keeps partition 0 warm (``--standby-partitions 0``). Once A committed everything (and
+B's copy is level), A is killed with SIGKILL, one more record is produced to partition
+0, and B, still running, is told to take partition 0 over (``POST /standby/promote``,
+what ``kasper standby promote`` sends; the bench posts it itself, so no CLI process
+start is counted): with a standby it promotes its warm copy, without one it adopts the
+partition and restores the whole changelog. The figure is the time from the kill until
+that record's offset is
 committed; "kill->open s" until the promotion answered. ``--guarantee exactly_once``
 runs both with exactly-once (B then fences A's transactional id first);
 ``--fetch-wait-ms`` sets both processes' consumer ``fetch.wait.max.ms`` (the promoted
@@ -36,7 +37,7 @@ broker's session timeout (``group.consumer.session.timeout.ms``).
 from the kill goes: the other process stopped, the new owner spawned, its first log line
 (Python start-up), its restore started and done, ``kasper.started`` and its first commit.
 
-    python bench/bench_failover.py --keys 100000,1000000 --rounds 2
+    python bench/bench_failover.py --keys 100000,1000000 --modes static --rounds 2
     python bench/bench_failover.py --keys 100000,1000000 --modes static,restart,group
     python bench/bench_failover.py --keys 100000 --breakdown 3
 """
@@ -309,7 +310,7 @@ def main() -> None:
                                                               "127.0.0.1:19092"))
     parser.add_argument("--keys", default="100000,1000000",
                         help="comma-separated table sizes (distinct keys)")
-    parser.add_argument("--modes", default="static",
+    parser.add_argument("--modes", default="static,group",
                         help="comma-separated: static (promoted in the running process), "
                              "restart (the standby's process restarted as owner), group "
                              "(promotion in a running member on assignment)")
