@@ -11,9 +11,8 @@ B's copy is level), A is killed with SIGKILL, one more record is produced to par
 what ``kasper standby promote`` sends; the bench posts it itself, so no CLI process
 start is counted): with a standby it promotes its warm copy, without one it adopts the
 partition and restores the whole changelog. The figure is the time from the kill until
-that record's offset is
-committed; "kill->open s" until the promotion answered. ``--guarantee exactly_once``
-runs both with exactly-once (B then fences A's transactional id first);
+that record's offset is committed; "kill->open s" until the promotion answered.
+``--guarantee exactly_once`` runs both with exactly-once (B then fences A's transactional id first);
 ``--fetch-wait-ms`` sets both processes' consumer ``fetch.wait.max.ms`` (the promoted
 partition's first records come with the fetch after the one in flight, which waits up
 to it for data: librdkafka's 500 ms by default). ``--rounds N`` alternates the two
