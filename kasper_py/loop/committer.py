@@ -242,11 +242,11 @@ class TransactionCommitter(OffsetCommitter):
 
     def take_over(self, keys: list[TopicPartitionKey], previous: str | None) -> list[str]:
         """Fence the loop that ran ``keys`` before their changelogs and offsets are read:
-        its transactional id (``<name>@<its partition set>``: ``previous``, the set its
-        last commit notes name, and that of ``keys`` alone) is taken over once, so its
-        open transaction is aborted and, alive, it can commit nothing more. Returns the
-        ids fenced."""
-        sets = {previous or partition_label(p for _, p in keys)}
+        its transactional id (``<name>@<its partition set>``: the set of ``keys`` alone,
+        ``previous`` when given, and the sets their last commit notes name) is taken over
+        once, so its open transaction is aborted and, alive, it can commit nothing more.
+        Returns the ids fenced."""
+        sets = {partition_label(p for _, p in keys), *([previous] if previous else [])}
         for text in self._consumer.notes(keys).values():
             note = CommitNote.decode(text)
             if note is not None and not note.is_mine() and note.partitions and \

@@ -181,7 +181,8 @@ def test_a_partition_is_taken_over_between_turns_and_its_owner_fenced(
         broker: InMemoryBroker, standby: TopicProcessor, monkeypatch: pytest.MonkeyPatch
         ) -> None:
     """A ran partition 0 and stays open (a zombie). B refuses partitions it owns or that
-    do not exist, committing nothing; promoted, it fences A's transactional id, runs 0
+    do not exist, committing nothing; promoted, it fences A's transactional id (from A's
+    commit notes) and the one of the set the request names, runs 0
     from A's committed offset (each record's output once), and A's next turn is
     refused as fenced."""
     # both loops in this process: A would wait for a note not its own to name B
@@ -200,10 +201,10 @@ def test_a_partition_is_taken_over_between_turns_and_its_owner_fenced(
         "partitions [2] do not exist: the input topics ['in'] have 2")
     assert broker.committed("wc") == committed
     broker.produce("in", "a3", "k3", partition=0)
-    status, answer = post(url + "0")
+    status, answer = post(url + "0&previous=0-3")  # the set A's notes name too
     assert status == 200
     assert {k: answer[k] for k in ("partitions", "owned", "fenced", "restored")} == {
-        "partitions": [0], "owned": [0, 1], "fenced": ["wc@0"], "restored": 0}
+        "partitions": [0], "owned": [0, 1], "fenced": ["wc@0", "wc@0-3"], "restored": 0}
     wait_until(lambda: broker.committed("wc").get(("in", 0)) == 4)
     assert sorted(m.value for m in broker.read("out")) == [b"A0", b"A1", b"A2", b"A3", b"B0"]
     assert post(url + "0")[0] == 409
