@@ -46,8 +46,8 @@ def _parser() -> argparse.ArgumentParser:
                          help="the partitions to take over")
     promote.add_argument("--previous", metavar="SET",
                          help="exactly-once: the previous owner's partition set (its "
-                              "--input-partitions, e.g. 0-3), fenced too; without it, the "
-                              "sets of PARTITIONS and of their last commit notes are")
+                              "--input-partitions, e.g. 0-3), fenced besides the sets of "
+                              "PARTITIONS alone and of their last commit notes")
     promote.add_argument("--timeout", type=float, default=600.0, metavar="SECONDS",
                          help="how long to wait for the partitions to be owned "
                               "(default: 600)")

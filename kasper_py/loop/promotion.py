@@ -115,8 +115,8 @@ class Promotions:
 
     def app(self) -> Handler:
         """``POST /standby/promote?partitions=0,2[&previous=0-1][&timeout=60]``:
-        ``previous`` names the old owner's partition set when its commit notes do not
-        (exactly-once fences its transactional id, ``<name>@<set>``)."""
+        ``previous`` names the old owner's partition set, whose transactional id
+        (``<name>@<set>``) exactly-once fences besides those it finds itself."""
 
         def promote(request: Request) -> Response | None:
             if request.path != PROMOTE_PATH:
