@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from kasper_py import Config, Message, MessageProcessor, Sender, TopicProcessor
+from kasper_py.cli.standby import main as standby_cli
 from kasper_py.exceptions import FencedError
 from kasper_py.loop import committer
 from kasper_py.loop.promotion import PromotionRefusedError, Promotions, promotions_for
@@ -211,3 +212,29 @@ def test_a_partition_is_taken_over_between_turns_and_its_owner_fenced(
     broker.produce("in", "a4", "k4", partition=0)
     with pytest.raises(FencedError, match="was fenced"):
         owner.run_loop(until_caught_up=True)
+
+
+def test_the_cli_prints_the_answer_or_says_why_with_its_exit_code(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """``kasper standby promote``: 0 and the answer's JSON; 5 and the message when
+    refused; 2 for a bad request; 3 when nothing answers."""
+    promotions = Promotions(served=True)
+    server = HttpServer("127.0.0.1", 0, name="admin")
+    server.mount(promotions.app(), post=True)
+    endpoint = f"http://127.0.0.1:{server.port}"
+    loop = threading.Thread(target=serve_when_asked, args=(promotions, lambda p, _: {
+        "partitions": list(p)}))
+    try:
+        loop.start()
+        assert standby_cli(["promote", "--endpoint", endpoint, "--partitions", "2"]) == 0
+        loop.join(10)
+        assert json.loads(capsys.readouterr().out) == {"partitions": [2]}
+        assert standby_cli(["promote", "--endpoint", endpoint, "--partitions", "x"]) == 2
+        assert "partitions must be comma-separated numbers" in capsys.readouterr().err
+        promotions.close()
+        assert standby_cli(["promote", "--endpoint", endpoint, "--partitions", "2"]) == 5
+        assert "the loop is stopping" in capsys.readouterr().err
+    finally:
+        server.close()
+    assert standby_cli(["promote", "--endpoint", endpoint, "--partitions", "2"]) == 3
+    assert "no process answered" in capsys.readouterr().err
