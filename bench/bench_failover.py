@@ -2,13 +2,26 @@
 owner to the new owner's first committed turn, for tables of 100k and 1M keys, in the
 same run. A benchmark, never a test: figures are printed, not asserted.
 
-Each case: owner A (``kasper run``, partition 0) counts KEYS distinct keys into a
-RocksDB table; process B owns partition 1 and, with a standby, keeps partition 0 warm
-(``--standby-partitions 0``). Once A committed everything (and B's copy is level), A is
-killed with SIGKILL, B is stopped, one more record is produced to partition 0, and B's
-folder is started again as owner of both partitions (``--force``): the figure is the
-time from the kill until that record's offset is committed (process start, restore and
-first turn). The restore's records and seconds come from the new owner's /metrics.
+The static case (``--modes static``; the default runs it and the group case): owner A
+(``kasper run``, partition 0) counts KEYS distinct keys into a RocksDB table; process B
+owns partition 1, serves its admin endpoint (``--admin-port``) and, with a standby,
+keeps partition 0 warm (``--standby-partitions 0``). Once A committed everything (and
+B's copy is level), A is killed with SIGKILL, one more record is produced to partition
+0, and B, still running, is told to take partition 0 over (``POST /standby/promote``,
+what ``kasper standby promote`` sends; the bench posts it itself, so no CLI process
+start is counted): with a standby it promotes its warm copy, without one it adopts the
+partition and restores the whole changelog. The figure is the time from the kill until
+that record's offset is committed; "kill->open s" until the promotion answered.
+``--guarantee exactly_once`` runs both with exactly-once (B then fences A's transactional id first);
+``--fetch-wait-ms`` sets both processes' consumer ``fetch.wait.max.ms`` (the promoted
+partition's first records come with the fetch after the one in flight, which waits up
+to it for data: librdkafka's 500 ms by default). ``--rounds N`` alternates the two
+sides N times.
+
+The restart case (``--modes restart``, the static case before in-place promotion): B is
+stopped too, and B's folder is started again as owner of both partitions (``--force``):
+process start, restore and first turn. The restore's records and seconds come from the
+new owner's /metrics.
 
 The group case (``--modes group``): A and B are ``kasper run --assignment group``
 members (with a standby: ``--num-standby-replicas 1``, so each keeps warm the partition
@@ -19,11 +32,12 @@ copy in place: the figure is the time from the kill to that record's commit, and
 figure is the first turn). Most of it is the group noticing the dead member: the
 broker's session timeout (``group.consumer.session.timeout.ms``).
 
-``--breakdown N`` runs the static case with a standby N times and prints where the time
+``--breakdown N`` runs the restart case with a standby N times and prints where the time
 from the kill goes: the other process stopped, the new owner spawned, its first log line
 (Python start-up), its restore started and done, ``kasper.started`` and its first commit.
 
-    python bench/bench_failover.py --keys 100000,1000000 --modes static,group
+    python bench/bench_failover.py --keys 100000,1000000 --modes static --rounds 2
+    python bench/bench_failover.py --keys 100000,1000000 --modes static,restart,group
     python bench/bench_failover.py --keys 100000 --breakdown 3
 """
 
@@ -163,6 +177,57 @@ def failover(bootstrap: str, keys: int, standby: bool) -> dict[str, float]:
         shutil.rmtree(state, ignore_errors=True)
 
 
+def promoted_failover(bootstrap: str, keys: int, standby: bool,
+                      guarantee: str = "at_least_once",
+                      fetch_wait_ms: int | None = None) -> dict[str, float]:
+    """The static case, promoted in place: A owns partition 0, B owns 1 and (with a
+    standby) keeps 0 warm; A is SIGKILLed, one more record is produced, and B, still
+    running, is told to take partition 0 over (``POST /standby/promote`` on its admin
+    port, as ``kasper standby promote`` sends it): from its warm copy, or adopted with no
+    copy and restored in full. Seconds from the kill to that record's commit."""
+    name = f"bench-failover-{uuid.uuid4().hex[:8]}"
+    topic, state = name, Path(tempfile.mkdtemp(prefix="kasper-failover-"))
+    create_topics(bootstrap, [topic], 2)
+    fill(bootstrap, topic, 1, [{"key": b"k%d" % i, "value": b"x"} for i in range(keys)])
+    port_a, port_b, admin = free_port(), free_port(), free_port()
+    eos = ("--processing-guarantee", guarantee)
+    settings = ({} if fetch_wait_ms is None
+                else {"KASPER_CONSUMER__FETCH_WAIT_MAX_MS": str(fetch_wait_ms)})
+    owner = start(bootstrap, name, topic, state / "a", port_a, "--input-partitions", "0",
+                  *eos, settings=settings)
+    other = start(bootstrap, name, topic, state / "b", port_b, "--input-partitions", "1",
+                  "--admin-port", str(admin), *eos,
+                  *(["--standby-partitions", "0"] if standby else []), settings=settings)
+    try:
+        wait_for(lambda: committed(bootstrap, name, topic) == keys)
+        if standby:
+            wait_for(lambda: metric(port_b, "standby_changelog_offset").get(0)
+                     == changelog_end(bootstrap, name))
+        killed = time.monotonic()
+        owner.send_signal(signal.SIGKILL)
+        producer = Producer({"bootstrap.servers": bootstrap})
+        producer.produce(topic, b"x", b"after-kill", partition=0)
+        producer.flush(30)
+        owner.wait(60)
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{admin}/standby/promote?partitions=0", data=b"",
+            method="POST")
+        with urllib.request.urlopen(request, timeout=900) as answer:
+            promoted = json.loads(answer.read())
+        opened = time.monotonic() - killed
+        wait_for(lambda: committed(bootstrap, name, topic) == keys + 1)
+        return {"seconds": time.monotonic() - killed, "opened": opened,
+                "restored": promoted["restored"],
+                "restore_seconds": metric(port_b, "last_restore_seconds")[0]}
+    finally:
+        for process in (owner, other):
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+                process.wait(60)
+        delete_topics(bootstrap, [topic, changelog_topic(name, "counts")])
+        shutil.rmtree(state, ignore_errors=True)
+
+
 def logged_phases(log: Path, since: float) -> dict[str, float]:
     """Seconds from ``since`` (Unix time) to the first log line and to each restore
     event of the new owner's JSON log."""
@@ -245,8 +310,19 @@ def main() -> None:
     parser.add_argument("--keys", default="100000,1000000",
                         help="comma-separated table sizes (distinct keys)")
     parser.add_argument("--modes", default="static,group",
-                        help="comma-separated: static (restart as owner), group (promotion "
-                             "in a running member)")
+                        help="comma-separated: static (promoted in the running process), "
+                             "restart (the standby's process restarted as owner), group "
+                             "(promotion in a running member on assignment)")
+    parser.add_argument("--guarantee", default="at_least_once",
+                        choices=("at_least_once", "exactly_once"),
+                        help="the static case's processing guarantee (exactly-once "
+                             "fences the killed owner's transactional id first)")
+    parser.add_argument("--fetch-wait-ms", type=int, default=None,
+                        help="the static case's consumer fetch.wait.max.ms (default: "
+                             "librdkafka's 500): the promoted partition's first records "
+                             "come with the fetch after the one in flight")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="rounds of each case, without and with a standby alternating")
     parser.add_argument("--breakdown", type=int, default=0, metavar="N",
                         help="instead: N runs of the static case with a standby (at the "
                              "first of --keys), timed by phase")
@@ -259,20 +335,30 @@ def main() -> None:
             print(", ".join(f"{phase} {seconds:.2f}" for phase, seconds in
                             sorted(phases.items(), key=lambda item: item[1])), flush=True)
         return
-    print(f"{'mode':>6} {'keys':>9} {'standby':>8} {'kill->commit s':>15} "
+    print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(f"{'mode':>7} {'keys':>9} {'standby':>8} {'kill->commit s':>15} "
           f"{'kill->open s':>13} {'restored':>9} {'restore s':>10}")
-    cases = {"static": failover, "group": group_failover}
+    cases: dict[str, Callable[..., dict[str, float]]] = {
+        "static": lambda *a, **k: promoted_failover(*a, **k, guarantee=args.guarantee,
+                                                    fetch_wait_ms=args.fetch_wait_ms),
+        "restart": failover, "group": group_failover}
     for mode in args.modes.split(","):
         for keys in (int(k) for k in args.keys.split(",")):
-            cold = cases[mode](args.bootstrap, keys, standby=False)
-            warm = cases[mode](args.bootstrap, keys, standby=True)
-            for label, case in (("no", cold), ("yes", warm)):
-                print(f"{mode:>6} {keys:>9} {label:>8} {case['seconds']:>15.2f} "
-                      f"{case.get('opened', float('nan')):>13.2f} {case['restored']:>9.0f} "
-                      f"{case['restore_seconds']:>10.3f}", flush=True)
-            restore_ratio = cold["restore_seconds"] / max(warm["restore_seconds"], 1e-6)
-            print(f"{mode:>6} {keys:>9} {'ratio':>8} {cold['seconds'] / warm['seconds']:>15.1f}x"
-                  f" (restore alone: {restore_ratio:.0f}x)", flush=True)
+            for _ in range(args.rounds):
+                compare(mode, keys, cases[mode](args.bootstrap, keys, standby=False),
+                        cases[mode](args.bootstrap, keys, standby=True))
+    print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+
+
+def compare(mode: str, keys: int, cold: dict[str, float], warm: dict[str, float]) -> None:
+    """Print one round's rows, without and with a standby, and their ratio."""
+    for label, case in (("no", cold), ("yes", warm)):
+        print(f"{mode:>7} {keys:>9} {label:>8} {case['seconds']:>15.2f} "
+              f"{case.get('opened', float('nan')):>13.2f} {case['restored']:>9.0f} "
+              f"{case['restore_seconds']:>10.3f}", flush=True)
+    restore_ratio = cold["restore_seconds"] / max(warm["restore_seconds"], 1e-6)
+    print(f"{mode:>7} {keys:>9} {'ratio':>8} {cold['seconds'] / warm['seconds']:>15.1f}x"
+          f" (restore alone: {restore_ratio:.0f}x)", flush=True)
 
 
 if __name__ == "__main__":

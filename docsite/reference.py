@@ -20,6 +20,7 @@ PARSERS: tuple[tuple[str, str, str, tuple[Any, ...]], ...] = (
     ("kasper reprocess", "kasper_py.reprocess._cli", "_parser", ("kasper reprocess",)),
     ("kasper stream", "kasper_py.stream._cli", "_parser", ("kasper stream",)),
     ("kasper query", "kasper_py.cli.query", "_parser", ()),
+    ("kasper standby", "kasper_py.cli.standby", "_parser", ()),
     ("kasper topics", "kasper_py.cli.topics", "_parser", ()),
     ("kasper produce", "kasper_py.cli.produce", "_parser", ()),
     ("kasper consume", "kasper_py.cli.consume", "_parser", ()),

@@ -22,6 +22,7 @@ from kasper_py._support.client_conf import (
     producer_conf,
     refuse_unsafe_overrides,
 )
+from kasper_py._support.partition_sets import partition_label
 from kasper_py._support.query_settings import Partitioner, check_port, check_query_settings
 from kasper_py._support.secrets import MASK, masked_settings
 from kasper_py._support.standby_settings import check_standby_settings
@@ -146,6 +147,10 @@ class Config:
     standby_partitions: Sequence[int] | None = None
     """Partitions whose local tables this process keeps warm (static assignment); ``None``:
     none, unless placed for you as ``num_standby_replicas`` says."""
+    admin_port: int | None = None
+    """Port of the loop's admin endpoint (``POST /standby/promote``: a static standby
+    takes its partitions over in place), bound on 127.0.0.1 only; ``None`` (the default)
+    serves none (docs/stores.md, promoting a standby)."""
     metrics_port: int | None = None
     """Port serving ``/metrics`` and ``/health``; ``None`` disables the exporter."""
     metrics_host: str = "0.0.0.0"
@@ -272,6 +277,7 @@ class Config:
         if not isinstance(self.state_dir, str) or not self.state_dir:
             raise ConfigError("state_dir", "must be a non-empty path")
         check_port("metrics_port", self.metrics_port)
+        check_port("admin_port", self.admin_port)
         if not isinstance(self.metrics_host, str) or not self.metrics_host.strip():
             raise ConfigError("metrics_host",
                               f"must be an address to bind, got {self.metrics_host!r}")
@@ -431,13 +437,7 @@ class Config:
             return f"group-{socket.gethostname()}-{os.getpid()}"
         if self.input_partitions is None:
             return "all"
-        spans: list[list[int]] = []
-        for partition in self.input_partitions:
-            if spans and spans[-1][1] == partition - 1:
-                spans[-1][1] = partition
-            else:
-                spans.append([partition, partition])
-        return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
+        return partition_label(self.input_partitions)
 
     @property
     def transactional_id(self) -> str:

@@ -29,6 +29,7 @@ from kasper_py.loop.lifecycle import Lifecycle, kafka_usable_after
 from kasper_py.loop.partitions import Partitions
 from kasper_py.loop.prefetch import Prefetcher
 from kasper_py.loop.progress import consumed_all, report, turn_stats
+from kasper_py.loop.promotion import promotions_for
 from kasper_py.loop.servers import LoopServers, stage_counts
 from kasper_py.loop.signals import closing_on_signals
 from kasper_py.loop.standby import standbys_for
@@ -96,9 +97,12 @@ class TopicProcessor:
         partitions = Partitions(config, clients, engine, factory=plan.factory,
                                 stores=plan.stores, store_observer=observer.store_observer)
         self._standbys = standbys_for(config, plan.stores, observer.store_observer())
+        self._promotions = promotions_for(config)
         self._assignment = assignment_for(config, clients, partitions=partitions,
                                           committer=committer, prefetcher=self._prefetcher,
-                                          observer=observer, standbys=self._standbys)
+                                          observer=observer, standbys=self._standbys,
+                                          promotions=self._promotions)
+        self._servers.serve_admin(self._promotions)
         self._ensure_topics = clients.ensure_topics
         self._turns = turns_for(  # a group member reads nothing ahead
             config, engine, committer, observer, tracing=tracing,
@@ -198,6 +202,11 @@ class TopicProcessor:
         """(host, port) of the loop's metrics server, if any (the stack's discovery)."""
         return self._servers.metrics_address
 
+    @property
+    def admin_address(self) -> tuple[str, int] | None:
+        """(host, port) of the loop's admin endpoint (``Config.admin_port``), if any."""
+        return self._servers.admin_address
+
     # -- the loop -------------------------------------------------------------
 
     def _start(self) -> None:
@@ -211,9 +220,10 @@ class TopicProcessor:
 
     def _loop(self, until_caught_up: bool) -> None:
         schedule = self._engine.time
+        waking = self._promotions.waking(schedule)  # a promotion ends the wait, no turn
         while not self._life.closing.is_set():
             size = self._prefetcher.size
-            batch = self._prefetcher.next_batch(schedule)
+            batch = self._prefetcher.next_batch(waking)
             self._assignment.after_consume()
             if batch.ranges or schedule.due():
                 self._turn(batch)  # with no input: for the timers and tasks due
@@ -246,6 +256,7 @@ class TopicProcessor:
         if kafka_ok and self._life.started:
             self._committer.note_stopped()
         close_all([self._election.close,  # first: the lead moves on at once
+                   self._promotions.close,  # no promotion waits for a loop that stopped
                    *self._servers.closing_queries(),  # before the stores close
                    self._standbys.close,
                    *self._engine.close_steps(), *[spec.close for spec in self._store_specs],

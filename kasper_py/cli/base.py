@@ -104,6 +104,8 @@ _FLAG_HELP = {
     "batch_wait": "seconds to wait for a batch to fill",
     "max_latency": "seconds of end-to-end latency to size batches for (default 0.05; "
                    "'none': classic batches of batch-size or batch-wait)",
+    "admin_port": "serve the admin endpoint (POST /standby/promote, for kasper standby "
+                  "promote) on this port of 127.0.0.1 (default: not served)",
     "metrics_port": "serve /metrics and /health on this port",
     "metrics_host": "the address the metrics server binds (default: 0.0.0.0)",
     "query_port": "serve the tables and views (/tables) on this port, apart from the "

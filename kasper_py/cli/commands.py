@@ -70,6 +70,7 @@ from kasper_py.cli.offsets import (
 )
 from kasper_py.cli.produce import main as produce_main
 from kasper_py.cli.query import main as query_main
+from kasper_py.cli.standby import main as standby_main
 from kasper_py.cli.topics import main as topics_main
 from kasper_py.config import Config
 from kasper_py.exceptions import AlreadyRunningError, ConfigError, KasperError, TopicError
@@ -137,6 +138,9 @@ def _parser() -> argparse.ArgumentParser:
                              "(see `kasper stream -h`)")
     commands.add_parser("query", add_help=False,
                         help="read a running processor's tables (see `kasper query -h`)")
+    commands.add_parser("standby", add_help=False,
+                        help="promote a running process's warm copies in place "
+                             "(see `kasper standby promote -h`)")
     commands.add_parser("topics", add_help=False,
                         help="create, list, describe, delete topics (see `kasper topics -h`)")
     commands.add_parser("produce", add_help=False,
@@ -222,7 +226,8 @@ def _stream(argv: list[str]) -> int:
 
 _OWN_PARSERS: dict[str, Callable[[list[str]], int]] = {
     "stack": _stack, "reprocess": _reprocess, "stream": _stream, "query": query_main,
-    "topics": topics_main, "produce": produce_main, "consume": consume_main}
+    "topics": topics_main, "produce": produce_main, "consume": consume_main,
+    "standby": standby_main}
 
 
 # -- kasper run ---------------------------------------------------------------------
@@ -285,6 +290,8 @@ def _supervise(config: Config, args: argparse.Namespace) -> int:
             command += ["--metrics-port", str(worker_port)]
         if config.query_port is not None:  # 0 stays 0: any free port, announced in notes
             command += ["--query-port", str(config.query_port and config.query_port + index)]
+        if config.admin_port is not None:  # one admin endpoint per worker, as queries
+            command += ["--admin-port", str(config.admin_port and config.admin_port + index)]
         workers.append(WorkerSpec(index, command, worker_port))
     _log.info("kasper.supervising", processor=config.name, workers=len(workers),
               assignment=config.assignment,

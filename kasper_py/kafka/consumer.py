@@ -116,6 +116,22 @@ class InputConsumer:
         self._forget_ends(keys)
         return committed
 
+    def assign_more(self, partitions: Sequence[int],
+                    below: Mapping[TopicPartitionKey, int] | None = None
+                    ) -> dict[TopicPartitionKey, int | None]:
+        """Also assign ``partitions`` (a standby promoted in place), as ``assign`` does;
+        the partitions assigned already keep their positions (``incremental_assign``)."""
+        keys = [tp for tp in self.keys(partitions) if tp not in self.assigned]
+        committed = lowered(self.committed(keys), below or {})
+        try:
+            self._consumer.incremental_assign([TopicPartition(*tp, self._start(tp, o))
+                                               for tp, o in committed.items()])
+        except KafkaException as exc:
+            raise ConsumeError(f"assigning {keys}: {exc.args[0]}") from exc
+        self.assigned = [*self.assigned, *keys]
+        self._forget_ends(keys)
+        return committed
+
     def _start(self, key: TopicPartitionKey, offset: int | None) -> int:
         """Where to read ``key`` from: ``offset``, or where nothing committed points."""
         if offset is not None:

@@ -73,6 +73,10 @@ class ProducerPort(OutputPort, Transactions, Protocol):
         """Exactly-once: take over this loop's transactional id, fencing any older
         producer with it and aborting its open transaction."""
 
+    def fence(self, transactional_id: str) -> None:
+        """Exactly-once: take another loop's ``transactional_id`` over once (a standby
+        promoted in place), fencing its producer and aborting its open transaction."""
+
     def outstanding(self) -> int:
         """How many messages handed over still await their ack; never blocks."""
 
@@ -105,6 +109,12 @@ class InputPort(Protocol):
         """Assign ``partitions`` of every input topic at their committed offsets, lowered
         to ``below`` where it is lower; return those start offsets (``None``: nothing
         committed, ``auto_offset_reset`` applies)."""
+
+    def assign_more(self, partitions: Sequence[int],
+                    below: Mapping[TopicPartitionKey, int] | None = None
+                    ) -> dict[TopicPartitionKey, int | None]:
+        """Also assign ``partitions``, as ``assign`` does (a standby promoted in place);
+        the partitions assigned already keep their positions."""
 
     def subscribe(self, on_assign: Rebalance, on_revoke: Rebalance) -> None:
         """Group mode: join the consumer group. ``on_assign`` gets the topic-partitions

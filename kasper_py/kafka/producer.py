@@ -39,6 +39,7 @@ class OutputProducer:
         self._servers = config.bootstrap_servers
         self._transactional_id = config.transactional_id if config.exactly_once else None
         conf = with_client_log(config.to_producer_conf(), config.name, "producer")
+        self._conf = conf
         self._producer = Producer({**conf, "on_delivery": self._on_delivery})
         self._error: KasperError | None = None
         self._in_transaction = False
@@ -149,6 +150,24 @@ class OutputProducer:
         open transaction aborted, before this returns."""
         self._transaction_call("taking over the transactional id",
                                self._producer.init_transactions, self._delivery_timeout)
+
+    def fence(self, transactional_id: str) -> None:
+        """Take ``transactional_id`` (another loop's) over once, with a producer of its
+        own: the producer that held it is fenced and its open transaction aborted before
+        this returns, so its writes are final (committed or aborted). Never this
+        producer's own id: that would fence this loop."""
+        if transactional_id == self._transactional_id:
+            raise ValueError(f"{transactional_id!r} is this loop's own transactional id")
+        conf = {k: v for k, v in self._conf.items() if k != "on_delivery"}
+        fencer = Producer({**conf, "transactional.id": transactional_id})
+        try:
+            fencer.init_transactions(self._delivery_timeout)
+        except KafkaException as exc:
+            raise CommitError(f"exactly-once: fencing transactional id {transactional_id!r} "
+                              f"on {self._servers} failed: {exc.args[0].str()}",
+                              code=exc.args[0].code()) from exc
+        finally:
+            fencer.flush(0)
 
     def begin(self) -> None:
         """Open the turn's transaction."""

@@ -20,9 +20,10 @@ from kasper_py.kafka.offsets import lowered, partition_lag
 from kasper_py.kafka.ports import KafkaClients
 from kasper_py.kafka.topics import owned_partitions
 from kasper_py.loop.committer import OffsetCommitter
-from kasper_py.loop.partitions import Partitions
+from kasper_py.loop.partitions import Partitions, RestoreTally
 from kasper_py.loop.peers import PeerWait
 from kasper_py.loop.prefetch import Prefetcher
+from kasper_py.loop.promotion import PromotionRefusedError, Promotions
 from kasper_py.loop.standby import NoStandbys, Standbys
 from kasper_py.message import TopicPartitionKey
 from kasper_py.observability.observe import LoopObserver
@@ -45,16 +46,24 @@ class Assignment(ABC):
 
     def __init__(self, config: Config, clients: KafkaClients, *, partitions: Partitions,
                  committer: OffsetCommitter, prefetcher: Prefetcher,
-                 observer: LoopObserver) -> None:
+                 observer: LoopObserver, standbys: Standbys | None = None) -> None:
         self.config = config
         self._consumer, self._clock = clients.consumer, clients.clock
         self._partitions, self._committer, self._prefetcher = partitions, committer, prefetcher
         self._observer = observer
+        self._standbys = standbys or NoStandbys()
         self._partition_count: int | None = None
 
     def partition_count(self) -> int | None:
         """Partitions of each input topic; ``None`` until ``start``."""
         return self._partition_count
+
+    def _take(self, partitions: list[int], tally: RestoreTally | None = None) -> None:
+        """Open ``partitions`` as their owner: a warm copy kept here (``standbys``) hands
+        its folder over first, so the open reads only the changelog's tail; a partition
+        kept nowhere here restores in full."""
+        self._standbys.promote(partitions)
+        self._partitions.open(partitions, tally)
 
     @abstractmethod
     def start(self, partition_count: int) -> None:
@@ -85,9 +94,18 @@ class Assignment(ABC):
 
 class StaticAssignment(Assignment):
     """A static partition set: assigned at start at the committed offsets, after this
-    loop's running note is announced and the partitions' stores are restored."""
+    loop's running note is announced and the partitions' stores are restored. Between
+    turns it serves ``promotions``: partitions taken over in place (a standby promoted)."""
 
     reads_ahead = True
+
+    def __init__(self, config: Config, clients: KafkaClients, *, partitions: Partitions,
+                 committer: OffsetCommitter, prefetcher: Prefetcher,
+                 observer: LoopObserver, standbys: Standbys | None = None,
+                 promotions: Promotions | None = None) -> None:
+        super().__init__(config, clients, partitions=partitions, committer=committer,
+                         prefetcher=prefetcher, observer=observer, standbys=standbys)
+        self._promotions = promotions or Promotions()
 
     def start(self, partition_count: int) -> None:
         """Take this loop's partitions of ``partition_count``: refuse them while another
@@ -129,7 +147,47 @@ class StaticAssignment(Assignment):
         """Nothing to check: a static member has no poll budget."""
 
     def after_consume(self) -> None:
-        """Nothing to check: a static set holds every topic of its partitions."""
+        """Between two turns: promotion requests (``POST /standby/promote``) are served
+        (a static set holds every topic of its partitions: nothing else to check)."""
+        self._promotions.serve(self._promote)
+
+    def _promote(self, partitions: tuple[int, ...], previous: str | None) -> dict[str, Any]:
+        """Take ``partitions`` over in place, as their owner: refused (nothing changed)
+        when unknown or owned here; else the loop that ran them is fenced (exactly-once;
+        ``previous``: its partition set), each is opened (from its warm copy when kept
+        here) and assigned at its committed offsets, announced, and the next turn runs
+        it. Returns what the request is answered."""
+        self._check_promotable(partitions)
+        started, tally, wanted = time.perf_counter(), RestoreTally(), list(partitions)
+        keys = self._consumer.keys(wanted)
+        fenced = self._committer.take_over(keys, previous)
+        self._take(wanted, tally)
+        self._partitions.record_starts(self._consumer.committed(keys))
+        starts = self._consumer.assign_more(wanted, self._partitions.resume_from())
+        committed = {tp: o for tp, o in starts.items() if o is not None}
+        self._committer.offsets.mark_committed(committed)
+        self._committer.announce(committed)
+        self._observer.on_start(self._consumer.assigned)
+        answer = {"partitions": wanted, "owned": self._owned(), "restored": tally.records,
+                  "from_standby": bool(tally.tables) and tally.from_standby == tally.tables,
+                  "fenced": fenced, "seconds": round(time.perf_counter() - started, 3)}
+        _log.info("kasper.promoted", processor=self.config.name, **answer)
+        return answer
+
+    def _check_promotable(self, partitions: tuple[int, ...]) -> None:
+        """``PromotionRefusedError`` for partitions the input topics lack or this loop owns."""
+        count = self._partition_count or 0
+        unknown = [p for p in partitions if p >= count]
+        if unknown:
+            raise PromotionRefusedError(404, f"partitions {unknown} do not exist: the input "
+                                   f"topics {list(self.config.input_topics)} have {count}")
+        owned = [p for p in partitions if p in self._owned()]
+        if owned:
+            raise PromotionRefusedError(409, f"processor {self.config.name!r} already owns "
+                                   f"partitions {owned} here (it owns {self._owned()})")
+
+    def _owned(self) -> list[int]:
+        return sorted({p for _, p in self._consumer.assigned})
 
 
 class GroupAssignment(Assignment):
@@ -145,8 +203,7 @@ class GroupAssignment(Assignment):
                  committer: OffsetCommitter, prefetcher: Prefetcher,
                  observer: LoopObserver, standbys: Standbys | None = None) -> None:
         super().__init__(config, clients, partitions=partitions, committer=committer,
-                         prefetcher=prefetcher, observer=observer)
-        self._standbys = standbys or NoStandbys()
+                         prefetcher=prefetcher, observer=observer, standbys=standbys)
         self._poll_budget_ms = float(config.to_consumer_conf().get("max.poll.interval.ms",
                                                                    300_000))
         self._next_group_check = 0.0
@@ -191,8 +248,7 @@ class GroupAssignment(Assignment):
         their processing stands. Returns the starts of ``keys`` lower than their
         committed offsets."""
         started = time.perf_counter()
-        self._standbys.promote(partitions)
-        self._partitions.open(partitions)
+        self._take(partitions)
         ready = [tp for tp in self._consumer.keys(partitions) if tp in held]
         self._running.update(ready)
         committed = self._consumer.committed(ready)
@@ -304,11 +360,14 @@ class GroupAssignment(Assignment):
 
 def assignment_for(config: Config, clients: KafkaClients, *, partitions: Partitions,
                    committer: OffsetCommitter, prefetcher: Prefetcher,
-                   observer: LoopObserver, standbys: Standbys | None = None) -> Assignment:
+                   observer: LoopObserver, standbys: Standbys | None = None,
+                   promotions: Promotions | None = None) -> Assignment:
     """The assignment ``config.assignment`` asks for; a group member promotes the
-    partitions it keeps warm in ``standbys`` as they arrive."""
+    partitions it keeps warm in ``standbys`` as they arrive, a static loop those that
+    ``promotions`` (the admin endpoint's requests) ask for."""
     if config.group_mode:
         return GroupAssignment(config, clients, partitions=partitions, committer=committer,
                                prefetcher=prefetcher, observer=observer, standbys=standbys)
     return StaticAssignment(config, clients, partitions=partitions, committer=committer,
-                            prefetcher=prefetcher, observer=observer)
+                            prefetcher=prefetcher, observer=observer, standbys=standbys,
+                            promotions=promotions)

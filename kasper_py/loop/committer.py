@@ -16,6 +16,7 @@ from typing import Literal
 
 import structlog
 
+from kasper_py._support.partition_sets import partition_label
 from kasper_py.config import Config
 from kasper_py.exceptions import AlreadyRunningError, FencedError, KasperError
 from kasper_py.kafka.offsets import HEARTBEAT_SECONDS, CommitNote, OffsetTracker, running_elsewhere
@@ -109,6 +110,14 @@ class OffsetCommitter:
 
     def _fences(self, _other: CommitNote) -> bool:
         return False
+
+    def take_over(self, keys: list[TopicPartitionKey], previous: str | None) -> list[str]:
+        """A standby promoted in place takes ``keys`` over from the loop that ran them
+        (``previous``: its partition set). At-least-once nothing can fence that loop: the
+        operator must have stopped it (as with ``--force``). Returns the ids fenced."""
+        _log.info("kasper.taking_over", processor=self.config.name,
+                  previous=previous, partitions=sorted({p for _, p in keys}))
+        return []
 
     def announce(self, committed: Offsets) -> None:
         """Say at once that these partitions are taken: re-commit the ``committed``
@@ -230,6 +239,26 @@ class TransactionCommitter(OffsetCommitter):
 
     def _fences(self, other: CommitNote) -> bool:
         return other.partitions == self.config.partition_set
+
+    def take_over(self, keys: list[TopicPartitionKey], previous: str | None) -> list[str]:
+        """Fence the loop that ran ``keys`` before their changelogs and offsets are read:
+        its transactional id (``<name>@<its partition set>``: the set of ``keys`` alone,
+        ``previous`` when given, and the sets their last commit notes name) is taken over
+        once, so its open transaction is aborted and, alive, it can commit nothing more.
+        Returns the ids fenced."""
+        sets = {partition_label(p for _, p in keys), *([previous] if previous else [])}
+        for text in self._consumer.notes(keys).values():
+            note = CommitNote.decode(text)
+            if note is not None and not note.is_mine() and note.partitions and \
+                    not note.by_stream:
+                sets.add(note.partitions)
+        fenced = sorted(f"{self.config.name}@{label}" for label in sets
+                        if label != self.config.partition_set)
+        for transactional_id in fenced:
+            self._producer.fence(transactional_id)
+        _log.info("kasper.taking_over", processor=self.config.name, fenced=fenced,
+                  partitions=sorted({p for _, p in keys}))
+        return fenced
 
     def _recommit(self, offsets: Offsets, state: Literal["running", "stopped"], *,
                   fail: bool = False) -> bool:

@@ -13,12 +13,26 @@ from kasper_py.config import Config
 from kasper_py.kafka.offsets import start_offset
 from kasper_py.kafka.ports import KafkaClients
 from kasper_py.message import TopicPartitionKey
-from kasper_py.observability.observe import StoreObserver
+from kasper_py.observability.observe import NoopStoreObserver, StoreObserver, StoreObservers
 from kasper_py.processor import ProcessorFactory
 from kasper_py.stores.base import StoreRuntime, StoreSpec
 from kasper_py.turn import TurnEngine
 
-__all__ = ["Partitions"]
+__all__ = ["Partitions", "RestoreTally"]
+
+
+class RestoreTally(NoopStoreObserver):
+    """Counts what the restores of one open read: records, and whether every table
+    started from a standby's warm copy."""
+
+    def __init__(self) -> None:
+        self.records, self.tables, self.from_standby = 0, 0, 0
+
+    def on_restore_done(self, store: str, partition: int, records: int, seconds: float,
+                        from_standby: bool) -> None:
+        self.records += records
+        self.tables += 1
+        self.from_standby += from_standby
 
 
 class Partitions:
@@ -33,13 +47,15 @@ class Partitions:
         self._engine, self._factory, self._stores = engine, factory, list(stores)
         self._store_observer = store_observer
 
-    def open(self, partitions: Sequence[int]) -> None:
+    def open(self, partitions: Sequence[int], tally: RestoreTally | None = None) -> None:
         """Open each of ``partitions`` not open yet: restore its stores, build its
-        processor."""
+        processor. ``tally`` also hears the restores (what a promotion reports)."""
         for partition in partitions:
             if partition not in self._engine.partitions:
+                observer = self._store_observer()
                 runtime = StoreRuntime(self.config, partition, self._producer,
-                                       self._store_observer())
+                                       observer if tally is None
+                                       else StoreObservers(observer, tally))
                 self._engine.open_partition(partition, self._factory, self._stores, runtime)
 
     def is_open(self, partition: int) -> bool:

@@ -5,7 +5,8 @@
   in is served, or not, by whoever made it: ``metrics.observer_for``);
 - queries (the tables and views) on ``Config.query_port``, loopback unless chosen: apart
   from the metrics on purpose, since metrics are public by convention and the
-  application's state is not.
+  application's state is not;
+- admin (``POST /standby/promote``) on ``Config.admin_port``, loopback only.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 import structlog
 
 from kasper_py.config import Config
+from kasper_py.loop.promotion import PROMOTE_PATH, Promotions
 from kasper_py.loop.standby_placement import WarmEndpoints
 from kasper_py.message import TopicPartitionKey
 from kasper_py.observability.http import HttpServer
@@ -50,6 +52,8 @@ class LoopServers:
         """Serves the tables and views, once ``serve_tables`` started it."""
         self.metrics: HttpServer | None = None
         """Serves the metrics of the observer the loop built, if it did."""
+        self.admin: HttpServer | None = None
+        """Serves the admin endpoint, once ``serve_admin`` started it."""
         self._closes: list[Step] = []
         """Closes what the loop built: its metrics server, its observer."""
         self.observer = observer or self._own_observer()
@@ -123,6 +127,25 @@ class LoopServers:
             return WarmEndpoints(self.config)
         return lambda _partition: ()
 
+    def serve_admin(self, promotions: Promotions) -> None:
+        """The admin endpoint (``POST /standby/promote``) on 127.0.0.1's
+        ``config.admin_port``, when it is set: loopback only, whatever the other servers
+        bind, since it changes what this process owns (an operator or a supervisor on
+        the host asks it: ``kasper standby promote``)."""
+        if self.config.admin_port is None:
+            return
+        server = HttpServer("127.0.0.1", self.config.admin_port, name="admin",
+                            paths=[PROMOTE_PATH])
+        server.mount(promotions.app(), post=True)
+        self.admin = server
+        _log.info("kasper.admin_serving", processor=self.config.name, host=server.host,
+                  port=server.port)
+
+    @property
+    def admin_address(self) -> tuple[str, int] | None:
+        """(host, port) of the admin endpoint, if served (the bound port for port 0)."""
+        return None if self.admin is None else (self.admin.host, self.admin.port)
+
     @property
     def metrics_address(self) -> tuple[str, int] | None:
         """(host, port) of the metrics server, the bound port when ``Config.metrics_port``
@@ -135,8 +158,10 @@ class LoopServers:
         return self.queries.endpoint if self.queries is not None else None
 
     def closing_queries(self) -> list[Step]:
-        """Stops answering queries: first at shutdown, before the stores close."""
-        return [self.queries.close] if self.queries is not None else []
+        """Stops answering queries and admin requests: first at shutdown, before the
+        stores close."""
+        servers = (self.admin, self.queries)
+        return [server.close for server in servers if server is not None]
 
     def closing_metrics(self) -> list[Step]:
         """Stops the metrics server and the observer the loop built: last at shutdown,

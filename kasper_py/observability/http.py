@@ -203,8 +203,9 @@ class _Server(ThreadingHTTPServer):
 
 
 class _AppHandler(QuietHandler):
-    """GET: the guard, then the mounted apps in order, else a JSON 404. Every other
-    method: 405 with ``Allow: GET`` (after the guard, so it tells a stranger nothing)."""
+    """GET: the guard, then the mounted apps in order, else a JSON 404. POST: the guard,
+    then the apps mounted for POST. Any other method, or a POST none answers: 405 with
+    ``Allow: GET`` (after the guard, so it tells a stranger nothing)."""
 
     server: _Server
 
@@ -216,15 +217,27 @@ class _AppHandler(QuietHandler):
     def do_GET(self) -> None:
         owner = self.server.owner
         request = request_of(self.command, self.path, dict(self.headers.items()))
-        refused = owner.guard(request) if owner.guard is not None else None
-        if refused is not None:
-            return self._reply(refused)
-        for app in list(owner.apps):
-            response = app(request)
+        if not self._answer(request, owner.apps):
+            self._reply(error_response(404, f"nothing at {request.path}; try "
+                                       f"{', '.join(owner.paths())}"))
+
+    def do_POST(self) -> None:
+        request = request_of(self.command, self.path, dict(self.headers.items()))
+        if not self._answer(request, self.server.owner.post_apps):
+            self._not_allowed()
+
+    def _answer(self, request: Request, apps: Sequence[Handler]) -> bool:
+        """The guard's refusal, else the first of ``apps`` to answer; False when none
+        did (nothing sent)."""
+        owner = self.server.owner
+        response = owner.guard(request) if owner.guard is not None else None
+        for app in list(apps):  # each asked only while none has answered
             if response is not None:
-                return self._reply(response)
-        return self._reply(error_response(404, f"nothing at {request.path}; try "
-                                          f"{', '.join(owner.paths())}"))
+                break
+            response = app(request)
+        if response is not None:
+            self._reply(response)
+        return response is not None
 
     def _not_allowed(self) -> None:
         owner = self.server.owner
@@ -234,7 +247,7 @@ class _AppHandler(QuietHandler):
             405, f"{self.command} is not allowed: this endpoint answers GET only",
             headers={"Allow": "GET"}))
 
-    do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = do_OPTIONS = _not_allowed  # noqa: N815
+    do_PUT = do_DELETE = do_PATCH = do_HEAD = do_OPTIONS = _not_allowed  # noqa: N815
 
 
 _SHUTDOWN_POLL = 0.05
@@ -254,6 +267,8 @@ class HttpServer:
                  tls: ssl.SSLContext | None = None) -> None:
         self.name = name
         self.apps: list[Handler] = list(apps)
+        self.post_apps: list[Handler] = []
+        """Those answering POST (``mount(post=True)``)."""
         self.guard = guard
         self._paths = list(paths)
         self.scheme = "https" if tls is not None else "http"
@@ -266,9 +281,10 @@ class HttpServer:
                                         daemon=True)
         self._thread.start()
 
-    def mount(self, app: Handler, paths: Sequence[str] = ()) -> None:
-        """Answer the paths ``app`` knows (it returns ``None`` for the others)."""
-        self.apps.append(app)
+    def mount(self, app: Handler, paths: Sequence[str] = (), *, post: bool = False) -> None:
+        """Answer the paths ``app`` knows (it returns ``None`` for the others): GET, or
+        with ``post`` POST (an admin action; any other POST is answered 405)."""
+        (self.post_apps if post else self.apps).append(app)
         self._paths += [p for p in paths if p not in self._paths]
 
     def unmount(self, app: Handler) -> None:

@@ -260,6 +260,13 @@ class LocalDB:
         else:
             self._meta_db[_INDEXED_KEY] = b"1"
 
+    def flush(self) -> None:
+        """Write every column family's memtable to files (RocksDB ``Flush``), so that a
+        ``close`` soon after has little left to write."""
+        for family in (self._db, self._meta_db, self._expiry_db, self._order_db):
+            if family is not None:
+                family.flush()
+
     def close(self) -> None:
         """Flush and close; the folder's LOCK is released once no handle is left."""
         with self._closing:

@@ -71,6 +71,8 @@ class _Copy:
     """When each partition was last level with its changelog's end (monotonic)."""
     warm: dict[int, _WarmTable] = field(default_factory=dict)
     """What queries read, per partition."""
+    unflushed: set[int] = field(default_factory=set)
+    """Partitions with records applied since their memtables were last flushed."""
 
 
 class StandbyReplicas:
@@ -213,6 +215,8 @@ class StandbyReplicas:
                         reported = time.monotonic()
                         for copy in self._copies:
                             self._report_lag(copy)
+                    if not applied:
+                        self._flush_idle()
                 if not applied:
                     self._stopping.wait(_IDLE_WAIT)
         except KasperError as exc:
@@ -228,10 +232,23 @@ class StandbyReplicas:
             with self._lock:
                 self._change(wanted)
 
+    def _flush_idle(self) -> None:
+        """Level with the changelogs: flush the copies written since their last flush, here
+        on the standby's thread, so that a promotion's close of the folder (which flushes
+        what is left: 0.27 s for 1M keys' memtable) costs next to nothing."""
+        for copy in self._copies:
+            for partition in copy.unflushed & set(copy.dbs):
+                copy.dbs[partition].flush()
+            copy.unflushed.clear()
+
     def _tail(self, copy: _Copy) -> int:
         """Apply what arrived; record each partition's position (past commit markers)."""
-        applied = copy.reader.read_chunk(lambda p, records: copy.dbs[p].apply_records(
-            p, records))
+
+        def apply(partition: int, records: list[Any]) -> None:
+            copy.dbs[partition].apply_records(partition, records)
+            copy.unflushed.add(partition)
+
+        applied = copy.reader.read_chunk(apply)
         for partition, position in copy.reader.positions.items():
             db = copy.dbs[partition]
             if (db.changelog_offset(partition) or 0) < position:

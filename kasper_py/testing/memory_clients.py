@@ -141,6 +141,16 @@ class _Consumer:
         self.assigned = keys
         return committed
 
+    def assign_more(self, partitions: Sequence[int],
+                    below: Mapping[TopicPartitionKey, int] | None = None
+                    ) -> dict[TopicPartitionKey, int | None]:
+        """Also start ``partitions`` as ``assign`` does; the others keep their positions."""
+        keys = [tp for tp in self.keys(partitions) if tp not in self.assigned]
+        committed = lowered(self.committed(keys), below or {})
+        self._start_at(committed)
+        self.assigned = [*self.assigned, *keys]
+        return committed
+
     def _start_at(self, starts: Mapping[TopicPartitionKey, int | None]) -> None:
         """Read each key of ``starts`` from its offset (``None``: where nothing committed
         points)."""
@@ -312,6 +322,12 @@ class _Producer:
         self._queue.clear()
         self._transaction = None
         self._owner = self._broker._take_over(self._transactional_id)
+
+    def fence(self, transactional_id: str) -> None:
+        """Take ``transactional_id`` over once, as another process's ``init_transactions``
+        does: its producer is fenced and its open transaction can never commit."""
+        self._process.check_alive()
+        self._broker._take_over(transactional_id)
 
     def begin(self) -> None:
         """Open a transaction."""

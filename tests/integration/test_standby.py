@@ -213,18 +213,26 @@ def test_processes_place_each_workers_partitions_warm_in_the_next(
         bootstrap, new_topic, kafka, unique_name, tmp_path) -> None:
     """``kasper run --processes 2 --num-standby-replicas 1`` on 4 partitions: worker 0
     owns 0-1 and keeps 2-3 warm, worker 1 the reverse; each warm copy reaches the
-    changelog's end."""
+    changelog's end. Each worker serves its own admin endpoint (A, A+1), which refuses
+    to promote a partition the worker owns."""
     topic, name = new_topic("standby-workers", partitions=4), unique_name("standby-workers")
     for partition in range(4):
         kafka.produce(topic, keyed(f"p{partition}-", 50), partition=partition)
-    port = free_port(3)  # the supervisor P, its workers P+1 and P+2
+    port, admin = free_port(3), free_port(2)  # the supervisor P, its workers P+1 and P+2
     supervisor = run(name, topic, bootstrap, tmp_path / "state", tmp_path / "run.log",
                      "--processes", "2", "--num-standby-replicas", "1",
-                     "--metrics-port", str(port))
+                     "--metrics-port", str(port), "--admin-port", str(admin))
     try:
         wait_for(lambda: kafka.committed(name, topic, 4) == dict.fromkeys(range(4), 50),
                  "every key", 60)
         wait_for(lambda: level(port + 1, name, bootstrap, [2, 3]), "worker 0's copies", 30)
         wait_for(lambda: level(port + 2, name, bootstrap, [0, 1]), "worker 1's copies", 30)
+        for worker, owned in ((0, "1"), (1, "3")):
+            refused = subprocess.run(
+                [*kasper_command(), "standby", "promote", "--endpoint",
+                 f"http://127.0.0.1:{admin + worker}", "--partitions", owned],
+                capture_output=True, text=True, timeout=60, check=False)
+            assert refused.returncode == 5
+            assert f"already owns partitions [{owned}]" in refused.stderr
     finally:
         stop(supervisor)
