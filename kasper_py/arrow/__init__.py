@@ -10,9 +10,9 @@ import json
 import operator
 import re
 from abc import abstractmethod
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from itertools import repeat
-from typing import TYPE_CHECKING, Any, overload
+from typing import TYPE_CHECKING, Any, ClassVar, overload
 
 from kasper_py.message import Message
 from kasper_py.processor import MessageProcessor
@@ -21,8 +21,8 @@ from kasper_py.serdes import JSON
 if TYPE_CHECKING:
     from kasper_py.sender import Sender
 
-__all__ = ["ArrowMessageProcessor", "TableBatch", "arrow_table", "import_pyarrow", "json_values",
-           "send_table", "to_arrow"]
+__all__ = ["META_COLUMNS", "ArrowMessageProcessor", "TableBatch", "arrow_table", "import_pyarrow",
+           "json_values", "message_columns_of", "send_table", "to_arrow"]
 
 META_COLUMNS = ("topic", "partition", "offset", "timestamp", "key")
 """The columns every table has, before the value's."""
@@ -40,39 +40,54 @@ def import_pyarrow() -> Any:
     return pa
 
 
-def to_arrow(messages: Sequence[Message]) -> Any:
+def to_arrow(messages: Sequence[Message], *,
+             message_columns: Collection[str] = META_COLUMNS) -> Any:
     """The batch as an Arrow table: ``topic``, ``partition``, ``offset``, ``timestamp``
     (ms or null), ``key``, then the values. Values decoded to objects (``json``, Avro)
     give one column per field (a field missing from a record is null); undecoded JSON
     bytes (``value_serde="bytes"``) are parsed by Arrow's own JSON reader into the same
     columns, much faster than Python; any other value is one ``value`` column. A
-    ``TableBatch`` (the Spark task's records, kept columnar) gives its own table."""
+    ``TableBatch`` (the Spark task's records, kept columnar) gives its own table.
+    ``message_columns`` names the message's columns to build (in ``META_COLUMNS``'
+    order whatever the order given): fewer, or none, cost less; the value's columns keep
+    their names (``value.<name>`` for a field named like a message column) either way."""
+    wanted = message_columns_of(message_columns)
     if isinstance(messages, TableBatch):
-        return messages.table()
+        return messages.table(wanted)
     if not messages:
-        return import_pyarrow().table({name: [] for name in META_COLUMNS})
+        return import_pyarrow().table({name: [] for name in wanted})
     # one C-level pass per column (map over an itemgetter), none per message in Python
-    return arrow_table({name: list(map(field, messages)) for name, field in _FIELDS.items()})
+    return arrow_table({name: list(map(_FIELDS[name], messages))
+                        for name in (*wanted, "value")}, wanted)
 
 
-def arrow_table(columns: Mapping[str, Any]) -> Any:
-    """The table ``to_arrow`` makes, from a batch's columns (``META_COLUMNS`` and
-    ``value``, lists, non-empty, of equal lengths; ``value`` may be its columns already,
-    a table from ``json_values``): the one place both runners build it, the loop from its
-    messages and the Spark task from its Arrow records."""
+def message_columns_of(names: Collection[str]) -> tuple[str, ...]:
+    """``names``, message columns, in ``META_COLUMNS``' order; a ``ValueError`` naming
+    any other name (a ``str`` is refused whole: its letters are not column names)."""
+    unknown = [names] if isinstance(names, str) else sorted(set(names) - set(META_COLUMNS))
+    if unknown:
+        raise ValueError(f"message_columns: {', '.join(map(repr, unknown))} is not a message "
+                         f"column (one of {', '.join(META_COLUMNS)})")
+    return tuple(name for name in META_COLUMNS if name in names)
+
+
+def arrow_table(columns: Mapping[str, Any],
+                message_columns: Collection[str] = META_COLUMNS) -> Any:
+    """The table ``to_arrow`` makes, from a batch's columns (those of ``message_columns``
+    and ``value``, lists, non-empty, of equal lengths; ``value`` may be its columns
+    already, a table from ``json_values``): the one place both runners build it, the loop
+    from its messages and the Spark task from its Arrow records."""
     pa = import_pyarrow()
-    table = pa.table({"topic": _constant_or(pa, columns["topic"], pa.string()),
-                      "partition": _constant_or(pa, columns["partition"], pa.int64()),
-                      "offset": pa.array(columns["offset"], pa.int64()),
-                      "timestamp": pa.array(columns["timestamp"], pa.int64()),
-                      "key": columns["key"]})
     values = columns["value"]
     if isinstance(values, list):
         values = _values(pa, values)
-    for name in values.column_names:
-        column = name if name not in META_COLUMNS else f"value.{name}"
-        table = table.append_column(column, values.column(name))
-    return table
+    names = [name if name not in META_COLUMNS else f"value.{name}"
+             for name in values.column_names]
+    wanted = message_columns_of(message_columns)
+    if not wanted:
+        return values if names == values.column_names else values.rename_columns(names)
+    arrays = [_META_ARRAYS[name](pa, columns[name]) for name in wanted]
+    return pa.Table.from_arrays([*arrays, *values.columns], names=[*wanted, *names])
 
 
 class TableBatch(Sequence[Message]):
@@ -87,9 +102,9 @@ class TableBatch(Sequence[Message]):
         self._build = messages
         self._built: list[Message] | None = None
 
-    def table(self) -> Any:
+    def table(self, message_columns: Collection[str] = META_COLUMNS) -> Any:
         """The batch as ``to_arrow`` gives it (built again on each call)."""
-        return arrow_table(self._columns)
+        return arrow_table(self._columns, message_columns)
 
     def newest_timestamp(self) -> int | None:
         """The newest Kafka timestamp of the batch (``None`` when none has one)."""
@@ -132,6 +147,23 @@ def _constant_or(pa: Any, column: list[Any], kind: Any) -> Any:
     if column.count(column[0]) == len(column):
         return pa.repeat(pa.scalar(column[0], kind), len(column))
     return pa.array(column, kind)
+
+
+def _keys(pa: Any, column: list[Any]) -> Any:
+    """The keys as an array: a null array when no message has one, counted in C."""
+    if column.count(None) == len(column):
+        return pa.nulls(len(column))
+    return pa.array(column)
+
+
+_META_ARRAYS: dict[str, Callable[[Any, list[Any]], Any]] = {
+    "topic": lambda pa, column: _constant_or(pa, column, pa.string()),
+    "partition": lambda pa, column: _constant_or(pa, column, pa.int64()),
+    "offset": lambda pa, column: pa.array(column, pa.int64()),
+    "timestamp": lambda pa, column: pa.array(column, pa.int64()),
+    "key": _keys,
+}
+"""How each message column becomes an array, by name."""
 
 
 def _values(pa: Any, values: list[Any]) -> Any:
@@ -272,8 +304,17 @@ class ArrowMessageProcessor(MessageProcessor):
     around it is the loop's own (and the Spark task's, whose records already come as
     Arrow batches), so its guarantees are every processor's."""
 
+    message_columns: ClassVar[Collection[str]] = META_COLUMNS
+    """The message's columns the table has (``to_arrow``'s ``message_columns``): all by
+    default; a processor that reads only the values' columns names none (``()``), and
+    its batches skip building them."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        message_columns_of(cls.message_columns)  # a misspelt name fails where it is declared
+
     def process(self, messages: list[Message], sender: Sender) -> None:
-        self.process_table(to_arrow(messages), sender)
+        self.process_table(to_arrow(messages, message_columns=self.message_columns), sender)
 
     @abstractmethod
     def process_table(self, table: Any, sender: Sender) -> None:
