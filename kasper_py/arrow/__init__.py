@@ -73,9 +73,10 @@ def message_columns_of(names: Collection[str]) -> tuple[str, ...]:
 def arrow_table(columns: Mapping[str, Any],
                 message_columns: Collection[str] = META_COLUMNS) -> Any:
     """The table ``to_arrow`` makes, from a batch's columns (those of ``message_columns``
-    and ``value``, lists, non-empty, of equal lengths; ``value`` may be its columns
-    already, a table from ``json_values``): the one place both runners build it, the loop
-    from its messages and the Spark task from its Arrow records."""
+    and ``value``, non-empty, of equal lengths: lists, or Arrow arrays of the records
+    already; ``value`` may be its columns already, a table from ``json_values``): the one
+    place both runners build it, the loop from its messages and the Spark task from its
+    Arrow records."""
     pa = import_pyarrow()
     values = columns["value"]
     if isinstance(values, list):
@@ -95,8 +96,7 @@ class TableBatch(Sequence[Message]):
     processor that iterates, a timestamp extractor, a replay skipped in part) it builds
     its messages once, from ``messages``."""
 
-    def __init__(self, columns: dict[str, list[Any]],
-                 messages: Callable[[], list[Message]]) -> None:
+    def __init__(self, columns: dict[str, Any], messages: Callable[[], list[Message]]) -> None:
         self._columns = columns
         self._build = messages
         self._built: list[Message] | None = None
@@ -108,6 +108,9 @@ class TableBatch(Sequence[Message]):
     def newest_timestamp(self) -> int | None:
         """The newest Kafka timestamp of the batch (``None`` when none has one)."""
         stamps = self._columns["timestamp"]
+        if not isinstance(stamps, list):  # an Arrow column: its max skips the nulls
+            newest: int | None = importlib.import_module("pyarrow.compute").max(stamps).as_py()
+            return newest
         try:
             return max(stamps, default=None)
         except TypeError:  # some records have no timestamp
@@ -140,26 +143,35 @@ _FIELDS = {name: operator.itemgetter(index) for index, name in enumerate(
 """A ``Message``'s fields that ``arrow_table`` takes, by column name."""
 
 
-def _constant_or(pa: Any, column: list[Any], kind: Any) -> Any:
+def _constant_or(pa: Any, column: Any, kind: Any) -> Any:
     """``column`` as an array: one repeated scalar when every row holds the first's
-    value (a partition's batch of one topic), counted in C."""
+    value (a partition's batch of one topic), counted in C; an Arrow column is cast."""
+    if not isinstance(column, list):
+        return column.cast(kind)
     if column.count(column[0]) == len(column):
         return pa.repeat(pa.scalar(column[0], kind), len(column))
     return pa.array(column, kind)
 
 
-def _keys(pa: Any, column: list[Any]) -> Any:
-    """The keys as an array: a null array when no message has one, counted in C."""
-    if column.count(None) == len(column):
+def _integers(pa: Any, column: Any) -> Any:
+    """``column`` as an int64 array (a list converted, an Arrow column cast)."""
+    return pa.array(column, pa.int64()) if isinstance(column, list) else column.cast(pa.int64())
+
+
+def _keys(pa: Any, column: Any) -> Any:
+    """The keys as an array (its type inferred from a list's keys): a null array when no
+    message has one, counted in C."""
+    absent = column.count(None) if isinstance(column, list) else column.null_count
+    if absent == len(column):
         return pa.nulls(len(column))
-    return pa.array(column)
+    return pa.array(column) if isinstance(column, list) else column
 
 
-_META_ARRAYS: dict[str, Callable[[Any, list[Any]], Any]] = {
+_META_ARRAYS: dict[str, Callable[[Any, Any], Any]] = {
     "topic": lambda pa, column: _constant_or(pa, column, pa.string()),
     "partition": lambda pa, column: _constant_or(pa, column, pa.int64()),
-    "offset": lambda pa, column: pa.array(column, pa.int64()),
-    "timestamp": lambda pa, column: pa.array(column, pa.int64()),
+    "offset": _integers,
+    "timestamp": _integers,
     "key": _keys,
 }
 """How each message column becomes an array, by name."""

@@ -1,6 +1,7 @@
 """``message_columns``: a table with fewer of the message's columns, or none (the value's
 columns named as always), the same choice on an ``ArrowMessageProcessor`` in the testing
-driver and in a Spark task, a name that is not a message column refused."""
+driver and in a Spark task, a name that is not a message column refused; the Spark task's
+message columns taken from its Arrow records as they are."""
 
 from __future__ import annotations
 
@@ -8,13 +9,13 @@ import json
 from typing import Any, ClassVar
 
 import pytest
-from test_reprocess_arrow_records import records, run
+from test_reprocess_arrow_records import Tables, records, run
 
 from kasper_py import Config, ProcessingError, Sender
 from kasper_py.testing import ProcessorDriver, make_message
 
 pa = pytest.importorskip("pyarrow")
-from kasper_py.arrow import ArrowMessageProcessor, send_table, to_arrow  # noqa: E402
+from kasper_py.arrow import ArrowMessageProcessor, TableBatch, send_table, to_arrow  # noqa: E402
 
 
 def events(values: list[Any], serialise: bool) -> list[Any]:
@@ -116,3 +117,21 @@ def test_a_spark_task_gives_the_same_columns() -> None:
     assert [table.to_pylist() for table in OffsetsOnly.tables] == [
         [{"offset": n, "user": f"u{n % 2}", "amount": 5 + n} for n in range(3)],
         [{"offset": 3, "user": "u1", "amount": 8}]]
+
+
+def test_a_spark_batch_without_keys_has_the_loops_null_key_column() -> None:
+    """Records with no key: the Spark task's table has the null column the loop's
+    ``to_arrow`` gives for messages without keys."""
+    run(Tables, [records([1, 2], keys=[None, None])])
+    keys = Tables.tables[0].column("key")
+    assert keys.type == pa.null() and keys.to_pylist() == [None, None]
+
+
+@pytest.mark.parametrize(("stamps", "newest"), [([5, None, 7], 7), ([None, None], None)])
+def test_the_newest_timestamp_of_arrow_and_list_columns(stamps: list[Any],
+                                                        newest: int | None) -> None:
+    """A batch's newest timestamp skips records without one, from a list (the loop's
+    columns) or an Arrow column (the Spark task's): ``None`` when none has one."""
+    for column in (stamps, pa.array(stamps, pa.int64())):
+        batch = TableBatch({"timestamp": column, "offset": [0] * len(stamps)}, list)
+        assert batch.newest_timestamp() == newest
