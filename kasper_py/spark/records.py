@@ -81,11 +81,12 @@ class TableReader:
         columns = self._columns(records)
         if columns is None:
             return self._messages.batch(records)
-        partition = columns["partition"][0]
+        partition = columns["partition"][0].as_py()
         offsets, stamps = columns["offset"], columns["timestamp"]
         ranges = {(topic, partition): offset_range(
-            (topic, partition), offsets[start], offsets[stop - 1], stop - start,
-            first_timestamp=stamps[start], last_timestamp=stamps[stop - 1])
+            (topic, partition), offsets[start].as_py(), offsets[stop - 1].as_py(),
+            stop - start, first_timestamp=stamps[start].as_py(),
+            last_timestamp=stamps[stop - 1].as_py())
             for topic, start, stop in spans}
         table = TableBatch(columns, lambda: self._messages.batch(records).by_partition[partition])
         # The turn hands this to process(), whose ArrowMessageProcessor reads it as a
@@ -106,9 +107,10 @@ class TableReader:
                                                                           strict=True)]
 
     def _columns(self, records: Any) -> dict[str, Any] | None:
-        """The columns ``arrow_table`` takes, as Python lists (no object per record), the
-        values as their columns with the ``json`` serde; ``None`` when a key is not UTF-8
-        text the ``str`` serde would decode, or the values need the serde's own decoding."""
+        """The columns ``arrow_table`` takes, the records' own Arrow arrays (no object per
+        record), the values as their columns with the ``json`` serde; ``None`` when a key
+        is not UTF-8 text the ``str`` serde would decode, or the values need the serde's
+        own decoding."""
         pa, compute = self._pa, self._compute
         keys = records.column("key")
         if self._text_keys:
@@ -124,10 +126,9 @@ class TableReader:
         # Spark's timestampType -1 is "no timestamp", which a Message holds as None
         stamps = compute.if_else(compute.less(records.column("timestampType"), 0),
                                  pa.scalar(None, pa.int64()), records.column("timestamp"))
-        return {"topic": records.column("topic").to_pylist(),
-                "partition": records.column("partition").to_pylist(),
-                "offset": records.column("offset").to_pylist(),
-                "timestamp": stamps.to_pylist(), "key": keys.to_pylist(), "value": values}
+        return {"topic": records.column("topic"), "partition": records.column("partition"),
+                "offset": records.column("offset"), "timestamp": stamps, "key": keys,
+                "value": values}
 
 
 def messages_of(records: Any) -> list[Message]:

@@ -18,7 +18,10 @@ from kasper_py.arrow import ArrowMessageProcessor, send_table
 
 
 class Doubler(ArrowMessageProcessor):
-    """Doubles the ``amount`` column; refuses a batch with a negative amount."""
+    """Doubles the ``amount`` column; refuses a batch with a negative amount. Its table
+    has the one message column it reads, ``offset``, beside the values'."""
+
+    message_columns = ("offset",)
 
     def process_table(self, table: Any, sender: Sender) -> None:
         if pc.any(pc.less(table.column("amount"), 0)).as_py():
