@@ -37,6 +37,10 @@ class Routes(Protocol):
                    headers: tuple[tuple[str, bytes | None], ...]) -> None:
         """Hand one message to channel ``name``'s readers, in this turn."""
 
+    def repartition_partitions(self, name: str) -> int | None:
+        """The partition count of repartition ``name``'s topic, once the runner knows
+        it (``None`` before)."""
+
 
 class Sender:
     """Buffers output messages, encoding keys and values with the configured serdes."""
@@ -200,6 +204,21 @@ class Sender:
         if any(map(is_, map(_KEY, records), repeat(None))):
             raise _no_key(name)
         self.send_many(self._routes.repartition_topic(name), records)
+
+    def repartition_packed(self, name: str, records: Sequence[SendRecord],
+                           pack: Callable[[list[OutgoingRecord], int], list[OutgoingRecord]]
+                           ) -> None:
+        """``repartition_many``, the records then handed, encoded, to ``pack`` with the
+        repartition's partition count, and what it returns buffered in their place (the
+        streams DSL's packed records). As ``repartition_many`` when the count is not
+        known yet."""
+        if self._routes is None:
+            raise _outside_app(name)
+        partitions = self._routes.repartition_partitions(name)
+        start = len(self._buffer)
+        self.repartition_many(name, records)
+        if partitions is not None and len(self._buffer) > start:
+            self._buffer[start:] = pack(self._buffer[start:], partitions)
 
     def channel(self, name: str, value: Any, key: Any = None, *,
                 headers: HeaderInput | None = None, timestamp: int | None = None) -> None:

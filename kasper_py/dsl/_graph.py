@@ -14,6 +14,7 @@ from kasper_py.app import App, Operator, Repartition
 from kasper_py.dsl._chain import Chain
 from kasper_py.dsl._nodes import FromRepartition, Graph, Node, Source, Stage
 from kasper_py.dsl._ops import CachedTable, OneByOne, Op, Rec, StageContext, TableOp
+from kasper_py.dsl.packed import Expander, Packer
 from kasper_py.exceptions import TopicError
 from kasper_py.message import Message
 from kasper_py.processor import MessageProcessor, ProcessorContext
@@ -142,9 +143,16 @@ class StageProcessor(MessageProcessor):
     (runs of one topic at a time), so a join sees the table as of each record."""
 
     def __init__(self, context: ProcessorContext, sources: dict[Source, list[Node]],
-                 topic_of: Callable[[str, Source], str]) -> None:
+                 topic_of: Callable[[str, Source], str], *, pack: bool = True) -> None:
         super().__init__(context)
-        self._shared = StageContext(context)
+        config = context.config
+        # packed records carry the times records had, so a stage that reads event time
+        # from its records' values (a timestamp extractor) gets plain ones
+        packer = Packer() if pack and config.timestamp_extractor is None else None
+        self._shared = StageContext(context, packer)
+        self._expander = Expander(
+            frozenset(topic_of(config.name, s) for s in sources if isinstance(s, FromRepartition)),
+            config.key_decoder, config.value_decoder)
         build = Build(context, self._shared)
         self._sources = {topic_of(context.config.name, source): _fork(build, nodes)
                          for source, nodes in sources.items()}
@@ -159,7 +167,7 @@ class StageProcessor(MessageProcessor):
         """Push the batch through the stage; then the tables emit what they held."""
         self._shared.sender = sender
         self._shared.start()
-        self._push_batch(messages)
+        self._push_batch(self._expander.expand(messages))
         self._shared.end()
 
     def _push_batch(self, messages: list[Message]) -> None:
@@ -222,12 +230,13 @@ def _kafka_time(message: Message) -> int | None:
     return message.timestamp
 
 
-def stage_factory(sources: dict[Source, list[Node]], topic_of: Callable[[str, Source], str]
-                  ) -> Callable[[ProcessorContext], StageProcessor]:
-    """A ``ProcessorFactory`` of the stage reading ``sources``."""
+def stage_factory(sources: dict[Source, list[Node]], topic_of: Callable[[str, Source], str],
+                  *, pack: bool = True) -> Callable[[ProcessorContext], StageProcessor]:
+    """A ``ProcessorFactory`` of the stage reading ``sources`` (``pack``: what it sends
+    to repartitions goes packed, ``_packed``)."""
 
     def factory(context: ProcessorContext) -> StageProcessor:
-        return StageProcessor(context, sources, topic_of)
+        return StageProcessor(context, sources, topic_of, pack=pack)
 
     return factory
 
@@ -244,7 +253,8 @@ def build_app(app_name: str, graph: Graph) -> App:
     for stage in graph.stages:
         outputs: list[str | Repartition] = [*dict.fromkeys(stage.topics_out),
                    *(declared[n] for n in dict.fromkeys(stage.repartitions_out))]
-        app.processor(stage.name, stage_factory(stage.sources, _topic_of(app)),
+        app.processor(stage.name, stage_factory(stage.sources, _topic_of(app),
+                                                pack=graph.pack_repartitions),
                       inputs=[resolve(s) for s in stage.sources], outputs=outputs,
                       stores=stage.stores, operators=_operators(stage, resolve))
     return app
