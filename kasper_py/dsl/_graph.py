@@ -14,7 +14,7 @@ from kasper_py.app import App, Operator, Repartition
 from kasper_py.dsl._chain import Chain
 from kasper_py.dsl._nodes import FromRepartition, Graph, Node, Source, Stage
 from kasper_py.dsl._ops import CachedTable, OneByOne, Op, Rec, StageContext, TableOp
-from kasper_py.dsl.packed import Expander, Packer
+from kasper_py.dsl._packing import Expander, Packer
 from kasper_py.exceptions import TopicError
 from kasper_py.message import Message
 from kasper_py.processor import MessageProcessor, ProcessorContext
@@ -167,7 +167,7 @@ class StageProcessor(MessageProcessor):
         """Push the batch through the stage; then the tables emit what they held."""
         self._shared.sender = sender
         self._shared.start()
-        self._push_batch(self._expander.expand(messages))
+        self._push_batch(messages)
         self._shared.end()
 
     def _push_batch(self, messages: list[Message]) -> None:
@@ -179,13 +179,18 @@ class StageProcessor(MessageProcessor):
             # topic, so its ends name the one topic; anything else takes the checked path)
             # a chain reading the topic takes the messages as they are; another operator
             # (key, value, timestamp, headers), a slice of a Message: one C call
+            # a repartition's packed records go on as the records they hold
             topic = messages[0].topic
+            unpacked = self._expander.records(messages)
             chain = self._chains.get(topic)
-            if chain is not None:
-                chain.push_messages(messages)
+            if unpacked is not None:
+                self._push(topic, unpacked)
+            elif chain is not None:
+                chain.push_messages(self._expander.expand(messages))
             else:
-                self._push(topic, list(map(_RECORD_OF, messages)))
+                self._push(topic, list(map(_RECORD_OF, self._expander.expand(messages))))
             return
+        messages = self._expander.expand(messages)
         when = self._time
         runs: dict[str, list[Rec]] = {}
         for m in messages:
@@ -233,7 +238,7 @@ def _kafka_time(message: Message) -> int | None:
 def stage_factory(sources: dict[Source, list[Node]], topic_of: Callable[[str, Source], str],
                   *, pack: bool = True) -> Callable[[ProcessorContext], StageProcessor]:
     """A ``ProcessorFactory`` of the stage reading ``sources`` (``pack``: what it sends
-    to repartitions goes packed, ``_packed``)."""
+    to repartitions goes packed, ``_packing``)."""
 
     def factory(context: ProcessorContext) -> StageProcessor:
         return StageProcessor(context, sources, topic_of, pack=pack)

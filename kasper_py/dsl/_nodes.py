@@ -127,7 +127,7 @@ class Graph:
                  timestamps: Timestamps = "record", pack_repartitions: bool = True) -> None:
         self.owner, self.cache = owner, cache
         self.pack_repartitions = pack_repartitions
-        """Whether stages write their repartitions' records packed (``_packed``)."""
+        """Whether stages write their repartitions' records packed (``_packing``)."""
         self.keeps_times = timestamps == "latest"
         """Whether tables keep their times (``keep_times``), chosen once: the operators
         of either mode are made at build time (``times``, ``aggregate``, ``repartition``)."""

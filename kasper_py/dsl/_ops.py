@@ -14,7 +14,7 @@ import operator
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
-from kasper_py.dsl.packed import Packer
+from kasper_py.dsl._packing import Packer
 from kasper_py.message import Headers
 from kasper_py.processor import ProcessorContext
 from kasper_py.sender import Sender, SendRecord
