@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 from kasper_py.exceptions import SerdeError
 from kasper_py.message import OutgoingMessage, OutgoingRecord
-from kasper_py.serdes import BYTES, Serde, bound_to
+from kasper_py.serdes import BYTES, Serde, bound_to, column_encoder
 
 __all__ = ["Routes", "SendRecord", "Sender"]
 
@@ -231,11 +231,9 @@ class Sender:
         topic = self._routes.repartition_topic(name)
         if topic is not self._topic:
             self._switch_to(topic)
-        encode_key, encode_value = self._encode_key, self._encode_value
         try:
-            keys = [k if type(k) is bytes else encode_key(k) for k in keys]
-            values = [v if type(v) is bytes or v is None else encode_value(v)
-                      for v in map(_VALUE, records)]
+            keys = column_encoder(self._encode_key)(keys)
+            values = column_encoder(self._encode_value)(list(map(_VALUE, records)))
         except SerdeError as exc:
             raise self._refused(topic, exc) from exc
         try:

@@ -7,7 +7,7 @@ hop cheaper: producing, acking, consuming and committing cost per Kafka record.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from itertools import repeat
 from operator import itemgetter
 from typing import Any, TypeVar
@@ -17,7 +17,7 @@ from kasper_py.exceptions import SerdeError
 from kasper_py.kafka.partitioner import murmur2_partition
 from kasper_py.message import Headers, Message, OutgoingRecord
 from kasper_py.sender import Sender, SendRecord
-from kasper_py.serdes import bound_to
+from kasper_py.serdes import Column, bound_to, column_decoder
 
 __all__ = ["Expander", "Packer"]
 
@@ -26,7 +26,6 @@ _KEYS_CACHED = 100_000
 past this many the memory starts afresh."""
 _HEADERS = itemgetter(6)
 """A ``Message``'s headers."""
-Decode = Callable[[Any], Any]
 _T = TypeVar("_T")
 
 
@@ -111,7 +110,7 @@ class Expander:
 
     def __init__(self, topics: frozenset[str], key_serde: Any, value_serde: Any) -> None:
         self._topics, self._key_serde, self._value_serde = topics, key_serde, value_serde
-        self._decoders: dict[str, tuple[Decode, Decode]] = {}
+        self._decoders: dict[str, tuple[Column, Column]] = {}
 
     def expand(self, messages: list[Message]) -> list[Message]:
         """``messages`` with each packed one replaced by its records (the same list
@@ -151,9 +150,9 @@ class Expander:
         except ValueError as exc:
             raise SerdeError(f"cannot unpack the packed record {topic}[{partition}] offset "
                              f"{offset}: {exc}; the turn is not committed") from exc
-        decode_key, decode_value = self._decoders_of(topic)
+        decode_keys, decode_values = self._decoders_of(topic)
         try:
-            keys, values = list(map(decode_key, keys)), list(map(decode_value, values))
+            keys, values = decode_keys(keys), decode_values(values)
         except SerdeError as exc:
             raise SerdeError(f"cannot decode a record packed in {topic}[{partition}] offset "
                              f"{offset}: {exc}; the turn is not committed") from exc
@@ -161,9 +160,10 @@ class Expander:
             stamps = [stamp or message.timestamp for stamp in stamps]  # type: ignore[misc]
         return keys, values, stamps, headers
 
-    def _decoders_of(self, topic: str) -> tuple[Decode, Decode]:
+    def _decoders_of(self, topic: str) -> tuple[Column, Column]:
         found = self._decoders.get(topic)
         if found is None:
-            found = self._decoders[topic] = (bound_to(self._key_serde, topic).decode,
-                                             bound_to(self._value_serde, topic).decode)
+            found = self._decoders[topic] = (
+                column_decoder(bound_to(self._key_serde, topic)),
+                column_decoder(bound_to(self._value_serde, topic)))
         return found

@@ -75,11 +75,15 @@ def columns_frames(keys: Sequence[bytes | None], values: Sequence[bytes | None],
         return []
     packing = _Packing(keys, values, stamps, _sizes(keys), _sizes(values),
                        None if headers is None else [_headers(h) for h in headers])
-    if packing.size() <= cap:
+    size = packing.size()
+    if size <= cap:
         return [packing.frame()]
-    ends = packing.ends()
+    step = max(1, (cap - _HEAD.size) // packing.largest())  # records that surely fit
+    if len(keys) / step <= 2 * size / cap:  # about as few frames as can be: cut by count
+        return [packing.cut(start, start + step).frame() for start in range(0, len(keys), step)]
+    ends = packing.ends()  # sizes differ widely: the most records that fit, at least one
     found, start, before = [], 0, 0
-    while start < len(keys):  # the most records that fit, at least one
+    while start < len(keys):
         stop = max(bisect_right(ends, before + cap - _HEAD.size), start + 1)
         found.append(packing.cut(start, stop).frame())
         start, before = stop, ends[stop - 1]
@@ -105,6 +109,12 @@ class _Packing:
         if self.headers is not None:
             sizes = map(add, sizes, map(len, self.headers))
         return list(accumulate(map(add, sizes, repeat(_PER_RECORD))))
+
+    def largest(self) -> int:
+        """The bytes of the largest record, at most."""
+        key, value = max(self.key_sizes), max(self.value_sizes)  # -1: None
+        return (_PER_RECORD + max(key, 0) + max(value, 0)
+                + (0 if self.headers is None else max(map(len, self.headers))))
 
     def size(self) -> int:
         """The frame's bytes."""
