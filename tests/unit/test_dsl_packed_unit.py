@@ -14,6 +14,7 @@ from kasper_py.dsl import Builder
 from kasper_py.dsl.packed import FRAME_CAP, PACKED, frames, unpack, unpacked
 from kasper_py.exceptions import SerdeError
 from kasper_py.kafka.partitioner import murmur2_partition
+from kasper_py.kafka.sizing import SampledBytes
 from kasper_py.message import OutgoingMessage
 from kasper_py.testing import ProcessorDriver, make_message
 
@@ -176,3 +177,41 @@ def test_a_packed_value_the_serde_refuses_fails_the_turn_naming_it() -> None:
         driver.process([make_message(REPARTITION, None, None, offset=7, timestamp=1,
                                      headers=((PACKED, frame),))], encoded=True)
     assert driver.committed == {}
+
+
+def test_a_malformed_packed_record_goes_to_the_dead_letter_topic_when_asked() -> None:
+    """With ``on_process_error="dead_letter"`` the poison policy applies to a packed
+    record as to any bad input: it goes to the dead-letter topic with its original
+    header, the records beside it are counted, the batch is committed."""
+    driver = driver_of(word_count(), on_process_error="dead_letter",
+                       dead_letter_topic="dead")
+    bad = packed_message([("b", 1)], 1)
+    bad = bad._replace(headers=((PACKED, b"\x09" + bad.headers[0][1][1:]),))
+    driver.process([plain_message("a", 0), bad, plain_message("a", 2)], encoded=True)
+    assert decoded(sent_to(driver, "counts")) == [("a", 1, 500), ("a", 2, 502)]
+    (letter,) = sent_to(driver, "dead")
+    assert letter.headers is not None and letter.headers[0] == bad.headers[0]
+    assert driver.committed[(REPARTITION, 0)] == 3
+
+
+class _Read:
+    """A consumed record as the consumer hands it (the parts ``SampledBytes`` reads)."""
+
+    def __init__(self, frame: bytes) -> None:
+        self._headers = [(PACKED, frame)]
+
+    def key(self) -> None:
+        return None
+
+    def value(self) -> None:
+        return None
+
+    def headers(self) -> list[tuple[str, bytes | None]]:
+        return self._headers
+
+
+def test_the_batch_byte_limit_weighs_a_packed_record_by_its_frame() -> None:
+    """A packed record's key and value are empty, its records in its header: the loop's
+    byte limit (``Config.batch_bytes``) weighs the frame."""
+    (frame,) = frames([(b"k%d" % n, b"v" * 100, n, None) for n in range(100)])
+    assert SampledBytes()([_Read(frame)] * 16) == 16 * len(frame)
