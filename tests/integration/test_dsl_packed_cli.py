@@ -27,7 +27,7 @@ from kasper_py.dsl import Builder
 
 
 def build(lines, out, pack):
-    b = Builder("packed", stores="memory", cache=False, pack_repartitions=pack)
+    b = Builder("packed", cache=False, pack_repartitions=pack)
     (b.stream(lines).flat_map(lambda _doc, line: [(w, 1) for w in line.split()])
         .repartition(name="by-word").group_by_key().count("counts").to_stream().to(out))
     return b.build()
