@@ -21,12 +21,12 @@ topic, which would otherwise add up to a second to a two-stage row):
                partition its word hashes to. Every word crosses Kafka a second time
                (produced, acked, consumed, committed), hence the target: at least 0.5
                of the one-stage rate in lines/s.
-``dsl``,       the two-stage count in the streams DSL (``kasper_py.dsl``):
+``dsl-packed``, the two-stage count in the streams DSL (``kasper_py.dsl``):
 ``dsl-plain``  ``flat_map(split).repartition(name="by-word").peek(tally)
                .group_by_key().count("counts", cache=False)`` (one get_many and one
                put_many a batch, as ``count``; the ``peek`` tallies the words for the
-               stop), its repartition records packed (one Kafka record per destination
-               partition and turn, the default) or plain (``pack_repartitions=False``).
+               stop), its repartition records packed (``pack_repartitions=True``: one
+               Kafka record per destination partition and turn) or plain (the default).
 ``combined``   the two-stage app with ``split`` counting each batch's words first and
                sending a word's count once a batch (``repartition("by-word", n,
                key=word)``): what a user does when the re-keyed records, not the
@@ -80,7 +80,7 @@ from kasper_py.dsl import Builder
 from kasper_py.observability.observe import NoopObserver, TurnStats
 from kasper_py.stores.memory import MemoryTable
 
-ROWS = ("ceiling", "one-stage", "two-stage", "dsl", "dsl-plain", "combined")
+ROWS = ("ceiling", "one-stage", "two-stage", "dsl-packed", "dsl-plain", "combined")
 AB_ROWS = ("one-stage", "two-stage")
 """The rows ``--before`` runs on the other kasper_py too."""
 VOCABULARY = [f"w{n}" for n in range(1000)]
@@ -231,7 +231,7 @@ def kasper_loop(args: argparse.Namespace) -> dict[str, Any]:
                                    observer=observer)
     elif args.child.startswith("dsl"):
         counters.append(Tally())
-        app = dsl_word_count(args.source, counters[-1], packed=args.child == "dsl")
+        app = dsl_word_count(args.source, counters[-1], packed=args.child == "dsl-packed")
         processor = TopicProcessor(config, app, observer=observer)
     else:
         app = word_count_app(args.source, kept(CountRepartitioned),
@@ -317,11 +317,11 @@ def dsl_hops(results: dict[str, list[dict[str, Any]]], lines_per_word: float
              ) -> Iterator[str]:
     """The DSL rows' hop, packed and plain, least of the rounds and by round."""
     packed, plain = (hop_us(results, lines_per_word, two_stage=row)
-                     for row in ("dsl", "dsl-plain"))
-    yield (f"DSL repartition hop (dsl - one-stage loop thread): packed {packed:.2f}, plain "
+                     for row in ("dsl-packed", "dsl-plain"))
+    yield (f"DSL repartition hop (dsl-* - one-stage loop thread): packed {packed:.2f}, plain "
            f"{plain:.2f} µs a word; packed / plain {packed / plain:.2f} (target <= 0.5)")
     one = results["one-stage"]
-    for n, (a, b, base) in enumerate(zip(results["dsl"], results["dsl-plain"], one,
+    for n, (a, b, base) in enumerate(zip(results["dsl-packed"], results["dsl-plain"], one,
                                          strict=True)):
         hops = [(r["loop_cpu_s_per_million"] - base["loop_cpu_s_per_million"])
                 * lines_per_word for r in (a, b)]

@@ -143,7 +143,7 @@ class StageProcessor(MessageProcessor):
     (runs of one topic at a time), so a join sees the table as of each record."""
 
     def __init__(self, context: ProcessorContext, sources: dict[Source, list[Node]],
-                 topic_of: Callable[[str, Source], str], *, pack: bool = True) -> None:
+                 topic_of: Callable[[str, Source], str], *, pack: bool = False) -> None:
         super().__init__(context)
         config = context.config
         # packed records carry the times records had, so a stage that reads event time
@@ -236,7 +236,7 @@ def _kafka_time(message: Message) -> int | None:
 
 
 def stage_factory(sources: dict[Source, list[Node]], topic_of: Callable[[str, Source], str],
-                  *, pack: bool = True) -> Callable[[ProcessorContext], StageProcessor]:
+                  *, pack: bool = False) -> Callable[[ProcessorContext], StageProcessor]:
     """A ``ProcessorFactory`` of the stage reading ``sources`` (``pack``: what it sends
     to repartitions goes packed, ``_packing``)."""
 

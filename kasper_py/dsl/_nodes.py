@@ -124,7 +124,7 @@ class Graph:
     table-table joins stamp their outputs, ``_times``)."""
 
     def __init__(self, owner: str, stores: StoreMaker, cache: bool,
-                 timestamps: Timestamps = "record", pack_repartitions: bool = True) -> None:
+                 timestamps: Timestamps = "record", pack_repartitions: bool = False) -> None:
         self.owner, self.cache = owner, cache
         self.pack_repartitions = pack_repartitions
         """Whether stages write their repartitions' records packed (``_packing``)."""

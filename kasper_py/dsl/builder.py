@@ -50,11 +50,11 @@ class Builder:
     generated names); ``kasper app describe`` lists them per stage. Operator names are
     unique per builder (a name given twice is a ``ConfigError``). ``timestamps``: how
     aggregations and table-table joins stamp outputs (``"record"``, the default, or
-    ``"latest"``, Kafka Streams'). ``pack_repartitions=False``: one Kafka record a
-    record through a repartition, not packed. See docs/streams-dsl.md for both."""
+    ``"latest"``, Kafka Streams'). ``pack_repartitions=True``: one Kafka record per
+    partition and turn through a repartition, packed. See docs/streams-dsl.md for both."""
 
     def __init__(self, name: str, *, stores: StoreKind = "rocksdb", cache: bool = True,
-                 timestamps: Timestamps = "record", pack_repartitions: bool = True) -> None:
+                 timestamps: Timestamps = "record", pack_repartitions: bool = False) -> None:
         self.name = name
         self._graph = Graph(name, store_maker(stores), cache, timestamps_mode(timestamps),
                             pack_repartitions)

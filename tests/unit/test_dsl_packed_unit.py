@@ -5,6 +5,8 @@ batch, partitioning as the producer's, and ``pack_repartitions=False``."""
 from __future__ import annotations
 
 import json
+import random
+from collections import Counter
 from typing import Any
 
 import pytest
@@ -215,3 +217,21 @@ def test_the_batch_byte_limit_weighs_a_packed_record_by_its_frame() -> None:
     byte limit (``Config.batch_bytes``) weighs the frame."""
     (frame,) = frames([(b"k%d" % n, b"v" * 100, n, None) for n in range(100)])
     assert SampledBytes()([_Read(frame)] * 16) == 16 * len(frame)
+
+
+def test_one_batch_of_5000_words_over_20_crosses_in_one_packed_record() -> None:
+    """test_dsl_cache_unit's rule holds packed: 5,000 words over 20 distinct, counted
+    with the cache, send one combined record per word, all 20 in one packed record
+    (one partition), and one update per word, the word's count."""
+    rng = random.Random(5)
+    words = [rng.choice([f"w{i}" for i in range(20)]) for _ in range(5000)]
+    b = Builder("words", stores="memory", pack_repartitions=True)
+    (b.stream("lines").flat_map_values(str.split).group_by(lambda _k, word: word)
+        .count("counts").to_stream().to("counts"))
+    driver = ProcessorDriver(b.build(), key_serde="json", value_serde="json")
+    driver.process([make_message("lines", " ".join(words[n:n + 10]), timestamp=n + 1)
+                    for n in range(0, 5000, 10)])
+    (outer,) = sent_to(driver, "words-counts-by-key-repartition")
+    assert len(unpacked([outer])) == 20
+    assert {w: n for w, n, _ in decoded(sent_to(driver, "counts"))} == Counter(words)
+    assert len(sent_to(driver, "counts")) == 20
