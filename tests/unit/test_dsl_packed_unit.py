@@ -18,7 +18,8 @@ from kasper_py.exceptions import SerdeError
 from kasper_py.kafka.partitioner import murmur2_partition
 from kasper_py.kafka.sizing import SampledBytes
 from kasper_py.message import OutgoingMessage
-from kasper_py.testing import ProcessorDriver, make_message
+from kasper_py.testing import InMemoryBroker, ProcessorDriver, make_message
+from kasper_py.topic_processor import TopicProcessor
 
 REPARTITION = "words-by-word-repartition"
 
@@ -235,3 +236,35 @@ def test_one_batch_of_5000_words_over_20_crosses_in_one_packed_record() -> None:
     assert len(unpacked([outer])) == 20
     assert {w: n for w, n, _ in decoded(sent_to(driver, "counts"))} == Counter(words)
     assert len(sent_to(driver, "counts")) == 20
+
+
+def test_the_loop_on_the_in_memory_broker_packs_each_partitions_share() -> None:
+    """The real loop (``TopicProcessor``) learns the repartition's partition count at
+    start: each of 3 partitions gets packed records holding the words murmur2 puts there;
+    the counts are exact and every record of both topics is committed."""
+    broker = InMemoryBroker()
+    broker.create_topic("lines", 3)
+    broker.create_topic("counts", 3)
+    text = [f"w{n % 5} w{n % 3} x" for n in range(40)]
+    for n, line in enumerate(text):
+        broker.produce("lines", json.dumps(line), key=json.dumps(f"doc{n}"))
+    config = Config(name="words", bootstrap_servers="in-memory", input_topics=["lines"],
+                    key_serde="json", value_serde="json", batch_size=7,
+                    auto_offset_reset="earliest")
+    processor = TopicProcessor(config, word_count().build(), clients=broker.clients(config))
+    processor.run_loop(until_caught_up=True)
+    processor.close()
+    inner = []
+    for partition in range(3):
+        outer = broker.read(REPARTITION, partition)
+        assert all(m.headers[0][0] == PACKED for m in outer)
+        keys = [key for m in outer for key, *_ in unpack(m.headers[0][1] or b"")]
+        assert {murmur2_partition(key or b"", 3) for key in keys} <= {partition}
+        inner += keys
+    assert sorted(inner) == sorted(json.dumps(w).encode() for w in " ".join(text).split())
+    last = {json.loads(m.key): json.loads(m.value) for m in broker.read("counts")}
+    assert last == Counter(" ".join(text).split())
+    committed = broker.committed("words")
+    for topic in ("lines", REPARTITION):
+        for partition in range(3):
+            assert committed.get((topic, partition), 0) == broker.watermarks(topic, partition)[1]
