@@ -115,7 +115,8 @@ class Expander:
     def expand(self, messages: list[Message]) -> list[Message]:
         """``messages`` with each packed one replaced by its records (the same list
         when none is packed)."""
-        if not self._topics or not any(map(_packed, map(_HEADERS, messages))):
+        if (not self._topics or not any(map(_HEADERS, messages))  # no headers: one C scan
+                or not any(map(_packed, map(_HEADERS, messages)))):
             return messages
         out: list[Message] = []
         for message in messages:
@@ -132,7 +133,8 @@ class Expander:
     def records(self, messages: list[Message]) -> list[tuple[Any, Any, int | None, Headers]] | None:
         """The records of ``messages`` of one topic, every one packed, as operators take
         them (no ``Message`` built); ``None`` when some is not packed."""
-        if (not self._topics or not all(map(_packed, map(_HEADERS, messages)))
+        if (not self._topics or not messages[0].headers
+                or not all(map(_packed, map(_HEADERS, messages)))
                 or messages[0].topic not in self._topics):
             return None
         out: list[tuple[Any, Any, int | None, Headers]] = []
