@@ -21,6 +21,12 @@ topic, which would otherwise add up to a second to a two-stage row):
                partition its word hashes to. Every word crosses Kafka a second time
                (produced, acked, consumed, committed), hence the target: at least 0.5
                of the one-stage rate in lines/s.
+``dsl-packed``, the two-stage count in the streams DSL (``kasper_py.dsl``):
+``dsl-plain``  ``flat_map(split).repartition(name="by-word").peek(tally)
+               .group_by_key().count("counts", cache=False)`` (one get_many and one
+               put_many a batch, as ``count``; the ``peek`` tallies the words for the
+               stop), its repartition records packed (``pack_repartitions=True``: one
+               Kafka record per destination partition and turn) or plain (the default).
 ``combined``   the two-stage app with ``split`` counting each batch's words first and
                sending a word's count once a batch (``repartition("by-word", n,
                key=word)``): what a user does when the re-keyed records, not the
@@ -34,6 +40,8 @@ against the input's. Rounds run the rows in the same order; the table keeps each
 row's best round. The repartition hop's cost is the two-stage row's loop thread less
 the one-stage row's, per word: what producing, acking, consuming, decoding and
 committing each word a second time costs (the words of a line are split in both).
+The DSL rows' hop, packed and plain, is computed the same way, and their ratio printed
+(alternated in each round, so both see the same machine).
 ``--before DIR`` runs the one-stage and two-stage rows a second time in each round on
 the kasper_py found in DIR (say a ``git archive`` of an older commit), right after
 this checkout's, and prints the hop of both and their ratio: an A/B on the same
@@ -68,10 +76,11 @@ from benchkit import arguments, child_env, create_topics, delete_topics, fill
 
 from kasper_py import Config, Message, MessageProcessor, ProcessorContext, Sender, TopicProcessor
 from kasper_py.app import App
+from kasper_py.dsl import Builder
 from kasper_py.observability.observe import NoopObserver, TurnStats
 from kasper_py.stores.memory import MemoryTable
 
-ROWS = ("ceiling", "one-stage", "two-stage", "combined")
+ROWS = ("ceiling", "one-stage", "two-stage", "dsl-packed", "dsl-plain", "combined")
 AB_ROWS = ("one-stage", "two-stage")
 """The rows ``--before`` runs on the other kasper_py too."""
 VOCABULARY = [f"w{n}" for n in range(1000)]
@@ -169,6 +178,25 @@ def word_count_app(source: str, count: Any, *, combined: bool = False,
     return app
 
 
+class Tally:
+    """The words a DSL row's second stage has seen (its ``peek``)."""
+
+    def __init__(self) -> None:
+        self.counted = 0
+
+    def add(self, _key: Any, _value: Any) -> None:
+        self.counted += 1
+
+
+def dsl_word_count(source: str, tally: Tally, *, packed: bool) -> App:
+    """The DSL rows' app: split, repartition by word (``packed`` or plain), count."""
+    builder = Builder("bench-app", stores="memory", pack_repartitions=packed)
+    (builder.stream(source).flat_map(lambda _doc, line: [(w, 1) for w in line.split()])
+        .repartition(name="by-word").peek(tally.add)
+        .group_by_key().count("counts", cache=False))
+    return builder.build()
+
+
 class StopWhenCounted(NoopObserver):
     """Stops the loop after the turn that counts the last word of the input (in the
     two-stage rows the loop reads the lines, then the words again from the repartition
@@ -189,7 +217,7 @@ def kasper_loop(args: argparse.Namespace) -> dict[str, Any]:
     config = Config(name=f"bench-app-{uuid.uuid4().hex[:8]}", bootstrap_servers=args.bootstrap,
                     input_topics=[args.source], batch_size=args.batch_size, batch_wait=0.1,
                     max_latency=args.max_latency, key_serde="str", value_serde="json")
-    counters: list[CountWords | CountRepartitioned] = []
+    counters: list[CountWords | CountRepartitioned | Tally] = []
 
     def kept(kind: type[CountWords] | type[CountRepartitioned]) -> Any:
         def build(context: ProcessorContext) -> CountWords | CountRepartitioned:
@@ -201,6 +229,10 @@ def kasper_loop(args: argparse.Namespace) -> dict[str, Any]:
     if args.child == "one-stage":
         processor = TopicProcessor(config, kept(CountWords), stores=[MemoryTable("counts")],
                                    observer=observer)
+    elif args.child.startswith("dsl"):
+        counters.append(Tally())
+        app = dsl_word_count(args.source, counters[-1], packed=args.child == "dsl-packed")
+        processor = TopicProcessor(config, app, observer=observer)
     else:
         app = word_count_app(args.source, kept(CountRepartitioned),
                              combined=args.child == "combined", per_record=args.per_record)
@@ -273,12 +305,30 @@ def row_line(r: dict[str, Any], total_words: int) -> str:
 
 
 def hop_us(results: dict[str, list[dict[str, Any]]], lines_per_word: float,
-           suffix: str = "") -> float:
-    """The repartition hop in µs of loop thread a word: the two-stage row's less the
+           suffix: str = "", two_stage: str = "two-stage") -> float:
+    """The repartition hop in µs of loop thread a word: the ``two_stage`` row's less the
     one-stage row's, each its least over the rounds (the least disturbed)."""
     two, one = (min(r["loop_cpu_s_per_million"] for r in results[row + suffix])
-                for row in ("two-stage", "one-stage"))
+                for row in (two_stage, "one-stage"))
     return (two - one) * lines_per_word  # s per million lines is µs a line
+
+
+def dsl_hops(results: dict[str, list[dict[str, Any]]], lines_per_word: float
+             ) -> Iterator[str]:
+    """The DSL rows' hop, packed and plain, least of the rounds and by round."""
+    packed, plain = (hop_us(results, lines_per_word, two_stage=row)
+                     for row in ("dsl-packed", "dsl-plain"))
+    yield (f"DSL repartition hop (dsl-* - one-stage loop thread): packed {packed:.2f}, plain "
+           f"{plain:.2f} µs a word; packed / plain {packed / plain:.2f} (target <= 0.5)")
+    one = results["one-stage"]
+    for n, (a, b, base) in enumerate(zip(results["dsl-packed"], results["dsl-plain"], one,
+                                         strict=True)):
+        hops = [(r["loop_cpu_s_per_million"] - base["loop_cpu_s_per_million"])
+                * lines_per_word for r in (a, b)]
+        yield (f"  round {n + 1}: packed {hops[0]:.2f}, plain {hops[1]:.2f} µs a word "
+               f"({hops[0] / hops[1]:.2f}); the DSL rows' loop thread a word: packed "
+               f"{a['loop_cpu_s_per_million'] * lines_per_word:.2f}, plain "
+               f"{b['loop_cpu_s_per_million'] * lines_per_word:.2f} µs")
 
 
 def summary(results: dict[str, list[dict[str, Any]]], total_words: int,
@@ -293,6 +343,7 @@ def summary(results: dict[str, list[dict[str, Any]]], total_words: int,
         before = hop_us(results, lines / total_words, "@before")
         yield (f"  before ({best['two-stage@before']['kasper_py']}): {before:.2f} µs a word; "
                f"now / before: {hop / before:.2f} (target <= 0.5)")
+    yield from dsl_hops(results, lines / total_words)
     two, one = best["two-stage"], best["one-stage"]
     yield (f"two-stage / one-stage, lines/s: {two['lines_per_s'] / one['lines_per_s']:.2f} "
            "(target >= 0.5)")
@@ -322,6 +373,8 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--before", help="a folder holding another kasper_py: A/B its "
                                          "one-stage and two-stage rows against this one's")
     parser.add_argument("--profile", help="write a cProfile of the two-stage loop here")
+    parser.add_argument("--profile-row", default="two-stage", choices=ROWS[1:],
+                        help="the row --profile profiles")
     parser.add_argument("--child", choices=ROWS, help=argparse.SUPPRESS)
     parser.add_argument("--total-words", type=int, help=argparse.SUPPRESS)
     return parser.parse_args()
@@ -351,8 +404,8 @@ def main() -> None:
                     results.setdefault(found["row"], []).append(found)
                     print(row_line(found, total_words), flush=True)
         if args.profile:
-            run_child("two-stage", args, source, total_words, profile=args.profile)
-            print(f"profile of a two-stage run: {args.profile}")
+            run_child(args.profile_row, args, source, total_words, profile=args.profile)
+            print(f"profile of a {args.profile_row} run: {args.profile}")
     finally:
         delete_topics(args.bootstrap, [source])
     for line in summary(results, total_words, args.messages):

@@ -29,6 +29,10 @@ with ``Config``'s defaults:
                      word and batch; each word's count sent once per batch
 ``wc_dsl_uncached``  (``--rows``) the same with ``Builder(cache=False)``: every word
                      through the repartition, one update per word
+``wc_dsl_packed``,   (``--rows``) ``wc_dsl`` and ``wc_dsl_uncached`` with
+``wc_dsl_uncached_packed`` ``Builder(pack_repartitions=True)``: one packed Kafka record
+                     per partition and turn through the repartition, against the
+                     default's Kafka record per record (docs/streams-dsl.md)
 ``wc_dsl_latest``,   (``--rows``) ``wc_dsl`` and ``dsl_count`` with
 ``dsl_count_latest`` ``Builder(timestamps="latest")``: Kafka Streams' stamps, each
                      count's times kept in a second store (docs/streams-dsl.md)
@@ -85,7 +89,9 @@ VOCABULARY = [f"w{i}" for i in range(10_000)]
 KEYED = ("ceiling", "passthrough", "dsl_chain", "chain_hand", "count_hand", "dsl_count")
 ROWS = (*KEYED, "wc_hand-best", "wc_hand-default", "wc_dsl-default", "wc_dsl-best")
 OPTIONAL = ("wc_dsl_uncached-best", "wc_dsl_uncached-default", "wc_hand-wide", "wc_dsl-wide",
-            "dsl_count_latest", "wc_dsl_latest-best")
+            "dsl_count_latest", "wc_dsl_latest-best", "wc_dsl_packed-best",
+            "wc_dsl_packed-default", "wc_dsl_uncached_packed-best",
+            "wc_dsl_uncached_packed-default")
 KEYED_OPTIONAL = ("dsl_count_latest",)
 TUNED = {"batch_size": 10_000, "max_latency": None, "batch_wait": 0.1}
 
@@ -158,7 +164,8 @@ def _end_offsets(bootstrap: str, partitions: list[tuple[str, int]]) -> dict[Any,
 
 def dsl_app(kind: str, name: str, source: str, output: str) -> App:
     stamps: dict[str, Any] = {"timestamps": "latest"} if "_latest" in kind else {}
-    builder = Builder(name, cache="uncached" not in kind, **stamps)
+    builder = Builder(name, cache="uncached" not in kind, pack_repartitions="_packed" in kind,
+                      **stamps)
     stream = builder.stream(source)
     if kind == "dsl_chain":
         stream.filter(keep).map_values(bytes).to(output)
@@ -291,7 +298,13 @@ RATIOS = (("dsl_chain", "passthrough", "(target >= 0.95)"),
           ("wc_dsl_uncached-default", "wc_hand-best", "(no cache, defaults)"),
           ("wc_hand-default", "wc_hand-best", "(defaults against best-tuned)"),
           ("dsl_count_latest", "dsl_count", '(timestamps="latest" against the default)'),
-          ("wc_dsl_latest-best", "wc_dsl-best", '(timestamps="latest" against the default)'))
+          ("wc_dsl_latest-best", "wc_dsl-best", '(timestamps="latest" against the default)'),
+          ("wc_dsl_packed-best", "wc_dsl-best", "(packed repartition records against plain)"),
+          ("wc_dsl_packed-default", "wc_dsl-default", "(packed against plain, defaults)"),
+          ("wc_dsl_uncached_packed-best", "wc_dsl_uncached-best",
+           "(packed against plain, every word repartitioned)"),
+          ("wc_dsl_uncached_packed-default", "wc_dsl_uncached-default",
+           "(packed against plain, every word repartitioned, defaults)"))
 
 
 def baseline(kind: str) -> str | None:
@@ -333,11 +346,16 @@ def report(results: dict[str, list[dict[str, Any]]], args: argparse.Namespace) -
 
 
 def _ratios(results: dict[str, list[dict[str, Any]]], top: str, bottom: str) -> str:
-    """Best records/s of ``top`` over ``bottom``'s, then each round's."""
+    """Best records/s of ``top`` over ``bottom``'s, then each round's; and the loop
+    thread's CPU a record, least over the rounds and each round's (CPU time: what a
+    loaded machine disturbs least)."""
     best = max(r["per_s"] for r in results[top]) / max(r["per_s"] for r in results[bottom])
     rounds = ", ".join(f"{a['per_s'] / b['per_s']:.2f}"
                        for a, b in zip(results[top], results[bottom], strict=True))
-    return f"{best:5.2f} (by round {rounds})"
+    loop = ", ".join(f"{a['loop_us'] / b['loop_us']:.2f}"
+                     for a, b in zip(results[top], results[bottom], strict=True))
+    return (f"{best:5.2f} (by round {rounds}); loop thread a record "
+            f"{_least(results, top) / _least(results, bottom):.2f} (by round {loop})")
 
 
 def _least(results: dict[str, list[dict[str, Any]]], row: str) -> float:

@@ -12,6 +12,16 @@ timestamp, no headers, 10,000 to a batch over two partitions in runs of 500. Par
 ``read``     ``build_batch`` of 10,000 consumed records (confluent-kafka ``Message``s
              built in the bench) into decoded messages.
 
+and the same hop with the streams DSL's packed records (docs/streams-dsl.md):
+
+``pack``     ``Sender.repartition_packed`` of the batch's records through a ``Packer``
+             (two partitions: one packed record each), then ``drain``.
+``produce_packed``  ``produce`` of those packed records, then a purge.
+``unpack``   ``build_batch`` of the packed records as consumed, and the reading stage's
+             ``Expander.records`` of them: the records, decoded.
+
+The summary adds each way's parts and prints packed / plain.
+
 Each part runs in its own process (``time.process_time`` over --reps batches after one
 warm-up, so the figure is CPU, not wall time); ``--before DIR`` runs each part on the
 kasper_py in DIR right after this checkout's, alternating, every round, and prints
@@ -35,8 +45,22 @@ from collections.abc import Callable
 
 from benchkit import child_env
 
-PARTS = ("send", "produce", "read")
+PARTS = ("send", "produce", "read", "pack", "produce_packed", "unpack")
+PLAIN, PACKED = PARTS[:3], PARTS[3:]
 BATCH = 10_000
+
+
+class Routes:
+    """The one repartition ``by-word``, of two partitions."""
+
+    def repartition_topic(self, name: str) -> str:
+        return name
+
+    def repartition_partitions(self, name: str) -> int:
+        return 2
+
+    def to_channel(self, *args: object) -> None:
+        raise NotImplementedError
 
 
 def batch_step(part: str) -> Callable[[], object]:
@@ -44,21 +68,39 @@ def batch_step(part: str) -> Callable[[], object]:
     from confluent_kafka import Message as Consumed
 
     from kasper_py import JSON, STRING, Config, Sender
+    from kasper_py.dsl._packing import Expander, Packer
     from kasper_py.kafka.batching import build_batch
     from kasper_py.kafka.producer import OutputProducer
 
     rng = random.Random(34)
     words = [f"w{rng.randrange(1000)}" for _ in range(BATCH)]
-    sender = Sender(STRING, JSON)
+    sender, packer = Sender(STRING, JSON, Routes()), Packer()
     records = [(word, 1, 1_700_000_000_000 + n, ()) for n, word in enumerate(words)]
     if part == "send":
         return lambda: (sender.send_many("by-word", records), sender.drain())
-    if part == "produce":
+    if part == "pack":
+        return lambda: (sender.repartition_packed("by-word", records, packer.pack),
+                        sender.drain())
+    if part in ("produce", "produce_packed"):
         producer = OutputProducer(Config(name="hop-parts", bootstrap_servers="127.0.0.1:1",
                                          input_topics=["in"]))
-        sender.send_many("by-word", records)
+        if part == "produce":
+            sender.send_many("by-word", records)
+        else:
+            sender.repartition_packed("by-word", records, packer.pack)
         drained = sender.drain()
         return lambda: (producer.produce(drained), producer.close(discard=True))
+    if part == "unpack":
+        sender.repartition_packed("by-word", records, packer.pack)
+        packed = [Consumed(topic="by-word", partition=r[3], offset=0, key=None, value=None,
+                           headers=r[7], timestamp=(1, r[6])) for r in sender.drain()]
+        expander = Expander(frozenset({"by-word"}), STRING, JSON)
+
+        def unpack() -> object:
+            batch = build_batch(packed, STRING, JSON)
+            return [expander.records(m) for m in batch.by_partition.values()]
+
+        return unpack
     offsets = [0, 0]
     consumed = []
     for n, word in enumerate(words):
@@ -96,6 +138,7 @@ def main() -> None:
     if args.child:
         child(args.child, args.reps)
         return
+    medians: dict[str, float] = {}
     for part in PARTS:
         now, before = [], []
         for round_ in range(args.rounds):
@@ -110,6 +153,10 @@ def main() -> None:
             summary += (f", before {statistics.median(before):.3f} (now / before "
                         f"{statistics.median(now) / statistics.median(before):.2f})")
         print(summary, flush=True)
+        medians[part] = statistics.median(now)
+    plain, packed = (sum(medians[p] for p in parts) for parts in (PLAIN, PACKED))
+    print(f"the hop's parts, plain {plain:.3f}, packed {packed:.3f} µs a record: packed / "
+          f"plain {packed / plain:.2f} (the consumer's own cost a record is not in either)")
 
 
 if __name__ == "__main__":

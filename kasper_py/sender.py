@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 from kasper_py.exceptions import SerdeError
 from kasper_py.message import OutgoingMessage, OutgoingRecord
-from kasper_py.serdes import BYTES, Serde, bound_to
+from kasper_py.serdes import BYTES, Serde, bound_to, column_encoder
 
 __all__ = ["Routes", "SendRecord", "Sender"]
 
@@ -22,7 +22,13 @@ SendRecord = tuple[Any, Any, "int | None", "HeaderInput | None"]
 """What ``Sender.send_many`` takes: ``(key, value, timestamp, headers)``, the record shape
 of ``kasper_py.dsl``'s operators."""
 Encode = Callable[[Any], "bytes | None"]
-_KEY = itemgetter(0)
+_KEY, _VALUE, _TIME, _HEADERS = itemgetter(0), itemgetter(1), itemgetter(2), itemgetter(3)
+"""A ``SendRecord``'s parts."""
+Pack = Callable[[str, list[bytes], "list[bytes | None]", list[int],
+                 "list[list[tuple[str, bytes | None]] | None] | None", int],
+                list[OutgoingRecord]]
+"""What ``Sender.repartition_packed`` hands encoded records to: (topic, keys, values,
+timestamps, headers, partition count) to the records to buffer."""
 
 
 class Routes(Protocol):
@@ -36,6 +42,10 @@ class Routes(Protocol):
     def to_channel(self, name: str, key: Any, value: Any, timestamp: int | None,
                    headers: tuple[tuple[str, bytes | None], ...]) -> None:
         """Hand one message to channel ``name``'s readers, in this turn."""
+
+    def repartition_partitions(self, name: str) -> int | None:
+        """The partition count of repartition ``name``'s topic, once the runner knows
+        it (``None`` before)."""
 
 
 class Sender:
@@ -200,6 +210,56 @@ class Sender:
         if any(map(is_, map(_KEY, records), repeat(None))):
             raise _no_key(name)
         self.send_many(self._routes.repartition_topic(name), records)
+
+    def repartition_packed(self, name: str, records: Sequence[SendRecord], pack: Pack) -> None:
+        """``repartition_many``, the records encoded column by column (keys, values,
+        timestamps, headers: ``None`` when none has any) and handed to ``pack`` with
+        the repartition's topic and partition count; what it returns is buffered (the
+        streams DSL's packed records). As ``repartition_many`` while the count is not
+        known. Raises as ``repartition_many``, buffering none of ``records``."""
+        if self._routes is None:
+            raise _outside_app(name)
+        partitions = self._routes.repartition_partitions(name)
+        if partitions is None:
+            self.repartition_many(name, records)
+            return
+        keys = list(map(_KEY, records))
+        if None in keys:
+            raise _no_key(name)
+        if not keys:
+            return
+        topic = self._routes.repartition_topic(name)
+        if topic is not self._topic:
+            self._switch_to(topic)
+        try:
+            keys = column_encoder(self._encode_key)(keys)
+            values = column_encoder(self._encode_value)(list(map(_VALUE, records)))
+        except SerdeError as exc:
+            raise self._refused(topic, exc) from exc
+        try:
+            stamps, headers = self._stamps(records), self._headers_of(records)
+        except ValueError:
+            self._unnote(topic)
+            raise
+        self._buffer += pack(topic, keys, values, stamps, headers, partitions)
+
+    def _stamps(self, records: Sequence[SendRecord]) -> list[int]:
+        """``records``' timestamps as ``send_many`` sends them (``None``: inherited)."""
+        stamps = list(map(_TIME, records))
+        if None in stamps:
+            stamps = [self._timestamp if t is None else t for t in stamps]
+        if not set(map(type, stamps)) <= {int} or min(stamps) < 0:
+            raise _timestamp_error("send_many", next(
+                t for t in stamps if type(t) is not int or t < 0))
+        return stamps
+
+    @staticmethod
+    def _headers_of(records: Sequence[SendRecord]
+                    ) -> list[list[tuple[str, bytes | None]] | None] | None:
+        """``records``' headers as the producer takes them; ``None`` when none has any."""
+        if not any(map(_HEADERS, records)):
+            return None
+        return [_headers(h) if h else None for h in map(_HEADERS, records)]
 
     def channel(self, name: str, value: Any, key: Any = None, *,
                 headers: HeaderInput | None = None, timestamp: int | None = None) -> None:

@@ -17,7 +17,7 @@ from kasper_py.exceptions import SerdeError
 
 __all__ = [
     "BYTES", "JSON", "STRING", "BytesSerde", "JsonSerde", "Serde", "StringSerde", "bound_to",
-    "serde_for",
+    "column_decoder", "column_encoder", "serde_for",
 ]
 
 
@@ -170,3 +170,59 @@ def bound_to(serde: Serde, topic: str) -> Serde:
     once per new topic), never per record."""
     for_topic = getattr(serde, "for_topic", None)
     return serde if for_topic is None else serde_for(for_topic(topic))
+
+
+Column = Callable[[list[Any]], list[Any]]
+"""A function of a column (a list of values or of bytes) to the list it encodes or
+decodes to."""
+
+
+def column_encoder(encode: Callable[[Any], bytes | None]) -> Column:
+    """A column's encoder, as ``encode`` (a serde's bound ``encode``) with bytes and
+    ``None`` passed through, as the ``Sender`` sends them: for a built-in serde, a
+    column of str (or, JSON, of int) is encoded by one C loop, not a call a value."""
+    serde = type(getattr(encode, "__self__", None))
+
+    def column(values: list[Any]) -> list[bytes | None]:
+        kinds = set(map(type, values))
+        if kinds == {str} and serde is StringSerde:
+            return list(map(str.encode, values))
+        if serde is JsonSerde and kinds == {int}:
+            return list(map(b"%d".__mod__, values))
+        if serde is JsonSerde and kinds == {str}:
+            return list(map(str.encode, map(_json_string, values)))
+        return [v if type(v) is bytes or v is None else encode(v) for v in values]
+
+    return column
+
+
+def column_decoder(serde: Serde) -> Column:
+    """A column's decoder, the values ``serde.decode`` gives each: for a built-in serde
+    one C loop, not a call a value (JSON: the column read as one JSON array, which holds
+    exactly the column's values when each is JSON text, else each is read alone)."""
+    kind = type(serde)
+    if kind is BytesSerde:
+        return list
+    decode = serde.decode
+
+    def each(column: list[Any]) -> list[Any]:
+        return list(map(decode, column))
+
+    def text(column: list[Any]) -> list[Any]:
+        if None in column:
+            return each(column)
+        try:
+            return list(map(bytes.decode, column))
+        except UnicodeDecodeError:
+            return each(column)  # raises, naming the byte
+
+    def json_text(column: list[Any]) -> list[Any]:
+        if None in column or b"" in column:
+            return each(column)
+        try:
+            found = json.loads(b"[" + b",".join(column) + b"]")
+        except ValueError:
+            return each(column)  # raises for the value that is not JSON
+        return found if len(found) == len(column) else each(column)
+
+    return text if kind is StringSerde else json_text if kind is JsonSerde else each

@@ -8,6 +8,7 @@ forced; with exactly-once a loop on the same partition set is fenced instead.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -214,7 +215,11 @@ class TopicProcessor:
             if self._plan.internal:  # an app's repartition topics
                 self._ensure_topics(self.config, self._plan.sources, self._plan.internal)
             self._election.start()
-            self._assignment.start(self._consumer.partition_count())
+            count = self._consumer.partition_count()
+            if self._plan.routes is not None:  # where the DSL's packed records go
+                self._plan.routes.know_counts(Counter(
+                    topic for topic, _ in self._consumer.keys(range(count))))
+            self._assignment.start(count)
             self._standbys.start()  # a thread of its own: turns never wait for it
             self._life.started = True
 

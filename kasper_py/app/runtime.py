@@ -80,7 +80,19 @@ class AppRoutes:
     def __init__(self, app: App, app_name: str) -> None:
         self._app = app
         self._topics = {name: r.topic(app_name) for name, r in app.repartitions.items()}
+        self._counts: dict[str, int] = {}
         self.hop: _Hop | None = None
+
+    def know_counts(self, counts: Mapping[str, int]) -> None:
+        """The partition counts of the app's topics (topic -> count), as the runner
+        found them at start (``repartition_partitions``)."""
+        self._counts = {name: counts[topic] for name, topic in self._topics.items()
+                        if topic in counts}
+
+    def repartition_partitions(self, name: str) -> int | None:
+        """The partition count of repartition ``name``'s topic, ``None`` until the
+        runner told it (``know_counts``)."""
+        return self._counts.get(name)
 
     def links(self, node: Node) -> _Links:
         """What ``node`` reads and sends to, resolved (see ``_Links``)."""

@@ -202,7 +202,7 @@ class Combine(Op):
             partials = self._fold(records, combined)
             combined += [self._combined(key, partial) for key, partial in partials.items()]
         if combined:  # the batch's records for the repartition, in order, in one call
-            self.stage.sender.repartition_many(self.name, combined)
+            self.stage.repartition(self.name, combined)
 
     def _count(self, records: Records) -> list[SendRecord]:
         """A count's partials: C loops over the records, a Python one over the keys."""

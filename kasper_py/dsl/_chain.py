@@ -123,5 +123,4 @@ class Chain(Op):
         elif sink.kind == "topic":  # the batch's records, one call, in order
             self.stage.sender.send_many(sink.target, out)
         else:  # a record with a None key has no partition to go to: skipped, counted
-            self.stage.sender.repartition_many(sink.target,
-                                               self.stage.skips.kept(out, value=False))
+            self.stage.repartition(sink.target, self.stage.skips.kept(out, value=False))

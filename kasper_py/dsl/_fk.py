@@ -166,7 +166,7 @@ class Result(CachedTable):
 def _send(stage: StageContext, name: str, records: list[SendRecord]) -> None:
     """A batch's requests or answers to repartition ``name``, in order, in one call."""
     if records:
-        stage.sender.repartition_many(name, records)
+        stage.repartition(name, records)
 
 
 class _Port(Op):

@@ -14,6 +14,7 @@ from kasper_py.app import App, Operator, Repartition
 from kasper_py.dsl._chain import Chain
 from kasper_py.dsl._nodes import FromRepartition, Graph, Node, Source, Stage
 from kasper_py.dsl._ops import CachedTable, OneByOne, Op, Rec, StageContext, TableOp
+from kasper_py.dsl._packing import Expander, Packer
 from kasper_py.exceptions import TopicError
 from kasper_py.message import Message
 from kasper_py.processor import MessageProcessor, ProcessorContext
@@ -142,9 +143,16 @@ class StageProcessor(MessageProcessor):
     (runs of one topic at a time), so a join sees the table as of each record."""
 
     def __init__(self, context: ProcessorContext, sources: dict[Source, list[Node]],
-                 topic_of: Callable[[str, Source], str]) -> None:
+                 topic_of: Callable[[str, Source], str], *, pack: bool = False) -> None:
         super().__init__(context)
-        self._shared = StageContext(context)
+        config = context.config
+        # packed records carry the times records had, so a stage that reads event time
+        # from its records' values (a timestamp extractor) gets plain ones
+        packer = Packer() if pack and config.timestamp_extractor is None else None
+        self._shared = StageContext(context, packer)
+        self._expander = Expander(
+            frozenset(topic_of(config.name, s) for s in sources if isinstance(s, FromRepartition)),
+            config.key_decoder, config.value_decoder)
         build = Build(context, self._shared)
         self._sources = {topic_of(context.config.name, source): _fork(build, nodes)
                          for source, nodes in sources.items()}
@@ -171,13 +179,18 @@ class StageProcessor(MessageProcessor):
             # topic, so its ends name the one topic; anything else takes the checked path)
             # a chain reading the topic takes the messages as they are; another operator
             # (key, value, timestamp, headers), a slice of a Message: one C call
+            # a repartition's packed records go on as the records they hold
             topic = messages[0].topic
+            unpacked = self._expander.records(messages)
             chain = self._chains.get(topic)
-            if chain is not None:
-                chain.push_messages(messages)
+            if unpacked is not None:
+                self._push(topic, unpacked)
+            elif chain is not None:
+                chain.push_messages(self._expander.expand(messages))
             else:
-                self._push(topic, list(map(_RECORD_OF, messages)))
+                self._push(topic, list(map(_RECORD_OF, self._expander.expand(messages))))
             return
+        messages = self._expander.expand(messages)
         when = self._time
         runs: dict[str, list[Rec]] = {}
         for m in messages:
@@ -222,12 +235,13 @@ def _kafka_time(message: Message) -> int | None:
     return message.timestamp
 
 
-def stage_factory(sources: dict[Source, list[Node]], topic_of: Callable[[str, Source], str]
-                  ) -> Callable[[ProcessorContext], StageProcessor]:
-    """A ``ProcessorFactory`` of the stage reading ``sources``."""
+def stage_factory(sources: dict[Source, list[Node]], topic_of: Callable[[str, Source], str],
+                  *, pack: bool = False) -> Callable[[ProcessorContext], StageProcessor]:
+    """A ``ProcessorFactory`` of the stage reading ``sources`` (``pack``: what it sends
+    to repartitions goes packed, ``_packing``)."""
 
     def factory(context: ProcessorContext) -> StageProcessor:
-        return StageProcessor(context, sources, topic_of)
+        return StageProcessor(context, sources, topic_of, pack=pack)
 
     return factory
 
@@ -244,7 +258,8 @@ def build_app(app_name: str, graph: Graph) -> App:
     for stage in graph.stages:
         outputs: list[str | Repartition] = [*dict.fromkeys(stage.topics_out),
                    *(declared[n] for n in dict.fromkeys(stage.repartitions_out))]
-        app.processor(stage.name, stage_factory(stage.sources, _topic_of(app)),
+        app.processor(stage.name, stage_factory(stage.sources, _topic_of(app),
+                                                pack=graph.pack_repartitions),
                       inputs=[resolve(s) for s in stage.sources], outputs=outputs,
                       stores=stage.stores, operators=_operators(stage, resolve))
     return app

@@ -14,9 +14,10 @@ import operator
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
+from kasper_py.dsl._packing import Packer
 from kasper_py.message import Headers
 from kasper_py.processor import ProcessorContext
-from kasper_py.sender import Sender
+from kasper_py.sender import Sender, SendRecord
 
 __all__ = ["Windowed"]
 
@@ -169,15 +170,22 @@ class NullSkips:
 
 class StageContext:
     """What the operators of one stage on one partition share: the turn's ``Sender``
-    (set for each batch), and the tables that hold updates until the stage's batch
+    (set for each batch), how records go to a repartition (packed by ``packer``, else
+    one Kafka record each), and the tables that hold updates until the stage's batch
     ends, in the graph's order (a table flushed before every table downstream of it)."""
 
     sender: Sender
 
-    def __init__(self, context: ProcessorContext) -> None:
+    def __init__(self, context: ProcessorContext, packer: Packer | None = None) -> None:
         self.cached: list[CachedTable] = []
         self.skips = NullSkips(context)
         """Where the stage's operators count the records they skip."""
+        self._to_repartition: Callable[[Sender, str, Sequence[SendRecord]], None] = (
+            Sender.repartition_many if packer is None else packer.send)
+
+    def repartition(self, name: str, records: Sequence[SendRecord]) -> None:
+        """Send a batch's ``records`` (each with a key) to repartition ``name``, in order."""
+        self._to_repartition(self.sender, name, records)
 
     def start(self) -> None:
         """A batch begins: nothing held (a failed batch's updates are not emitted)."""

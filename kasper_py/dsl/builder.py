@@ -50,12 +50,14 @@ class Builder:
     generated names); ``kasper app describe`` lists them per stage. Operator names are
     unique per builder (a name given twice is a ``ConfigError``). ``timestamps``: how
     aggregations and table-table joins stamp outputs (``"record"``, the default, or
-    ``"latest"``, Kafka Streams' stamps; docs/streams-dsl.md, Timestamps)."""
+    ``"latest"``, Kafka Streams'). ``pack_repartitions=True``: one Kafka record per
+    partition and turn through a repartition, packed. See docs/streams-dsl.md for both."""
 
     def __init__(self, name: str, *, stores: StoreKind = "rocksdb", cache: bool = True,
-                 timestamps: Timestamps = "record") -> None:
+                 timestamps: Timestamps = "record", pack_repartitions: bool = False) -> None:
         self.name = name
-        self._graph = Graph(name, store_maker(stores), cache, timestamps_mode(timestamps))
+        self._graph = Graph(name, store_maker(stores), cache, timestamps_mode(timestamps),
+                            pack_repartitions)
         self._built: App | None = None
 
     @property

@@ -166,10 +166,12 @@ batch in ``record_bytes``)."""
 _SAMPLE_EVERY = 8
 """``SampledBytes`` weighs one record in this many."""
 _VALUE, _KEY = operator.methodcaller("value"), operator.methodcaller("key")
+_HEADERS = operator.methodcaller("headers")
 
 
 class SampledBytes:
-    """Weighs consumed records: the bytes of their keys and values, estimated from
+    """Weighs consumed records: the bytes of their keys, values and header values (a
+    streams DSL's packed repartition record carries its records in one), estimated from
     every eighth one (weighing each cost the loop 3-6 % at 100-byte records; one in
     eight, under 1 %). Each call starts the sample one record further, so sizes that
     repeat every eight records are not missed call after call."""
@@ -183,5 +185,7 @@ class SampledBytes:
         if not sample:
             return 0
         weighed = (sum(len(value) for value in map(_VALUE, sample) if value)
-                   + sum(len(key) for key in map(_KEY, sample) if key))
+                   + sum(len(key) for key in map(_KEY, sample) if key)
+                   + sum(len(value) for headers in map(_HEADERS, sample) if headers
+                         for _, value in headers if value))
         return weighed * len(records) // len(sample)

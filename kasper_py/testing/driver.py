@@ -102,6 +102,8 @@ class ProcessorDriver:
         self.config, self._factory, self._store_specs = plan.config, plan.factory, plan.stores
         self._internal = {topic.name for topic in plan.internal}
         self._partitions = partitions
+        if plan.routes is not None:  # read back on ``partitions`` partitions
+            plan.routes.know_counts(dict.fromkeys(self._internal, partitions))
         self.changelogs = changelogs if changelogs is not None else MemoryChangelogs()
         """The local tables' changelog topics (kept out of ``sent``): pass them to a new
         driver with a fresh ``state_dir`` to restart on another machine."""

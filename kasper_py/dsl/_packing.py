@@ -1,0 +1,171 @@
+"""Packing and expanding a DSL stage's repartition records (the frame: ``packed``):
+``Packer`` on the writing stage, one Kafka record per destination partition and turn;
+``Expander`` on the reading stage, each packed record back into its records, in order,
+before the stage's operators see them. Fewer Kafka records a record is what makes the
+hop cheaper: producing, acking, consuming and committing cost per Kafka record.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from itertools import repeat
+from operator import itemgetter
+from typing import Any, TypeVar
+
+from kasper_py.dsl.packed import FRAME_CAP, PACKED, Columns, columns_frames, unpack_columns
+from kasper_py.exceptions import SerdeError
+from kasper_py.kafka.partitioner import murmur2_partition
+from kasper_py.message import Headers, Message, OutgoingRecord
+from kasper_py.sender import Sender, SendRecord
+from kasper_py.serdes import Column, bound_to, column_decoder
+
+__all__ = ["Expander", "Packer"]
+
+_KEYS_CACHED = 100_000
+"""Keys whose partition a ``Packer`` remembers (murmur2 in Python costs ~7 µs a key);
+past this many the memory starts afresh."""
+_HEADERS = itemgetter(6)
+"""A ``Message``'s headers."""
+_T = TypeVar("_T")
+
+
+class Packer:
+    """Packs what a stage sends to a repartition (``Sender.repartition_packed`` hands it
+    the records encoded) into one record per destination partition: each key goes to
+    the partition the producer would have put it on (murmur2 of its bytes, the
+    producer's ``murmur2_random``), so partitioning is unchanged."""
+
+    __slots__ = ("_cap", "_partitions")
+
+    def __init__(self, cap: int = FRAME_CAP) -> None:
+        self._cap = cap
+        self._partitions: dict[int, dict[bytes, int]] = {}
+        """Per partition count, the partition of each key seen lately."""
+
+    def send(self, sender: Sender, name: str, records: Sequence[SendRecord]) -> None:
+        """``records`` to repartition ``name``, packed."""
+        sender.repartition_packed(name, records, self.pack)
+
+    def pack(self, topic: str, keys: list[bytes], values: list[bytes | None],  # noqa: PLR0917
+             stamps: list[int], headers: list[list[tuple[str, bytes | None]] | None] | None,
+             partitions: int) -> list[OutgoingRecord]:
+        """Encoded records for ``topic`` (of ``partitions`` partitions) as packed
+        records, a partition's in the order they were sent, each stamped with the
+        newest of its records' timestamps."""
+        numbers = self._numbers(keys, partitions)
+        packed: list[OutgoingRecord] = []
+        for partition, rows in _rows(numbers).items():
+            if rows is None:  # every record goes to one partition
+                mine = columns_frames(keys, values, stamps, headers, self._cap)
+                newest = max(stamps)
+            else:
+                mine = columns_frames(_pick(keys, rows), _pick(values, rows),
+                                      _pick(stamps, rows),
+                                      None if headers is None else _pick(headers, rows),
+                                      self._cap)
+                newest = max(map(stamps.__getitem__, rows))
+            packed += [(topic, None, None, partition, None, None, newest, [(PACKED, frame)])
+                       for frame in mine]
+        return packed
+
+    def _numbers(self, keys: list[bytes], partitions: int) -> list[int]:
+        """The partition of each of ``keys``."""
+        known = self._partitions.setdefault(partitions, {})
+        numbers = list(map(known.get, keys))
+        if None in numbers:
+            if len(known) > _KEYS_CACHED:
+                known.clear()
+            for key in set(keys).difference(known):
+                known[key] = murmur2_partition(key, partitions)
+            numbers = list(map(known.__getitem__, keys))
+        return numbers  # type: ignore[return-value]  # none is None now
+
+
+def _packed(headers: Headers) -> bool:
+    """Whether a record with ``headers`` is packed (its first header says so)."""
+    return bool(headers) and headers[0][0] == PACKED
+
+
+def _rows(numbers: list[int]) -> dict[int, list[int] | None]:
+    """The rows of each partition in ``numbers``, in order (``None``: every row)."""
+    if numbers.count(numbers[0]) == len(numbers):
+        return {numbers[0]: None}
+    rows: dict[int, list[int]] = {number: [] for number in set(numbers)}
+    appends = {number: found.append for number, found in rows.items()}
+    for index, number in enumerate(numbers):
+        appends[number](index)
+    return dict(rows)
+
+
+def _pick(column: Sequence[_T], rows: list[int]) -> list[_T]:
+    return list(map(column.__getitem__, rows))
+
+
+class Expander:
+    """Expands the packed records of the repartition topics a stage reads into the
+    ``Message``s they hold, decoded with the config's serdes, in order; each inner
+    message keeps its outer record's topic, partition, offset and timestamp type."""
+
+    __slots__ = ("_decoders", "_key_serde", "_topics", "_value_serde")
+
+    def __init__(self, topics: frozenset[str], key_serde: Any, value_serde: Any) -> None:
+        self._topics, self._key_serde, self._value_serde = topics, key_serde, value_serde
+        self._decoders: dict[str, tuple[Column, Column]] = {}
+
+    def expand(self, messages: list[Message]) -> list[Message]:
+        """``messages`` with each packed one replaced by its records (the same list
+        when none is packed)."""
+        if (not self._topics or not any(map(_HEADERS, messages))  # no headers: one C scan
+                or not any(map(_packed, map(_HEADERS, messages)))):
+            return messages
+        out: list[Message] = []
+        for message in messages:
+            if _packed(message.headers) and message.topic in self._topics:
+                keys, values, stamps, headers = self._columns(message)
+                out += map(tuple.__new__, repeat(Message), zip(
+                    repeat(message.topic), repeat(message.partition), repeat(message.offset),
+                    keys, values, stamps, repeat(()) if headers is None else headers,
+                    repeat(message.timestamp_type)))
+            else:
+                out.append(message)
+        return out
+
+    def records(self, messages: list[Message]) -> list[tuple[Any, Any, int | None, Headers]] | None:
+        """The records of ``messages`` of one topic, every one packed, as operators take
+        them (no ``Message`` built); ``None`` when some is not packed."""
+        if (not self._topics or not messages[0].headers
+                or not all(map(_packed, map(_HEADERS, messages)))
+                or messages[0].topic not in self._topics):
+            return None
+        out: list[tuple[Any, Any, int | None, Headers]] = []
+        for message in messages:
+            keys, values, stamps, headers = self._columns(message)
+            out += zip(keys, values, stamps, repeat(()) if headers is None else headers,
+                       strict=False)  # repeat() has no end
+        return out
+
+    def _columns(self, message: Message) -> Columns:
+        """The records packed in ``message``, decoded, timestamps of 0 its own."""
+        topic, partition, offset = message.topic, message.partition, message.offset
+        try:
+            keys, values, stamps, headers = unpack_columns(message.headers[0][1] or b"")
+        except ValueError as exc:
+            raise SerdeError(f"cannot unpack the packed record {topic}[{partition}] offset "
+                             f"{offset}: {exc}; the turn is not committed") from exc
+        decode_keys, decode_values = self._decoders_of(topic)
+        try:
+            keys, values = decode_keys(keys), decode_values(values)
+        except SerdeError as exc:
+            raise SerdeError(f"cannot decode a record packed in {topic}[{partition}] offset "
+                             f"{offset}: {exc}; the turn is not committed") from exc
+        if 0 in stamps:
+            stamps = [stamp or message.timestamp for stamp in stamps]  # type: ignore[misc]
+        return keys, values, stamps, headers
+
+    def _decoders_of(self, topic: str) -> tuple[Column, Column]:
+        found = self._decoders.get(topic)
+        if found is None:
+            found = self._decoders[topic] = (
+                column_decoder(bound_to(self._key_serde, topic)),
+                column_decoder(bound_to(self._value_serde, topic)))
+        return found

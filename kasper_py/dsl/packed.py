@@ -1,0 +1,256 @@
+"""The frame of a packed repartition record, public for readers of a DSL app's
+repartition topics other than the app, and for tests (``unpack``, ``unpacked``).
+
+A DSL stage writes a turn's records for one repartition as one Kafka record per
+destination partition (several when a partition's share is larger than ``FRAME_CAP``),
+and the stage reading it expands each back into its records, in order (``_packing``).
+A packed record has no key and no value; its first header, ``kasper.packed``, holds the
+frame, so every serde reads the outer record as it is (a null key and value) and the
+loop's batching, offsets and commits see it as any other record. The frame, version 1,
+column by column (so both sides pack and unpack a column in one C call)::
+
+    version     u8 (1)
+    count       u32: n records
+    flags       u8: 1 when a headers section ends the frame
+    timestamps  n x i64 (0: the outer record's)
+    key sizes   n x i32 (-1: None)
+    value sizes n x i32 (-1: None)
+    keys        the keys' bytes, one after another
+    values      the values' bytes, one after another
+    headers     (flag 1) per record: u16 count; per header: u16 name size, i32 value
+                size (-1: None), the name (UTF-8), the value
+
+every number little-endian.
+"""
+
+from __future__ import annotations
+
+import struct
+import sys
+from array import array
+from bisect import bisect_right
+from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import accumulate, repeat
+from operator import add
+
+from kasper_py.message import Headers, OutgoingMessage
+
+__all__ = ["FRAME_CAP", "PACKED", "VERSION", "Columns", "frames", "unpack", "unpacked"]
+
+PACKED = "kasper.packed"
+"""The header that marks a packed record and holds its frame."""
+VERSION = 1
+FRAME_CAP = 256 * 1024
+"""Bytes a frame holds at most (a record larger alone gets a frame of its own): a
+quarter of Kafka's default ``max.message.bytes`` (1 MiB), so a frame never nears it."""
+_HEAD = struct.Struct("<BIB")
+_HEADER = struct.Struct("<Hi")
+_PER_RECORD = 16
+"""Bytes of a record's timestamp and sizes."""
+_SWAP = sys.byteorder == "big"
+
+Inner = tuple["bytes | None", "bytes | None", int, "Sequence[tuple[str, bytes | None]] | None"]
+"""A record to pack: key bytes, value bytes, timestamp (0: the outer's), headers."""
+Columns = tuple[list["bytes | None"], list["bytes | None"], list[int], "list[Headers] | None"]
+"""A frame's records as columns: keys, values, timestamps, and headers (``None``: no
+record has any)."""
+
+
+def frames(records: Sequence[Inner], cap: int = FRAME_CAP) -> list[bytes]:
+    """``records`` as frames of at most ``cap`` bytes each (one record larger than
+    ``cap`` gets a frame alone), in order; none for no records."""
+    keys, values, stamps = [r[0] for r in records], [r[1] for r in records], [
+        r[2] for r in records]
+    headers = [r[3] for r in records] if any(r[3] for r in records) else None
+    return columns_frames(keys, values, stamps, headers, cap)
+
+
+def columns_frames(keys: Sequence[bytes | None], values: Sequence[bytes | None],
+                   stamps: Sequence[int],
+                   headers: Sequence[Sequence[tuple[str, bytes | None]] | None] | None,
+                   cap: int = FRAME_CAP) -> list[bytes]:
+    """``frames`` of records given as columns (``headers``: ``None`` when none has any)."""
+    if not keys:
+        return []
+    packing = _Packing(keys, values, stamps, _sizes(keys), _sizes(values),
+                       None if headers is None else [_headers(h) for h in headers])
+    size = packing.size()
+    if size <= cap:
+        return [packing.frame()]
+    step = max(1, (cap - _HEAD.size) // packing.largest())  # records that surely fit
+    if len(keys) / step <= 2 * size / cap:  # about as few frames as can be: cut by count
+        return [packing.cut(start, start + step).frame() for start in range(0, len(keys), step)]
+    ends = packing.ends()  # sizes differ widely: the most records that fit, at least one
+    found, start, before = [], 0, 0
+    while start < len(keys):
+        stop = max(bisect_right(ends, before + cap - _HEAD.size), start + 1)
+        found.append(packing.cut(start, stop).frame())
+        start, before = stop, ends[stop - 1]
+    return found
+
+
+@dataclass
+class _Packing:
+    """Records to pack, as columns, with their keys' and values' sizes (-1: None) and
+    their headers encoded (``None``: no record has any)."""
+
+    keys: Sequence[bytes | None]
+    values: Sequence[bytes | None]
+    stamps: Sequence[int]
+    key_sizes: array[int]
+    value_sizes: array[int]
+    headers: list[bytes] | None
+
+    def ends(self) -> list[int]:
+        """Where each record would end in one frame, counted from the end of its head."""
+        sizes = map(add, map(max, self.key_sizes, repeat(0)), map(max, self.value_sizes,
+                                                                   repeat(0)))
+        if self.headers is not None:
+            sizes = map(add, sizes, map(len, self.headers))
+        return list(accumulate(map(add, sizes, repeat(_PER_RECORD))))
+
+    def largest(self) -> int:
+        """The bytes of the largest record, at most."""
+        key, value = max(self.key_sizes), max(self.value_sizes)  # -1: None
+        return (_PER_RECORD + max(key, 0) + max(value, 0)
+                + (0 if self.headers is None else max(map(len, self.headers))))
+
+    def size(self) -> int:
+        """The frame's bytes."""
+        return (_HEAD.size + _PER_RECORD * len(self.keys) + sum(map(len, filter(None, self.keys)))
+                + sum(map(len, filter(None, self.values)))
+                + (0 if self.headers is None else sum(map(len, self.headers))))
+
+    def cut(self, start: int, stop: int) -> _Packing:
+        return _Packing(self.keys[start:stop], self.values[start:stop],
+                        self.stamps[start:stop], self.key_sizes[start:stop],
+                        self.value_sizes[start:stop],
+                        None if self.headers is None else self.headers[start:stop])
+
+    def frame(self) -> bytes:
+        numbers = [array("q", self.stamps), self.key_sizes, self.value_sizes]
+        if _SWAP:
+            numbers = [_swapped(column) for column in numbers]
+        return b"".join([_HEAD.pack(VERSION, len(self.keys), 0 if self.headers is None else 1),
+                         *(column.tobytes() for column in numbers),
+                         b"".join(filter(None, self.keys)), b"".join(filter(None, self.values)),
+                         *([] if self.headers is None else self.headers)])
+
+
+def _sizes(column: Sequence[bytes | None]) -> array[int]:
+    if None in column:
+        return array("i", [-1 if item is None else len(item) for item in column])
+    return array("i", map(len, column))  # type: ignore[arg-type]  # no None in it
+
+
+def _swapped(column: array[int]) -> array[int]:
+    copy = array(column.typecode, column)
+    copy.byteswap()
+    return copy
+
+
+def _headers(headers: Sequence[tuple[str, bytes | None]] | None) -> bytes:
+    if not headers:
+        return b"\x00\x00"
+    parts = [len(headers).to_bytes(2, "little")]
+    for name, value in headers:
+        encoded = name.encode()
+        parts.append(_HEADER.pack(len(encoded), -1 if value is None else len(value))
+                     + encoded + (value or b""))
+    return b"".join(parts)
+
+
+def unpack(frame: bytes) -> list[tuple[bytes | None, bytes | None, int, Headers]]:
+    """The records of ``frame``, in order: (key, value, timestamp, headers). Raises
+    ``ValueError`` saying what is wrong with a frame that is not one (unknown version,
+    truncated, trailing bytes)."""
+    keys, values, stamps, headers = unpack_columns(frame)
+    return list(zip(keys, values, stamps, repeat(()) if headers is None else headers,
+                    strict=False))  # repeat() has no end
+
+
+def unpack_columns(frame: bytes) -> Columns:
+    """``unpack``, column by column."""
+    if len(frame) < _HEAD.size:
+        raise ValueError(f"a frame of {len(frame)} bytes is shorter than its head")
+    version, count, flags = _HEAD.unpack_from(frame)
+    if version != VERSION:
+        raise ValueError(f"frame version {version} is unknown (this kasper_py reads "
+                         f"version {VERSION}): written by a newer kasper_py?")
+    at = _HEAD.size + _PER_RECORD * count
+    if at > len(frame):
+        raise ValueError(f"the frame ends inside the sizes of its {count} records")
+    stamps, key_sizes, value_sizes = (
+        _numbers(typecode, frame[start:start + size * count])
+        for typecode, start, size in (("q", _HEAD.size, 8), ("i", _HEAD.size + 8 * count, 4),
+                                      ("i", _HEAD.size + 12 * count, 4)))
+    keys, at = _column(frame, at, key_sizes)
+    values, at = _column(frame, at, value_sizes)
+    headers = None
+    if flags & 1:
+        headers, at = _read_headers(frame, at, count)
+    if at != len(frame):
+        raise ValueError(f"the frame holds {len(frame) - at} bytes after its {count} records")
+    return keys, values, stamps.tolist(), headers
+
+
+def _numbers(typecode: str, data: bytes) -> array[int]:
+    numbers = array(typecode)
+    numbers.frombytes(data)
+    if _SWAP:
+        numbers.byteswap()
+    return numbers
+
+
+def _column(frame: bytes, at: int, sizes: array[int]) -> tuple[list[bytes | None], int]:
+    """The items of sizes ``sizes`` from ``at`` on, and where they end."""
+    missing = bool(sizes) and min(sizes) < 0
+    ends = list(accumulate(map(max, sizes, repeat(0)) if missing else sizes, initial=at))
+    if ends[-1] > len(frame):
+        raise ValueError(f"the frame ends inside its data ({ends[-1]} bytes of "
+                         f"{len(frame)})")
+    items: list[bytes | None] = list(map(frame.__getitem__, map(slice, ends, ends[1:])))
+    if missing:
+        items = [None if size < 0 else item for item, size in zip(items, sizes, strict=True)]
+    return items, ends[-1]
+
+
+def _read_headers(frame: bytes, at: int, count: int) -> tuple[list[Headers], int]:
+    found: list[Headers] = []
+    try:
+        for _ in range(count):
+            (many,) = struct.unpack_from("<H", frame, at)
+            at += 2
+            headers = []
+            for _ in range(many):
+                name_size, value_size = _HEADER.unpack_from(frame, at)
+                at += _HEADER.size
+                name, value = frame[at:at + name_size], None
+                at += name_size
+                if value_size >= 0:
+                    value = frame[at:at + value_size]
+                    at += value_size
+                if at > len(frame):
+                    raise struct.error("truncated")
+                headers.append((name.decode(errors="replace"), value))
+            found.append(tuple(headers))
+    except struct.error:
+        raise ValueError(f"the frame ends inside the headers of record {len(found)}") from None
+    return found, at
+
+
+def unpacked(messages: Sequence[OutgoingMessage]) -> list[OutgoingMessage]:
+    """``messages`` (what a ``ProcessorDriver`` sent, say) with each packed one replaced
+    by the messages it holds, as they would have been sent plain (partitioned by key;
+    a timestamp of 0 inherits the packed record's)."""
+    found: list[OutgoingMessage] = []
+    for message in messages:
+        headers = message.headers
+        if not headers or headers[0][0] != PACKED:
+            found.append(message)
+            continue
+        found += [OutgoingMessage(message.topic, value, key, None, inner or None,
+                                  timestamp or message.timestamp)
+                  for key, value, timestamp, inner in unpack(headers[0][1] or b"")]
+    return found
