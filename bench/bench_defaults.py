@@ -24,8 +24,10 @@ settings
 
 Each row reports msgs/s (wall time from the loop's start to the commit of its last
 input), CPU seconds per million inputs (the process, every thread; and the loop thread
-alone), peak RSS, turns and their mean batch, and the outputs sent. Rounds run every row
-in the same order; the table keeps each row's best round, and the ratios are of those.
+alone), peak RSS, turns and their mean batch, the outputs sent, and the load average as
+it ended. Each round runs every row, the order turned round by one row from round to
+round; the table keeps each row's best round, and the ratios are of those (and of each
+round).
 A benchmark, not a test: the targets are printed, never asserted.
 
     python bench/bench_defaults.py
@@ -158,6 +160,7 @@ def run_child(row: str, args: argparse.Namespace, source: str, messages: int,
     if result.returncode:
         sys.exit(f"{row} failed:\n{result.stderr[-3000:]}")
     found = dict(json.loads(result.stdout.strip().splitlines()[-1]))
+    found["load"] = os.getloadavg()[0]
     if found["name"]:  # the word count's table made its changelog
         delete_topics(args.bootstrap, [changelog_topic(found["name"], "counts")])
     return found
@@ -170,7 +173,7 @@ def row_line(result: Mapping[str, Any]) -> str:
             f"CPU {result['cpu_s_per_million']:5.2f} s/1M "
             f"(loop {result['loop_cpu_s_per_million']:5.2f})"
             f"  RSS {result['peak_rss_mib']:4.0f} MiB  turns {turns:>5,}  mean batch {batch}"
-            f"  outputs {result['outputs']:>9,}")
+            f"  outputs {result['outputs']:>9,}  load {result['load']:4.2f}")
 
 
 def ratio_lines(results: Mapping[str, Sequence[Mapping[str, Any]]],
@@ -237,8 +240,9 @@ def main() -> None:
     fill(args.bootstrap, text, 2, lines(args.lines))
     results: dict[str, list[dict[str, Any]]] = {row: [] for row in args.rows}
     try:
-        for _ in range(args.rounds):
-            for row in args.rows:
+        for round_ in range(args.rounds):
+            # the rows turn round from round to round: none always runs first
+            for row in args.rows[round_ % len(args.rows):] + args.rows[:round_ % len(args.rows)]:
                 on_lines = row.startswith("wordcount")
                 result = run_child(row, args, text if on_lines else values,
                                    args.lines if on_lines else args.messages,

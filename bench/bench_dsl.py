@@ -43,8 +43,9 @@ target on, what a backlog's batches may be with defaults that grow with it.)
 Each row prints records/s (words/s for word counts: wall time from the loop's start to
 the commit of the last record, its repartition's included), CPU per record (all threads,
 and the loop thread alone), the records it sent to the output and to its repartitions,
-and in the summary its ratio to its baseline (``BASELINE``); the compared pairs print
-the ratio of their best rounds and of each round. ``--before DIR`` runs every row on
+the load average as it ended, and in the summary its ratio to its baseline
+(``BASELINE``); the compared pairs print the ratio of their best rounds and of each
+round (the row order turns round by one from round to round). ``--before DIR`` runs every row on
 the kasper_py in DIR too, right after it in each round (an A/B on one machine). A
 benchmark, not a test: the targets (the chain >= 0.95x passthrough, the DSL word count
 with defaults >= 0.5x the hand-written one at its best) are printed, never asserted.
@@ -58,6 +59,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import resource
 import time
@@ -254,6 +256,7 @@ def run_child(row: str, args: argparse.Namespace, source: str, output: str, *,
     found = run_in_child(__file__, row, args, source, output, before=before)
     found["kind"] += "@before" if before is not None else ""
     found["outputs"] = _records(args.bootstrap, [output]) - sent
+    found["load"] = os.getloadavg()[0]
     internal = [t for t in AdminClient({"bootstrap.servers": args.bootstrap}).list_topics(
         timeout=30).topics if t.startswith(found["name"] + "-")]
     found["repartitioned"] = _records(args.bootstrap, [t for t in internal
@@ -323,7 +326,7 @@ def show(row: dict[str, Any], best: dict[str, dict[str, Any]] | None = None) -> 
              if best is not None and base in best else "")
     return (f"  {row['kind']:32} {row['per_s']:>10,.0f} {unit} {row['cpu_us']:>6.2f} us CPU "
             f"(loop {row.get('loop_us', 0.0):5.2f}) {row['outputs']:>9,} outputs "
-            f"{row['repartitioned']:>9,} repartitioned{ratio}")
+            f"{row['repartitioned']:>9,} repartitioned  load {row['load']:4.2f}{ratio}")
 
 
 def report(results: dict[str, list[dict[str, Any]]], args: argparse.Namespace) -> None:
@@ -383,8 +386,9 @@ def main() -> None:
     fill(args.bootstrap, lines, args.partitions, text)
     results: dict[str, list[dict[str, Any]]] = {}
     try:
-        for _ in range(args.rounds):  # alternate, so compared rows see the same machine
-            for row in rows:
+        for round_ in range(args.rounds):  # alternate, so compared rows see the same machine
+            # and turn the order round from round to round: no row always runs first
+            for row in rows[round_ % len(rows):] + rows[:round_ % len(rows)]:
                 for before in (None, args.before) if args.before else (None,):
                     source = words if row in KEYED + KEYED_OPTIONAL else lines
                     r = run_child(row, args, source, output, before=before)

@@ -179,14 +179,16 @@ class FirstDeliveryError:
 
 
 def raw_producer(args: argparse.Namespace, failed: FirstDeliveryError,
-                 **transactional: str | int) -> Producer:
+                 **more: str | int | bool) -> Producer:
     """The raw loops' producer: acks=all, idempotent, linger.ms=5, a 1M-message queue,
-    delivery reports for errors only (to ``failed``), plus the ``transactional`` keys."""
+    delivery reports for errors only (to ``failed``), plus the keys in ``more`` (the
+    exactly-once loop's transactional ones; bench_latency's latency settings, which
+    override these)."""
     return Producer({"bootstrap.servers": args.bootstrap, "acks": "all",
                      "enable.idempotence": True, "linger.ms": 5,
                      "queue.buffering.max.messages": 1_000_000,
                      "delivery.report.only.error": True, "on_delivery": failed,
-                     **transactional})
+                     **more})
 
 
 def raw_loop(row: Row, args: argparse.Namespace) -> list[float]:

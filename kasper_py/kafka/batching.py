@@ -128,8 +128,8 @@ class Collector:
 
     def gather(self, until: Callable[[], bool] | None = None, step: float | None = None) -> bool:
         """Consume toward a full batch; stop early once ``until()`` is true, letting each
-        consume wait at most ``step`` seconds. True when the batch is ready: full, or its
-        wait is over."""
+        consume wait at most ``step`` seconds (never less than the client's millisecond
+        tick). True when the batch is ready: full, or its wait is over."""
         clock, records = self._clock, self.records
         if self._deadline is None:
             self._deadline = clock() + self._wait
@@ -141,7 +141,8 @@ class Collector:
                 if self.linger is not None and records:  # what is fetched comes along
                     self._add(self._room(), 0)
                 return True
-            wait = remaining if step is None else min(step, remaining)
+            # a step under the tick would not wait either: each consume would spin
+            wait = remaining if step is None else min(max(step, _TICK), remaining)
             if self.linger is not None and len(records) == self.held:
                 self._first(wait)
             else:
