@@ -23,15 +23,16 @@ __all__ = ["main"]
 
 _PROG = "kasper standby"
 _EXIT_UNREACHABLE = 3
+_EXIT_CODES = ("Exit codes: 0 done, 1 it failed (the process stops, uncommitted), 2 usage, "
+               "3 no process answered, 5 refused (unknown partitions, partitions it already "
+               "owns or, to release, does not own or are its last, group mode): nothing "
+               "changed.")
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=_PROG, description="Operate a running process's standby replicas.",
-        epilog="Exit codes: 0 done, 1 it failed (the process stops, uncommitted), 2 "
-               "usage, 3 no process answered, 5 refused (unknown partitions, partitions "
-               "it already owns or, to release, does not own or are its last, group "
-               "mode): nothing changed.")
+        epilog=_EXIT_CODES)
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
     promote = actions.add_parser(
         "promote", help="take partitions over in the running process (its warm copies "
@@ -40,7 +41,8 @@ def _parser() -> argparse.ArgumentParser:
         "ENDPOINT, between two of its turns. Exactly-once: the previous owner's "
         "transactional id is fenced first (its open transaction aborted). At-least-once: "
         "stop the previous owner first, nothing can fence it. A partition the process "
-        "does not keep warm is adopted too, its tables restored in full.")
+        "does not keep warm is adopted too, its tables restored in full.",
+        epilog=_EXIT_CODES)
     _common(promote, "take over")
     promote.add_argument("--previous", metavar="SET",
                          help="exactly-once: the previous owner's partition set (its "
@@ -53,7 +55,7 @@ def _parser() -> argparse.ArgumentParser:
         "its turns: its last turn committed, their offsets re-committed with a "
         "'released' note (so their owner, restarted on them, is not refused), their "
         "stores closed, and kept warm again where it keeps standbys of them. Start "
-        "their owner once this returns.")
+        "their owner once this returns.", epilog=_EXIT_CODES)
     _common(release, "release")
     return parser
 
