@@ -170,9 +170,11 @@ def _partitions(request: Request) -> tuple[int, ...]:
 
 
 def promotions_for(config: Config) -> Promotions:
-    """The promotions a loop of ``config`` takes: a static loop's; a group member
-    refuses them (the group's assignment promotes its warm copies)."""
+    """The promotions and releases a loop of ``config`` takes: a static loop's; a group
+    member refuses them (the group's assignment moves partitions, and promotes warm
+    copies)."""
     if config.group_mode:
-        return Promotions(refusal="group mode: a member promotes a warm copy when the "
-                          "group assigns it the partition; stop the owner instead")
+        return Promotions(refusal="group mode: the group assigns and revokes partitions "
+                          "(a member promotes a warm copy when the group assigns it the "
+                          "partition); stop the owner, or the member, instead")
     return Promotions(served=config.admin_port is not None)

@@ -140,6 +140,24 @@ def test_a_new_copy_states_what_it_has_left_to_read_and_a_kept_one_its_measured_
         replicas.close()
 
 
+def test_a_partition_promoted_then_released_is_kept_warm_again(tmp_path: Path) -> None:
+    """A static standby's partition promoted here stops being kept warm (its folder
+    handed to the owner); released (``revoked``), it is kept warm again, from that folder,
+    while one never asked for stays cold."""
+    table = RocksDBTable("counts", key_serde="str")
+    replicas = StandbyReplicas(config(state_dir=str(tmp_path), input_partitions=[2]),
+                               [table], [0], NOOP_STORE_OBSERVER)
+    replicas._copies = [_Copy(table, Changelog(), {})]  # type: ignore[arg-type]
+    try:
+        replicas.keep([0])
+        replicas.promote([0, 1])
+        assert (replicas.partitions, list(replicas._copies[0].dbs)) == ((), [])
+        replicas.revoked([0, 1])
+        assert (replicas.partitions, list(replicas._copies[0].dbs)) == ((0,), [0])
+    finally:
+        replicas.close()
+
+
 def test_a_group_member_places_its_standbys_by_the_group() -> None:
     """A group member asked for standbys keeps warm what the group placement gives it,
     none to begin with (the group is described once it runs)."""
