@@ -81,15 +81,22 @@ def broker() -> InMemoryBroker:
     return filled_broker()
 
 
+@pytest.fixture(params=["exactly_once", "at_least_once"])
+def base(request: pytest.FixtureRequest) -> dict[str, Any]:
+    """The loops' fields, under each processing guarantee."""
+    return {**_fields(BASE), "processing_guarantee": request.param}
+
+
 @pytest.fixture
-def promoting(broker: InMemoryBroker) -> Iterator[tuple[TopicProcessor, str, list[BaseException]]]:
+def promoting(broker: InMemoryBroker, base: dict[str, Any]
+              ) -> Iterator[tuple[TopicProcessor, str, list[BaseException]]]:
     """A ran partition 0 and stopped; B, owner of partition 1 with an admin endpoint,
     runs in a thread. Yields B, its endpoint's URL up to ``/standby/`` and what its
     ``run_loop`` raised."""
-    config_a = Config(**{**_fields(BASE), "input_partitions": [0]})
+    config_a = Config(**{**base, "input_partitions": [0]})
     TopicProcessor(config_a, Upper, clients=broker.clients(config_a)).run_loop(
         until_caught_up=True)
-    config = Config(**{**_fields(BASE), "input_partitions": [1], "admin_port": 0})
+    config = Config(**{**base, "input_partitions": [1], "admin_port": 0})
     processor = TopicProcessor(config, Upper, clients=broker.clients(config))
     errors: list[BaseException] = []
 
@@ -136,9 +143,10 @@ def test_refused_releases_change_nothing(
 
 
 def test_a_released_partition_is_committed_left_alone_and_its_owner_starts(
-        broker: InMemoryBroker, promoting: tuple[TopicProcessor, str, list[Any]]) -> None:
-    """Promoted, B runs partition 0; released, its offset is committed in a transaction
-    with a "released" note, B processes no more of it (its next records wait), and A,
+        broker: InMemoryBroker, promoting: tuple[TopicProcessor, str, list[Any]],
+        base: dict[str, Any]) -> None:
+    """Promoted, B runs partition 0; released, its offset is committed (exactly-once: in
+    a transaction) with a "released" note, B processes no more of it (its next records wait), and A,
     started again on 0 at once, is not refused: it runs them from B's committed offset,
     each output once. B can take 0 over again afterwards."""
     _, url, errors = promoting
@@ -156,7 +164,7 @@ def test_a_released_partition_is_committed_left_alone_and_its_owner_starts(
     wait_until(lambda: broker.committed("wc").get(("in", 1)) == 2)
     assert broker.committed("wc")[("in", 0)] == 4
     assert outputs(broker) == [b"A0", b"A1", b"A2", b"A3", b"B0", b"B1"]
-    config_a = Config(**{**_fields(BASE), "input_partitions": [0]})
+    config_a = Config(**{**base, "input_partitions": [0]})
     TopicProcessor(config_a, Upper, clients=broker.clients(config_a)).run_loop(
         until_caught_up=True)
     assert broker.committed("wc") == {("in", 0): 5, ("in", 1): 2}
