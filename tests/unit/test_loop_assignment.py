@@ -28,6 +28,7 @@ from kasper_py.loop.committer import OffsetCommitter, committer_for
 from kasper_py.loop.partitions import Partitions
 from kasper_py.loop.peers import PEER_WAIT_MARGIN
 from kasper_py.loop.prefetch import Prefetcher
+from kasper_py.loop.promotion import Promotions
 from kasper_py.observability.observe import NoopObserver
 from kasper_py.processor import ProcessorContext
 from kasper_py.testing import InMemoryBroker
@@ -88,9 +89,10 @@ class Parts:
 
 
 def parts(broker: InMemoryBroker, config: Config = CONFIG, *, consumer: Any = None,
-          force: bool = False) -> Parts:
+          force: bool = False, promotions: Promotions | None = None) -> Parts:
     """The assignment of ``config`` with the parts it works with, as the loop builds
-    them; ``consumer`` replaces the broker's (a group coordinator's stand-in)."""
+    them; ``consumer`` replaces the broker's (a group coordinator's stand-in);
+    ``promotions`` the admin endpoint's requests."""
     clients = broker.clients(config)
     if consumer is not None:
         clients = dataclasses.replace(clients, consumer=consumer(clients.consumer))
@@ -103,7 +105,8 @@ def parts(broker: InMemoryBroker, config: Config = CONFIG, *, consumer: Any = No
     partitions = Partitions(config, clients, engine, factory=built, stores=(),
                             store_observer=observer.store_observer)
     assignment = assignment_for(config, clients, partitions=partitions, committer=committer,
-                                prefetcher=prefetcher, observer=observer)
+                                prefetcher=prefetcher, observer=observer,
+                                promotions=promotions)
     return Parts(assignment, clients, engine, committer, observer, built)
 
 

@@ -6,6 +6,7 @@ and refusals change nothing."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 from collections.abc import Iterator
@@ -22,6 +23,7 @@ from kasper_py.loop.promotion import Promotions
 from kasper_py.message import Message
 from kasper_py.observability.http import HttpServer
 from kasper_py.testing import InMemoryBroker
+from tests.unit.test_loop_assignment import CONFIG, GROUP, broker_with, parts
 from tests.unit.test_promotion_unit import (
     BASE,
     Upper,
@@ -74,6 +76,34 @@ def test_a_batch_without_released_partitions_keeps_the_others_whole() -> None:
     kept = batch.without({0})
     assert (list(kept.by_partition), list(kept.ranges)) == ([1], [("in", 1)])
     assert kept.next_offsets() == {("in", 1): 6}
+
+
+def test_a_release_drops_the_partition_from_the_batch_in_hand_and_closes_it() -> None:
+    """Served between two turns, a release of partition 0: its offset re-committed with
+    a "released" note, its processor closed, unassigned, and the batch read for the next
+    turn handed back without its records (never processed nor committed here);
+    partition 1 stays assigned and in the batch."""
+    broker, promotions = broker_with(), Promotions(served=True)
+    run = parts(broker, dataclasses.replace(CONFIG, input_partitions=[0, 1]),
+                promotions=promotions)
+    run.assignment.start(2)
+    run.committer.offsets.mark_committed({("in", 0): 2, ("in", 1): 3})
+    batch = Batch({p: [Message("in", p, 2, None, b"x")] for p in (0, 1)},
+                  {("in", p): OffsetRange(2, 2) for p in (0, 1)})
+    answers: list[Any] = []
+    asking = threading.Thread(target=lambda: answers.append(promotions.ask((0,), None, 10,
+                                                                           action="release")))
+    asking.start()
+    wait_until(lambda: promotions.waking(_Never()).due())
+    kept = run.assignment.after_consume(batch)
+    asking.join(10)
+    assert (answers[0].status, answers[0].body["committed"]) == (200, {"in[0]": 2})
+    assert (list(kept.ranges), list(kept.by_partition)) == ([("in", 1)], [1])
+    assert (run.clients.consumer.assigned, run.built.closed) == ([("in", 1)], [0])
+    last = broker.commits(GROUP)[-1]
+    note = CommitNote.decode(last.metadata)
+    assert (last.partition, last.offset, note and note.state) == (0, 2, "released")
+    assert run.committer.offsets.all() == {("in", 1): 3}
 
 
 @pytest.fixture
