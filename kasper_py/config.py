@@ -149,8 +149,9 @@ class Config:
     none, unless placed for you as ``num_standby_replicas`` says."""
     admin_port: int | None = None
     """Port of the loop's admin endpoint (``POST /standby/promote``: a static standby
-    takes its partitions over in place), bound on 127.0.0.1 only; ``None`` (the default)
-    serves none (docs/stores.md, promoting a standby)."""
+    takes its partitions over in place; ``POST /standby/release``: it gives them back),
+    bound on 127.0.0.1 only; ``None`` (the default) serves none (docs/stores.md,
+    promoting a standby)."""
     metrics_port: int | None = None
     """Port serving ``/metrics`` and ``/health``; ``None`` disables the exporter."""
     metrics_host: str = "0.0.0.0"

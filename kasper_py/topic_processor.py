@@ -225,11 +225,11 @@ class TopicProcessor:
 
     def _loop(self, until_caught_up: bool) -> None:
         schedule = self._engine.time
-        waking = self._promotions.waking(schedule)  # a promotion ends the wait, no turn
+        waking = self._promotions.waking(schedule)  # a promotion/release ends the wait
         while not self._life.closing.is_set():
             size = self._prefetcher.size
             batch = self._prefetcher.next_batch(waking)
-            self._assignment.after_consume()
+            batch = self._assignment.after_consume(batch)
             if batch.ranges or schedule.due():
                 self._turn(batch)  # with no input: for the timers and tasks due
             if not batch.ranges:

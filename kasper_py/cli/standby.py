@@ -1,7 +1,8 @@
 """``kasper standby promote``: tell a running ``kasper run`` process that keeps
 partitions warm (``--standby-partitions``) to take them over as their owner, in place,
-through its admin endpoint (``--admin-port``, loopback only). Prints the answer as JSON:
-the partitions owned, the records restored, the transactional ids fenced.
+through its admin endpoint (``--admin-port``, loopback only); ``kasper standby release``:
+the way back, once their owner returns. Prints the answer as JSON: the partitions owned
+or released, the records restored, the transactional ids fenced, the offsets committed.
 """
 
 from __future__ import annotations
@@ -16,20 +17,22 @@ from collections.abc import Sequence
 from typing import Any
 
 from kasper_py.cli.base import EXIT_FAILED, EXIT_OK, EXIT_REFUSED, EXIT_USAGE, print_error
-from kasper_py.loop.promotion import PROMOTE_PATH
+from kasper_py.loop.promotion import PROMOTE_PATH, RELEASE_PATH
 
 __all__ = ["main"]
 
 _PROG = "kasper standby"
 _EXIT_UNREACHABLE = 3
+_EXIT_CODES = ("Exit codes: 0 done, 1 it failed (the process stops, uncommitted), 2 usage, "
+               "3 no process answered, 5 refused (unknown partitions, partitions it already "
+               "owns or, to release, does not own or are its last, group mode): nothing "
+               "changed.")
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=_PROG, description="Operate a running process's standby replicas.",
-        epilog="Exit codes: 0 promoted, 1 the promotion failed (the process stops, "
-               "uncommitted), 2 usage, 3 no process answered, 5 refused (unknown "
-               "partitions, partitions it already owns, group mode): nothing changed.")
+        epilog=_EXIT_CODES)
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
     promote = actions.add_parser(
         "promote", help="take partitions over in the running process (its warm copies "
@@ -38,29 +41,44 @@ def _parser() -> argparse.ArgumentParser:
         "ENDPOINT, between two of its turns. Exactly-once: the previous owner's "
         "transactional id is fenced first (its open transaction aborted). At-least-once: "
         "stop the previous owner first, nothing can fence it. A partition the process "
-        "does not keep warm is adopted too, its tables restored in full.")
-    promote.add_argument("--endpoint", required=True, metavar="URL",
-                         help="the process's admin endpoint, e.g. http://127.0.0.1:9300 "
-                              "(its --admin-port)")
-    promote.add_argument("--partitions", required=True, metavar="P[,P...]",
-                         help="the partitions to take over")
+        "does not keep warm is adopted too, its tables restored in full.",
+        epilog=_EXIT_CODES)
+    _common(promote, "take over")
     promote.add_argument("--previous", metavar="SET",
                          help="exactly-once: the previous owner's partition set (its "
                               "--input-partitions, e.g. 0-3), fenced besides the sets of "
                               "PARTITIONS alone and of their last commit notes")
-    promote.add_argument("--timeout", type=float, default=600.0, metavar="SECONDS",
-                         help="how long to wait for the partitions to be owned "
-                              "(default: 600)")
+    release = actions.add_parser(
+        "release", help="stop running partitions in the running process (the way back "
+        "after a promotion, once their owner returns)",
+        description="Stop running PARTITIONS in the process at ENDPOINT, between two of "
+        "its turns: its last turn committed, their offsets re-committed with a "
+        "'released' note (so their owner, restarted on them, is not refused), their "
+        "stores closed, and kept warm again where it keeps standbys of them. Start "
+        "their owner once this returns.", epilog=_EXIT_CODES)
+    _common(release, "release")
     return parser
+
+
+def _common(action: argparse.ArgumentParser, verb: str) -> None:
+    """The arguments of every action: where, which partitions, how long to wait."""
+    action.add_argument("--endpoint", required=True, metavar="URL",
+                        help="the process's admin endpoint, e.g. http://127.0.0.1:9300 "
+                             "(its --admin-port)")
+    action.add_argument("--partitions", required=True, metavar="P[,P...]",
+                        help=f"the partitions to {verb}")
+    action.add_argument("--timeout", type=float, default=600.0, metavar="SECONDS",
+                        help="how long to wait for the loop to do it (default: 600)")
 
 
 def main(argv: Sequence[str]) -> int:
     """Run ``kasper standby``; returns the exit code."""
     args = _parser().parse_args(argv)
     params = {"partitions": args.partitions, "timeout": f"{args.timeout:g}"}
-    if args.previous:
+    if getattr(args, "previous", None):
         params["previous"] = args.previous
-    url = f"{args.endpoint.rstrip('/')}{PROMOTE_PATH}?{urllib.parse.urlencode(params)}"
+    path = PROMOTE_PATH if args.action == "promote" else RELEASE_PATH
+    url = f"{args.endpoint.rstrip('/')}{path}?{urllib.parse.urlencode(params)}"
     try:
         status, answer = _post(url, args.timeout + 10)
     except ValueError as exc:  # not an http(s) URL

@@ -67,6 +67,17 @@ class Batch:
         found = read[index] if index < len(read) else None
         return found if found is not None and found.offset == message.offset else message
 
+    def without(self, partitions: set[int]) -> Batch:
+        """This batch less the records of ``partitions`` (released before its turn: not
+        processed, nor committed, so their new owner reads them)."""
+        if not partitions.intersection(self.by_partition) and not any(
+                p in partitions for _, p in self.ranges):
+            return self
+        return Batch({p: m for p, m in self.by_partition.items() if p not in partitions},
+                     {tp: r for tp, r in self.ranges.items() if tp[1] not in partitions},
+                     [u for u in self.undecodable if u.partition not in partitions],
+                     {tp: m for tp, m in self.read.items() if tp[1] not in partitions})
+
     def next_offsets(self) -> dict[TopicPartitionKey, int]:
         """The offsets to commit: last processed offset + 1 for every topic-partition."""
         return {tp: r.last + 1 for tp, r in self.ranges.items()}

@@ -132,6 +132,17 @@ class InputConsumer:
         self._forget_ends(keys)
         return committed
 
+    def unassign(self, partitions: Sequence[int]) -> None:
+        """Stop reading ``partitions`` (released in place); the others keep their
+        positions (``incremental_unassign``)."""
+        keys = [tp for tp in self.assigned if tp[1] in set(partitions)]
+        try:
+            self._consumer.incremental_unassign([TopicPartition(*tp) for tp in keys])
+        except KafkaException as exc:
+            raise ConsumeError(f"unassigning {keys}: {exc.args[0]}") from exc
+        self.assigned = [tp for tp in self.assigned if tp not in keys]
+        self._forget_ends(keys)
+
     def _start(self, key: TopicPartitionKey, offset: int | None) -> int:
         """Where to read ``key`` from: ``offset``, or where nothing committed points."""
         if offset is not None:

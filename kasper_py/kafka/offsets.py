@@ -46,12 +46,13 @@ GROUP_ACTIVE_ERRORS = (KafkaError.UNKNOWN_MEMBER_ID, KafkaError.REBALANCE_IN_PRO
                        KafkaError.ILLEGAL_GENERATION, KafkaError.NON_EMPTY_GROUP)
 """Errors with which Kafka refuses an offset change because the group has members."""
 
-NoteState = Literal["running", "stopped", "streaming"]
+NoteState = Literal["running", "stopped", "streaming", "released"]
 """``running``: a live loop; ``streaming``: a Spark streaming query; ``stopped``: either
-stopped cleanly (a stream's partition set starts with ``STREAM_PREFIX``)."""
+stopped cleanly (a stream's partition set starts with ``STREAM_PREFIX``); ``released``:
+a loop that runs on stopped running these partitions (``kasper standby release``)."""
 STREAM_PREFIX = "stream:"
 """Starts the partition set of the notes a streaming query writes."""
-_STATES: tuple[NoteState, ...] = ("running", "stopped", "streaming")
+_STATES: tuple[NoteState, ...] = ("running", "stopped", "streaming", "released")
 
 
 class OffsetTracker:

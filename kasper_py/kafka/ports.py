@@ -116,6 +116,10 @@ class InputPort(Protocol):
         """Also assign ``partitions``, as ``assign`` does (a standby promoted in place);
         the partitions assigned already keep their positions."""
 
+    def unassign(self, partitions: Sequence[int]) -> None:
+        """Stop reading ``partitions`` of every input topic (partitions released in
+        place); the others keep their positions."""
+
     def subscribe(self, on_assign: Rebalance, on_revoke: Rebalance) -> None:
         """Group mode: join the consumer group. ``on_assign`` gets the topic-partitions
         added to this member (and returns start offsets to use instead of the committed

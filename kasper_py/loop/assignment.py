@@ -2,8 +2,9 @@
 ``StaticAssignment`` takes the partition set of ``Config.input_partitions`` at start
 (refusing it while another loop runs it); ``GroupAssignment`` joins the consumer group,
 and partitions arrive and leave through rebalance callbacks between turns. Both open a
-partition the same way (its stores restored, its processor built) and say when the
-loop is caught up (``run_loop(until_caught_up=True)``).
+partition the same way (its stores restored, its processor built), close it the same way
+(a static loop's release, a group's revoke), and say when the loop is caught up
+(``run_loop(until_caught_up=True)``).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 import structlog
 
 from kasper_py.config import Config
+from kasper_py.kafka.batching import Batch
 from kasper_py.kafka.offsets import lowered, partition_lag
 from kasper_py.kafka.ports import KafkaClients
 from kasper_py.kafka.topics import owned_partitions
@@ -65,6 +67,16 @@ class Assignment(ABC):
         self._standbys.promote(partitions)
         self._partitions.open(partitions, tally)
 
+    def _give_up(self, keys: list[TopicPartitionKey], partitions: list[int]) -> None:
+        """Close ``partitions`` (all their ``keys`` no longer read here): records gathered
+        for the next batch dropped (their next owner reads them from the committed
+        offsets), their offsets forgotten, processors and stores closed, and those this
+        process keeps standbys of kept warm again."""
+        self._prefetcher.drop(keys)
+        self._committer.offsets.forget(keys)
+        self._partitions.close(partitions)
+        self._standbys.revoked(partitions)
+
     @abstractmethod
     def start(self, partition_count: int) -> None:
         """Begin running partitions of the input topics (``partition_count`` each)."""
@@ -83,8 +95,9 @@ class Assignment(ABC):
         """A turn that took ``durations`` (seconds per step) is done."""
 
     @abstractmethod
-    def after_consume(self) -> None:
-        """The loop read its next batch (group mode: the rebalance callbacks ran)."""
+    def after_consume(self, batch: Batch) -> Batch:
+        """The loop read its next ``batch`` (group mode: the rebalance callbacks ran);
+        returns the batch to run."""
 
     def _log_started(self, **details: Any) -> None:
         _log.info("kasper.started", processor=self.config.name, **details,
@@ -95,7 +108,8 @@ class Assignment(ABC):
 class StaticAssignment(Assignment):
     """A static partition set: assigned at start at the committed offsets, after this
     loop's running note is announced and the partitions' stores are restored. Between
-    turns it serves ``promotions``: partitions taken over in place (a standby promoted)."""
+    turns it serves ``promotions``: partitions taken over in place (a standby promoted),
+    or released (given back to an owner that returned)."""
 
     reads_ahead = True
 
@@ -146,10 +160,14 @@ class StaticAssignment(Assignment):
     def after_turn(self, durations: dict[str, float]) -> None:
         """Nothing to check: a static member has no poll budget."""
 
-    def after_consume(self) -> None:
-        """Between two turns: promotion requests (``POST /standby/promote``) are served
-        (a static set holds every topic of its partitions: nothing else to check)."""
-        self._promotions.serve(self._promote)
+    def after_consume(self, batch: Batch) -> Batch:
+        """Between two turns: promotion and release requests (``POST /standby/promote``,
+        ``/standby/release``) are served (a static set holds every topic of its
+        partitions: nothing else to check). Returns ``batch`` less the records of the
+        partitions released, which their next owner reads from the committed offsets."""
+        owned = set(self._owned())
+        self._promotions.serve({"promote": self._promote, "release": self._release})
+        return batch.without(owned - set(self._owned()))
 
     def _promote(self, partitions: tuple[int, ...], previous: str | None) -> dict[str, Any]:
         """Take ``partitions`` over in place, as their owner: refused (nothing changed)
@@ -174,13 +192,52 @@ class StaticAssignment(Assignment):
         _log.info("kasper.promoted", processor=self.config.name, **answer)
         return answer
 
-    def _check_promotable(self, partitions: tuple[int, ...]) -> None:
-        """``PromotionRefusedError`` for partitions the input topics lack or this loop owns."""
+    def _release(self, partitions: tuple[int, ...], _previous: str | None) -> dict[str, Any]:
+        """Stop running ``partitions`` here, the last turn committed: refused (nothing
+        changed) when unknown, not owned here, or all this loop owns; else their
+        committed offsets are re-committed with a "released" note (so their next owner
+        starts unrefused), they are unassigned and closed as a group's revoke closes
+        them, and kept warm again where this process keeps standbys of them."""
+        self._check_releasable(partitions)
+        started, wanted = time.perf_counter(), list(partitions)
+        keys = [tp for tp in self._consumer.assigned if tp[1] in partitions]
+        committed = {tp: o for tp in keys
+                     if (o := self._committer.offsets.committed(*tp)) is not None}
+        self._committer.release(committed)
+        self._consumer.unassign(wanted)
+        self._give_up(keys, wanted)
+        self._observer.on_start(self._consumer.assigned)
+        answer = {"partitions": wanted, "owned": self._owned(),
+                  "committed": {f"{t}[{p}]": o for (t, p), o in sorted(committed.items())},
+                  "seconds": round(time.perf_counter() - started, 3)}
+        _log.info("kasper.released", processor=self.config.name, **answer)
+        return answer
+
+    def _check_releasable(self, partitions: tuple[int, ...]) -> None:
+        """``PromotionRefusedError`` for partitions the input topics lack, this loop does
+        not own, or that are all it owns (a static loop runs one partition at least)."""
+        self._check_known(partitions)
+        owned = self._owned()
+        foreign = [p for p in partitions if p not in owned]
+        if foreign:
+            raise PromotionRefusedError(409, f"processor {self.config.name!r} does not own "
+                                        f"partitions {foreign} here (it owns {owned})")
+        if not set(owned) - set(partitions):
+            raise PromotionRefusedError(409, f"processor {self.config.name!r} would own no "
+                                        f"partition: it owns only {owned}, and a static "
+                                        "loop runs one at least; stop it instead")
+
+    def _check_known(self, partitions: tuple[int, ...]) -> None:
+        """``PromotionRefusedError`` (404) for partitions the input topics lack."""
         count = self._partition_count or 0
         unknown = [p for p in partitions if p >= count]
         if unknown:
             raise PromotionRefusedError(404, f"partitions {unknown} do not exist: the input "
                                    f"topics {list(self.config.input_topics)} have {count}")
+
+    def _check_promotable(self, partitions: tuple[int, ...]) -> None:
+        """``PromotionRefusedError`` for partitions the input topics lack or this loop owns."""
+        self._check_known(partitions)
         owned = [p for p in partitions if p in self._owned()]
         if owned:
             raise PromotionRefusedError(409, f"processor {self.config.name!r} already owns "
@@ -279,11 +336,8 @@ class GroupAssignment(Assignment):
         kept = [p for p in kept if any(tp[1] == p for tp in held)]
         partitions = sorted({p for _, p in keys} - set(kept))
         left = [tp for tp in held if tp[1] in partitions]
-        self._prefetcher.drop([*keys, *left])
-        self._committer.offsets.forget([*keys, *left])
         self._peers.forget(partitions)
-        self._partitions.close(partitions)
-        self._standbys.revoked(partitions)
+        self._give_up([*keys, *left], partitions)
         self._running.difference_update([*keys, *left])
         self._consumer.pause(left)
         self._peers.wait(sorted({p for _, p in left}), held)
@@ -340,10 +394,11 @@ class GroupAssignment(Assignment):
                 lags[tp] = behind
         return lags
 
-    def after_consume(self) -> None:
+    def after_consume(self, batch: Batch) -> Batch:
         """Raise ``TopicError`` once a partition has waited for its peers longer than the
-        group may take to bring them (``peers.peer_wait_seconds``)."""
+        group may take to bring them (``peers.peer_wait_seconds``); ``batch`` runs."""
         self._peers.check(self._consumer.assigned)
+        return batch
 
     def after_turn(self, durations: dict[str, float]) -> None:
         """The loop consumes only between turns, so a turn must stay well inside the

@@ -28,6 +28,8 @@ __all__ = ["OffsetCommitter", "TransactionCommitter", "check_not_running", "comm
 
 _log = structlog.get_logger("kasper_py")
 Offsets = dict[TopicPartitionKey, int]
+LoopState = Literal["running", "stopped", "released"]
+"""What a loop's commit notes say (``CommitNote.state``)."""
 Endpoint = Callable[[], str | None]
 """The URL the loop answers queries on, once its query server is up (else ``None``)."""
 _FENCED_NOTE_WAIT = 5.0
@@ -119,6 +121,13 @@ class OffsetCommitter:
                   previous=previous, partitions=sorted({p for _, p in keys}))
         return []
 
+    def release(self, committed: Offsets) -> None:
+        """Say that this loop no longer runs these partitions (released in place): re-commit
+        their ``committed`` offsets with a "released" note (exactly-once: in a transaction
+        of its own); a failure raises. The caller then forgets them (``offsets.forget``)."""
+        if committed:
+            self._recommit(committed, "released", fail=True)
+
     def announce(self, committed: Offsets) -> None:
         """Say at once that these partitions are taken: re-commit the ``committed``
         offsets with this loop's running note; a failure raises."""
@@ -141,12 +150,12 @@ class OffsetCommitter:
         self.offsets.mark_committed(next_offsets)
         self._last_commit = time.monotonic()
 
-    def _commit(self, next_offsets: Offsets, state: Literal["running", "stopped"], *,
+    def _commit(self, next_offsets: Offsets, state: LoopState, *,
                 own: bool = False) -> None:
         """Commit ``next_offsets`` with a ``state`` note (``own``: outside any turn)."""
         self._consumer.commit(next_offsets, self._note(state))
 
-    def _note(self, state: Literal["running", "stopped"]) -> str:
+    def _note(self, state: LoopState) -> str:
         return CommitNote.now(state, self.config.partition_set, self._endpoint()).encode()
 
     def _past_markers(self, next_offsets: Offsets) -> Offsets:
@@ -194,7 +203,7 @@ class OffsetCommitter:
                 _log.warning("kasper.note_commit_failed", processor=self.config.name,
                              state="stopped", error=str(exc))
 
-    def _recommit(self, offsets: Offsets, state: Literal["running", "stopped"], *,
+    def _recommit(self, offsets: Offsets, state: LoopState, *,
                   fail: bool = False) -> bool:
         """Commit already-processed ``offsets`` with a fresh note; a failure is logged
         (the next turn's commit reports one that lasts) and returns False, or with
@@ -260,7 +269,7 @@ class TransactionCommitter(OffsetCommitter):
                   partitions=sorted({p for _, p in keys}))
         return fenced
 
-    def _recommit(self, offsets: Offsets, state: Literal["running", "stopped"], *,
+    def _recommit(self, offsets: Offsets, state: LoopState, *,
                   fail: bool = False) -> bool:
         try:
             return super()._recommit(offsets, state, fail=fail)
@@ -271,7 +280,7 @@ class TransactionCommitter(OffsetCommitter):
         """The engine's commit: the turn's transaction, with the input offsets if any."""
         self._commit_turn(next_offsets)
 
-    def _commit(self, next_offsets: Offsets, state: Literal["running", "stopped"], *,
+    def _commit(self, next_offsets: Offsets, state: LoopState, *,
                 own: bool = False) -> None:
         """Commit through the turn's transaction, or with ``own`` one opened for this
         commit alone."""

@@ -1,8 +1,9 @@
-"""Promotion of a static standby in its running process: the admin endpoint's requests
-(``POST /standby/promote?partitions=0``) handed to the loop, which serves them between
-two turns (``StaticAssignment.after_consume``), never inside one. The request's thread
-waits for the answer: the partitions owned (records restored, ids fenced), or why not.
-What a promotion does is the assignment's; this module only carries the requests.
+"""Promotion of a static standby in its running process, and its way back: the admin
+endpoint's requests (``POST /standby/promote?partitions=0``, ``POST
+/standby/release?partitions=0``) handed to the loop, which serves them between two turns
+(``StaticAssignment.after_consume``), never inside one. The request's thread waits for
+the answer: the partitions owned or released (records restored, ids fenced, offsets
+committed), or why not. What each does is the assignment's; this module carries them.
 """
 
 from __future__ import annotations
@@ -18,21 +19,26 @@ from kasper_py.exceptions import KasperError
 from kasper_py.loop.prefetch import Schedule
 from kasper_py.observability.http import Handler, Request, Response, error_response
 
-__all__ = ["PROMOTE_PATH", "PromotionRefusedError", "Promotions", "promotions_for"]
+__all__ = ["PROMOTE_PATH", "RELEASE_PATH", "Handover", "PromotionRefusedError", "Promotions",
+           "promotions_for"]
 
 PROMOTE_PATH = "/standby/promote"
+RELEASE_PATH = "/standby/release"
 _WAKE_STEP = 0.02
 """Longest a consume of a loop serving promotions waits before it looks for a request."""
 _WAIT = 600.0
 """Seconds a request waits for the loop by default (a full restore can take minutes)."""
 
-Promote = Callable[[tuple[int, ...], "str | None"], dict[str, Any]]
-"""Takes partitions over (the previous owner's partition set, if given); the answer."""
+Handover = Callable[[tuple[int, ...], "str | None"], dict[str, Any]]
+"""Takes partitions over (the previous owner's partition set, if given), or releases
+them; the answer."""
+_ACTIONS = {PROMOTE_PATH: "promote", RELEASE_PATH: "release"}
 
 
 class PromotionRefusedError(KasperError):
-    """A promotion the loop refuses before changing anything: ``status`` is its HTTP
-    status (400 a bad request, 404 unknown partitions, 409 partitions owned here)."""
+    """A promotion or release the loop refuses before changing anything: ``status`` is
+    its HTTP status (400 a bad request, 404 unknown partitions, 409 partitions owned here,
+    or, to release, not owned here or the last ones)."""
 
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
@@ -41,6 +47,7 @@ class PromotionRefusedError(KasperError):
 
 @dataclass
 class _Ask:
+    action: str
     partitions: tuple[int, ...]
     previous: str | None
     done: threading.Event = field(default_factory=threading.Event)
@@ -59,18 +66,19 @@ class Promotions:
         self._closed = False
 
     def ask(self, partitions: tuple[int, ...], previous: str | None,
-            timeout: float = _WAIT) -> Response:
-        """From a request's thread: wait for the loop to promote ``partitions``."""
+            timeout: float = _WAIT, *, action: str = "promote") -> Response:
+        """From a request's thread: wait for the loop to ``action`` (promote, or
+        release) ``partitions``."""
         if self._refusal is not None:
             return error_response(409, self._refusal, "PromotionRefused")
-        ask = _Ask(partitions, previous)
+        ask = _Ask(action, partitions, previous)
         with self._lock:
             if self._closed:
                 return error_response(503, "the loop is stopping", "PromotionRefused")
             self._waiting.put(ask)
         if not ask.done.wait(timeout):
             return error_response(504, f"the loop did not take the request within "
-                                  f"{timeout:g}s (it will still promote {list(partitions)} "
+                                  f"{timeout:g}s (it will still {action} {list(partitions)} "
                                   "at its next turn boundary)", "PromotionPending")
         assert ask.answer is not None
         return ask.answer
@@ -80,8 +88,9 @@ class Promotions:
         loop ends within ``_WAKE_STEP`` of one; as it is when no request can come."""
         return _Waking(schedule, self._waiting) if self._served else schedule
 
-    def serve(self, promote: Promote) -> None:
-        """On the loop's thread, between turns: each waiting request promoted. A refusal
+    def serve(self, handovers: dict[str, Handover]) -> None:
+        """On the loop's thread, between turns: each waiting request served by the
+        handover its action names (``promote``, ``release``). A refusal
         changes nothing and is answered; any other failure is answered, then raised (the
         loop stops, this turn uncommitted, as when a turn fails)."""
         while True:
@@ -90,7 +99,7 @@ class Promotions:
             except queue.Empty:
                 return
             try:
-                ask.answer = Response(promote(ask.partitions, ask.previous))
+                ask.answer = Response(handovers[ask.action](ask.partitions, ask.previous))
             except PromotionRefusedError as exc:
                 ask.answer = error_response(exc.status, str(exc), "PromotionRefused")
             except BaseException as exc:
@@ -109,30 +118,33 @@ class Promotions:
                 ask = self._waiting.get_nowait()
             except queue.Empty:
                 return
-            ask.answer = error_response(503, "the loop stopped before promoting",
+            ask.answer = error_response(503, f"the loop stopped before it could {ask.action}",
                                         "PromotionRefused")
             ask.done.set()
 
     def app(self) -> Handler:
         """``POST /standby/promote?partitions=0,2[&previous=0-1][&timeout=60]``:
         ``previous`` names the old owner's partition set, whose transactional id
-        (``<name>@<set>``) exactly-once fences besides those it finds itself."""
+        (``<name>@<set>``) exactly-once fences besides those it finds itself;
+        ``POST /standby/release?partitions=0,2[&timeout=60]``: the way back."""
 
         def promote(request: Request) -> Response | None:
-            if request.path != PROMOTE_PATH:
+            action = _ACTIONS.get(request.path)
+            if action is None:
                 return None
             try:
                 partitions, timeout = _partitions(request), float(
                     request.params.get("timeout", _WAIT))
             except ValueError as exc:
                 return error_response(400, str(exc), "BadRequest")
-            return self.ask(partitions, request.params.get("previous") or None, timeout)
+            return self.ask(partitions, request.params.get("previous") or None, timeout,
+                            action=action)
 
         return promote
 
 
 class _Waking:
-    """A loop's schedule that also falls due when a promotion request waits."""
+    """A loop's schedule that also falls due when a promotion or release request waits."""
 
     def __init__(self, schedule: Schedule, waiting: queue.SimpleQueue[_Ask]) -> None:
         self._schedule, self._waiting = schedule, waiting
@@ -158,9 +170,11 @@ def _partitions(request: Request) -> tuple[int, ...]:
 
 
 def promotions_for(config: Config) -> Promotions:
-    """The promotions a loop of ``config`` takes: a static loop's; a group member
-    refuses them (the group's assignment promotes its warm copies)."""
+    """The promotions and releases a loop of ``config`` takes: a static loop's; a group
+    member refuses them (the group's assignment moves partitions, and promotes warm
+    copies)."""
     if config.group_mode:
-        return Promotions(refusal="group mode: a member promotes a warm copy when the "
-                          "group assigns it the partition; stop the owner instead")
+        return Promotions(refusal="group mode: the group assigns and revokes partitions "
+                          "(a member promotes a warm copy when the group assigns it the "
+                          "partition); stop the owner, or the member, instead")
     return Promotions(served=config.admin_port is not None)

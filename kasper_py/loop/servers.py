@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 import structlog
 
 from kasper_py.config import Config
-from kasper_py.loop.promotion import PROMOTE_PATH, Promotions
+from kasper_py.loop.promotion import PROMOTE_PATH, RELEASE_PATH, Promotions
 from kasper_py.loop.standby_placement import WarmEndpoints
 from kasper_py.message import TopicPartitionKey
 from kasper_py.observability.http import HttpServer
@@ -128,14 +128,14 @@ class LoopServers:
         return lambda _partition: ()
 
     def serve_admin(self, promotions: Promotions) -> None:
-        """The admin endpoint (``POST /standby/promote``) on 127.0.0.1's
+        """The admin endpoint (``POST /standby/promote``, ``/standby/release``) on 127.0.0.1's
         ``config.admin_port``, when it is set: loopback only, whatever the other servers
         bind, since it changes what this process owns (an operator or a supervisor on
-        the host asks it: ``kasper standby promote``)."""
+        the host asks it: ``kasper standby promote``, ``release``)."""
         if self.config.admin_port is None:
             return
         server = HttpServer("127.0.0.1", self.config.admin_port, name="admin",
-                            paths=[PROMOTE_PATH])
+                            paths=[PROMOTE_PATH, RELEASE_PATH])
         server.mount(promotions.app(), post=True)
         self.admin = server
         _log.info("kasper.admin_serving", processor=self.config.name, host=server.host,

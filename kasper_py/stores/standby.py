@@ -84,7 +84,8 @@ class StandbyReplicas:
                  partitions: Sequence[int], observer: StoreObserver, *,
                  placement: Placement | None = None) -> None:
         self.config, self.tables = config, list(tables)
-        self._kept = tuple(sorted(set(partitions)))
+        self._kept = self._asked = tuple(sorted(set(partitions)))
+        """Kept warm now; asked to be kept (the owned ones left out of ``_kept``)."""
         self._observer, self._placement = observer, placement
         self._copies: list[_Copy] = []
         self._owned: set[int] = set()
@@ -128,13 +129,15 @@ class StandbyReplicas:
         hand over their folders, still marked warm, so the open reads only the tail."""
         with self._stepping_in():
             self._owned.update(partitions)
-            self._change(self._kept)
+            self._change(self._asked)
         self._place_now.set()
 
     def revoked(self, partitions: Collection[int]) -> None:
-        """This process's owner closed ``partitions``: they may be kept warm again."""
+        """This process's owner closed ``partitions``: those among the partitions to keep
+        warm are kept warm again, brought level with where the owner's files stopped."""
         with self._stepping_in():
             self._owned.difference_update(partitions)
+            self._change(self._asked)
         self._place_now.set()
 
     def close(self) -> None:
@@ -161,6 +164,7 @@ class StandbyReplicas:
 
     def _change(self, partitions: Collection[int]) -> None:
         """Under the lock: keep exactly ``partitions`` (less the owned ones) warm."""
+        self._asked = tuple(sorted(set(partitions)))
         wanted = sorted(set(partitions) - self._owned)
         for copy in self._copies:
             gone = [p for p in copy.dbs if p not in wanted]

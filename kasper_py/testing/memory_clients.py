@@ -151,6 +151,13 @@ class _Consumer:
         self.assigned = [*self.assigned, *keys]
         return committed
 
+    def unassign(self, partitions: Sequence[int]) -> None:
+        """Stop reading ``partitions``; the others keep their positions."""
+        keys = [tp for tp in self.assigned if tp[1] in set(partitions)]
+        self.assigned = [tp for tp in self.assigned if tp not in keys]
+        for tp in keys:
+            self._positions.pop(tp, None)
+
     def _start_at(self, starts: Mapping[TopicPartitionKey, int | None]) -> None:
         """Read each key of ``starts`` from its offset (``None``: where nothing committed
         points)."""

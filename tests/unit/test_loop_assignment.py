@@ -15,6 +15,7 @@ from structlog.testing import capture_logs
 
 from kasper_py import Config, Message, MessageProcessor, Sender, TopicError
 from kasper_py.exceptions import AlreadyRunningError
+from kasper_py.kafka.batching import Batch
 from kasper_py.kafka.offsets import CommitNote
 from kasper_py.kafka.ports import KafkaClients, Rebalance
 from kasper_py.loop.assignment import (
@@ -27,6 +28,7 @@ from kasper_py.loop.committer import OffsetCommitter, committer_for
 from kasper_py.loop.partitions import Partitions
 from kasper_py.loop.peers import PEER_WAIT_MARGIN
 from kasper_py.loop.prefetch import Prefetcher
+from kasper_py.loop.promotion import Promotions
 from kasper_py.observability.observe import NoopObserver
 from kasper_py.processor import ProcessorContext
 from kasper_py.testing import InMemoryBroker
@@ -87,9 +89,10 @@ class Parts:
 
 
 def parts(broker: InMemoryBroker, config: Config = CONFIG, *, consumer: Any = None,
-          force: bool = False) -> Parts:
+          force: bool = False, promotions: Promotions | None = None) -> Parts:
     """The assignment of ``config`` with the parts it works with, as the loop builds
-    them; ``consumer`` replaces the broker's (a group coordinator's stand-in)."""
+    them; ``consumer`` replaces the broker's (a group coordinator's stand-in);
+    ``promotions`` the admin endpoint's requests."""
     clients = broker.clients(config)
     if consumer is not None:
         clients = dataclasses.replace(clients, consumer=consumer(clients.consumer))
@@ -102,7 +105,8 @@ def parts(broker: InMemoryBroker, config: Config = CONFIG, *, consumer: Any = No
     partitions = Partitions(config, clients, engine, factory=built, stores=(),
                             store_observer=observer.store_observer)
     assignment = assignment_for(config, clients, partitions=partitions, committer=committer,
-                                prefetcher=prefetcher, observer=observer)
+                                prefetcher=prefetcher, observer=observer,
+                                promotions=promotions)
     return Parts(assignment, clients, engine, committer, observer, built)
 
 
@@ -318,9 +322,9 @@ def test_a_partition_waits_paused_for_its_peers_in_either_order(first: str, seco
     assert [p for p, _ in joined.built.built] == [0] and list(joined.engine.partitions) == [0]
     assert read(coordinator) == ["a0-1", "a0-2", "b0-0", "b0-1", "b0-2"]
     assert joined.committer.offsets.all() == {("a", 0): 1}
-    joined.assignment.after_consume()  # nothing waits: no error, ever
+    joined.assignment.after_consume(Batch())  # nothing waits: no error, ever
     coordinator.consume(100, 1e6)
-    joined.assignment.after_consume()
+    joined.assignment.after_consume(Batch())
 
 
 def test_peers_that_never_come_fail_after_the_bound_naming_what_is_missing() -> None:
@@ -334,10 +338,10 @@ def test_peers_that_never_come_fail_after_the_bound_naming_what_is_missing() -> 
     assert list(joined.engine.partitions) == [1]
 
     coordinator.consume(100, 50 + PEER_WAIT_MARGIN - 1)  # finding less: the clock moves on
-    joined.assignment.after_consume()
+    joined.assignment.after_consume(Batch())
     coordinator.consume(100, 2.0)
     with pytest.raises(TopicError) as refused:
-        joined.assignment.after_consume()
+        joined.assignment.after_consume(Batch())
     text = str(refused.value)
     assert "assigned [('b', 0)] to this member without their co-partitioned peers " \
            "[('a', 0)], which had not come after 65 s" in text
@@ -359,7 +363,7 @@ def test_the_range_assignor_is_advised_only_when_another_is_in_force(
     coordinator.grant([("a", 0)])
     coordinator.consume(100, 1e4)
     with pytest.raises(TopicError) as refused:
-        joined.assignment.after_consume()
+        joined.assignment.after_consume(Batch())
     text = str(refused.value)
     if advice is None:
         assert "Use the range" not in text and "range assignor is in force" in text
@@ -375,7 +379,7 @@ def test_a_waiting_partition_revoked_is_forgotten() -> None:
     coordinator.grant([("a", 0)])
     coordinator.take([("a", 0)])
     coordinator.consume(100, 1e4)
-    joined.assignment.after_consume()
+    joined.assignment.after_consume(Batch())
     assert coordinator.paused == set() and joined.built.built == [] == joined.built.closed
 
 

@@ -65,7 +65,7 @@ def serve_when_asked(promotions: Promotions, promote: Callable[..., Any]) -> Non
     while not promotions.waking(_Never()).due():
         assert time.monotonic() < deadline
         time.sleep(0.001)
-    promotions.serve(promote)
+    promotions.serve({"promote": promote, "release": promote})
 
 
 class _Never:
@@ -143,6 +143,11 @@ def test_the_endpoint_answers_post_only_and_checks_its_parameters() -> None:
 
 @pytest.fixture
 def broker() -> InMemoryBroker:
+    return filled_broker()
+
+
+def filled_broker() -> InMemoryBroker:
+    """Topics "in" (a0..a2 in partition 0, b0 in 1) and "out"."""
     broker = InMemoryBroker()
     broker.create_topic("in", partitions=2)
     broker.create_topic("out", partitions=1)

@@ -122,20 +122,41 @@ class Changelog:
         pass
 
 
-def test_a_new_copy_states_what_it_has_left_to_read_and_a_kept_one_its_measured_lag(
-        tmp_path: Path) -> None:
-    """A copy just opened answers stale lookups with the offsets it has yet to read, not
-    0; a change of what is kept leaves the kept copies' measured lag as it was."""
+def keeping_zero(tmp_path: Path) -> StandbyReplicas:
+    """Standbys of partition 0's "counts" table, on a ``Changelog`` ending at 50."""
     table = RocksDBTable("counts", key_serde="str")
     replicas = StandbyReplicas(config(state_dir=str(tmp_path), input_partitions=[2]),
                                [table], [0], NOOP_STORE_OBSERVER)
     replicas._copies = [_Copy(table, Changelog(), {})]  # type: ignore[arg-type]
+    return replicas
+
+
+def test_a_new_copy_states_what_it_has_left_to_read_and_a_kept_one_its_measured_lag(
+        tmp_path: Path) -> None:
+    """A copy just opened answers stale lookups with the offsets it has yet to read, not
+    0; a change of what is kept leaves the kept copies' measured lag as it was."""
+    replicas = keeping_zero(tmp_path)
     try:
         replicas.keep([0])
         assert replicas.queryable()[0]["counts"].lag == 50
         replicas._copies[0].warm[0].lag = 4  # measured by the thread since
         replicas.keep([0, 1])
         assert {p: w["counts"].lag for p, w in replicas.queryable().items()} == {0: 4, 1: 50}
+    finally:
+        replicas.close()
+
+
+def test_a_partition_promoted_then_released_is_kept_warm_again(tmp_path: Path) -> None:
+    """A static standby's partition promoted here stops being kept warm (its folder
+    handed to the owner); released (``revoked``), it is kept warm again, from that folder,
+    while one never asked for stays cold."""
+    replicas = keeping_zero(tmp_path)
+    try:
+        replicas.keep([0])
+        replicas.promote([0, 1])
+        assert (replicas.partitions, list(replicas._copies[0].dbs)) == ((), [])
+        replicas.revoked([0, 1])
+        assert (replicas.partitions, list(replicas._copies[0].dbs)) == ((0,), [0])
     finally:
         replicas.close()
 
