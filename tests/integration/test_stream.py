@@ -22,7 +22,6 @@ from typing import Any
 import pytest
 import redis
 import reprocess_processors as procs
-import test_reprocess
 import test_spark_cluster
 from conftest_stores import free_port, wait_for
 from test_reprocess import config, run_live
@@ -42,7 +41,6 @@ import reach
 pytest_plugins = ["conftest_spark"]
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
-spark = test_reprocess.spark  # one local[2] session per module, as test_reprocess's
 reach_topics = test_spark_cluster.reach_topics  # the reach example's topics
 PARITY_TWEETS = 200_000
 

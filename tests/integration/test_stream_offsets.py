@@ -9,15 +9,13 @@ from functools import partial
 
 import pytest
 import reprocess_processors as procs
-import test_reprocess
 from confluent_kafka import Consumer, Producer, TopicPartition
 from test_reprocess import config
 
 from kasper_py.stream import stream
 
+pytest_plugins = ["conftest_spark"]
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
-
-spark = test_reprocess.spark  # one local[2] session per module, as test_reprocess's
 
 
 def produce_in_transactions(bootstrap: str, topic: str, transactions: int, size: int) -> None:
