@@ -15,7 +15,8 @@ that record's offset is committed; "kill->open s" until the promotion answered.
 ``--guarantee exactly_once`` runs both with exactly-once (B then fences A's transactional id first);
 ``--fetch-wait-ms`` sets both processes' consumer ``fetch.wait.max.ms`` (the promoted
 partition's first records come with the fetch after the one in flight, which waits up
-to it for data: librdkafka's 500 ms by default). ``--rounds N`` alternates the two
+to it for data: 100 ms by default for a process with an admin port, librdkafka's 500
+otherwise). ``--rounds N`` alternates the two
 sides N times.
 
 The restart case (``--modes restart``, the static case before in-place promotion): B is
@@ -319,8 +320,8 @@ def main() -> None:
                              "fences the killed owner's transactional id first)")
     parser.add_argument("--fetch-wait-ms", type=int, default=None,
                         help="the static case's consumer fetch.wait.max.ms (default: "
-                             "librdkafka's 500): the promoted partition's first records "
-                             "come with the fetch after the one in flight")
+                             "kasper's 100 with an admin port): the promoted partition's "
+                             "first records come with the fetch after the one in flight")
     parser.add_argument("--rounds", type=int, default=1,
                         help="rounds of each case, without and with a standby alternating")
     parser.add_argument("--breakdown", type=int, default=0, metavar="N",

@@ -23,6 +23,7 @@ ClientValue = str | int | float | bool
 _GROUP_TRANSACTION_TIMEOUT_MS = 10_000
 _ENDPOINT_MARK = ";query="
 _MAX_QUEUE_KBYTES = 2_097_151  # librdkafka's largest queued.max.messages.kbytes
+_TAKEOVER_FETCH_WAIT_MS = 100  # fetch.wait.max.ms of a process that takes partitions over
 # librdkafka keys (aliases included) that a Config field decides: an override naming
 # one is refused, so a setting is never silently replaced or dropped.
 _FIELD_KEYS = {
@@ -69,6 +70,8 @@ class ClientSettings(Protocol):
     def transactional_id(self) -> str: ...
     @property
     def num_standby_replicas(self) -> int: ...
+    @property
+    def admin_port(self) -> int | None: ...
     @property
     def query_port(self) -> int | None: ...
     @property
@@ -149,6 +152,12 @@ def consumer_conf(config: ClientSettings) -> dict[str, ClientValue]:
         "enable.partition.eof": False,
         **_prefetch(config.largest_batch, config.batch_bytes),
     }
+    if config.admin_port is not None or config.num_standby_replicas > 0:
+        # A partition taken over (a promotion, a group assignment) joins the consumer's
+        # next fetch, after the one in flight, which an idle assignment holds at the
+        # broker for fetch.wait.max.ms: librdkafka's 500 ms was most of a failover from a
+        # warm copy (bench/bench_failover.py). Idle, 100 ms costs ten fetches a second.
+        defaults["fetch.wait.max.ms"] = _TAKEOVER_FETCH_WAIT_MS
     if config.group_mode:
         # members are told apart (kasper lag, offsets show) by their client id
         defaults["client.id"] = member_client_id(config)

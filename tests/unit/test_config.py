@@ -70,6 +70,18 @@ def test_consumer_conf_commits_manually_and_passes_overrides() -> None:
     assert conf["fetch.min.bytes"] == 1024
 
 
+def test_a_process_that_takes_partitions_over_fetches_at_most_100_ms_apart() -> None:
+    """With an admin endpoint (promotions) or standby replicas, the consumer's idle
+    fetch waits 100 ms, so a partition taken over joins a fetch soon; otherwise
+    librdkafka's default stays, and an override wins either way."""
+    assert "fetch.wait.max.ms" not in make().to_consumer_conf()
+    for fields in ({"admin_port": 9300},
+                   {"assignment": "group", "num_standby_replicas": 1}):
+        assert make(**fields).to_consumer_conf()["fetch.wait.max.ms"] == 100
+    tuned = make(admin_port=9300, consumer_overrides={"fetch.wait.max.ms": 20})
+    assert tuned.to_consumer_conf()["fetch.wait.max.ms"] == 20
+
+
 def test_group_id_overrides_name() -> None:
     """An explicit group_id is the consumer group; by default it is the name."""
     assert make().group == "reach"
