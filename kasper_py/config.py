@@ -22,7 +22,7 @@ from kasper_py._support.client_conf import (
     producer_conf,
     refuse_unsafe_overrides,
 )
-from kasper_py._support.partition_sets import partition_label
+from kasper_py._support.partition_sets import partition_label, transactional_id_of
 from kasper_py._support.query_settings import Partitioner, check_port, check_query_settings
 from kasper_py._support.secrets import MASK, masked_settings
 from kasper_py._support.standby_settings import check_standby_settings
@@ -445,7 +445,7 @@ class Config:
         """``<name>@<partition set>``: the exactly-once producer's id. A second process with
         the same name and partitions gets the same id, and so fences the first. In group
         mode each process has its own; the group's generation fences a zombie instead."""
-        return f"{self.name}@{self.partition_set}"
+        return transactional_id_of(self.name, self.partition_set)
 
     @property
     def group(self) -> str:

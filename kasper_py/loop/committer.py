@@ -16,7 +16,7 @@ from typing import Literal
 
 import structlog
 
-from kasper_py._support.partition_sets import partition_label
+from kasper_py._support.partition_sets import partition_label, transactional_id_of
 from kasper_py.config import Config
 from kasper_py.exceptions import AlreadyRunningError, FencedError, KasperError
 from kasper_py.kafka.offsets import HEARTBEAT_SECONDS, CommitNote, OffsetTracker, running_elsewhere
@@ -261,7 +261,7 @@ class TransactionCommitter(OffsetCommitter):
             if note is not None and not note.is_mine() and note.partitions and \
                     not note.by_stream:
                 sets.add(note.partitions)
-        fenced = sorted(f"{self.config.name}@{label}" for label in sets
+        fenced = sorted(transactional_id_of(self.config.name, label) for label in sets
                         if label != self.config.partition_set)
         for transactional_id in fenced:
             self._producer.fence(transactional_id)
