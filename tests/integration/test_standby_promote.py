@@ -30,11 +30,16 @@ pytest_plugins = ["conftest_stores"]
 EOS = ("--processing-guarantee", "exactly_once")
 
 
-def promote(admin: int, partitions: str) -> subprocess.CompletedProcess[str]:
-    """``kasper standby promote`` of ``partitions`` at the admin port ``admin``."""
-    return subprocess.run([*kasper_command(), "standby", "promote", "--endpoint",
+def standby(action: str, admin: int, partitions: str) -> subprocess.CompletedProcess[str]:
+    """``kasper standby ACTION`` of ``partitions`` at the admin port ``admin``."""
+    return subprocess.run([*kasper_command(), "standby", action, "--endpoint",
                            f"http://127.0.0.1:{admin}", "--partitions", partitions],
                           capture_output=True, text=True, timeout=120, check=False)
+
+
+def promote(admin: int, partitions: str) -> subprocess.CompletedProcess[str]:
+    """``kasper standby promote`` of ``partitions`` at the admin port ``admin``."""
+    return standby("promote", admin, partitions)
 
 
 def test_a_standby_promoted_in_place_fences_the_killed_owner(

@@ -20,19 +20,16 @@ HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
 pytest.register_assert_rewrite("conftest_stores")
 from conftest_stores import free_port, wait_for  # isort: skip  # noqa: E402
-from test_cli import kasper_command  # isort: skip  # noqa: E402
 from test_standby import (  # isort: skip  # noqa: E402
     keyed, level, read_table, run, stop, table_metric)
-from test_standby_promote import EOS, promote  # isort: skip  # noqa: E402
+from test_standby_promote import EOS, promote, standby  # isort: skip  # noqa: E402
 
 pytest_plugins = ["conftest_stores"]
 
 
 def release(admin: int, partitions: str) -> subprocess.CompletedProcess[str]:
     """``kasper standby release`` of ``partitions`` at the admin port ``admin``."""
-    return subprocess.run([*kasper_command(), "standby", "release", "--endpoint",
-                           f"http://127.0.0.1:{admin}", "--partitions", partitions],
-                          capture_output=True, text=True, timeout=120, check=False)
+    return standby("release", admin, partitions)
 
 
 def test_released_partitions_go_back_to_their_returning_owner(
