@@ -202,3 +202,44 @@ class Chain(Op):
 
 _HEADERS = operator.itemgetter(6)
 """A ``Message``'s headers."""
+
+
+class Branch(Op):
+    """Each record goes to the first branch whose predicate holds (or none), routed by
+    one compiled loop over the batch (``_route_code``): no loop over the predicates per
+    record. ``operator``: the branch's name, for errors."""
+
+    __slots__ = ("operator", "route")
+
+    def __init__(self, predicates: Sequence[Callable[[Any, Any], bool]],
+                 operator: str = "branch") -> None:
+        super().__init__()
+        self.operator = operator
+        namespace: dict[str, Any] = {f"p{i}": p for i, p in enumerate(predicates)}
+        exec(_route_code(len(predicates)), namespace)  # fixed text, as _code's
+        self.route: Callable[[Records], tuple[Records, ...]] = namespace["route"]
+
+    def push(self, records: Records) -> None:
+        try:
+            buckets = self.route(records)
+        except Exception as exc:
+            exc.add_note(f"in operator {self.operator}")
+            raise
+        for child, bucket in zip(self.children, buckets, strict=True):
+            if bucket:
+                child.push(bucket)
+
+
+@functools.cache
+def _route_code(branches: int) -> CodeType:
+    """``route(records)``: the records of each of ``branches`` branches (predicates
+    ``p0``, ``p1``...), in order, each record in the first whose predicate holds."""
+    if not branches:
+        return compile("def route(records):\n    return ()", "<dsl branch of 0>", "exec")
+    names = range(branches)
+    tests = "".join(f"\n        {'if' if i == 0 else 'elif'} p{i}(k, v):\n            a{i}(r)"
+                    for i in names)
+    source = (f"def route(records):\n    buckets = ({''.join('[], ' for _ in names)})\n"
+              f"    {''.join(f'a{i}, ' for i in names)}= (b.append for b in buckets)\n"
+              f"    for r in records:\n        k, v, _, _ = r{tests}\n    return buckets")
+    return compile(source, f"<dsl branch of {branches}>", "exec")

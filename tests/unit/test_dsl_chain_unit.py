@@ -207,3 +207,22 @@ def test_every_step_kind_fused_equals_a_record_at_a_time_run() -> None:
     whole = outputs_of(chain, [numbers(20)])
     assert outputs_of(chain, [[m] for m in numbers(20)]) == whole
     assert len(whole) == 2 * 15 and seen[:15] == seen[15:]
+
+
+def test_a_branch_routes_each_record_to_its_first_holding_predicate_in_order() -> None:
+    """``branch`` of three predicates: each record in the first whose predicate holds
+    (none: dropped), each branch's outputs in order; a predicate raising names the
+    branch."""
+    builder = Builder("chains", stores="memory")
+    low, middle, odd = builder.stream("in").branch(
+        lambda _k, v: v < 3, lambda _k, v: v < 6, lambda _k, v: v % 2 == 1, name="split")
+    low.to("low")
+    middle.map_values(lambda v: -v).to("middle")
+    odd.to("odd")
+    driver = driver_of(builder)
+    driver.process(numbers(10))
+    assert [[value for _, value, _, _ in sent(driver, topic)]
+            for topic in ("low", "middle", "odd")] == [[0, 1, 2], [-3, -4, -5], [7, 9]]
+    with pytest.raises(ProcessingError, match="in operator split"):
+        driver.process([make_message("in", None, "k", offset=10, timestamp=1)])
+    assert driver.committed == {("in", 0): 10}
