@@ -24,10 +24,6 @@ of ``kasper_py.dsl``'s operators."""
 Encode = Callable[[Any], "bytes | None"]
 _KEY, _VALUE, _TIME, _HEADERS = itemgetter(0), itemgetter(1), itemgetter(2), itemgetter(3)
 """A ``SendRecord``'s parts."""
-_AT_VALUE, _AT_KEY, _AT_TIME = itemgetter(1), itemgetter(2), itemgetter(6)
-"""An ``OutgoingRecord``'s value, key and timestamp."""
-_ENCODED = frozenset((bytes, type(None)))
-"""The types of keys and values the producer takes as they are."""
 Pack = Callable[[str, list[bytes], "list[bytes | None]", list[int],
                  "list[list[tuple[str, bytes | None]] | None] | None", int],
                 list[OutgoingRecord]]
@@ -163,28 +159,32 @@ class Sender:
             self._unnote(topic)
             raise
 
+    def encoders(self, topic: str) -> tuple[Encode, Encode]:
+        """The key and value encoders of ``topic`` (its serdes' ``encode``, bound to it),
+        for a caller that makes the producer's records itself (``send_encoded``): each
+        key or value that is not bytes or ``None`` goes through them, as ``send``'s do."""
+        encoders = self._encoders.get(topic)
+        if encoders is None:
+            encoders = self._encoders[topic] = (bound_to(self._key_serde, topic).encode,
+                                                self.value_serde(topic).encode)
+        return encoders
+
     def send_encoded(self, topic: str, records: list[OutgoingRecord]) -> None:
-        """Buffer ``records`` made for ``topic`` in the producer's positional form
-        without headers (``(topic, value, key, -1, None, None, timestamp)``, timestamp an
-        int, 0 for the producer's time), in order: the messages ``send_many`` would
-        buffer, built by the caller. A column of keys or values that are not all bytes
-        (or ``None``) is encoded here, column by column (``column_encoder``). Raises as
-        ``send_many``, buffering none of ``records``."""
+        """Buffer ``records`` for ``topic``, made by the caller in the producer's
+        positional form (``(topic, value, key, -1, None, None, timestamp)``, keys and
+        values bytes or ``None``, encoded with ``encoders``, the timestamp an int, 0 for
+        the producer's time), in order: the messages ``send_many`` would buffer, with no
+        loop of its own. ``ValueError`` for a bad topic name."""
         if not records:
             return
         if topic is not self._topic:
             self._switch_to(topic)
-        kinds = set(map(type, map(_AT_VALUE, records)))
-        kinds |= set(map(type, map(_AT_KEY, records)))
-        if not kinds <= _ENCODED:
-            try:
-                values = column_encoder(self._encode_value)(list(map(_AT_VALUE, records)))
-                keys = column_encoder(self._encode_key)(list(map(_AT_KEY, records)))
-            except SerdeError as exc:
-                raise self._refused(topic, exc) from exc
-            records = list(zip(repeat(topic), values, keys, repeat(-1), repeat(None),
-                               repeat(None), map(_AT_TIME, records)))
         self._buffer += records
+
+    def refused(self, topic: str, exc: SerdeError) -> SerdeError:
+        """The error to raise when an encoder of ``topic`` (``encoders``) refused a key
+        or a value: it names the topic, as ``send``'s does."""
+        return self._refused(topic, exc)
 
     def value_serde(self, topic: str) -> Serde:
         """The serde that encodes values sent to ``topic`` (a topic serde bound to it)."""
@@ -194,11 +194,7 @@ class Sender:
         """Sends go to ``topic`` now: check its name, note it, take its encoders."""
         if type(topic) is not str or not topic:
             raise ValueError(f"send() needs a topic name, got {topic!r}")
-        encoders = self._encoders.get(topic)
-        if encoders is None:
-            encoders = self._encoders[topic] = (bound_to(self._key_serde, topic).encode,
-                                                self.value_serde(topic).encode)
-        self._encode_key, self._encode_value = encoders
+        self._encode_key, self._encode_value = self.encoders(topic)
         self._topic = topic
         self._topics.add(topic)
 

@@ -7,11 +7,13 @@ between.
 Only fixed templates and step numbers go into the compiled source; the user's
 functions are values of its namespace, never text. A sink's records go to the
 ``Sender`` in one call per batch, not one a record: a chain reading a topic's messages
-(without headers) and ending in ``to`` makes the producer's records themselves
-(``Sender.send_encoded``: no record of its own, no second loop); other sinks go
-through ``send_many``. Each clause of the comprehension is a line of its own, so a
-step that raises is found from the traceback's line, and the error is noted with the
-operator's name and the record's topic, partition and offset (``where``).
+(without headers) and ending in ``to`` makes the producer's records themselves, each
+key and value that is not bytes encoded in place by the topic's serde
+(``Sender.encoders``, ``send_encoded``: no record of its own, no second loop, no pass
+over the batch to check types); other sinks go through ``send_many``. Each clause of
+the comprehension is a line of its own, so a step that raises is found from the
+traceback's line, and the error is noted with the operator's name and the record's
+topic, partition and offset (``where``).
 """
 
 from __future__ import annotations
@@ -20,10 +22,11 @@ import functools
 import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from types import CodeType
+from types import CodeType, FrameType
 from typing import Any, Literal
 
 from kasper_py.dsl._ops import Op, Records, StageContext
+from kasper_py.exceptions import SerdeError
 from kasper_py.message import Message
 
 StepKind = Literal["pass", "filter", "filter_not", "map", "map_values", "select_key",
@@ -73,8 +76,9 @@ _UNPACK = {"records": "k, v, t, h", "messages": "tp, pa, o, k, v, t, h, _",
            "send": "tp, pa, o, k, v, t, _, _"}
 """A record's or a message's parts as the comprehension names them (a message's topic,
 partition and offset too: ``where`` reads them from the failed frame)."""
-_FIRST_CLAUSE = 4
-"""The line of the first step's clause in the compiled source (``_code``)."""
+_MADE, _FIRST_CLAUSE = 2, 4
+"""The lines of the compiled source (``_code``) making a record and of the first
+step's clause."""
 
 
 def compile_chain(steps: Sequence[Step], *, form: Form = "records"
@@ -104,10 +108,12 @@ def _code(kinds: tuple[StepKind, ...], form: Form) -> CodeType:
         names = {"k": f"k{i}" if new_key else names["k"],
                  "v": f"v{i}" if new_value else names["v"]}
     body = "\n        ".join(clauses)
-    if form == "send":  # OutgoingRecord's positions; 0: the producer's time
-        head, made = "run(records, topic, inherited)", (
-            f"(topic, {names['v']}, {names['k']}, -1, None, None, "
-            "inherited if t is None else t)")
+    if form == "send":  # OutgoingRecord's positions, encoded as send() does them
+        key, value = names["k"], names["v"]
+        head, made = "run(records, topic, inherited, ek, ev)", (
+            f"(topic, {value} if type({value}) is bytes or {value} is None else ev({value}), "
+            f"{key} if type({key}) is bytes or {key} is None else ek({key}), "
+            "-1, None, None, inherited if t is None else t)")
     else:
         head, made = "run(records)", f"({names['k']}, {names['v']}, t, h)"
     source = f"def {head}:\n    return [{made}\n        {body}]"
@@ -122,12 +128,7 @@ def where(exc: BaseException, operators: Sequence[str]) -> str | None:
     """Where in a chain of steps named ``operators`` (the clauses' order) ``exc`` was
     raised: the operator, and the message's topic, partition and offset when the chain
     read messages; ``None`` when it was not raised by a step."""
-    frame, line = None, 0
-    tb = exc.__traceback__
-    while tb is not None:
-        if tb.tb_frame.f_code.co_filename.startswith(_TITLE):
-            frame, line = tb.tb_frame, tb.tb_lineno
-        tb = tb.tb_next
+    frame, line = _raised_in(exc)
     step = line - _FIRST_CLAUSE
     if frame is None or not 0 <= step < len(operators):
         return None
@@ -136,6 +137,17 @@ def where(exc: BaseException, operators: Sequence[str]) -> str | None:
         return f"in operator {operators[step]}"
     return (f"in operator {operators[step]}, on the record of topic {found['tp']!r} "
             f"partition {found['pa']} offset {found['o']}")
+
+
+def _raised_in(exc: BaseException) -> tuple[FrameType | None, int]:
+    """The innermost frame of a compiled chain ``exc`` went through, and its line."""
+    frame, line = None, 0
+    tb = exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename.startswith(_TITLE):
+            frame, line = tb.tb_frame, tb.tb_lineno
+        tb = tb.tb_next
+    return frame, line
 
 
 class Chain(Op):
@@ -167,7 +179,13 @@ class Chain(Op):
         assert self.sink is not None
         sender, topic = self.stage.sender, self.sink.target
         try:
-            made = self.run_send(messages, topic, sender.timestamp or 0)
+            made = self.run_send(messages, topic, sender.timestamp or 0,
+                                 *sender.encoders(topic))
+        except SerdeError as exc:
+            if _raised_in(exc)[1] == _MADE:  # the topic's serde refused a key or value
+                raise sender.refused(topic, exc) from exc
+            self._noted(exc)
+            raise
         except Exception as exc:
             self._noted(exc)
             raise
