@@ -118,6 +118,7 @@ bench: stack
 	$(BIN)/python bench/bench_hop_parts.py
 	$(BIN)/python bench/bench_dsl.py
 	$(BIN)/python bench/bench_dsl.py --rows wc_dsl_packed-best,wc_dsl-best,wc_dsl_uncached_packed-best,wc_dsl_uncached-best
+	$(BIN)/python bench/bench_chain.py
 
 down:
 	$(BIN)/python -m kasper_py.stack down all

@@ -159,6 +159,33 @@ class Sender:
             self._unnote(topic)
             raise
 
+    def encoders(self, topic: str) -> tuple[Encode, Encode]:
+        """The key and value encoders of ``topic`` (its serdes' ``encode``, bound to it),
+        for a caller that makes the producer's records itself (``send_encoded``): each
+        key or value that is not bytes or ``None`` goes through them, as ``send``'s do."""
+        encoders = self._encoders.get(topic)
+        if encoders is None:
+            encoders = self._encoders[topic] = (bound_to(self._key_serde, topic).encode,
+                                                self.value_serde(topic).encode)
+        return encoders
+
+    def send_encoded(self, topic: str, records: list[OutgoingRecord]) -> None:
+        """Buffer ``records`` for ``topic``, made by the caller in the producer's
+        positional form (``(topic, value, key, -1, None, None, timestamp)``, keys and
+        values bytes or ``None``, encoded with ``encoders``, the timestamp an int, 0 for
+        the producer's time), in order: the messages ``send_many`` would buffer, with no
+        loop of its own. ``ValueError`` for a bad topic name."""
+        if not records:
+            return
+        if topic is not self._topic:
+            self._switch_to(topic)
+        self._buffer += records
+
+    def refused(self, topic: str, exc: SerdeError) -> SerdeError:
+        """The error to raise when an encoder of ``topic`` (``encoders``) refused a key
+        or a value: it names the topic, as ``send``'s does."""
+        return self._refused(topic, exc)
+
     def value_serde(self, topic: str) -> Serde:
         """The serde that encodes values sent to ``topic`` (a topic serde bound to it)."""
         return bound_to(self._value_serdes.get(topic, self._value_serde), topic)
@@ -167,11 +194,7 @@ class Sender:
         """Sends go to ``topic`` now: check its name, note it, take its encoders."""
         if type(topic) is not str or not topic:
             raise ValueError(f"send() needs a topic name, got {topic!r}")
-        encoders = self._encoders.get(topic)
-        if encoders is None:
-            encoders = self._encoders[topic] = (bound_to(self._key_serde, topic).encode,
-                                                self.value_serde(topic).encode)
-        self._encode_key, self._encode_value = encoders
+        self._encode_key, self._encode_value = self.encoders(topic)
         self._topic = topic
         self._topics.add(topic)
 

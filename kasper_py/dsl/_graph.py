@@ -38,10 +38,12 @@ class Build:
         if node.make is None:
             run = fused(node)
             last = run[-1]
-            steps = [s.step for s in run if s.step is not None and s.step.kind != "pass"]
+            stepping = [s for s in run if s.step is not None and s.step.kind != "pass"]
+            steps = [s.step for s in stepping if s.step is not None]
             serial = last.sink is None and reconverges(_children(last))
             if steps or last.sink or serial:
-                op: Op = Chain(self.stage_context, steps, last.sink, serial=serial)
+                op: Op = Chain(self.stage_context, steps, last.sink, serial=serial,
+                               operators=[s.name for s in stepping])
             else:
                 op = Op()  # hands its records on as they came: no loop to run
         else:

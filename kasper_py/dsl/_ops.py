@@ -3,8 +3,8 @@ a batch brings it and hands one list to each child. A record is the tuple
 ``(key, value, timestamp, headers)``. This module holds what every operator shares:
 ``Op``, the ``StageContext`` of a stage on one partition (not the loop's turn: the
 batch's ``Sender`` and held tables), tables (``TableOp``; ``CachedTable`` holds a
-table's updates until the stage's batch ends, Kafka Streams' record cache) and
-``Branch``. Stateless chains are in ``_chain``, tables and joins in ``_tables``,
+table's updates until the stage's batch ends, Kafka Streams' record cache). Stateless
+chains and branches are in ``_chain``, tables and joins in ``_tables``,
 aggregations in ``_aggregate``.
 """
 
@@ -196,25 +196,3 @@ class StageContext:
         """The stage's batch is done: every held update goes on, upstream first."""
         for table in self.cached:
             table.flush()
-
-
-class Branch(Op):
-    """Each record goes to the first branch whose predicate holds (or none)."""
-
-    __slots__ = ("predicates",)
-
-    def __init__(self, predicates: Sequence[Callable[[Any, Any], bool]]) -> None:
-        super().__init__()
-        self.predicates = list(predicates)
-
-    def push(self, records: Records) -> None:
-        buckets: list[Records] = [[] for _ in self.predicates]
-        indexed = list(enumerate(self.predicates))
-        for r in records:
-            for index, predicate in indexed:
-                if predicate(r[0], r[1]):
-                    buckets[index].append(r)
-                    break
-        for child, bucket in zip(self.children, buckets, strict=True):
-            if bucket:
-                child.push(bucket)

@@ -22,7 +22,7 @@ from kasper_py.app import App
 from kasper_py.dsl import _aggregate as agg
 from kasper_py.dsl import _ops as ops
 from kasper_py.dsl import _tables as tables
-from kasper_py.dsl._chain import Step, StepKind
+from kasper_py.dsl._chain import Branch, Step, StepKind
 from kasper_py.dsl._graph import build_app
 from kasper_py.dsl._nodes import Graph, Node
 from kasper_py.dsl._stores import StoreKind, store_maker
@@ -180,8 +180,8 @@ class Stream:
         """One stream per predicate: each record goes to the first whose predicate
         holds (none: dropped). Add ``lambda k, v: True`` last for "the rest". With
         ``name``, the branches are named ``<name>-<index>``."""
-        branch = self._graph.then(self._node, "branch", name,
-                                  make=lambda _b: ops.Branch(predicates))
+        branch: Node = self._graph.then(self._node, "branch", name,
+                                        make=lambda _b: Branch(predicates, branch.name))
         return [Stream(self._graph, self._graph.then(
             branch, "branch_child", None if name is None else f"{name}-{index}",
             step=Step("pass")), rekeyed=self._rekeyed) for index in range(len(predicates))]
