@@ -23,7 +23,6 @@ from typing import Any
 import pytest
 import redis
 from cassandra.cluster import Cluster
-from confluent_kafka.admin import AdminClient
 
 from kasper_py import Config, TopicProcessor
 from kasper_py._support.ports import free_ports as free_port
@@ -34,6 +33,7 @@ from kasper_py.stack import opensearch_url as stack_opensearch_url
 from kasper_py.stack import redis_url as stack_redis_url
 from kasper_py.stores.base import StoreRuntime, StoreSpec
 from tests.container_stack import on_containers
+from tests.kafka_clients import AdminClient
 from tests.on_demand import on_demand
 
 from stores_worker import WordCount  # isort: skip - a sibling script, not a package

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka.admin import AdminClient, ConfigResource
+from confluent_kafka.admin import ConfigResource
 from structlog.testing import capture_logs
 
 from kasper_py import (
@@ -30,6 +30,7 @@ from kasper_py import (
 from kasper_py.kafka.producer import OutputProducer
 from kasper_py.stores.base import StoreRuntime
 from kasper_py.stores.rocksdb import LocalDB, RocksDBTable
+from tests.kafka_clients import AdminClient
 
 pytest.register_assert_rewrite("conftest_stores")
 from conftest_stores import (  # isort: skip  # noqa: E402 - after register_assert_rewrite
