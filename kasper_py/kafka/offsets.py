@@ -179,14 +179,15 @@ class CommitNote:
 
     @property
     def runner(self) -> str:
-        """``host (pid 12)``: the process that wrote the note."""
-        return f"{self.host} (pid {self.pid})"
+        """``pid-12@host``: the process that wrote the note, in one word (a table's
+        cell, as a group member's ``client-id@host``)."""
+        return f"pid-{self.pid}@{self.host}"
 
     def describe(self, now: float | None = None) -> str:
         """``running on host (pid 12), committed 3 s ago`` for messages."""
         age = max((now or time.time()) - self.at, 0.0)
         where = "" if self.partitions is None else f" on partitions {self.partitions}"
-        return (f"{self.state} on {self.runner}{where}, "
+        return (f"{self.state} on {self.host} (pid {self.pid}){where}, "
                 f"committed {age:.0f} s ago")
 
 

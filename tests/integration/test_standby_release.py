@@ -41,14 +41,12 @@ def lag_rows(bootstrap: str, name: str, topic: str) -> dict[int, list[str]]:
     out = subprocess.run([*kasper_command(), "lag", "--name", name, "--bootstrap-servers",
                           bootstrap, "--input-topics", topic], env=env, capture_output=True,
                          text=True, timeout=60, check=True).stdout
-    lines = [line.split("  ") for line in out.splitlines()[:3]]
-    columns = [[cell.strip() for cell in line if cell.strip()] for line in lines]
-    return {int(row[1]): row[3:] for row in columns[1:]}
+    return {int(row[1]): row[3:] for row in map(str.split, out.splitlines()[1:3])}
 
 
 def runner(process: subprocess.Popen[bytes]) -> str:
     """How a loop's commit notes name ``process``."""
-    return f"{socket.gethostname()} (pid {process.pid})"
+    return f"pid-{process.pid}@{socket.gethostname()}"
 
 
 def test_released_partitions_go_back_to_their_returning_owner(

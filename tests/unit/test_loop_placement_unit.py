@@ -18,7 +18,7 @@ from kasper_py.observability.observe import NoopObserver
 from kasper_py.testing import InMemoryBroker
 
 CONFIG = Config(name="wc", bootstrap_servers="in-memory", input_topics=["in"])
-A, B = "host-a (pid 1)", "host-b (pid 2)"
+A, B = "pid-1@host-a", "pid-2@host-b"
 
 
 def note(state: NoteState, host: str, pid: int, age: float, *standbys: int) -> CommitNote:
