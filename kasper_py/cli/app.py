@@ -157,15 +157,14 @@ def render(topology: dict[str, Any]) -> str:
 
 def _loops_now(config: Config) -> tuple[dict[int, str], dict[int, tuple[str, ...]] | None]:
     """Static sets, ``--members``: the loop running each partition of the first input
-    topic and those keeping each warm, as their commit notes say now (``loop_placement``:
-    a promotion or a release shows at once)."""
+    topic (every partition, not only the config's) and those keeping each warm, as their
+    commit notes say now (``loop_placement``: a promotion or a release shows at once)."""
     with admin_for(config, _MEMBERS_TIMEOUT) as admin:
-        metadata = probe(config, admin, _MEMBERS_TIMEOUT)
         topic = config.input_topics[0]
-        rows = read_progress(config, admin, [k for k in input_partitions(config, metadata)
-                                             if k[0] == topic])
+        partitions = probe(config, admin, _MEMBERS_TIMEOUT).topics[topic].partitions
+        rows = read_progress(config, admin, [(topic, p) for p in sorted(partitions)])
     owners, warm = loop_placement(config, rows)
-    return {p: who for (_, p), who in owners.items()}, warm or {}
+    return {r.partition: owners.get(r.key, "-") for r in rows}, warm or {}
 
 
 def standby_listing(config: Config, warm: dict[int, tuple[str, ...]] | None,
