@@ -87,7 +87,8 @@ class TopicProcessor:
         self._prefetcher = Prefetcher(config, clients, [topic.name for topic in plan.internal])
         self._committer = committer = committer_for(
             config, clients, observer, holding=self._prefetcher.holding,
-            endpoint=lambda: self._servers.endpoint, force=force)
+            endpoint=lambda: self._servers.endpoint,
+            warm=lambda: self._standbys.partitions, force=force)
         self._tracing = tracing = tracing_for(config, tracer_provider)
         self._election = election_for(config, plan.tasks, observer, kafka=real_clients)
         self._engine = engine = TurnEngine(

@@ -17,6 +17,7 @@ import structlog
 
 pytest.register_assert_rewrite("tests.container_stack")
 from tests.container_stack import on_containers  # noqa: E402 - after register_assert_rewrite
+from tests.kafka_clients import AdminClient, Consumer, Producer  # noqa: E402
 from tests.on_demand import on_demand  # noqa: E402
 
 pytest_plugins = ["tests.container_stack", "kasper_py.testing.container_fixtures"]
@@ -70,8 +71,6 @@ def bootstrap(request: pytest.FixtureRequest) -> str:
     """Bootstrap servers of the test broker, the stack's Kafka started when it is not
     running; fails (not skips) when none answers. With ``KASPER_STACK=containers`` a
     broker in a container instead (tests/container_stack.py)."""
-    from confluent_kafka.admin import AdminClient
-
     if on_containers():
         return str(request.getfixturevalue("container_bootstrap"))
     servers = _bootstrap()
@@ -101,7 +100,7 @@ def unique_name() -> Callable[[str], str]:
 @pytest.fixture
 def new_topic(bootstrap: str, unique_name: Callable[[str], str]) -> Iterator[Callable[..., str]]:
     """Creates fresh topics and deletes them after the test."""
-    from confluent_kafka.admin import AdminClient, NewTopic
+    from confluent_kafka.admin import NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
     created: list[str] = []
@@ -137,8 +136,6 @@ class KafkaHelper:
                 partition: int | None = None, timestamp: int | None = None) -> None:
         """Produce values, (key, value) pairs or (key, value, timestamp ms) triples, and
         wait for every ack; ``timestamp`` (ms) is the create time of records without one."""
-        from confluent_kafka import Producer
-
         # idempotent: a batch retried (a broker just started, a new topic's leader not yet
         # known) cannot land after the ones sent behind it, so each partition holds the
         # records in the order given, which tests compare outputs against
@@ -164,7 +161,7 @@ class KafkaHelper:
 
     def read_all(self, topic: str, timeout: float = 30.0) -> list[Any]:
         """Every message of ``topic`` up to its current high watermarks."""
-        from confluent_kafka import Consumer, TopicPartition
+        from confluent_kafka import TopicPartition
 
         consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": "kasper-tests-reader",
                              "enable.auto.commit": False})
@@ -200,7 +197,7 @@ class KafkaHelper:
         """The group's committed next offset per partition (None when nothing is committed).
         A group's coordinator may still be moving or loading when the group is new: that
         retriable answer is asked again."""
-        from confluent_kafka import Consumer, KafkaException, TopicPartition
+        from confluent_kafka import KafkaException, TopicPartition
 
         # read_uncommitted asks for the stable offsets without waiting: read_committed
         # (librdkafka's default) waits while a killed exactly-once loop's transaction

@@ -33,6 +33,7 @@ from kasper_py.cli.offsets import (
     describe_target,
     group_of,
     group_standbys,
+    loop_placement,
     probe,
     read_progress,
     refuse_if_active,
@@ -65,8 +66,10 @@ def add_app_parsers(commands: Any, add_config_flags: Callable[[argparse.Argument
     add_target_arguments(show, stores=False)  # an App declares its stores
     show.add_argument("--json", action="store_true", help="print it as JSON")
     show.add_argument("--members", action="store_true",
-                      help="group mode: also read the group from Kafka and name the member "
-                           "holding each partition of each internal topic")
+                      help="also read Kafka: in group mode, name the member holding each "
+                           "partition of each internal topic; with static sets, the loop "
+                           "running and those keeping warm each source partition now (from "
+                           "their commit notes, so after a promotion or release too)")
     show.set_defaults(offline=True)  # reads the code and the config, never Kafka
     add_name_flags(show, ("name",))
     reset = actions.add_parser(
@@ -91,13 +94,15 @@ def app_command(config: Config, args: argparse.Namespace) -> int:
     if args.action == "reset":
         return app_reset(config, args)
     app = load_app(args)
-    owners = warm = None
+    owners = warm = runners = None
     if args.members and config.group_mode:
         with admin_for(config, _MEMBERS_TIMEOUT) as admin:
             group = group_of(config, admin)
         owners, warm = group.owners(), group_standbys(config, group)
+    elif args.members:
+        runners, warm = _loops_now(config)
     topology = describe(app, config, owners)
-    standbys = standby_listing(config, warm)
+    standbys = standby_listing(config, warm, runners)
     if standbys is not None:
         topology["standbys"] = standbys
     if args.json:
@@ -150,12 +155,30 @@ def render(topology: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def standby_listing(config: Config, warm: dict[int, tuple[str, ...]] | None
-                    ) -> dict[str, Any] | None:
-    """Where the app's tables are kept warm (docs/stores.md, standby replicas): in group
-    mode, read with ``--members``, the members keeping each partition of the first input
-    topic warm (``warm``, as each member places its copies); with a static set, the
-    partitions this process keeps warm. ``None`` without standbys."""
+def _loops_now(config: Config) -> tuple[dict[int, str], dict[int, tuple[str, ...]] | None]:
+    """Static sets, ``--members``: the loop running each partition of the first input
+    topic (every partition, not only the config's) and those keeping each warm, as their
+    commit notes say now (``loop_placement``: a promotion or a release shows at once)."""
+    with admin_for(config, _MEMBERS_TIMEOUT) as admin:
+        topic = config.input_topics[0]
+        partitions = probe(config, admin, _MEMBERS_TIMEOUT).topics[topic].partitions
+        rows = read_progress(config, admin, [(topic, p) for p in sorted(partitions)])
+    owners, warm = loop_placement(config, rows)
+    return {r.partition: owners.get(r.key, "-") for r in rows}, warm or {}
+
+
+def standby_listing(config: Config, warm: dict[int, tuple[str, ...]] | None,
+                    runners: dict[int, str] | None = None) -> dict[str, Any] | None:
+    """Where the app's tables are kept warm (docs/stores.md, standby replicas): read with
+    ``--members``, the members (group mode, as each member places its copies) or loops
+    (static sets, with ``runners``: the loop running each partition, from the commit
+    notes) keeping each partition of the first input topic warm (``warm``); without, the
+    partitions the config says this process keeps warm. ``None`` without standbys."""
+    if runners is not None and warm is not None:
+        numbers = sorted({*runners, *warm})
+        return {"topic": config.input_topics[0],
+                "partitions": {str(p): list(warm.get(p, ())) for p in numbers},
+                "runners": {str(p): runners.get(p, "-") for p in numbers}}
     if warm is not None:
         return {"topic": config.input_topics[0],
                 "partitions": {str(p): list(who) for p, who in sorted(warm.items())}}
@@ -170,6 +193,11 @@ def _standby_lines(standbys: dict[str, Any] | None) -> list[str]:
     if "this_process" in standbys:
         kept = ",".join(map(str, standbys["this_process"]))
         return [f"  standbys: this process keeps partitions {kept} warm"]
+    if "runners" in standbys:
+        return [f"  {standbys['topic']} (loops running and keeping each partition warm, "
+                "from their commit notes):",
+                *(f"    partition {p}: run by {standbys['runners'][p]}; warm in "
+                  f"{', '.join(who) or '-'}" for p, who in standbys["partitions"].items())]
     return ["  standbys (members keeping each partition warm):",
             *(f"    partition {p}: {', '.join(who) or '-'}"
               for p, who in standbys["partitions"].items())]

@@ -46,7 +46,8 @@ from kasper_py.loop.standby_placement import group_placement
 from kasper_py.message import TopicPartitionKey
 
 __all__ = ["Progress", "ResetTarget", "add_offsets_parsers", "admin_for", "alter_offsets",
-           "clear_running_notes", "describe_target", "group_of", "lag", "offsets_reset",
+           "clear_running_notes", "describe_target", "group_of", "lag", "loop_placement",
+           "offsets_reset",
            "offsets_show", "probe", "read_progress", "refuse_if_active", "refuse_if_running",
            "reset_table", "reset_target", "reset_targets"]
 
@@ -179,17 +180,16 @@ def offsets_show(config: Config, timeout: float) -> int:
 
 
 def lag(config: Config, timeout: float) -> int:
-    """Print the group's lag per partition and in total; with group standbys, the
-    members keeping each partition warm."""
+    """Print the group's lag per partition and in total, who runs each partition and,
+    with standbys, who keeps each partition warm (``placement``)."""
     with admin_for(config, timeout) as admin:
         rows = _read_offsets(config, admin, probe(config, admin, timeout))
         group = group_of(config, admin)
-    owners = group.owners()
+    owners, warm = placement(config, group, rows)
     lags = [r.lag(config.auto_offset_reset) for r in rows]
     table = [["TOPIC", "PARTITION", "LAG", "MEMBER"]]
     table += [[r.topic, str(r.partition), str(lag), owners.get(r.key, "-")]
               for r, lag in zip(rows, lags, strict=True)]
-    warm = group_standbys(config, group)
     if warm is not None:
         table[0].append("STANDBYS")
         for row, r in zip(table[1:], rows, strict=True):
@@ -197,6 +197,37 @@ def lag(config: Config, timeout: float) -> int:
     print(_format_table(table))
     print(f"total lag of group {config.group}: {sum(lags)} messages")
     return EXIT_OK
+
+
+def placement(config: Config, group: GroupState, rows: list[PartitionProgress]
+              ) -> tuple[dict[TopicPartitionKey, str], dict[int, tuple[str, ...]] | None]:
+    """Who runs each input partition and who keeps each partition warm (``None``: no
+    standbys anywhere): in group mode, the group's members and ``group_standbys``; with
+    static partition sets, what the loops' commit notes on ``rows`` say now
+    (``loop_placement``)."""
+    if config.group_mode:
+        return group.owners(), group_standbys(config, group)
+    return loop_placement(config, rows)
+
+
+def loop_placement(config: Config, rows: list[PartitionProgress]
+                   ) -> tuple[dict[TopicPartitionKey, str], dict[int, tuple[str, ...]] | None]:
+    """Static loops never join the group; their commit notes say where they stand. A
+    partition is run by the loop whose recent ``running`` note is on it (none when
+    released or stopped); a running loop keeps warm what its newest note says (after a
+    promotion not the promoted partitions, after a release them again; each loop
+    re-commits at least every ``HEARTBEAT_SECONDS``). ``None`` for the standbys when
+    no loop keeps any."""
+    window = running_window(config)
+    live = sorted(((r.key, note) for r in rows if (note := r.note) is not None
+                   and note.state == "running" and note.running_within(window)
+                   and not note.process_gone()), key=lambda found: found[1].at)
+    newest = {note.runner: note for _, note in live}
+    warm: dict[int, tuple[str, ...]] = {}
+    for runner, note in sorted(newest.items()):
+        for partition in note.standbys:
+            warm[partition] = (*warm.get(partition, ()), runner)
+    return {key: note.runner for key, note in live}, warm or None
 
 
 def group_standbys(config: Config, group: GroupState) -> dict[int, tuple[str, ...]] | None:

@@ -40,6 +40,7 @@ HEARTBEAT_SECONDS = 10.0
 """An idle loop re-commits its offsets (same offsets, fresh note) this often."""
 _NOTE_PREFIX = "kasper/1"
 _ENDPOINT = "endpoint="
+_STANDBYS = "standby="
 IDLE_GROUP_STATES = ("EMPTY", "DEAD", "UNKNOWN")
 """Consumer group states in which moving the group's offsets is safe (no members)."""
 GROUP_ACTIVE_ERRORS = (KafkaError.UNKNOWN_MEMBER_ID, KafkaError.REBALANCE_IN_PROGRESS,
@@ -108,19 +109,25 @@ class CommitNote:
     """The loop's partition set (``Config.partition_set``), when it said."""
     endpoint: str | None = None
     """The URL the loop answers queries on (``kasper_py.query``), when it serves them."""
+    standbys: tuple[int, ...] = ()
+    """The partitions the loop keeps warm when it commits (a static standby promoted no
+    longer is one; released, it is one again)."""
 
     @classmethod
     def now(cls, state: NoteState, partitions: str | None = None,
-            endpoint: str | None = None) -> CommitNote:
+            endpoint: str | None = None, standbys: Iterable[int] = ()) -> CommitNote:
         """A note for a commit made now by this process."""
         return cls(state, time.time(), socket.gethostname(), os.getpid(), partitions,
-                   endpoint)
+                   endpoint, tuple(sorted(standbys)))
 
     def encode(self) -> str:
-        """``kasper/1 <state> <unix time> <host> <pid> [<partition set>] [endpoint=<url>]``."""
+        """``kasper/1 <state> <unix time> <host> <pid> [<partition set>]
+        [standby=<p>,<p>] [endpoint=<url>]``."""
         text = f"{_NOTE_PREFIX} {self.state} {self.at:.3f} {self.host} {self.pid}"
         if self.partitions is not None:
             text = f"{text} {self.partitions}"
+        if self.standbys:
+            text = f"{text} {_STANDBYS}{','.join(map(str, self.standbys))}"
         return text if self.endpoint is None else f"{text} {_ENDPOINT}{self.endpoint}"
 
     def is_mine(self) -> bool:
@@ -144,17 +151,21 @@ class CommitNote:
     def decode(cls, metadata: str | None) -> CommitNote | None:
         """The note in a commit's metadata; ``None`` when another client committed."""
         parts = (metadata or "").split(" ")
-        endpoint = None
+        endpoint = standbys = None
         if len(parts) > 5 and parts[-1].startswith(_ENDPOINT):
             endpoint = parts.pop()[len(_ENDPOINT):]
+        if len(parts) > 5 and parts[-1].startswith(_STANDBYS):
+            standbys = parts.pop()[len(_STANDBYS):]
         if len(parts) not in (5, 6) or parts[0] != _NOTE_PREFIX or parts[1] not in _STATES:
             return None
         try:
             at, pid = float(parts[2]), int(parts[4])
+            kept = tuple(int(p) for p in standbys.split(",")) if standbys else ()
         except ValueError:
             return None
         state = _STATES[_STATES.index(parts[1])]
-        return cls(state, at, parts[3], pid, parts[5] if len(parts) == 6 else None, endpoint)
+        return cls(state, at, parts[3], pid, parts[5] if len(parts) == 6 else None, endpoint,
+                   kept)
 
     @property
     def by_stream(self) -> bool:
@@ -165,6 +176,12 @@ class CommitNote:
         """True when a running loop or streaming query made this commit less than
         ``window`` seconds ago."""
         return self.state in ("running", "streaming") and (now or time.time()) - self.at < window
+
+    @property
+    def runner(self) -> str:
+        """``pid-12@host``: the process that wrote the note, in one word (a table's
+        cell, as a group member's ``client-id@host``)."""
+        return f"pid-{self.pid}@{self.host}"
 
     def describe(self, now: float | None = None) -> str:
         """``running on host (pid 12), committed 3 s ago`` for messages."""

@@ -58,11 +58,12 @@ def task_count(config: Config, counts: Mapping[str, int]) -> int:
     return max(counts[t] for t in config.input_topics)
 
 
-def topic_keys(topics: Sequence[str], counts: Mapping[str, int],
+def topic_keys(topics: Sequence[str], counts: Mapping[str, int] | None,
                partitions: Sequence[int]) -> list[TopicPartitionKey]:
     """Partition numbers ``partitions`` of ``topics`` as keys, topic by topic: those
-    each topic has (``counts``: topic -> its count)."""
-    return [(t, p) for t in topics for p in partitions if p < counts[t]]
+    each topic has (``counts``: topic -> its count; all of them while the counts are
+    not read yet, ``None`` or empty)."""
+    return [(t, p) for t in topics for p in partitions if not counts or p < counts[t]]
 
 
 def common_partition_count(counts: Mapping[str, int]) -> int:

@@ -11,7 +11,7 @@ note is recent: ``check_not_running``, the one check the Spark stream runner use
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from typing import Literal
 
 import structlog
@@ -32,12 +32,18 @@ LoopState = Literal["running", "stopped", "released"]
 """What a loop's commit notes say (``CommitNote.state``)."""
 Endpoint = Callable[[], str | None]
 """The URL the loop answers queries on, once its query server is up (else ``None``)."""
+Warm = Callable[[], Collection[int]]
+"""The partitions the loop keeps warm now (``Standbys.partitions``)."""
 _FENCED_NOTE_WAIT = 5.0
 """Fenced: how long to wait for the note of the loop that took over, to name it."""
 
 
 def _no_endpoint() -> str | None:
     return None
+
+
+def _nothing_warm() -> Collection[int]:
+    return ()
 
 
 def check_not_running(config: Config, notes: Iterable[CommitNote | None], *, force: bool,
@@ -71,16 +77,17 @@ class OffsetCommitter:
 
     def __init__(self, config: Config, consumer: InputPort, observer: LoopObserver, *,
                  holding: Callable[[], bool], endpoint: Endpoint = _no_endpoint,
-                 force: bool = False) -> None:
+                 warm: Warm = _nothing_warm, force: bool = False) -> None:
         """``holding`` says whether records of the next batch are read and not yet
         processed (the consumer's position is then past them). ``endpoint`` gives the
-        URL this loop answers queries on (once its query server is up), announced in
-        the notes; ``force`` starts despite another running loop."""
+        URL this loop answers queries on (once its query server is up), ``warm`` the
+        partitions it keeps warm, both announced in the notes; ``force`` starts despite
+        another running loop."""
         self.config = config
         self.offsets = OffsetTracker()
         """The next offsets this loop committed, per topic-partition."""
         self._consumer, self._observer = consumer, observer
-        self._endpoint = endpoint
+        self._endpoint, self._warm = endpoint, warm
         self._holding, self._force = holding, force
         self._last_commit = time.monotonic()
         self._started_at = time.time()
@@ -156,7 +163,8 @@ class OffsetCommitter:
         self._consumer.commit(next_offsets, self._note(state))
 
     def _note(self, state: LoopState) -> str:
-        return CommitNote.now(state, self.config.partition_set, self._endpoint()).encode()
+        return CommitNote.now(state, self.config.partition_set, self._endpoint(),
+                              self._warm()).encode()
 
     def _past_markers(self, next_offsets: Offsets) -> Offsets:
         """Transaction markers (and, read_committed, aborted records) after a batch's last
@@ -227,9 +235,10 @@ class TransactionCommitter(OffsetCommitter):
 
     def __init__(self, config: Config, consumer: InputPort, producer: ProducerPort,
                  observer: LoopObserver, *, holding: Callable[[], bool],
-                 endpoint: Endpoint = _no_endpoint, force: bool = False) -> None:
+                 endpoint: Endpoint = _no_endpoint, warm: Warm = _nothing_warm,
+                 force: bool = False) -> None:
         super().__init__(config, consumer, observer, holding=holding, endpoint=endpoint,
-                         force=force)
+                         warm=warm, force=force)
         self._producer = producer
         self.transactions = producer
 
@@ -328,11 +337,12 @@ class TransactionCommitter(OffsetCommitter):
 
 def committer_for(config: Config, clients: KafkaClients, observer: LoopObserver, *,
                   holding: Callable[[], bool], endpoint: Endpoint = _no_endpoint,
-                  force: bool = False) -> OffsetCommitter:
+                  warm: Warm = _nothing_warm, force: bool = False) -> OffsetCommitter:
     """The committer ``config.processing_guarantee`` asks for, on ``clients``; its notes
-    announce ``endpoint`` (the loop's query server)."""
+    announce ``endpoint`` (the loop's query server) and the partitions kept ``warm``."""
     if config.exactly_once:
         return TransactionCommitter(config, clients.consumer, clients.producer, observer,
-                                    holding=holding, endpoint=endpoint, force=force)
+                                    holding=holding, endpoint=endpoint, warm=warm,
+                                    force=force)
     return OffsetCommitter(config, clients.consumer, observer, holding=holding,
-                           endpoint=endpoint, force=force)
+                           endpoint=endpoint, warm=warm, force=force)

@@ -168,7 +168,15 @@ def _schema_text(schema: str | None) -> str | None:
         return file.read()
 
 
-class AvroSerde(RegistrySerde):
+class _TextSchemaSerde(RegistrySerde, ABC):
+    """A serde whose schema is text: ``schema`` itself, or the file it names."""
+
+    @property
+    def _text(self) -> str | None:
+        return _schema_text(self.schema)
+
+
+class AvroSerde(_TextSchemaSerde):
     """Avro (fastavro, through confluent-kafka's ``AvroSerializer``): dicts in and out.
     The schema (text or file) is the writer's and the reader's: an older writer's
     records are resolved to it."""
@@ -182,10 +190,6 @@ class AvroSerde(RegistrySerde):
         name, namespace = parsed["name"], parsed.get("namespace")
         return name if "." in name or not namespace else f"{namespace}.{name}"
 
-    @property
-    def _text(self) -> str | None:
-        return _schema_text(self.schema)
-
     def _build(self, client: Any, conf: dict[str, Any]) -> tuple[Any, Any]:
         from confluent_kafka.schema_registry.avro import (  # noqa: PLC0415
             AvroDeserializer,
@@ -196,7 +200,7 @@ class AvroSerde(RegistrySerde):
                 AvroDeserializer(client, text, conf=_reading(conf)))
 
 
-class JsonSchemaSerde(RegistrySerde):
+class JsonSchemaSerde(_TextSchemaSerde):
     """JSON validated by a JSON Schema (confluent-kafka's ``JSONSerializer``): dicts
     (any JSON value) in and out. Encoding needs the schema; decoding validates against
     it when given, else against the writer's."""
@@ -207,10 +211,6 @@ class JsonSchemaSerde(RegistrySerde):
         parsed = json.loads(self._text) if self._text else None
         title = parsed.get("title") if isinstance(parsed, dict) else None
         return title if isinstance(title, str) else None
-
-    @property
-    def _text(self) -> str | None:
-        return _schema_text(self.schema)
 
     def _build(self, client: Any, conf: dict[str, Any]) -> tuple[Any, Any]:
         from confluent_kafka.schema_registry.json_schema import (  # noqa: PLC0415

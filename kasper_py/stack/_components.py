@@ -92,6 +92,14 @@ class Component(ABC):
     def is_ready(self) -> bool:
         """True once the server answers a real request."""
 
+    def java_with_jars(self) -> tuple[str, list[Path]]:
+        """A JVM server's first steps: the ``java`` to run and the jars ``recipe()``
+        resolves into ``lib_dir`` (once), this component's folder made."""
+        java = require_binary("java", JAVA_HINT)
+        jars = resolve_jars(self.recipe(), self.lib_dir)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        return java, jars
+
     def render(self, template_name: str, target_name: str, **values: object) -> Path:
         """Fill ``$names`` of a packaged template and write it into this component's dir."""
         target = self.directory / target_name
@@ -124,9 +132,7 @@ class Kafka(Component):
         return template("kafka-pom.xml")
 
     def prepare(self) -> str:
-        java = require_binary("java", JAVA_HINT)
-        resolve_jars(self.recipe(), self.lib_dir)
-        self.directory.mkdir(parents=True, exist_ok=True)
+        java, _ = self.java_with_jars()
         self.render(
             "kafka-server.properties", self.properties.name, host=LOOPBACK,
             port=self.settings.kafka_port, controller_port=self.settings.kafka_controller_port,
@@ -244,9 +250,7 @@ class Cassandra(Component):
         return template("cassandra-pom.xml")
 
     def prepare(self) -> str:
-        java = require_binary("java", JAVA_HINT)
-        resolve_jars(self.recipe(), self.lib_dir)
-        self.directory.mkdir(parents=True, exist_ok=True)
+        java, _ = self.java_with_jars()
         self.render(
             "cassandra.yaml", "cassandra.yaml", host=LOOPBACK, directory=self.directory,
             native_port=self.settings.cassandra_port,

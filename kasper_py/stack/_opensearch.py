@@ -16,8 +16,8 @@ import urllib.request
 from pathlib import Path
 
 from kasper_py._support.ports import LOOPBACK
-from kasper_py.stack._components import JAVA_HINT, Component
-from kasper_py.stack._install import require_binary, resolve_jars, template
+from kasper_py.stack._components import Component
+from kasper_py.stack._install import template
 
 _MODULE = "transport-netty4"
 _MODULE_JARS = ("netty-", "transport-netty4-client-")
@@ -75,8 +75,7 @@ class OpenSearch(Component):
         return template("opensearch-pom.xml")
 
     def prepare(self) -> str:
-        java = require_binary("java", JAVA_HINT)
-        jars = resolve_jars(self.recipe(), self.lib_dir)
+        java, jars = self.java_with_jars()
         home = self.directory / "home"
         lay_out_home(home, jars, server_version(jars))
         self.render("opensearch.yml", "home/config/opensearch.yml", host=LOOPBACK,

@@ -219,6 +219,10 @@ class BufferedStore(KeyValueStore):
         of concurrent statements counts once; a retry counts again)."""
         return self._round_trips
 
+    def _count_round_trips(self, requests: int) -> None:
+        """``requests`` more waited on the backend (``retries.with_retries``'s count)."""
+        self._round_trips += requests
+
     def key(self, key: Any) -> bytes:
         """The backend key of ``key``: ``key_prefix`` + the key serde's bytes."""
         return self._key_prefix + encode_key(self.key_serde, key)

@@ -25,17 +25,17 @@ from __future__ import annotations
 
 import math
 import re
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from kasper_py.config import Config
-from kasper_py.exceptions import QueryUnavailableError, StoreError, StoreUnavailableError
+from kasper_py.exceptions import QueryUnavailableError, StoreError
 from kasper_py.message import TopicPartitionKey
 from kasper_py.serdes import Serde, serde_for
 from kasper_py.stores.base import BufferedStore, OwnedState, StoreRuntime, StoreSpec, Writes
 from kasper_py.stores.lifecycle import already_applied
 from kasper_py.stores.query import Scan, ScanPage
+from kasper_py.stores.retries import with_retries
 from kasper_py.stores.ttl import Ttl
 
 try:
@@ -296,37 +296,28 @@ class CassandraStore(BufferedStore):
 
     def _call(self, what: str, request: Callable[[], T]) -> T:
         """Run ``request`` with retries; each attempt counts as a round trip."""
-        attempts = [0]
-        try:
-            return retry(self._table, f"{what} of partition {self.partition}", request,
-                         attempts)
-        finally:
-            self._round_trips += attempts[0]
+        return retry(self._table, f"{what} of partition {self.partition}", request,
+                     self._count_round_trips)
+
+
+def _uncounted(_requests: int) -> None:
+    """Requests not counted (the table's own, such as connecting)."""
 
 
 def retry(table: CassandraTable, what: str, request: Callable[[], T],
-          attempts: list[int] | None = None) -> T:
-    """Run ``request``; retry unreachable/timed-out failures with doubling backoff,
-    then raise ``StoreUnavailableError``. Other driver errors raise ``StoreError``.
-    ``attempts[0]`` counts the requests made."""
-    counter = attempts if attempts is not None else [0]
-    for attempt in range(table.retries + 1):
-        counter[0] += 1
-        try:
-            return request()
-        except _RETRIABLE as exc:
-            if attempt == table.retries:
-                raise StoreUnavailableError(
-                    f"{table.address} unreachable: {what} of table {table.keyspace}."
-                    f"{table.table} failed {attempt + 1} times (each waiting up to "
-                    f"{table.timeout:g}s): {exc}") from exc
-            time.sleep(min(table.max_backoff, table.backoff * 2 ** attempt))
-        except StoreError:
-            raise
-        except Exception as exc:
-            raise StoreError(f"{table.address}: {what} of table {table.keyspace}.{table.table} "
-                             f"failed: {type(exc).__name__}: {exc}") from exc
-    raise AssertionError("unreachable")  # pragma: no cover
+          counted: Callable[[int], None] = _uncounted) -> T:
+    """Run ``request`` (``retries.with_retries``: unreachable or timed-out failures
+    retried, then ``StoreUnavailableError``); other driver errors raise ``StoreError``.
+    ``counted`` hears the requests made."""
+    what = f"{what} of table {table.keyspace}.{table.table}"
+    try:
+        return with_retries(table, request, retriable=_RETRIABLE, where=table.address,
+                            what=what, counted=counted)
+    except StoreError:
+        raise
+    except Exception as exc:
+        raise StoreError(f"{table.address}: {what} failed: {type(exc).__name__}: {exc}") \
+            from exc
 
 
 def _batch(kind: Any, statements: Iterable[tuple[Any, Any]]) -> Any:

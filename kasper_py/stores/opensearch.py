@@ -25,7 +25,6 @@ from __future__ import annotations
 import base64
 import json
 import re
-import time
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
@@ -35,7 +34,6 @@ from kasper_py.exceptions import (
     BadQueryError,
     QueryUnavailableError,
     StoreError,
-    StoreUnavailableError,
 )
 from kasper_py.message import TopicPartitionKey
 from kasper_py.serdes import JsonSerde, Serde, serde_for
@@ -43,6 +41,7 @@ from kasper_py.stores._opensearch_http import NodeUnreachableError, Rest, RestEr
 from kasper_py.stores.base import BufferedStore, OwnedState, StoreRuntime, StoreSpec, Writes
 from kasper_py.stores.lifecycle import already_applied
 from kasper_py.stores.query import Scan, ScanPage
+from kasper_py.stores.retries import with_retries
 
 __all__ = ["OpenSearchStore", "OpenSearchTable"]
 
@@ -276,31 +275,20 @@ class OpenSearchStore(BufferedStore):
              lines: list[Any] | None = None) -> Any:
         """One request (a bulk when ``lines`` are given), retrying connection failures
         and 5xx replies with exponential backoff; each attempt counts as a round trip."""
-        attempts = 0
-        try:
-            while True:
-                attempts += 1
-                try:
-                    if lines is not None:
-                        return self._rest.bulk(path, lines)
-                    return self._rest.call(method, path, body)
-                except NodeUnreachableError as exc:
-                    self._backoff_or_raise(op, attempts, exc)
-                except RestError as exc:
-                    raise RestError(f"opensearch {self._rest.address}: {op} for table "
-                                    f"{self.name!r} partition {self.partition} failed: {exc}",
-                                    exc.status, exc.reason) from exc
-        finally:
-            self._round_trips += attempts
+        def request() -> Any:
+            if lines is not None:
+                return self._rest.bulk(path, lines)
+            return self._rest.call(method, path, body)
 
-    def _backoff_or_raise(self, op: str, attempts: int, exc: Exception) -> None:
-        table = self._table
-        if attempts > table.retries:
-            raise StoreUnavailableError(
-                f"opensearch {self._rest.address} unreachable: {op} for table "
-                f"{table.name!r} partition {self.partition} failed {attempts} times (each "
-                f"waiting up to {table.timeout:g}s): {exc}") from exc
-        time.sleep(min(table.max_backoff, table.backoff * 2 ** (attempts - 1)))
+        what = f"{op} for table {self._table.name!r} partition {self.partition}"
+        try:
+            return with_retries(self._table, request, retriable=(NodeUnreachableError,),
+                                where=f"opensearch {self._rest.address}", what=what,
+                                counted=self._count_round_trips)
+        except RestError as exc:
+            raise RestError(f"opensearch {self._rest.address}: {op} for table {self.name!r} "
+                            f"partition {self.partition} failed: {exc}", exc.status,
+                            exc.reason) from exc
 
     def _query_call(self, op: str, method: str, path: str, body: Any) -> Any:
         try:

@@ -25,18 +25,18 @@ then replayed.
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from kasper_py._support.urls import server_address
 from kasper_py.config import Config
-from kasper_py.exceptions import QueryUnavailableError, StoreError, StoreUnavailableError
+from kasper_py.exceptions import QueryUnavailableError, StoreError
 from kasper_py.message import TopicPartitionKey
 from kasper_py.serdes import Serde, serde_for
 from kasper_py.stores.base import BufferedStore, OwnedState, StoreRuntime, StoreSpec, Writes
 from kasper_py.stores.lifecycle import already_applied
 from kasper_py.stores.query import Scan, ScanPage
+from kasper_py.stores.retries import with_retries
 
 try:
     import psycopg
@@ -349,26 +349,10 @@ class PostgresStore(BufferedStore):
     def _call(self, command: str, request: Callable[[], T]) -> T:
         """Run ``request``, reconnecting and retrying when the connection fails, with
         exponential backoff; each attempt counts as a round trip."""
-        attempts = 0
-        try:
-            while True:
-                attempts += 1
-                try:
-                    return request()
-                except _RETRIABLE as exc:
-                    self.close()  # a broken connection is not reused
-                    self._backoff_or_raise(command, attempts, exc)
-                except psycopg.Error as exc:
-                    raise StoreError(
-                        f"postgres {self._table.address}: {command} for table "
-                        f"{self.name!r} partition {self.partition} failed: {exc}") from exc
-        finally:
-            self._round_trips += attempts
-
-    def _backoff_or_raise(self, command: str, attempts: int, exc: Exception) -> None:
-        table = self._table
-        if attempts > table.retries:
-            raise StoreUnavailableError(
-                f"postgres {table.address} unreachable: {command} for table {table.name!r} "
-                f"partition {self.partition} failed {attempts} times: {exc}") from exc
-        time.sleep(min(table.max_backoff, table.backoff * 2 ** (attempts - 1)))
+        what = f"{command} for table {self.name!r} partition {self.partition}"
+        try:  # a broken connection is not reused
+            return with_retries(self._table, request, retriable=_RETRIABLE,
+                                where=f"postgres {self._table.address}", what=what,
+                                counted=self._count_round_trips, before_retry=self.close)
+        except psycopg.Error as exc:
+            raise StoreError(f"postgres {self._table.address}: {what} failed: {exc}") from exc

@@ -16,18 +16,18 @@ scans are ``SCAN ... MATCH <key prefix>*`` pages, unordered, and never by key ra
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from kasper_py._support.urls import server_address
 from kasper_py.config import Config
-from kasper_py.exceptions import QueryUnavailableError, StoreError, StoreUnavailableError
+from kasper_py.exceptions import QueryUnavailableError, StoreError
 from kasper_py.message import TopicPartitionKey
 from kasper_py.serdes import Serde, serde_for
 from kasper_py.stores.base import BufferedStore, OwnedState, StoreRuntime, StoreSpec, Writes
 from kasper_py.stores.lifecycle import already_applied
 from kasper_py.stores.query import Scan, ScanPage
+from kasper_py.stores.retries import with_retries
 from kasper_py.stores.ttl import Ttl
 
 try:
@@ -258,26 +258,10 @@ class RedisStore(BufferedStore):
     def _call(self, command: str, request: Callable[[], T]) -> T:
         """Run ``request``, retrying connection failures with exponential backoff; each
         attempt counts as a round trip."""
-        attempts = 0
+        what = f"{command} for table {self._table.name!r} partition {self.partition}"
         try:
-            while True:
-                attempts += 1
-                try:
-                    return request()
-                except _RETRIABLE as exc:
-                    self._backoff_or_raise(command, attempts, exc)
-                except redis.RedisError as exc:
-                    raise StoreError(
-                        f"redis {self._table.address}: {command} for table "
-                        f"{self._table.name!r} partition {self.partition} failed: {exc}") from exc
-        finally:
-            self._round_trips += attempts
-
-    def _backoff_or_raise(self, command: str, attempts: int, exc: Exception) -> None:
-        table = self._table
-        if attempts > table.retries:
-            raise StoreUnavailableError(
-                f"redis {table.address} unreachable: {command} for table {table.name!r} "
-                f"partition {self.partition} failed {attempts} times (each waiting up to "
-                f"{table.timeout:g}s): {exc}") from exc
-        time.sleep(min(table.max_backoff, table.backoff * 2 ** (attempts - 1)))
+            return with_retries(self._table, request, retriable=_RETRIABLE,
+                                where=f"redis {self._table.address}", what=what,
+                                counted=self._count_round_trips)
+        except redis.RedisError as exc:
+            raise StoreError(f"redis {self._table.address}: {what} failed: {exc}") from exc

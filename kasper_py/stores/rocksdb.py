@@ -20,7 +20,7 @@ one iterator, a consistent point-in-time view.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -232,9 +232,14 @@ class GlobalTableStore(KeyValueStore):
         ``MultiGet`` of the encoded keys."""
         if self._state.stale:
             self._state.catch_up()
+        return self._read(keys, self._state.db.get_many)
+
+    def _read(self, keys: Iterable[Any], multi_get: Callable[[list[bytes]], list[bytes | None]]
+              ) -> dict[Any, Any]:
+        """The values ``multi_get`` finds for ``keys`` (encoded), decoded."""
         keys = list(keys)  # read twice: encoded, then paired with its encodings
         encoded = dict(zip(encode_keys(self.key_serde, keys), keys, strict=True))
-        values = self._state.db.get_many(list(encoded))
+        values = multi_get(list(encoded))
         decode = self.value_serde.decode
         return {key: decode(value) for key, value in zip(encoded.values(), values, strict=True)
                 if value is not None}
@@ -269,12 +274,7 @@ class GlobalTableStore(KeyValueStore):
     def query_get_many(self, keys: Iterable[Any]) -> dict[Any, Any]:
         """RocksDB ``MultiGet`` of the changelog records applied so far: as of the loop's
         last read of this table (a query never reads the changelog itself)."""
-        keys = list(keys)  # read twice: encoded, then paired with its encodings
-        encoded = dict(zip(encode_keys(self.key_serde, keys), keys, strict=True))
-        values = self._state.db.query_get_many(list(encoded))
-        decode = self.value_serde.decode
-        return {key: decode(value) for key, value in zip(encoded.values(), values, strict=True)
-                if value is not None}
+        return self._read(keys, self._state.db.query_get_many)
 
     def query_scan(self, scan: Scan) -> ScanPage:
         """Applied pairs of every changelog partition, in key-byte order."""

@@ -126,9 +126,7 @@ class _Consumer:
 
     def keys(self, partitions: Sequence[int]) -> list[TopicPartitionKey]:
         """Partition numbers ``partitions`` of the input topics that have them."""
-        counts = self._counts or dict.fromkeys(self._config.input_topics, max(partitions,
-                                                                             default=0) + 1)
-        return topic_keys(self._config.input_topics, counts, partitions)
+        return topic_keys(self._config.input_topics, self._counts, partitions)
 
     def assign(self, partitions: Sequence[int], below: Mapping[TopicPartitionKey, int] | None = None
                ) -> dict[TopicPartitionKey, int | None]:

@@ -16,11 +16,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
-from confluent_kafka import Consumer, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import TopicPartition
 
 from kasper_py import Config
 from kasper_py.stores.rocksdb import RocksDBTable
+from tests.kafka_clients import AdminClient, Consumer
 
 from conftest_stores import read_counts, wait_for  # isort: skip - a sibling module
 

@@ -23,10 +23,10 @@ from typing import Any
 import pytest
 import redis
 from cassandra.cluster import Cluster
-from confluent_kafka.admin import AdminClient
 
 from kasper_py import Config, TopicProcessor
 from kasper_py._support.ports import free_ports as free_port
+from kasper_py.exceptions import StoreUnavailableError
 from kasper_py.kafka.producer import OutputProducer
 from kasper_py.observability.observe import NoopObserver, TurnStats
 from kasper_py.stack import cassandra_contact as stack_cassandra_contact
@@ -34,6 +34,7 @@ from kasper_py.stack import opensearch_url as stack_opensearch_url
 from kasper_py.stack import redis_url as stack_redis_url
 from kasper_py.stores.base import StoreRuntime, StoreSpec
 from tests.container_stack import on_containers
+from tests.kafka_clients import AdminClient
 from tests.on_demand import on_demand
 
 from stores_worker import WordCount  # isort: skip - a sibling script, not a package
@@ -341,3 +342,58 @@ def check_discard_pending(spec: StoreSpec, config: Config) -> None:
     store.flush({("t", 0): 5})
     assert store.round_trips == 1
     assert spec.open(StoreRuntime(config, 0)).get_many(["new", "kept"]) == {"kept": 1}
+
+
+def assert_down_mid_turn_stops_uncommitted(
+        kafka: Any, bootstrap: str, topic: str, name: str, *, spec: Callable[[], StoreSpec],
+        stop: Callable[[], None], start: Callable[[], None], unreachable: str) -> None:
+    """600 words in one partition, counted in batches of 100: the server is ``stop``ped
+    between the reads and the flush of the turn from offset 200. The loop raises
+    ``StoreUnavailableError`` saying ``unreachable``, the batch and its offsets, and
+    commits nothing of that batch; once ``start``ed, a new run finishes with exact counts
+    (``spec`` makes the store each run uses)."""
+    words = [f"w{i % 11}" for i in range(600)]
+    produce_words(kafka, topic, words, 1)
+    failed_at: list[int] = []
+
+    def stop_once(messages: list[Any]) -> None:
+        if not failed_at and messages[0].offset >= 200:
+            failed_at.append(messages[0].offset)
+            stop()
+
+    cfg = store_config(bootstrap, name, topic, batch_size=100)
+    with pytest.raises(StoreUnavailableError) as info:
+        run_until_caught_up(cfg, spec(), lambda c: WordCount(c, hook=stop_once))
+    text = str(info.value)
+    assert unreachable in text
+    assert "batch not committed" in text and f"{topic}[0] offsets {failed_at[0]}.." in text
+    assert kafka.committed(name, topic) == {0: failed_at[0]}
+    start()
+    run_until_caught_up(cfg, spec())
+    assert kafka.committed(name, topic) == {0: 600}
+    assert read_counts(spec(), cfg, 1, words) == Counter(words)
+
+
+def produce_words_and_a_delete(kafka: Any, topic: str, words: Sequence[str]) -> None:
+    """``words`` over the two partitions of ``topic``, then "gone" counted and deleted
+    ("-gone") in partition 0: a table ends without the key."""
+    produce_words(kafka, topic, words, 2)
+    kafka.produce(topic, [b"gone", b"-gone"], partition=0)
+
+
+class OpenedCounts:
+    """A ``WordCount`` factory keeping each partition's counts store, whose round trips
+    a test bounds."""
+
+    def __init__(self) -> None:
+        self.stores: list[Any] = []
+
+    def __call__(self, context: Any) -> WordCount:
+        processor = WordCount(context)
+        self.stores.append(processor.counts)
+        return processor
+
+    @property
+    def round_trips(self) -> int:
+        """Requests the stores waited on, summed."""
+        return sum(store.round_trips for store in self.stores)

@@ -8,12 +8,13 @@ table with its changelog.
 
 from __future__ import annotations
 
-import argparse
 import time
 
-from kasper_py import Config, Message, MessageProcessor, ProcessorContext, Sender, TopicProcessor
+from kasper_py import Message, MessageProcessor, ProcessorContext, Sender
 from kasper_py.stores.rocksdb import RocksDBTable
 from kasper_py.windows import Deduplicator
+
+from eos_worker import run_worker  # isort: skip - a sibling script
 
 
 class FirstOccurrences(MessageProcessor):
@@ -30,20 +31,8 @@ class FirstOccurrences(MessageProcessor):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    for positional in ("bootstrap", "name", "topic", "output", "state_dir"):
-        parser.add_argument(positional)
-    parser.add_argument("--until-caught-up", action="store_true")
-    args = parser.parse_args()
-    config = Config(name=args.name, bootstrap_servers=args.bootstrap, input_topics=[args.topic],
-                    batch_size=300, batch_wait=0.2, state_dir=args.state_dir, key_serde="str",
-                    value_serde="str", processing_guarantee="exactly_once")
-    processor = TopicProcessor(config, lambda c: FirstOccurrences(c, args.output),
-                               stores=[RocksDBTable("seen", key_serde="bytes",
-                                                    value_serde="bytes")])
-    print("started", flush=True)
-    with processor:
-        processor.run_until_stopped(until_caught_up=args.until_caught_up)
+    run_worker(FirstOccurrences, [RocksDBTable("seen", key_serde="bytes", value_serde="bytes")],
+               batch_size=300, value_serde="str")
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ from kasper_py.kafka.alignment import consumer_lags
 from kasper_py.kafka.consumer import InputConsumer
 from kasper_py.kafka.ports import KafkaClients
 from kasper_py.kafka.producer import OutputProducer
+from tests.kafka_clients import Producer
 
 PARTITIONS = 2
 TABLE_VALUES = 20
@@ -116,8 +117,6 @@ def test_an_input_read_to_its_end_past_a_transaction_marker_is_caught_up(
     """Co-partitioned inputs, one written by a committed transaction: once its fetch
     reached the end, its position is past the commit marker, so it has no lag and never
     holds the other input back (a marker is no record to wait for)."""
-    from confluent_kafka import Producer
-
     table, events = new_topic("eof-table"), new_topic("eof-events")
     producer = Producer({"bootstrap.servers": bootstrap,
                          "transactional.id": unique_name("align-tx")})

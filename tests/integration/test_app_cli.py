@@ -15,8 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import NewTopic
 from test_cli import cli_env, kasper, kasper_command, wait_for
+
+from tests.kafka_clients import AdminClient
 
 pytestmark = pytest.mark.integration
 

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Producer
+
+from tests.kafka_clients import AdminClient, Consumer, Producer
 
 sys.path.insert(0, str(Path(__file__).parent))
 pytest.register_assert_rewrite("conftest_stores")
@@ -220,7 +221,6 @@ def test_until_caught_up_returns_when_records_past_the_commit_were_deleted(
     returns (it once waited forever, counting the deleted records as lag); the next
     record produced is processed and committed."""
     from confluent_kafka import TopicPartition as Tp
-    from confluent_kafka.admin import AdminClient
 
     source, sink = new_topic("del-in"), new_topic("del-out")
     kafka.produce(source, [(b"k", f"v{i}".encode()) for i in range(10)])

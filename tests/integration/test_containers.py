@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 import redis
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import NewTopic
 
 from kasper_py import Config, Message, MessageProcessor, ProcessorContext, Sender, TopicProcessor
 from kasper_py.stack._images import IMAGES
@@ -30,6 +30,7 @@ from kasper_py.testing.containers import (
 )
 from tests.conftest import KafkaHelper
 from tests.container_stack import exists, of_this_process, on_containers, outside_ephemeral_range
+from tests.kafka_clients import AdminClient
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]

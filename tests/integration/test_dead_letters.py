@@ -7,7 +7,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from confluent_kafka import Producer
 
 from kasper_py import (
     Config,
@@ -20,6 +19,7 @@ from kasper_py import (
     TopicProcessor,
 )
 from kasper_py.observability.metrics import PrometheusObserver
+from tests.kafka_clients import Producer
 
 pytestmark = pytest.mark.integration
 

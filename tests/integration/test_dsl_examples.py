@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka.admin import AdminClient
 
 from kasper_py.query import QueryClient
+from tests.kafka_clients import AdminClient
 
 sys.path.insert(0, str(Path(__file__).parent))
 pytest.register_assert_rewrite("conftest_stores")

@@ -16,7 +16,9 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import TopicPartition
+
+from tests.kafka_clients import Consumer
 
 pytest.register_assert_rewrite("conftest_stores")
 from conftest_stores import free_port  # isort: skip  # noqa: E402 - after register_assert_rewrite

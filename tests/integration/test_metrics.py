@@ -6,8 +6,6 @@ from __future__ import annotations
 import json
 import sys
 import threading
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +16,7 @@ from examples_module import factory, stores
 
 from kasper_py import Config, TopicProcessor
 from kasper_py.observability.metrics import PrometheusObserver
+from tests.http_get import get
 
 sys.path.insert(0, str(Path(__file__).parent))
 pytest.register_assert_rewrite("conftest_stores")
@@ -116,15 +115,6 @@ def test_two_processors_of_one_name_keep_their_store_metrics_apart(
         turns = sample(observer, "kasper_turns_total", processor=name)
         assert sample(observer, "kasper_store_round_trips_total", store="counts") == 2 * turns
         observer.close()
-
-
-def get(url: str) -> tuple[int, str]:
-    """Status and body of a GET, also for 4xx/5xx."""
-    try:
-        with urllib.request.urlopen(url, timeout=10) as response:
-            return response.status, response.read().decode()
-    except urllib.error.HTTPError as error:
-        return error.code, error.read().decode()
 
 
 

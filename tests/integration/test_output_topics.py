@@ -11,8 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka.admin import AdminClient, ConfigResource
+from confluent_kafka.admin import ConfigResource
 from test_cli import cli_env, kasper, run_args, write_config
+
+from tests.kafka_clients import AdminClient
 
 pytestmark = pytest.mark.integration
 

@@ -8,8 +8,6 @@ from collections import Counter
 from typing import Any
 
 import pytest
-from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient
 
 from kasper_py import (
     Config,
@@ -24,6 +22,7 @@ from kasper_py.cli import main
 from kasper_py.stores.base import StoreSpec
 from kasper_py.stores.redis import RedisTable
 from kasper_py.stores.rocksdb import RocksDBTable
+from tests.kafka_clients import AdminClient, Producer
 
 pytest.register_assert_rewrite("conftest_stores")
 from conftest_stores import read_counts  # isort: skip  # noqa: E402 - after register_assert_rewrite

@@ -13,7 +13,6 @@ from collections import Counter
 from typing import Any
 
 import pytest
-from confluent_kafka import Producer
 
 from kasper_py import Config, Message, MessageProcessor, ProcessorContext, Sender, TopicProcessor
 from kasper_py.cli import main
@@ -28,6 +27,7 @@ from kasper_py.query import QueryClient, partition_for
 from kasper_py.stores.redis import RedisTable
 from kasper_py.stores.rocksdb import RocksDBTable
 from kasper_py.windows import Tumbling, WindowedTable, count
+from tests.kafka_clients import Producer
 
 pytest.register_assert_rewrite("conftest_stores")
 from conftest_stores import free_port  # isort: skip  # noqa: E402 - after register_assert_rewrite

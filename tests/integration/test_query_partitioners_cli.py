@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Producer
 
 from kasper_py.query import QueryClient, partition_for
+from tests.kafka_clients import Producer
 
 sys.path.insert(0, str(Path(__file__).parent))
 pytest.register_assert_rewrite("conftest_stores")

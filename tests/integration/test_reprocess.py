@@ -19,7 +19,6 @@ from typing import Any
 import pytest
 import redis
 import reprocess_processors as procs
-from confluent_kafka import Consumer, Producer
 
 from kasper_py import Config, ReprocessError, TopicError, TopicProcessor
 from kasper_py.cli.base import load_attr
@@ -30,6 +29,7 @@ from kasper_py.reprocess import (
     reprocess,
 )
 from kasper_py.stack import redis_url
+from tests.kafka_clients import Consumer, Producer
 
 pytest_plugins = ["conftest_spark"]
 pytestmark = [pytest.mark.integration, pytest.mark.spark]

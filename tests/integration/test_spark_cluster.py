@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka.admin import AdminClient
+
+from tests.kafka_clients import AdminClient, Consumer
 
 pytest.register_assert_rewrite("conftest_spark", "conftest_stores")
 from conftest_spark import SPARK, SparkCluster, start_cluster, stop_cluster  # noqa: E402
@@ -219,7 +220,7 @@ def test_a_worker_killed_mid_stream_then_a_restart_loses_nothing(
 
 def _produced(bootstrap: str, topic: str) -> int:
     """Messages in ``topic`` now (the sum of its partitions' high watermarks)."""
-    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka import TopicPartition
 
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "kasper-tests-watermarks"})
     try:

@@ -15,11 +15,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka.admin import AdminClient
 
 from kasper_py import stack
 from kasper_py.stack import StackError, _components
 from kasper_py.stack._settings import Settings
+from tests.kafka_clients import AdminClient
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 

@@ -15,12 +15,13 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import TopicPartition
 
 from kasper_py.kafka.partitioner import murmur2_partition
 from kasper_py.kafka.topics import changelog_topic
 from kasper_py.query import Lookup, QueryClient
 from kasper_py.stores.localdb import LocalDB
+from tests.kafka_clients import Consumer
 
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))

@@ -12,12 +12,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import TopicPartition
 
 from kasper_py import Config
 from kasper_py.kafka.admin import GroupState, KafkaAdmin
 from kasper_py.kafka.topics import changelog_topic
 from kasper_py.stores.localdb import LocalDB
+from tests.kafka_clients import Consumer
 
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))

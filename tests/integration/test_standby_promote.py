@@ -14,9 +14,10 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import KafkaException
 
 from kasper_py.kafka.topics import changelog_topic
+from tests.kafka_clients import Producer
 
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))

@@ -7,6 +7,8 @@ promoting process keeps the partition warm again. Offsets, table and changelog e
 from __future__ import annotations
 
 import json
+import os
+import socket
 import subprocess
 import sys
 from collections import Counter
@@ -22,6 +24,7 @@ pytest.register_assert_rewrite("conftest_stores")
 from conftest_stores import free_port, wait_for  # isort: skip  # noqa: E402
 from test_standby import (  # isort: skip  # noqa: E402
     keyed, level, read_table, run, stop, table_metric)
+from test_cli import kasper_command  # isort: skip  # noqa: E402
 from test_standby_promote import EOS, promote, standby  # isort: skip  # noqa: E402
 
 pytest_plugins = ["conftest_stores"]
@@ -32,6 +35,36 @@ def release(admin: int, partitions: str) -> subprocess.CompletedProcess[str]:
     return standby("release", admin, partitions)
 
 
+def lag_rows(bootstrap: str, name: str, topic: str) -> dict[int, list[str]]:
+    """``kasper lag``'s MEMBER (and STANDBYS, when any) of each partition."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KASPER_")}
+    out = subprocess.run([*kasper_command(), "lag", "--name", name, "--bootstrap-servers",
+                          bootstrap, "--input-topics", topic], env=env, capture_output=True,
+                         text=True, timeout=60, check=True).stdout
+    return {int(row[1]): row[3:] for row in map(str.split, out.splitlines()[1:3])}
+
+
+def described(bootstrap: str, name: str, topic: str, folder: Path) -> list[str]:
+    """``kasper app describe --members``'s lines about the partitions of ``topic``, for
+    an App reading it (written to ``folder``) under the name ``name``."""
+    (folder / "describe_app.py").write_text(
+        "from kasper_py.dsl import Builder\n"
+        "builder = Builder('describe', stores='memory')\n"
+        f"builder.stream({topic!r}).group_by_key().count('counts')\n"
+        "app = builder.build()\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KASPER_")}
+    out = subprocess.run([*kasper_command(), "app", "describe", "describe_app:app",
+                          "--app-dir", str(folder), "--name", name, "--members"],
+                         env={**env, "KASPER_BOOTSTRAP_SERVERS": bootstrap},
+                         capture_output=True, text=True, timeout=60, check=True).stdout
+    return [line.strip() for line in out.splitlines() if line.startswith("    partition")]
+
+
+def runner(process: subprocess.Popen[bytes]) -> str:
+    """How a loop's commit notes name ``process``."""
+    return f"pid-{process.pid}@{socket.gethostname()}"
+
+
 def test_released_partitions_go_back_to_their_returning_owner(
         bootstrap, new_topic, kafka, unique_name, tmp_path) -> None:
     """Exactly-once: A owns partition 0, B owns 1 and keeps 0 warm. A stops; B is
@@ -39,7 +72,9 @@ def test_released_partitions_go_back_to_their_returning_owner(
     refused, nothing committed; releasing 0 answers B's committed offset for it. A,
     started again on 0 right away, starts, restores only the 20 changelog records past
     its own folder, and counts 10 more; B keeps 0 warm again, level with A's writes, and
-    still runs 1. Each key's changelog write is there once; A's table is exact."""
+    still runs 1. ``kasper lag`` (and ``kasper app describe --members``, promoted) says
+    so: B runs both and keeps nothing warm while promoted; then A runs 0, B keeps it
+    warm. Each key's changelog write is there once; A's table is exact."""
     topic, name = new_topic("release", partitions=2), unique_name("release")
     kafka.produce(topic, keyed("k", 100), partition=0)
     kafka.produce(topic, keyed("b", 5), partition=1)
@@ -55,6 +90,10 @@ def test_released_partitions_go_back_to_their_returning_owner(
         assert promote(admin, "0").returncode == 0
         kafka.produce(topic, keyed("n", 20), partition=0)
         wait_for(lambda: kafka.committed(name, topic, 2)[0] == 120, "B's turns on 0", 60)
+        assert lag_rows(bootstrap, name, topic) == {0: [runner(b)], 1: [runner(b)]}
+        assert described(bootstrap, name, topic, tmp_path) == [
+            f"partition 0: run by {runner(b)}; warm in -",
+            f"partition 1: run by {runner(b)}; warm in -"]
         assert_release_refused(admin)
         assert kafka.committed(name, topic, 2) == {0: 120, 1: 5}
         done = release(admin, "0")
@@ -67,6 +106,8 @@ def test_released_partitions_go_back_to_their_returning_owner(
         assert table_metric(port_a, "last_restore_records", name) == {0: 20}
         wait_for(lambda: level(port_b, name, bootstrap, [0]), "B's copy of 0 level", 30)
         assert "kasper.released" in (tmp_path / "b.log").read_text()
+        assert lag_rows(bootstrap, name, topic) == {0: [runner(a), runner(b)],
+                                                    1: [runner(b), "-"]}
     finally:
         stop(b)
         stop(a)

@@ -14,10 +14,7 @@ from cassandra.cluster import Cluster
 
 from kasper_py import (
     Config,
-    Message,
-    ProcessorContext,
     StoreError,
-    StoreUnavailableError,
     TopicProcessor,
 )
 from kasper_py.stores.base import StoreRuntime
@@ -25,9 +22,9 @@ from kasper_py.stores.cassandra import CassandraTable
 
 pytest.register_assert_rewrite("conftest_stores")
 from conftest_stores import (  # isort: skip  # noqa: E402 - after register_assert_rewrite
-    WORDS, TcpProxy, TurnCounter, check_discard_pending, kill_randomly_then_finish,
-    produce_words, read_counts, run_until_caught_up, store_config, worker_args)
-from stores_worker import WordCount  # isort: skip  # noqa: E402
+    OpenedCounts, TcpProxy, TurnCounter, WORDS, assert_down_mid_turn_stops_uncommitted,
+    check_discard_pending, kill_randomly_then_finish, produce_words,
+    produce_words_and_a_delete, read_counts, store_config, worker_args)
 
 pytest_plugins = ["conftest_stores"]
 pytestmark = [pytest.mark.integration, pytest.mark.cassandra]
@@ -75,14 +72,8 @@ def test_word_count_is_exact(bootstrap, new_topic, kafka, unique_name, cassandra
     """Counts over two partitions equal the input's, deletes remove rows, and a turn
     costs at most two round trips (concurrent waves) per partition."""
     topic, name = new_topic("words", partitions=2), unique_name("cass-wc")
-    produce_words(kafka, topic, WORDS, 2)
-    kafka.produce(topic, [b"gone", b"-gone"], partition=0)
-    opened: list[Any] = []
-
-    def factory(context: ProcessorContext) -> WordCount:
-        processor = WordCount(context)
-        opened.append(processor.counts)
-        return processor
+    produce_words_and_a_delete(kafka, topic, WORDS)
+    factory = OpenedCounts()
 
     cfg, observer = store_config(bootstrap, name, topic), TurnCounter()
     processor = TopicProcessor(cfg, factory, observer=observer,
@@ -93,7 +84,7 @@ def test_word_count_is_exact(bootstrap, new_topic, kafka, unique_name, cassandra
     counts = read_counts(table(cassandra_contact), cfg, 2, [*WORDS, "gone"])
     assert counts == Counter(WORDS)
     opening = 2 if effectively_once else 0  # each partition reads its offsets once
-    assert sum(s.round_trips for s in opened) <= 2 * 2 * observer.turns + opening
+    assert factory.round_trips <= 2 * 2 * observer.turns + opening
     if effectively_once:
         reread = table(cassandra_contact, effectively_once=True)
         assert reread.open(StoreRuntime(cfg, 0)).applied_offsets() == {(topic, 0): 1502}
@@ -132,33 +123,16 @@ def test_server_down_mid_turn_stops_uncommitted(bootstrap, new_topic, kafka, uni
     """Cassandra becomes unreachable between a turn's reads and its flush: the loop
     raises StoreUnavailableError naming the contact point, commits nothing of that
     batch, and once Cassandra is reachable again a new run finishes with exact counts."""
-    topic, name = new_topic("words"), unique_name("down")
-    words = [f"w{i % 11}" for i in range(600)]
-    produce_words(kafka, topic, words, 1)
-    failed_at: list[int] = []
-
-    def cut_cassandra_once(messages: list[Message]) -> None:
-        if not failed_at and messages[0].offset >= 200:
-            failed_at.append(messages[0].offset)
-            cassandra_proxy.stop()
-
     proxied = ("127.0.0.1", cassandra_proxy.port)
 
     def spec() -> CassandraTable:
         return table(proxied, effectively_once=effectively_once, retries=2, backoff=0.05,
                      timeout=3.0)
 
-    cfg = store_config(bootstrap, name, topic, batch_size=100)
-    with pytest.raises(StoreUnavailableError) as info:
-        run_until_caught_up(cfg, spec(), lambda c: WordCount(c, hook=cut_cassandra_once))
-    text = str(info.value)
-    assert f"cassandra 127.0.0.1:{cassandra_proxy.port} unreachable" in text
-    assert "batch not committed" in text and f"{topic}[0] offsets {failed_at[0]}.." in text
-    assert kafka.committed(name, topic) == {0: failed_at[0]}
-    cassandra_proxy.start()
-    run_until_caught_up(cfg, spec())
-    assert kafka.committed(name, topic) == {0: 600}
-    assert read_counts(spec(), cfg, 1, words) == Counter(words)
+    assert_down_mid_turn_stops_uncommitted(
+        kafka, bootstrap, new_topic("words"), unique_name("down"), spec=spec,
+        stop=cassandra_proxy.stop, start=cassandra_proxy.start,
+        unreachable=f"cassandra 127.0.0.1:{cassandra_proxy.port} unreachable")
 
 
 def test_effectively_once_fences_a_stale_writer(cassandra_contact, unique_name) -> None:

@@ -22,7 +22,6 @@ from kasper_py import (
     Config,
     Message,
     MessageProcessor,
-    ProcessorContext,
     Sender,
     StoreError,
     StoreUnavailableError,
@@ -35,8 +34,9 @@ from kasper_py.stores.query import Scan
 sys.path.insert(0, str(Path(__file__).parent))
 pytest.register_assert_rewrite("conftest_stores")
 from conftest_stores import (  # isort: skip  # noqa: E402 - after register_assert_rewrite
-    TcpProxy, TurnCounter, free_port, kill_randomly_then_finish, produce_words, read_counts,
-    run_until_caught_up, store_config, wait_for, worker_args)
+    OpenedCounts, TcpProxy, TurnCounter, free_port, kill_randomly_then_finish, produce_words,
+    produce_words_and_a_delete, read_counts, run_until_caught_up, store_config, wait_for,
+    worker_args)
 from stores_worker import WordCount  # isort: skip  # noqa: E402
 from test_cli import cli_env, kasper  # isort: skip  # noqa: E402
 from test_queries_cli import _config, _expected, _held, _records  # isort: skip  # noqa: E402
@@ -94,14 +94,8 @@ def test_word_count_values_scans_and_deletes(bootstrap, new_topic, kafka, unique
     costs at most one _mget and one _bulk per partition; scans page in key order."""
     topic, name = new_topic("words", partitions=2), unique_name("os-wc")
     words = [f"w{i % 23}" for i in range(800)]
-    produce_words(kafka, topic, words, 2)
-    kafka.produce(topic, [b"gone", b"-gone"], partition=0)
-    opened: list[Any] = []
-
-    def factory(context: ProcessorContext) -> WordCount:
-        processor = WordCount(context)
-        opened.append(processor.counts)
-        return processor
+    produce_words_and_a_delete(kafka, topic, words)
+    factory = OpenedCounts()
 
     table = OpenSearchTable("counts", url=opensearch_url, effectively_once=effectively_once)
     cfg, observer = store_config(bootstrap, name, topic), TurnCounter()
@@ -114,7 +108,7 @@ def test_word_count_values_scans_and_deletes(bootstrap, new_topic, kafka, unique
                                    "value": Counter(words[0::2])["w0"]}
     assert not _document(opensearch_url, index, "0/gone")["found"]
     opening = 2 if effectively_once else 0  # each partition's offsets document
-    assert sum(s.round_trips for s in opened) <= 2 * 2 * observer.turns + opening + 1
+    assert factory.round_trips <= 2 * 2 * observer.turns + opening + 1
     if effectively_once:
         assert _offsets(opensearch_url, index, 0) == {topic: 402}
         # externally versioned by the turn's next offset, not counted from 1 per write

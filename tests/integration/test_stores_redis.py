@@ -17,10 +17,7 @@ import redis
 
 from kasper_py import (
     Config,
-    Message,
-    ProcessorContext,
     StoreError,
-    StoreUnavailableError,
     TopicProcessor,
     stack,
 )
@@ -29,10 +26,9 @@ from kasper_py.stores.redis import RedisTable
 
 pytest.register_assert_rewrite("conftest_stores")
 from conftest_stores import (  # isort: skip  # noqa: E402 - after register_assert_rewrite
-    WORDS, RedisServer, TurnCounter, check_discard_pending, free_port,
-    kill_randomly_then_finish, produce_words, read_counts, run_until_caught_up, store_config,
-    worker_args)
-from stores_worker import WordCount  # isort: skip  # noqa: E402
+    OpenedCounts, RedisServer, TurnCounter, WORDS, assert_down_mid_turn_stops_uncommitted,
+    check_discard_pending, free_port, kill_randomly_then_finish, produce_words,
+    produce_words_and_a_delete, read_counts, store_config, worker_args)
 
 pytest_plugins = ["conftest_stores"]
 pytestmark = pytest.mark.integration
@@ -43,14 +39,8 @@ def test_word_count_is_exact(bootstrap, new_topic, kafka, unique_name, redis_url
     """Counts over two partitions equal the input's, under ``<name>/counts/<p>/<word>``,
     deletes remove keys, and a turn costs at most two round trips per partition."""
     topic, name = new_topic("words", partitions=2), unique_name("redis-wc")
-    produce_words(kafka, topic, WORDS, 2)
-    kafka.produce(topic, [b"gone", b"-gone"], partition=0)
-    opened: list[Any] = []
-
-    def factory(context: ProcessorContext) -> WordCount:
-        processor = WordCount(context)
-        opened.append(processor.counts)
-        return processor
+    produce_words_and_a_delete(kafka, topic, WORDS)
+    factory = OpenedCounts()
 
     table = RedisTable("counts", url=redis_url, effectively_once=effectively_once)
     cfg, observer = store_config(bootstrap, name, topic), TurnCounter()
@@ -65,7 +55,7 @@ def test_word_count_is_exact(bootstrap, new_topic, kafka, unique_name, redis_url
     # One MGET and one MULTI/EXEC (or EVALSHA) per partition per turn, plus the
     # effectively-once HGETALL of each partition's offsets when opened.
     opening = 2 if effectively_once else 0
-    assert sum(s.round_trips for s in opened) <= 2 * 2 * observer.turns + opening
+    assert factory.round_trips <= 2 * 2 * observer.turns + opening
     if effectively_once:
         assert client.hgetall(f"{name}/counts#offsets/0") == {topic.encode(): b"1502"}
 
@@ -103,31 +93,14 @@ def test_server_down_mid_turn_stops_uncommitted(bootstrap, new_topic, kafka, uni
     """Redis stops between a turn's reads and its flush: the loop raises
     StoreUnavailableError naming the server, commits nothing of that batch, and once
     Redis is back a new run finishes with exact counts."""
-    topic, name = new_topic("words"), unique_name("down")
-    words = [f"w{i % 11}" for i in range(600)]
-    produce_words(kafka, topic, words, 1)
-    failed_at: list[int] = []
-
-    def stop_redis_once(messages: list[Message]) -> None:
-        if not failed_at and messages[0].offset >= 200:
-            failed_at.append(messages[0].offset)
-            dedicated_redis.stop()
-
     def table() -> RedisTable:
         return RedisTable("counts", url=dedicated_redis.url, effectively_once=effectively_once,
                           retries=2, backoff=0.05)
 
-    cfg = store_config(bootstrap, name, topic, batch_size=100)
-    with pytest.raises(StoreUnavailableError) as info:
-        run_until_caught_up(cfg, table(), lambda c: WordCount(c, hook=stop_redis_once))
-    text = str(info.value)
-    assert f"redis {dedicated_redis.url} unreachable" in text
-    assert "batch not committed" in text and f"{topic}[0] offsets {failed_at[0]}.." in text
-    assert kafka.committed(name, topic) == {0: failed_at[0]}
-    dedicated_redis.start()
-    run_until_caught_up(cfg, table())
-    assert kafka.committed(name, topic) == {0: 600}
-    assert read_counts(table(), cfg, 1, words) == Counter(words)
+    assert_down_mid_turn_stops_uncommitted(
+        kafka, bootstrap, new_topic("words"), unique_name("down"), spec=table,
+        stop=dedicated_redis.stop, start=dedicated_redis.start,
+        unreachable=f"redis {dedicated_redis.url} unreachable")
 
 
 def test_effectively_once_fences_a_stale_writer(redis_url, unique_name) -> None:

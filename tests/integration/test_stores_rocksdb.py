@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka.admin import AdminClient, ConfigResource
+from confluent_kafka.admin import ConfigResource
 from structlog.testing import capture_logs
 
 from kasper_py import (
@@ -30,11 +30,13 @@ from kasper_py import (
 from kasper_py.kafka.producer import OutputProducer
 from kasper_py.stores.base import StoreRuntime
 from kasper_py.stores.rocksdb import LocalDB, RocksDBTable
+from tests.kafka_clients import AdminClient
 
 pytest.register_assert_rewrite("conftest_stores")
 from conftest_stores import (  # isort: skip  # noqa: E402 - after register_assert_rewrite
-    WORDS, TurnCounter, kill_randomly_then_finish, produce_words, read_counts,
-    run_until_caught_up, store_config, worker_args, wait_for)
+    OpenedCounts, TurnCounter, WORDS, kill_randomly_then_finish, produce_words,
+    produce_words_and_a_delete, read_counts, run_until_caught_up, store_config, wait_for,
+    worker_args)
 from stores_worker import WordCount  # isort: skip  # noqa: E402
 
 pytest_plugins = ["conftest_stores"]
@@ -55,20 +57,14 @@ def test_word_count_is_exact_and_mirrored_in_a_compacted_changelog(
     compacted with the input's partition count, holds every write (deletes as
     tombstones) on the write's partition, and its latest values equal the table."""
     topic, name = new_topic("words", partitions=2), unique_name("rocks-wc")
-    produce_words(kafka, topic, WORDS, 2)
-    kafka.produce(topic, [b"gone", b"-gone"], partition=0)
-    opened: list[Any] = []
-
-    def factory(context: ProcessorContext) -> WordCount:
-        processor = WordCount(context)
-        opened.append(processor.counts)
-        return processor
+    produce_words_and_a_delete(kafka, topic, WORDS)
+    factory = OpenedCounts()
 
     cfg, observer = config(bootstrap, name, topic, tmp_path), TurnCounter()
     run(cfg, factory, observer=observer)
     # One MultiGet and one WriteBatch per partition per turn; the changelog produce
     # waits with the loop's outputs and adds no round trip of its own.
-    assert sum(s.round_trips for s in opened) <= 2 * 2 * observer.turns
+    assert factory.round_trips <= 2 * 2 * observer.turns
     assert read_counts(RocksDBTable("counts"), cfg, 2, [*WORDS, "gone"]) == Counter(WORDS)
     changelog = f"{name}-counts-changelog"
     admin = AdminClient({"bootstrap.servers": bootstrap})

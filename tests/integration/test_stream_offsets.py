@@ -9,10 +9,11 @@ from functools import partial
 
 import pytest
 import reprocess_processors as procs
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import TopicPartition
 from test_reprocess import config
 
 from kasper_py.stream import stream
+from tests.kafka_clients import Consumer, Producer
 
 pytest_plugins = ["conftest_spark"]
 pytestmark = [pytest.mark.integration, pytest.mark.spark]

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import structlog
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import TopicPartition
 
 from kasper_py import (
     CommitError,
@@ -37,6 +37,7 @@ from kasper_py import (
 from kasper_py.kafka.offsets import CommitNote
 from kasper_py.stores.base import StoreRuntime
 from kasper_py.stores.memory import MemoryStore, MemoryTable
+from tests.kafka_clients import Consumer, Producer
 
 sys.path.insert(0, str(Path(__file__).parent))
 pytest.register_assert_rewrite("conftest_stores")

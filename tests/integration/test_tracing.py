@@ -5,9 +5,9 @@ turn's span, the outputs carry the turn's own, in both processing guarantees."""
 from __future__ import annotations
 
 import pytest
-from confluent_kafka import Producer
 
 from kasper_py import Config, Message, MessageProcessor, ProcessorContext, Sender, TopicProcessor
+from tests.kafka_clients import Producer
 
 pytest.importorskip("opentelemetry.sdk")
 

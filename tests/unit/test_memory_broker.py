@@ -132,6 +132,20 @@ def assert_every_input_has_output(broker: InMemoryBroker) -> collections.Counter
 # -- crashes ----------------------------------------------------------------------------
 
 
+def crash_in_turn_3(broker: InMemoryBroker, spec: StoreSpec, step: str,
+                    runner: Callable[..., None] = run) -> set[str]:
+    """``runner`` crashed at ``step`` of its third turn: the crashed turn's inputs (none
+    when it crashed before processing them)."""
+    broker.faults.crash_at(step, turn=3)
+    turns: list[set[str]] = []
+    with pytest.raises(SimulatedCrash, match=step):
+        runner(broker, spec, turns)
+    assert broker.faults.armed() == []
+    assert len(turns) == 3
+    assert bool(turns[-1]) == (step != "before_process")
+    return turns[-1]
+
+
 @pytest.mark.parametrize("effectively_once", [False, True], ids=["plain", "effectively-once"])
 @pytest.mark.parametrize("step", CRASH_STEPS)
 def test_crash_at_each_step_then_restart(step: str, effectively_once: bool) -> None:
@@ -140,14 +154,7 @@ def test_crash_at_each_step_then_restart(step: str, effectively_once: bool) -> N
     offsets never move back, and an effectively-once store's counts are exact."""
     broker = broker_with_input()
     spec = broker.store("counts", effectively_once=effectively_once)
-    broker.faults.crash_at(step, turn=3)
-    crashed: list[set[str]] = []
-    with pytest.raises(SimulatedCrash, match=step):
-        run(broker, spec, crashed)
-    assert broker.faults.armed() == []
-    crashed_turn = crashed[-1]
-    assert len(crashed) == 3
-    assert bool(crashed_turn) == (step != "before_process")
+    crashed_turn = crash_in_turn_3(broker, spec, step)
 
     run(broker, spec)
 

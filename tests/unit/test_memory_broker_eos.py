@@ -20,6 +20,7 @@ from test_memory_broker import (
     assert_never_backwards,
     broker_with_input,
     coordinates,
+    crash_in_turn_3,
     end_offsets,
 )
 from test_memory_broker import run as any_run
@@ -93,14 +94,7 @@ def test_crash_at_each_step_then_restart_outputs_once(step: str, effectively_onc
     effectively-once store (flushed after the commit) is exact."""
     broker = broker_with_input()
     spec = broker.store("counts", effectively_once=effectively_once)
-    broker.faults.crash_at(step, turn=3)
-    crashed: list[set[str]] = []
-    with pytest.raises(SimulatedCrash, match=step):
-        run(broker, spec, crashed)
-    assert broker.faults.armed() == []
-    assert len(crashed) == 3
-    crashed_turn = crashed[-1]
-    assert bool(crashed_turn) == (step != "before_process")
+    crashed_turn = crash_in_turn_3(broker, spec, step, run)
     committed = step == "after_commit" or (
         effectively_once and step in ("after_flush", "after_produce"))
     shown = crashed_turn & {m.value.decode() for m in broker.read("out")}

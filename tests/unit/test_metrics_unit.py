@@ -6,8 +6,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,6 +18,7 @@ from kasper_py.observability.metrics import PrometheusObserver, observer_for
 from kasper_py.observability.observe import NoopObserver, TurnStats
 from kasper_py.stores.base import StoreRuntime
 from kasper_py.stores.rocksdb import RocksDBTable
+from tests.http_get import get
 
 
 class FakeClock:
@@ -173,15 +172,6 @@ def test_an_error_makes_the_loop_not_live(observer: PrometheusObserver) -> None:
     report = observer.liveness()
     assert not report.ok
     assert "ProcessingError: boom" in report.detail["error"]
-
-
-def get(url: str) -> tuple[int, str]:
-    """Status and body of a GET, also for 4xx/5xx."""
-    try:
-        with urllib.request.urlopen(url, timeout=10) as response:
-            return response.status, response.read().decode()
-    except urllib.error.HTTPError as error:
-        return error.code, error.read().decode()
 
 
 def test_http_server_serves_metrics_and_health(observer: PrometheusObserver) -> None:

@@ -5,8 +5,7 @@ an instance without a copy sends a ``?stale=ok`` lookup to the first of them."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 import pytest
 
@@ -22,7 +21,7 @@ from kasper_py.query._locate import Locator
 from kasper_py.query._web import QueryApp
 from kasper_py.query.server import QueryServer, query_app
 from kasper_py.stores.memory import MemoryTable
-from kasper_py.stores.query import WarmCopy
+from tests.warm_copies import Warm
 
 
 def config(**fields: object) -> Config:
@@ -147,15 +146,6 @@ def test_a_stale_lookup_without_a_copy_here_is_sent_to_a_member_keeping_it_warm(
     with pytest.raises(NotHereError, match="kept warm by http://b:1") as raised:
         tables(["http://b:1"]).find("counts", "alice", stale=True)
     assert raised.value.endpoint == "http://b:1"
-
-
-class Warm(WarmCopy):
-    """A warm copy holding ``{"alice": 3}``, 7 offsets behind."""
-
-    lag = 7
-
-    def query_get_many(self, keys: Iterable[Any]) -> dict[Any, Any]:
-        return {k: 3 for k in keys if k == "alice"}
 
 
 def test_kasper_query_stale_prints_the_standby_answer_and_its_lag(

@@ -3,9 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -16,10 +14,10 @@ from kasper_py.observability.observe import NOOP_STORE_OBSERVER
 from kasper_py.query import Lookup, Tables
 from kasper_py.stores.localdb import LocalDB
 from kasper_py.stores.memory import MemoryTable
-from kasper_py.stores.query import WarmCopy
 from kasper_py.stores.rocksdb import RocksDBTable
 from kasper_py.stores.standby import StandbyReplicas, _Copy
 from kasper_py.supervisor import standby_sets
+from tests.warm_copies import Warm
 
 
 def config(**fields: object) -> Config:
@@ -79,15 +77,6 @@ def test_the_standby_mark_survives_a_reopen_until_cleared(tmp_path: Path) -> Non
     db.standby = False
     assert not db.standby
     db.close()
-
-
-class Warm(WarmCopy):
-    """A warm copy holding ``{"alice": 3}``, 7 offsets behind."""
-
-    lag = 7
-
-    def query_get_many(self, keys: Iterable[Any]) -> dict[Any, Any]:
-        return {k: 3 for k in keys if k == "alice"}
 
 
 def test_a_stale_lookup_is_answered_by_a_warm_copy_with_its_lag() -> None:

@@ -15,12 +15,13 @@ pytest.importorskip("opentelemetry.exporter.otlp.proto.http")
 
 from opentelemetry.sdk.resources import SERVICE_NAME
 
-from kasper_py import Config, Message, MessageProcessor, ProcessorContext, Sender, TopicProcessor
+from kasper_py import Config, TopicProcessor
 from kasper_py.cli.base import CliError, load_config
 from kasper_py.exceptions import ConfigError
 from kasper_py.observability.otel_export import service_resource
 from kasper_py.observability.tracing import NOOP_TRACING, tracing_for
 from kasper_py.testing import InMemoryBroker
+from tests.unit.test_turn_steps import Forward
 
 BASE = {"KASPER_NAME": "traced", "KASPER_BOOTSTRAP_SERVERS": "127.0.0.1:9092",
         "KASPER_INPUT_TOPICS": "in"}
@@ -102,15 +103,6 @@ def console_spans(printed: str) -> list[dict[str, Any]]:
             end = lines.index("}", start)
             spans.append(json.loads("\n".join(lines[start:end + 1])))
     return spans
-
-
-class Forward(MessageProcessor):
-    def __init__(self, context: ProcessorContext) -> None:
-        pass
-
-    def process(self, messages: list[Message], sender: Sender) -> None:
-        for message in messages:
-            sender.send("out", message.value)
 
 
 def test_console_tracing_exports_every_span_when_the_processor_closes(
