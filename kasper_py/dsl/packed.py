@@ -118,8 +118,9 @@ class _Packing:
 
     def size(self) -> int:
         """The frame's bytes."""
-        return (_HEAD.size + _PER_RECORD * len(self.keys) + sum(map(len, filter(None, self.keys)))
-                + sum(map(len, filter(None, self.values)))
+        return (_HEAD.size + _PER_RECORD * len(self.keys)  # a None's size is -1
+                + sum(self.key_sizes) + self.key_sizes.count(-1)
+                + sum(self.value_sizes) + self.value_sizes.count(-1)
                 + (0 if self.headers is None else sum(map(len, self.headers))))
 
     def cut(self, start: int, stop: int) -> _Packing:
@@ -141,7 +142,8 @@ class _Packing:
 def _sizes(column: Sequence[bytes | None]) -> array[int]:
     if None in column:
         return array("i", [-1 if item is None else len(item) for item in column])
-    return array("i", map(len, column))  # type: ignore[arg-type]  # no None in it
+    return array("i", list(map(len, column)))  # type: ignore[arg-type]  # no None in it
+    # (from a list: a third faster than from the map)
 
 
 def _swapped(column: array[int]) -> array[int]:
@@ -204,16 +206,35 @@ def _numbers(typecode: str, data: bytes) -> array[int]:
 
 
 def _column(frame: bytes, at: int, sizes: array[int]) -> tuple[list[bytes | None], int]:
-    """The items of sizes ``sizes`` from ``at`` on, and where they end."""
-    missing = bool(sizes) and min(sizes) < 0
-    ends = list(accumulate(map(max, sizes, repeat(0)) if missing else sizes, initial=at))
-    if ends[-1] > len(frame):
-        raise ValueError(f"the frame ends inside its data ({ends[-1]} bytes of "
+    """The items of sizes ``sizes`` from ``at`` on, and where they end: cut by one
+    ``struct`` layout of the column (one C call, not a slice a record)."""
+    if not sizes:
+        return [], at
+    low, high = min(sizes), max(sizes)
+    missing = low < 0
+    layout = (_layout(array("i", map(max, sizes, repeat(0))), 0, high) if missing
+              else _layout(sizes, low, high))
+    if at + layout.size > len(frame):
+        raise ValueError(f"the frame ends inside its data ({at + layout.size} bytes of "
                          f"{len(frame)})")
-    items: list[bytes | None] = list(map(frame.__getitem__, map(slice, ends, ends[1:])))
+    items: list[bytes | None] = list(layout.unpack_from(frame, at))
     if missing:
         items = [None if size < 0 else item for item, size in zip(items, sizes, strict=True)]
-    return items, ends[-1]
+    return items, at + layout.size
+
+
+_SIZE_FORMATS = tuple(f"{size}s" for size in range(256))
+"""``struct``'s format of a bytes item of each size under 256 (a key or value most)."""
+
+
+def _layout(sizes: array[int], smallest: int, largest: int) -> struct.Struct:
+    """The ``struct`` layout of consecutive bytes items of ``sizes``, none negative, from
+    ``smallest`` to ``largest``."""
+    if largest == smallest:
+        return struct.Struct(f"<{f'{largest}s' * len(sizes)}")
+    if largest < len(_SIZE_FORMATS):
+        return struct.Struct("<" + "".join(map(_SIZE_FORMATS.__getitem__, sizes)))
+    return struct.Struct("<" + "".join(map("%ds".__mod__, sizes)))
 
 
 def _read_headers(frame: bytes, at: int, count: int) -> tuple[list[Headers], int]:
