@@ -14,7 +14,7 @@ from typing import Any
 
 from kasper_py.dsl.packed import FRAME_CAP, PACKED, Columns, columns_frames, unpack_columns
 from kasper_py.exceptions import SerdeError
-from kasper_py.kafka.partitioner import murmur2_partition
+from kasper_py.kafka.partitioner import murmur2_partitions
 from kasper_py.message import Headers, Message, OutgoingRecord
 from kasper_py.sender import Sender, SendRecord
 from kasper_py.serdes import Column, bound_to, column_decoder
@@ -22,8 +22,8 @@ from kasper_py.serdes import Column, bound_to, column_decoder
 __all__ = ["Expander", "Packer"]
 
 _KEYS_CACHED = 100_000
-"""Keys whose partition a ``Packer`` remembers (murmur2 in Python costs ~7 µs a key);
-past this many the memory starts afresh."""
+"""Keys whose partition a ``Packer`` remembers (a batch's new keys are hashed together,
+``murmur2_partitions``); past this many the memory starts afresh."""
 _HEADERS = itemgetter(6)
 """A ``Message``'s headers."""
 Pick = Callable[[Sequence[Any]], Sequence[Any]]
@@ -75,8 +75,8 @@ class Packer:
         if None in numbers:
             if len(known) > _KEYS_CACHED:
                 known.clear()
-            for key in set(keys).difference(known):
-                known[key] = murmur2_partition(key, partitions)
+            new = list(set(keys).difference(known))
+            known.update(zip(new, murmur2_partitions(new, partitions), strict=True))
             numbers = list(map(known.__getitem__, keys))
         return numbers  # type: ignore[return-value]  # none is None now
 
@@ -109,7 +109,7 @@ def _picker(rows: list[int]) -> Pick:
     if len(rows) == 1:
         (row,) = rows
         return lambda column: (column[row],)
-    return itemgetter(*rows)  # type: ignore[return-value]  # a tuple for two rows or more
+    return itemgetter(*rows)  # a tuple for two rows or more
 
 
 _MASKED = 4

@@ -1,12 +1,9 @@
 """Kafka's murmur2 hash, the Java client's (and librdkafka's ``murmur2_random``)
 partitioner for keyed records: the one copy the in-memory broker, query routing and the
-streams DSL's packed repartitions use.
-
-``murmur2_partition`` calls librdkafka's own ``rd_kafka_msg_partitioner_murmur2_random``
-(exported and documented in rdkafka.h) from the librdkafka confluent-kafka loaded,
-through ctypes, when it can find it: about 20 times cheaper than the hash in Python
-(bench/bench_hop_parts.py's ``new_keys`` rows), and the very function the producer
-partitions with. Where it cannot, it is ``python_murmur2_partition``.
+streams DSL's packed repartitions use. ``murmur2_partitions`` hashes many keys at once,
+vectorised over the lanes of one Python int (bench/bench_hop_parts.py's ``*_new_keys``
+rows): a tenth of the instructions of the hash a key (librdkafka's own function, through
+ctypes, costs more in the call than the hash: about 8,000 instructions a key).
 """
 
 from __future__ import annotations
@@ -33,10 +30,9 @@ def murmur2(data: bytes) -> int:
     h = _SEED ^ length
     words = length >> 2
     layout = _WORDS[words] if words < len(_WORDS) else struct.Struct(f"<{words}I")
-    for k in layout.unpack_from(data):  # the body, read in one call
-        k = k * _M & _MASK
-        k ^= k >> 24
-        h = (h * _M & _MASK) ^ (k * _M & _MASK)
+    for word in layout.unpack_from(data):  # the body, read in one call
+        k = word * _M & _MASK
+        h = (h * _M & _MASK) ^ ((k ^ k >> 24) * _M & _MASK)
     if length & 3:  # Java's switch falls through 3, 2, 1: the tail, little-endian
         h = (h ^ int.from_bytes(data[words << 2:], "little")) * _M & _MASK
     h ^= h >> 13
