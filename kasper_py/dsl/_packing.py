@@ -69,16 +69,23 @@ class Packer:
         return packed
 
     def _numbers(self, keys: list[bytes], partitions: int) -> list[int]:
-        """The partition of each of ``keys``."""
+        """The partition of each of ``keys``: remembered, or hashed with the batch's
+        other new keys; a batch of mostly new keys is hashed whole, and remembered only
+        while the memory has room (keys that never come back do not churn it)."""
         known = self._partitions.setdefault(partitions, {})
         numbers = list(map(known.get, keys))
-        if None in numbers:
-            if len(known) > _KEYS_CACHED:
-                known.clear()
-            new = list(set(keys).difference(known))
-            known.update(zip(new, murmur2_partitions(new, partitions), strict=True))
-            numbers = list(map(known.__getitem__, keys))
-        return numbers  # type: ignore[return-value]  # none is None now
+        if None not in numbers:
+            return numbers  # type: ignore[return-value]  # none is None
+        if 2 * numbers.count(None) > len(numbers):
+            found = murmur2_partitions(keys, partitions)
+            if len(known) < _KEYS_CACHED:
+                known.update(zip(keys, found, strict=True))
+            return found
+        if len(known) > _KEYS_CACHED:
+            known.clear()
+        new = list(set(keys).difference(known))
+        known.update(zip(new, murmur2_partitions(new, partitions), strict=True))
+        return list(map(known.__getitem__, keys))
 
 
 def _packed(headers: Headers) -> bool:

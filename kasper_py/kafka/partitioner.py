@@ -52,16 +52,18 @@ def murmur2_partitions(keys: Sequence[bytes], partitions: int) -> list[int]:
     them (a 64-bit lane a key, so no lane carries into the next), not Python a key."""
     if not keys:
         return []
-    by_length = sorted(set(keys), key=len)
+    lengths = set(map(len, keys))
+    if len(lengths) == 1:  # keys of one length (ids, say): hashed in their order
+        return _lanes_out(_hashed(keys, lengths.pop()), len(keys), partitions)
     found: dict[bytes, int] = {}
-    for length, group in groupby(by_length, key=len):
+    for length, group in groupby(sorted(set(keys), key=len), key=len):
         same = list(group)
         found.update(zip(same, _lanes_out(_hashed(same, length), len(same), partitions),
                          strict=True))
     return list(map(found.__getitem__, keys))
 
 
-def _hashed(keys: list[bytes], length: int) -> int:
+def _hashed(keys: Sequence[bytes], length: int) -> int:
     """murmur2 of ``keys``, each ``length`` bytes, in 64-bit lanes (low 32 bits each)."""
     count, words = len(keys), (length + 3) >> 2
     mask = int.from_bytes(_LANE * count, "little")
