@@ -73,9 +73,10 @@ class Packer:
         other new keys; a batch of mostly new keys is hashed whole, and remembered only
         while the memory has room (keys that never come back do not churn it)."""
         known = self._partitions.setdefault(partitions, {})
-        numbers = list(map(known.get, keys))
-        if None not in numbers:
-            return numbers  # type: ignore[return-value]  # none is None
+        try:
+            return list(map(known.__getitem__, keys))
+        except KeyError:  # some key is new
+            numbers = list(map(known.get, keys))
         if 2 * numbers.count(None) > len(numbers):
             found = murmur2_partitions(keys, partitions)
             if len(known) < _KEYS_CACHED:
