@@ -192,9 +192,9 @@ def unpack_columns(frame: bytes) -> Columns:
     if at > len(frame):
         raise ValueError(f"the frame ends inside the sizes of its {count} records")
     stamps, key_sizes, value_sizes = (
-        _numbers(typecode, frame[start:start + size * count])
-        for typecode, start, size in (("q", _HEAD.size, 8), ("i", _HEAD.size + 8 * count, 4),
-                                      ("i", _HEAD.size + 12 * count, 4)))
+        struct.unpack_from(f"<{count}{typecode}", frame, start)
+        for typecode, start in (("q", _HEAD.size), ("i", _HEAD.size + 8 * count),
+                                ("i", _HEAD.size + 12 * count)))
     keys, at = _column(frame, at, key_sizes)
     values, at = _column(frame, at, value_sizes)
     headers = None
@@ -202,25 +202,17 @@ def unpack_columns(frame: bytes) -> Columns:
         headers, at = _read_headers(frame, at, count)
     if at != len(frame):
         raise ValueError(f"the frame holds {len(frame) - at} bytes after its {count} records")
-    return keys, values, stamps.tolist(), headers
+    return keys, values, list(stamps), headers
 
 
-def _numbers(typecode: str, data: bytes) -> array[int]:
-    numbers = array(typecode)
-    numbers.frombytes(data)
-    if _SWAP:
-        numbers.byteswap()
-    return numbers
-
-
-def _column(frame: bytes, at: int, sizes: array[int]) -> tuple[list[bytes | None], int]:
+def _column(frame: bytes, at: int, sizes: tuple[int, ...]) -> tuple[list[bytes | None], int]:
     """The items of sizes ``sizes`` from ``at`` on, and where they end: cut by one
     ``struct`` layout of the column (one C call, not a slice a record)."""
     if not sizes:
         return [], at
     low, high = min(sizes), max(sizes)
     missing = low < 0
-    layout = (_layout(array("i", map(max, sizes, repeat(0))), 0, high) if missing
+    layout = (_layout(tuple(map(max, sizes, repeat(0))), 0, high) if missing
               else _layout(sizes, low, high))
     if at + layout.size > len(frame):
         raise ValueError(f"the frame ends inside its data ({at + layout.size} bytes of "
@@ -235,7 +227,7 @@ _SIZE_FORMATS = tuple(f"{size}s" for size in range(256))
 """``struct``'s format of a bytes item of each size under 256 (a key or value most)."""
 
 
-def _layout(sizes: array[int], smallest: int, largest: int) -> struct.Struct:
+def _layout(sizes: tuple[int, ...], smallest: int, largest: int) -> struct.Struct:
     """The ``struct`` layout of consecutive bytes items of ``sizes``, none negative, from
     ``smallest`` to ``largest``."""
     if largest == smallest:
