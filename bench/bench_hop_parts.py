@@ -51,6 +51,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from typing import Any
 
 from benchkit import child_env
 
@@ -74,7 +75,7 @@ class Routes:
         raise NotImplementedError
 
 
-def batch_step(part: str, reps: int) -> Callable[[], object]:  # noqa: PLR0911  # a return a part
+def batch_step(part: str, reps: int) -> Callable[[], object]:
     """One batch of ``part``, ready to be called again and again (``reps`` + 1 times:
     a unique part has that many batches of keys)."""
     from confluent_kafka import Message as Consumed
@@ -89,13 +90,7 @@ def batch_step(part: str, reps: int) -> Callable[[], object]:  # noqa: PLR0911  
     sender, packer = Sender(STRING, JSON, Routes()), Packer()
     records = [(word, 1, 1_700_000_000_000 + n, ()) for n, word in enumerate(words)]
     if part in ("send_unique", "pack_unique"):
-        batches = iter([[(f"user-{n:08d}", 1, 1_700_000_000_000 + n, ())
-                         for n in range(start, start + BATCH)]
-                        for start in range(0, BATCH * (reps + 1), BATCH)])
-        if part == "send_unique":
-            return lambda: (sender.send_many("by-word", next(batches)), sender.drain())
-        return lambda: (sender.repartition_packed("by-word", next(batches), packer.pack),
-                        sender.drain())
+        return unique_step(part, reps, sender, packer)
     if part == "send":
         return lambda: (sender.send_many("by-word", records), sender.drain())
     if part == "pack":
@@ -130,6 +125,17 @@ def batch_step(part: str, reps: int) -> Callable[[], object]:  # noqa: PLR0911  
                                  timestamp=(1, 1_700_000_000_000 + n)))
         offsets[partition] += 1
     return lambda: build_batch(consumed, STRING, JSON)
+
+
+def unique_step(part: str, reps: int, sender: Any, packer: Any) -> Callable[[], object]:
+    """``send`` or ``pack`` of a batch of keys none of the batches before had."""
+    batches = iter([[(f"user-{n:08d}", 1, 1_700_000_000_000 + n, ())
+                     for n in range(start, start + BATCH)]
+                    for start in range(0, BATCH * (reps + 1), BATCH)])
+    if part == "send_unique":
+        return lambda: (sender.send_many("by-word", next(batches)), sender.drain())
+    return lambda: (sender.repartition_packed("by-word", next(batches), packer.pack),
+                    sender.drain())
 
 
 def child(part: str, reps: int) -> None:
