@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kasper_py import JSON, STRING, SerdeError
-from kasper_py.serdes import column_decoder
+from kasper_py.serdes import column_decoder, column_encoder
 
 FRAGMENTS = [b"1", b"-2", b"1,2", b"[3", b"4]", b"3,4]", b'"a,b"', b'"a', b'b"', b'",', b"{",
              b"}", b'{"k":1,"j":[2,3]}', b'"k":1', b" 5", b"6 ", b"null", b"[1,2]", b"[]",
@@ -76,3 +76,15 @@ def test_the_string_column_names_the_value_that_is_not_utf8() -> None:
     with pytest.raises(SerdeError, match=r"invalid UTF-8 at byte 0 \(value 1 of the column: "
                                          r"b'\\xff'\)"):
         column_decoder(STRING)([b"ok", b"\xff"])
+
+
+@pytest.mark.parametrize("column", [
+    [1] * 50 + [2, -3, 10**30] * 5, [True, 1, 1, 1, 1, 1, 1, 1, 1.0], list(range(20)),
+    ["w", "w", "x"] * 10, [1, None, b"raw", 1, 1, 1, 1, 1],
+], ids=["repeating ints", "bools and floats among ints", "distinct ints", "strings",
+        "None and bytes"])
+def test_a_column_encodes_to_each_values_bytes(column: list[object]) -> None:
+    """Encoding a column (repeating ints each printed once) gives the bytes each value's
+    own encoding gives, in order; True stays true and 1.0 stays 1.0 beside 1."""
+    expected = [v if v is None or type(v) is bytes else JSON.encode(v) for v in column]
+    assert column_encoder(JSON.encode)(column) == expected
