@@ -9,7 +9,7 @@ import random
 import pytest
 
 from kasper_py.dsl._packing import Packer
-from kasper_py.dsl.packed import PACKED, unpack
+from kasper_py.dsl.packed import PACKED, frames, unpack
 from kasper_py.kafka.partitioner import murmur2_partition
 
 
@@ -38,3 +38,19 @@ def test_each_record_goes_in_order_to_its_keys_partition(partitions: int) -> Non
             assert unpack(headers[0][1]) == wanted
             assert newest == max(t for _, _, t, _ in wanted)
         assert sum(len(unpack(r[7][0][1])) for r in packed) == len(sent_keys)
+
+
+@pytest.mark.parametrize("odd", [None, [], [("p", b"1"), ("q", b"2")], [("other", b"1")],
+                                 [("p", None)], [("p", b"")]], ids=repr)
+def test_headers_round_trip_one_each_or_otherwise(odd: list[tuple[str, bytes | None]] | None
+                                                  ) -> None:
+    """Records with one header each, all of one name (a combined record's partial count,
+    encoded and read in C loops), and the same with one record otherwise anywhere (read
+    a record at a time): every record's headers come back as they went."""
+    one_each = [[("p", b"%d" % n)] for n in range(40)]
+    assert [h for *_, h in unpack(frames([(b"k", None, 1, h) for h in one_each])[0])] == [
+        tuple(h) for h in one_each]
+    for at in (0, 17, 39):
+        headers = [*one_each[:at], odd, *one_each[at + 1:]]
+        (frame,) = frames([(b"k", b"v", 1, h) for h in headers])
+        assert [h for *_, h in unpack(frame)] == [tuple(h or ()) for h in headers]
