@@ -1,9 +1,10 @@
 """Kafka's murmur2 hash, the Java client's (and librdkafka's ``murmur2_random``)
 partitioner for keyed records: the one copy the in-memory broker, query routing and the
 streams DSL's packed repartitions use. ``murmur2_partitions`` hashes many keys at once,
-vectorised over the lanes of one Python int (bench/bench_hop_parts.py's ``*_new_keys``
-rows): a tenth of the instructions of the hash a key (librdkafka's own function, through
-ctypes, costs more in the call than the hash: about 8,000 instructions a key).
+vectorised over the lanes of one Python int (bench/bench_hop_parts.py's ``pack_unique``
+row): a third to a fifth of the instructions of hashing each key (docs/performance.md;
+librdkafka's own function, called through ctypes, costs more in the call than that:
+about 8,000 instructions a key).
 """
 
 from __future__ import annotations
