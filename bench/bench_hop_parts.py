@@ -20,7 +20,16 @@ and the same hop with the streams DSL's packed records (docs/streams-dsl.md):
 ``unpack``   ``build_batch`` of the packed records as consumed, and the reading stage's
              ``Expander.records`` of them: the records, decoded.
 
-The summary adds each way's parts and prints packed / plain.
+and, with mostly-unique keys (each batch's 10,000 keys new to the run: 10,000 x
+(reps + 1) distinct keys, ``--reps 99`` for a million), the parts keys change:
+
+``send_unique``  ``send`` of such batches (the producer hashes keys in C).
+``pack_unique``  ``pack`` of such batches: every key new to the ``Packer``'s partition
+             cache, hashed by ``murmur2_partitions`` (vectorised).
+
+The summary adds each way's parts and prints packed / plain, with common keys and with
+unique ones (``produce``, ``read``, ``produce_packed`` and ``unpack`` do not look at
+whether a key was seen before).
 
 Each part runs in its own process (``time.process_time`` over --reps batches after one
 warm-up, so the figure is CPU, not wall time); ``--before DIR`` runs each part on the
@@ -42,11 +51,14 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from typing import Any
 
 from benchkit import child_env
 
-PARTS = ("send", "produce", "read", "pack", "produce_packed", "unpack")
-PLAIN, PACKED = PARTS[:3], PARTS[3:]
+PARTS = ("send", "produce", "read", "pack", "produce_packed", "unpack", "send_unique",
+         "pack_unique")
+PLAIN, PACKED = PARTS[:3], PARTS[3:6]
+UNIQUE_PLAIN, UNIQUE_PACKED = ("send_unique", *PLAIN[1:]), ("pack_unique", *PACKED[1:])
 BATCH = 10_000
 
 
@@ -63,8 +75,9 @@ class Routes:
         raise NotImplementedError
 
 
-def batch_step(part: str) -> Callable[[], object]:
-    """One batch of ``part``, ready to be called again and again."""
+def batch_step(part: str, reps: int) -> Callable[[], object]:
+    """One batch of ``part``, ready to be called again and again (``reps`` + 1 times:
+    a unique part has that many batches of keys)."""
     from confluent_kafka import Message as Consumed
 
     from kasper_py import JSON, STRING, Config, Sender
@@ -76,6 +89,8 @@ def batch_step(part: str) -> Callable[[], object]:
     words = [f"w{rng.randrange(1000)}" for _ in range(BATCH)]
     sender, packer = Sender(STRING, JSON, Routes()), Packer()
     records = [(word, 1, 1_700_000_000_000 + n, ()) for n, word in enumerate(words)]
+    if part in ("send_unique", "pack_unique"):
+        return unique_step(part, reps, sender, packer)
     if part == "send":
         return lambda: (sender.send_many("by-word", records), sender.drain())
     if part == "pack":
@@ -112,9 +127,20 @@ def batch_step(part: str) -> Callable[[], object]:
     return lambda: build_batch(consumed, STRING, JSON)
 
 
+def unique_step(part: str, reps: int, sender: Any, packer: Any) -> Callable[[], object]:
+    """``send`` or ``pack`` of a batch of keys none of the batches before had."""
+    batches = iter([[(f"user-{n:08d}", 1, 1_700_000_000_000 + n, ())
+                     for n in range(start, start + BATCH)]
+                    for start in range(0, BATCH * (reps + 1), BATCH)])
+    if part == "send_unique":
+        return lambda: (sender.send_many("by-word", next(batches)), sender.drain())
+    return lambda: (sender.repartition_packed("by-word", next(batches), packer.pack),
+                    sender.drain())
+
+
 def child(part: str, reps: int) -> None:
     """Print the CPU µs a record of ``part``, as one JSON line."""
-    step = batch_step(part)
+    step = batch_step(part, reps)
     step()
     started = time.process_time()
     for _ in range(reps):
@@ -134,12 +160,14 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=30, help="batches per part and run")
     parser.add_argument("--before", help="a folder holding another kasper_py to A/B against")
     parser.add_argument("--child", choices=PARTS, help=argparse.SUPPRESS)
+    parser.add_argument("--parts", nargs="+", choices=PARTS, default=PARTS,
+                        help="the parts to measure (all by default)")
     args = parser.parse_args()
     if args.child:
         child(args.child, args.reps)
         return
     medians: dict[str, float] = {}
-    for part in PARTS:
+    for part in args.parts:
         now, before = [], []
         for round_ in range(args.rounds):
             now.append(run(part, args.reps, None))
@@ -154,9 +182,15 @@ def main() -> None:
                         f"{statistics.median(now) / statistics.median(before):.2f})")
         print(summary, flush=True)
         medians[part] = statistics.median(now)
-    plain, packed = (sum(medians[p] for p in parts) for parts in (PLAIN, PACKED))
-    print(f"the hop's parts, plain {plain:.3f}, packed {packed:.3f} µs a record: packed / "
-          f"plain {packed / plain:.2f} (the consumer's own cost a record is not in either)")
+    for keys, plain_parts, packed_parts in (("common keys", PLAIN, PACKED),
+                                            ("unique keys", UNIQUE_PLAIN, UNIQUE_PACKED)):
+        if not set(plain_parts + packed_parts) <= medians.keys():
+            continue
+        plain, packed = (sum(medians[p] for p in parts) for parts in (plain_parts,
+                                                                     packed_parts))
+        print(f"the hop's parts, {keys}: plain {plain:.3f}, packed {packed:.3f} µs a "
+              f"record: packed / plain {packed / plain:.2f} (the consumer's own cost a "
+              f"record is not in either)")
 
 
 if __name__ == "__main__":

@@ -269,9 +269,11 @@ class Sender:
     def _stamps(self, records: Sequence[SendRecord]) -> list[int]:
         """``records``' timestamps as ``send_many`` sends them (``None``: inherited)."""
         stamps = list(map(_TIME, records))
-        if None in stamps:
+        kinds = set(map(type, stamps))
+        if kinds != {int} and type(None) in kinds:
             stamps = [self._timestamp if t is None else t for t in stamps]
-        if not set(map(type, stamps)) <= {int} or min(stamps) < 0:
+            kinds = set(map(type, stamps))
+        if kinds != {int} or min(stamps) < 0:
             raise _timestamp_error("send_many", next(
                 t for t in stamps if type(t) is not int or t < 0))
         return stamps

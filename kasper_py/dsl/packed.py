@@ -32,7 +32,7 @@ from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import accumulate, repeat
-from operator import add
+from operator import add, itemgetter
 
 from kasper_py.message import Headers, OutgoingMessage
 
@@ -73,8 +73,8 @@ def columns_frames(keys: Sequence[bytes | None], values: Sequence[bytes | None],
     """``frames`` of records given as columns (``headers``: ``None`` when none has any)."""
     if not keys:
         return []
-    packing = _Packing(keys, values, stamps, _sizes(keys), _sizes(values),
-                       None if headers is None else [_headers(h) for h in headers])
+    packing = _Packing(keys, values, stamps, *_sizes(keys), *_sizes(values),
+                       None if headers is None else _headers_column(headers))
     size = packing.size()
     if size <= cap:
         return [packing.frame()]
@@ -93,13 +93,15 @@ def columns_frames(keys: Sequence[bytes | None], values: Sequence[bytes | None],
 @dataclass
 class _Packing:
     """Records to pack, as columns, with their keys' and values' sizes (-1: None) and
-    their headers encoded (``None``: no record has any)."""
+    whether some is None, and their headers encoded (``None``: no record has any)."""
 
     keys: Sequence[bytes | None]
     values: Sequence[bytes | None]
     stamps: Sequence[int]
-    key_sizes: array[int]
-    value_sizes: array[int]
+    key_sizes: list[int]
+    keys_missing: bool
+    value_sizes: list[int]
+    values_missing: bool
     headers: list[bytes] | None
 
     def ends(self) -> list[int]:
@@ -118,36 +120,68 @@ class _Packing:
 
     def size(self) -> int:
         """The frame's bytes."""
-        return (_HEAD.size + _PER_RECORD * len(self.keys) + sum(map(len, filter(None, self.keys)))
-                + sum(map(len, filter(None, self.values)))
+        return (_HEAD.size + _PER_RECORD * len(self.keys)  # a None's size is -1
+                + sum(self.key_sizes) + (self.key_sizes.count(-1) if self.keys_missing else 0)
+                + sum(self.value_sizes)
+                + (self.value_sizes.count(-1) if self.values_missing else 0)
                 + (0 if self.headers is None else sum(map(len, self.headers))))
 
     def cut(self, start: int, stop: int) -> _Packing:
         return _Packing(self.keys[start:stop], self.values[start:stop],
-                        self.stamps[start:stop], self.key_sizes[start:stop],
-                        self.value_sizes[start:stop],
+                        self.stamps[start:stop], self.key_sizes[start:stop], self.keys_missing,
+                        self.value_sizes[start:stop], self.values_missing,
                         None if self.headers is None else self.headers[start:stop])
 
     def frame(self) -> bytes:
-        numbers = [array("q", self.stamps), self.key_sizes, self.value_sizes]
+        numbers = [array("q", self.stamps), array("i", self.key_sizes),
+                   array("i", self.value_sizes)]
         if _SWAP:
             numbers = [_swapped(column) for column in numbers]
         return b"".join([_HEAD.pack(VERSION, len(self.keys), 0 if self.headers is None else 1),
                          *(column.tobytes() for column in numbers),
-                         b"".join(filter(None, self.keys)), b"".join(filter(None, self.values)),
+                         b"".join(filter(None, self.keys) if self.keys_missing
+                                  else self.keys),  # type: ignore[arg-type]  # no None
+                         b"".join(filter(None, self.values) if self.values_missing
+                                  else self.values),  # type: ignore[arg-type]  # no None
                          *([] if self.headers is None else self.headers)])
 
 
-def _sizes(column: Sequence[bytes | None]) -> array[int]:
-    if None in column:
-        return array("i", [-1 if item is None else len(item) for item in column])
-    return array("i", map(len, column))  # type: ignore[arg-type]  # no None in it
+def _sizes(column: Sequence[bytes | None]) -> tuple[list[int], bool]:
+    """The size of each item of ``column`` (-1: None), and whether some is None."""
+    try:
+        return list(map(len, column)), False  # type: ignore[arg-type]  # None raises
+    except TypeError:
+        return [-1 if item is None else len(item) for item in column], True
 
 
 def _swapped(column: array[int]) -> array[int]:
     copy = array(column.typecode, column)
     copy.byteswap()
     return copy
+
+
+def _headers_column(headers: Sequence[Sequence[tuple[str, bytes | None]] | None]
+                    ) -> list[bytes]:
+    """Each record's headers encoded: in C loops when every record has one header, all
+    of one name, none ``None`` (a combined record's partial count), else a record at a
+    time."""
+    try:
+        ones = list(map(_FIRST, headers)) if set(map(len, headers)) == {1} else None  # type: ignore[arg-type]  # None raises
+    except TypeError:  # a record has None for headers
+        ones = None
+    if ones is None or len(set(map(_FIRST, ones))) != 1:
+        return list(map(_headers, headers))
+    values = list(map(_SECOND, ones))
+    name = ones[0][0].encode()
+    if None in values or not set(map(type, values)) <= {bytes}:
+        return list(map(_headers, headers))
+    head = b"\x01\x00" + len(name).to_bytes(2, "little")
+    return list(map(b"".join, zip(repeat(head), map(_SIZE.pack, map(len, values)),
+                                  repeat(name), values)))
+
+
+_FIRST, _SECOND = itemgetter(0), itemgetter(1)
+_SIZE = struct.Struct("<i")
 
 
 def _headers(headers: Sequence[tuple[str, bytes | None]] | None) -> bytes:
@@ -182,9 +216,9 @@ def unpack_columns(frame: bytes) -> Columns:
     if at > len(frame):
         raise ValueError(f"the frame ends inside the sizes of its {count} records")
     stamps, key_sizes, value_sizes = (
-        _numbers(typecode, frame[start:start + size * count])
-        for typecode, start, size in (("q", _HEAD.size, 8), ("i", _HEAD.size + 8 * count, 4),
-                                      ("i", _HEAD.size + 12 * count, 4)))
+        struct.unpack_from(f"<{count}{typecode}", frame, start)
+        for typecode, start in (("q", _HEAD.size), ("i", _HEAD.size + 8 * count),
+                                ("i", _HEAD.size + 12 * count)))
     keys, at = _column(frame, at, key_sizes)
     values, at = _column(frame, at, value_sizes)
     headers = None
@@ -192,31 +226,45 @@ def unpack_columns(frame: bytes) -> Columns:
         headers, at = _read_headers(frame, at, count)
     if at != len(frame):
         raise ValueError(f"the frame holds {len(frame) - at} bytes after its {count} records")
-    return keys, values, stamps.tolist(), headers
+    return keys, values, list(stamps), headers
 
 
-def _numbers(typecode: str, data: bytes) -> array[int]:
-    numbers = array(typecode)
-    numbers.frombytes(data)
-    if _SWAP:
-        numbers.byteswap()
-    return numbers
-
-
-def _column(frame: bytes, at: int, sizes: array[int]) -> tuple[list[bytes | None], int]:
-    """The items of sizes ``sizes`` from ``at`` on, and where they end."""
-    missing = bool(sizes) and min(sizes) < 0
-    ends = list(accumulate(map(max, sizes, repeat(0)) if missing else sizes, initial=at))
-    if ends[-1] > len(frame):
-        raise ValueError(f"the frame ends inside its data ({ends[-1]} bytes of "
+def _column(frame: bytes, at: int, sizes: tuple[int, ...]) -> tuple[list[bytes | None], int]:
+    """The items of sizes ``sizes`` from ``at`` on, and where they end: cut by one
+    ``struct`` layout of the column (one C call, not a slice a record)."""
+    if not sizes:
+        return [], at
+    low, high = min(sizes), max(sizes)
+    missing = low < 0
+    layout = (_layout(tuple(map(max, sizes, repeat(0))), 0, high) if missing
+              else _layout(sizes, low, high))
+    if at + layout.size > len(frame):
+        raise ValueError(f"the frame ends inside its data ({at + layout.size} bytes of "
                          f"{len(frame)})")
-    items: list[bytes | None] = list(map(frame.__getitem__, map(slice, ends, ends[1:])))
+    items: list[bytes | None] = list(layout.unpack_from(frame, at))
     if missing:
         items = [None if size < 0 else item for item, size in zip(items, sizes, strict=True)]
-    return items, ends[-1]
+    return items, at + layout.size
+
+
+_SIZE_FORMATS = tuple(f"{size}s" for size in range(256))
+"""``struct``'s format of a bytes item of each size under 256 (a key or value most)."""
+
+
+def _layout(sizes: tuple[int, ...], smallest: int, largest: int) -> struct.Struct:
+    """The ``struct`` layout of consecutive bytes items of ``sizes``, none negative, from
+    ``smallest`` to ``largest``."""
+    if largest == smallest:
+        return struct.Struct(f"<{f'{largest}s' * len(sizes)}")
+    if largest < len(_SIZE_FORMATS):
+        return struct.Struct("<" + "".join(map(_SIZE_FORMATS.__getitem__, sizes)))
+    return struct.Struct("<" + "".join(map("%ds".__mod__, sizes)))
 
 
 def _read_headers(frame: bytes, at: int, count: int) -> tuple[list[Headers], int]:
+    one_each = _one_header_each(frame, at, count)
+    if one_each is not None:
+        return one_each
     found: list[Headers] = []
     try:
         for _ in range(count):
@@ -238,6 +286,35 @@ def _read_headers(frame: bytes, at: int, count: int) -> tuple[list[Headers], int
     except struct.error:
         raise ValueError(f"the frame ends inside the headers of record {len(found)}") from None
     return found, at
+
+
+def _one_header_each(frame: bytes, at: int, count: int) -> tuple[list[Headers], int] | None:
+    """``_read_headers`` when every record has one header, all of the first's name, with
+    a value (a combined record's partial count): less work a record; ``None`` when some
+    record is otherwise, or the frame ends early (the general reading says where)."""
+    if at + _ONE.size > len(frame):
+        return None
+    many, name_size, _ = _ONE.unpack_from(frame, at)
+    head, name = frame[at:at + 4], frame[at + _ONE.size:at + _ONE.size + name_size]
+    if many != 1 or len(name) != name_size:
+        return None
+    found: list[Headers] = []
+    text, skip = name.decode(errors="replace"), _ONE.size + name_size
+    size_at, append = _SIZE.unpack_from, found.append
+    for _ in range(count):
+        if not (frame.startswith(head, at) and frame.startswith(name, at + _ONE.size)):
+            return None
+        (size,) = size_at(frame, at + 4)
+        start = at + skip
+        at = start + size
+        if size < 0 or at > len(frame):
+            return None
+        append(((text, frame[start:at]),))
+    return found, at
+
+
+_ONE = struct.Struct("<HHi")
+"""A record's headers section with one header: count, name size, value size."""
 
 
 def unpacked(messages: Sequence[OutgoingMessage]) -> list[OutgoingMessage]:
