@@ -83,7 +83,7 @@ class Config:
     max_latency: float | None = 0.05
     """Seconds of end-to-end latency to aim for (50 ms by default). The loop sizes each
     batch itself (``kasper_py.kafka.sizing.BatchController``): under light input a batch
-    is released a little after its first message (at most a fifth of the target, less as
+    is released a little after its first message (at most a tenth of the target, less as
     turns take longer); when input backs up it doubles, or jumps to what waits, for as
     long as a turn stays within ten targets (0.5 s), up to ``batch_size`` messages and
     ``batch_bytes``. The producer's ``linger.ms`` is lowered to suit (see

@@ -71,7 +71,7 @@ class BatchController:
 
     ``linger``, how long a batch waits for more once its first record is in, is what
     the target leaves after two turns (a record may wait out the turn in hand, then
-    its own), at most a fifth of the target, at least 0: take what has arrived.
+    its own), at most a tenth of the target, at least 0: take what has arrived.
     """
 
     def __init__(self, max_latency: float, largest: int, smallest: int = 100,
@@ -154,11 +154,15 @@ once a batch, so its pace on small batches is slow, which kept them small): meas
 batches at 1,500 to 7,000 lines (0.59x the word count at batch_size=10,000); with ten
 they grow to the largest batch (12,500 to 15,400 lines a turn on average, the ramp from
 100 included: 0.92x to 1.49x)."""
-_LINGER_PARTS = 5
-"""The longest linger is ``max_latency`` divided by this. Measured (bench_latency.py,
-4 partitions, max_latency=0.05, a quiet 2-core machine): a fifth against a tenth takes
-17-30% less CPU at 100 to 10,000 msg/s, for a p50 of 8-12 ms instead of 5-6 and a p99
-of 15-21 ms instead of 13-16 (a quarter saved no more CPU and added latency)."""
+_LINGER_PARTS = 10
+"""The longest linger is ``max_latency`` divided by this: 5 ms at the default 50 ms.
+Measured (bench_latency.py, 4 partitions, the defaults, a quiet 2-core machine,
+2026-11-27, a tenth and a fifth alternated in one run, three rounds): at 1,000 msg/s
+end-to-end p99 10.1-13.4 ms against 14.8-21.5 (the loop's share 8-9 against 13-14)
+for 1.2-1.3x the loop process's CPU (2.2-2.5 s against 1.7-1.9 per 10 s); at 10,000
+msg/s the loop's share 9-11 ms against 14-17 for 1.1-1.2x the CPU, the end-to-end
+tail there being the paced producer's acks. A backlog's batches fill before any
+linger ends, so they are unchanged."""
 _SMOOTHING = 0.2
 """Weight of the newest turn in ``BatchController.turn_seconds`` (and of the newest
 batch in ``record_bytes``)."""

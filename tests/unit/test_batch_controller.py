@@ -108,15 +108,15 @@ def test_a_slow_turn_halves_the_batch_when_nothing_waits() -> None:
 
 
 def test_linger_is_what_the_target_leaves_after_two_turns() -> None:
-    """Fast turns leave a fifth of the target to wait for more records; turns that
+    """Fast turns leave a tenth of the target to wait for more records; turns that
     take a quarter of the target or more leave none (take what has arrived)."""
     controller = BatchController(TARGET, largest=1000)
-    assert controller.linger == pytest.approx(TARGET / 5)  # no turn seen yet
+    assert controller.linger == pytest.approx(TARGET / 10)  # no turn seen yet
     controller.observe(10, 0, FAST)
-    assert controller.linger == pytest.approx(TARGET / 5)
+    assert controller.linger == pytest.approx(TARGET / 10)
     for _ in range(30):
-        controller.observe(10, 0, TARGET / 6)
-    assert 0 <= controller.linger < TARGET / 5
+        controller.observe(10, 0, TARGET / 4.5)
+    assert 0 < controller.linger < TARGET / 10
     for _ in range(30):
         controller.observe(10, 0, TARGET)
     assert controller.linger == 0
@@ -125,7 +125,7 @@ def test_linger_is_what_the_target_leaves_after_two_turns() -> None:
 def test_size_stays_within_its_bounds_whatever_it_sees() -> None:
     """Random observations never take the target outside smallest..largest (nor, once
     over the smallest, past what fits ten targets at the last pace or the bytes
-    bound), and the linger never outside 0..a fifth of the target."""
+    bound), and the linger never outside 0..a tenth of the target."""
     rng = random.Random(15)
     controller = BatchController(TARGET, largest=5_000, smallest=50, largest_bytes=2**20)
     for _ in range(2_000):
@@ -137,7 +137,7 @@ def test_size_stays_within_its_bounds_whatever_it_sees() -> None:
         assert 50 <= size <= 5_000
         assert size == 50 or size * (controller.record_bytes or 0) <= 2**20
         assert size == 50 or not taken or size * seconds / taken <= BACKLOG_TURN * TARGET
-        assert 0 <= controller.linger <= TARGET / 5
+        assert 0 <= controller.linger <= TARGET / 10
 
 
 def test_a_largest_batch_under_the_smallest_bounds_both() -> None:

@@ -21,7 +21,7 @@ from kasper_py.testing import InMemoryBroker
 
 PARTITIONS = 2
 TARGET = 0.05
-LINGER = TARGET / 5
+LINGER = TARGET / 10
 """The longest a batch waits for more once its first record is in."""
 STEP = TARGET / 50
 """The longest a consume waits while the loop reads ahead (so a batch's first record may
@@ -173,9 +173,9 @@ def test_a_backlog_with_batch_size_set_stops_there() -> None:
 # -- under paced input ----------------------------------------------------------------
 
 @pytest.mark.parametrize("rate", [1_000, 10_000])
-def test_paced_input_keeps_batches_small_and_lingers_a_fifth_of_the_target(rate: int) -> None:
+def test_paced_input_keeps_batches_small_and_lingers_a_tenth_of_the_target(rate: int) -> None:
     """Records arriving steadily (2 s of them, 10 µs of work a record): a batch waits
-    at most a fifth of the target (10 ms) once its first record is read, so it holds
+    at most a tenth of the target (5 ms) once its first record is read, so it holds
     about what arrives in that time (and in a read-ahead step); the target stays within
     twice that (or the smallest batch), and no record waits longer than the linger, the
     step and two turns' work."""
