@@ -20,7 +20,8 @@ settings
     ``tuned``        the best hand-tuned setting: ``batch_size=10000, max_latency=None``.
     ``eos``          the defaults with ``processing_guarantee="exactly_once"``.
     ``classicN``     ``batch_size=N, max_latency=None``; ``autoN``: ``batch_size=N`` with
-                     the default latency target (for sweeps, with ``--rows``).
+                     the default latency target; ``bytesN``: ``batch_bytes=N`` with the
+                     default latency target (for sweeps, with ``--rows``).
 
 Each row reports msgs/s (wall time from the loop's start to the commit of its last
 input), CPU seconds per million inputs (the process, every thread; and the loop thread
@@ -87,6 +88,8 @@ def settings(setting: str) -> dict[str, Any]:
         return {"batch_size": int(setting.removeprefix("classic")), "max_latency": None}
     if setting.startswith("auto"):
         return {"batch_size": int(setting.removeprefix("auto"))}
+    if setting.startswith("bytes"):
+        return {"batch_bytes": int(setting.removeprefix("bytes"))}
     raise ValueError(f"unknown setting {setting!r}")
 
 
