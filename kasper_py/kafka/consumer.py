@@ -35,6 +35,10 @@ from kasper_py.message import TopicPartitionKey
 __all__ = ["InputConsumer"]
 
 _METADATA_TIMEOUT = 30.0
+_ABSENT_GRACE, _ABSENT_STEP = 3.0, 0.1
+"""Seconds an input topic missing from the metadata is looked for again, this often,
+before it is an error: a topic created just before the loop starts is not in every
+broker's metadata at once (a loaded single-node KRaft broker answered without it)."""
 # The group coordinator moves or is still loading (a new broker, a new __consumer_offsets
 # partition): librdkafka reports these to committed() instead of retrying them.
 _COORDINATOR_BUSY = frozenset({KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
@@ -82,15 +86,28 @@ class InputConsumer:
         self._config, self.from_start = config, frozenset(from_start)
 
     def partition_count(self) -> int:
-        """Check every input topic exists and all have one partition count; return it."""
+        """Check every input topic exists and all have one partition count; return it.
+        A topic missing from the metadata is looked for again for ``_ABSENT_GRACE``
+        seconds before the ``TopicError`` naming it."""
+        deadline = time.monotonic() + _ABSENT_GRACE
+        while True:
+            metadata = self._metadata()
+            try:
+                self._counts = topic_counts(self._config, metadata)
+            except TopicError:
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(_ABSENT_STEP)
+                continue
+            return task_count(self._config, self._counts)
+
+    def _metadata(self) -> Any:
         try:
-            metadata = self._consumer.list_topics(timeout=_METADATA_TIMEOUT)
+            return self._consumer.list_topics(timeout=_METADATA_TIMEOUT)
         except KafkaException as exc:
             self._consumer.poll(0)  # delivers the client's log lines: refused, DNS, TLS...
             raise TopicError(f"cannot read metadata from {self._config.bootstrap_servers} "
                              f"within {_METADATA_TIMEOUT:g}s: {exc.args[0]}") from exc
-        self._counts = topic_counts(self._config, metadata)
-        return task_count(self._config, self._counts)
 
     def keys(self, partitions: Sequence[int]) -> list[TopicPartitionKey]:
         """Partition numbers ``partitions`` of the input topics that have them."""

@@ -1,5 +1,6 @@
 """InputConsumer without a broker: reading committed offsets must never take an error
-for "nothing committed", which would start that partition at auto_offset_reset."""
+for "nothing committed", which would start that partition at auto_offset_reset; an
+input topic just created is looked for again before it is called missing."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError
 
-from kasper_py import Config, ConsumeError
+import kasper_py.kafka.consumer as consumer_module
+from kasper_py import Config, ConsumeError, TopicError
 from kasper_py.kafka.consumer import InputConsumer
 
 
@@ -59,3 +61,50 @@ def test_a_busy_coordinator_is_retried_then_the_offset_is_read() -> None:
 def test_nothing_committed_is_none() -> None:
     """A partition without a commit and without an error reads as None."""
     assert consumer_answering([partition(-1001)]).committed([("t", 1)]) == {("t", 1): None}
+
+
+class MetadataAnswers:
+    """Stands in for confluent_kafka.Consumer.list_topics: the topics of each answer
+    (name -> partition count), the last answer again once the others are used."""
+
+    def __init__(self, *answers: dict[str, int]) -> None:
+        self.answers, self.calls = list(answers), 0
+
+    def list_topics(self, timeout: float) -> Any:
+        self.calls += 1
+        topics = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
+        return SimpleNamespace(topics={
+            name: SimpleNamespace(error=None, partitions=dict.fromkeys(range(count)))
+            for name, count in topics.items()})
+
+    def close(self) -> None:
+        pass
+
+
+def consumer_listing(monkeypatch: pytest.MonkeyPatch, *answers: dict[str, int]
+                     ) -> tuple[InputConsumer, MetadataAnswers]:
+    monkeypatch.setattr(consumer_module, "_ABSENT_STEP", 0.001)
+    consumer = InputConsumer(Config(name="c", bootstrap_servers="127.0.0.1:1",
+                                    input_topics=["t"]))
+    consumer._consumer.close()
+    consumer._consumer = listing = MetadataAnswers(*answers)  # type: ignore[assignment]
+    return consumer, listing
+
+
+def test_a_topic_not_yet_in_the_metadata_is_looked_for_again(monkeypatch: pytest.MonkeyPatch
+                                                            ) -> None:
+    """A topic created just before the loop starts, missing from the first answers
+    (a broker's metadata lags the controller's), is found: its count is returned."""
+    consumer, listing = consumer_listing(monkeypatch, {}, {"other": 1}, {"t": 3})
+    assert consumer.partition_count() == 3
+    assert listing.calls == 3
+
+
+def test_a_topic_still_missing_after_the_grace_is_named(monkeypatch: pytest.MonkeyPatch
+                                                       ) -> None:
+    """A topic absent for the whole grace is a TopicError naming it."""
+    monkeypatch.setattr(consumer_module, "_ABSENT_GRACE", 0.05)
+    consumer, listing = consumer_listing(monkeypatch, {"other": 1})
+    with pytest.raises(TopicError, match=r"input topic 't': does not exist on 127\.0\.0\.1:1"):
+        consumer.partition_count()
+    assert listing.calls > 1
