@@ -15,9 +15,10 @@ from __future__ import annotations
 import atexit
 import os
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from confluent_kafka import (
     Consumer,
@@ -44,11 +45,15 @@ from kasper_py.kafka.topics import internal_specs, output_specs, source_counts
 from kasper_py.message import TopicPartitionKey
 
 __all__ = ["GroupMember", "GroupState", "KafkaAdmin", "close_shared", "ensure_internal_topics",
-           "ensure_output_topics", "reason", "topic_admin"]
+           "ensure_output_topics", "reason", "topic_admin", "with_inputs_listed"]
 
 UNREACHABLE_ERRORS = (KafkaError._TRANSPORT, KafkaError._TIMED_OUT,
                       KafkaError._ALL_BROKERS_DOWN, KafkaError._RESOLVE)
 """Error codes that mean no broker answered."""
+INPUT_GRACE, INPUT_STEP = 3.0, 0.1
+"""Seconds an input topic missing from the metadata is looked for again, this often,
+before it is an error (``with_inputs_listed``)."""
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -383,6 +388,24 @@ def ensure_internal_topics(config: Config, sources: Sequence[str],
     if not topics:
         return []
     admin = topic_admin(config)
-    metadata = admin.metadata()
-    specs = internal_specs(source_counts(config, sources, metadata), topics)
-    return admin.ensure(specs, metadata=metadata)
+    metadata, counts = with_inputs_listed(
+        admin.metadata, lambda listed: (listed, source_counts(config, sources, listed)))
+    return admin.ensure(internal_specs(counts, topics), metadata=metadata)
+
+
+def with_inputs_listed(read: Callable[[], Any], check: Callable[[Any], _T]) -> _T:
+    """``check`` of the metadata ``read`` gives; while ``check`` raises ``TopicError``
+    (an input topic missing), the metadata is read again every ``INPUT_STEP`` seconds,
+    for ``INPUT_GRACE`` seconds, then the error is raised: a topic created just before
+    the loop starts is not in every broker's metadata at once (a loaded single-node
+    KRaft broker answered without it). The live loop's input check and an app's
+    internal topics both read their sources' counts through it."""
+    deadline = time.monotonic() + INPUT_GRACE
+    while True:
+        metadata = read()
+        try:
+            return check(metadata)
+        except TopicError:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(INPUT_STEP)

@@ -25,7 +25,7 @@ from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]  # st
 
 from kasper_py.config import Config
 from kasper_py.exceptions import CommitError, ConsumeError, TopicError
-from kasper_py.kafka.admin import shared_client
+from kasper_py.kafka.admin import shared_client, with_inputs_listed
 from kasper_py.kafka.client_log import with_client_log
 from kasper_py.kafka.offsets import lowered
 from kasper_py.kafka.ports import Rebalance
@@ -35,10 +35,6 @@ from kasper_py.message import TopicPartitionKey
 __all__ = ["InputConsumer"]
 
 _METADATA_TIMEOUT = 30.0
-_ABSENT_GRACE, _ABSENT_STEP = 3.0, 0.1
-"""Seconds an input topic missing from the metadata is looked for again, this often,
-before it is an error: a topic created just before the loop starts is not in every
-broker's metadata at once (a loaded single-node KRaft broker answered without it)."""
 # The group coordinator moves or is still loading (a new broker, a new __consumer_offsets
 # partition): librdkafka reports these to committed() instead of retrying them.
 _COORDINATOR_BUSY = frozenset({KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
@@ -87,19 +83,11 @@ class InputConsumer:
 
     def partition_count(self) -> int:
         """Check every input topic exists and all have one partition count; return it.
-        A topic missing from the metadata is looked for again for ``_ABSENT_GRACE``
-        seconds before the ``TopicError`` naming it."""
-        deadline = time.monotonic() + _ABSENT_GRACE
-        while True:
-            metadata = self._metadata()
-            try:
-                self._counts = topic_counts(self._config, metadata)
-            except TopicError:
-                if time.monotonic() >= deadline:
-                    raise
-                time.sleep(_ABSENT_STEP)
-                continue
-            return task_count(self._config, self._counts)
+        A topic missing from the metadata is looked for again for a few seconds before
+        the ``TopicError`` naming it (``admin.with_inputs_listed``)."""
+        self._counts = with_inputs_listed(
+            self._metadata, lambda metadata: topic_counts(self._config, metadata))
+        return task_count(self._config, self._counts)
 
     def _metadata(self) -> Any:
         try:

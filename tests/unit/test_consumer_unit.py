@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError
 
-import kasper_py.kafka.consumer as consumer_module
+import kasper_py.kafka.admin as admin_module
 from kasper_py import Config, ConsumeError, TopicError
 from kasper_py.kafka.consumer import InputConsumer
 
@@ -83,7 +83,7 @@ class MetadataAnswers:
 
 def consumer_listing(monkeypatch: pytest.MonkeyPatch, *answers: dict[str, int]
                      ) -> tuple[InputConsumer, MetadataAnswers]:
-    monkeypatch.setattr(consumer_module, "_ABSENT_STEP", 0.001)
+    monkeypatch.setattr(admin_module, "INPUT_STEP", 0.001)
     consumer = InputConsumer(Config(name="c", bootstrap_servers="127.0.0.1:1",
                                     input_topics=["t"]))
     consumer._consumer.close()
@@ -103,7 +103,7 @@ def test_a_topic_not_yet_in_the_metadata_is_looked_for_again(monkeypatch: pytest
 def test_a_topic_still_missing_after_the_grace_is_named(monkeypatch: pytest.MonkeyPatch
                                                        ) -> None:
     """A topic absent for the whole grace is a TopicError naming it."""
-    monkeypatch.setattr(consumer_module, "_ABSENT_GRACE", 0.05)
+    monkeypatch.setattr(admin_module, "INPUT_GRACE", 0.05)
     consumer, listing = consumer_listing(monkeypatch, {"other": 1})
     with pytest.raises(TopicError, match=r"input topic 't': does not exist on 127\.0\.0\.1:1"):
         consumer.partition_count()
