@@ -220,8 +220,8 @@ def loop_placement(config: Config, rows: list[PartitionProgress]
     no loop keeps any."""
     window = running_window(config)
     live = sorted(((r.key, note) for r in rows if (note := r.note) is not None
-                   and note.state == "running" and note.running_within(window)
-                   and not note.process_gone()), key=lambda found: found[1].at)
+                   and note.state == "running" and note.alive(window)),
+                  key=lambda found: found[1].at)
     newest = {note.runner: note for _, note in live}
     warm: dict[int, tuple[str, ...]] = {}
     for runner, note in sorted(newest.items()):

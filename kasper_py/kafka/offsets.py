@@ -177,6 +177,12 @@ class CommitNote:
         ``window`` seconds ago."""
         return self.state in ("running", "streaming") and (now or time.time()) - self.at < window
 
+    def alive(self, window: float) -> bool:
+        """``running_within(window)``, and its process not known to have ended: a loop or
+        query that still runs (the start-up checks' test of another runner, and where
+        ``kasper lag`` places a static loop)."""
+        return self.running_within(window) and not self.process_gone()
+
     @property
     def runner(self) -> str:
         """``pid-12@host``: the process that wrote the note, in one word (a table's
@@ -211,9 +217,10 @@ def running_elsewhere(config: Config, notes: Iterable[CommitNote | None], *,
     """``running_loop`` among the notes of other runners: leaves out this process's own
     notes of its kind (a stream's when ``by_stream``, else a loop's) and those of a
     process on this host that no longer exists (a killed loop's or driver's)."""
-    return running_loop(config, [
-        note for note in notes if note is not None and not note.process_gone()
-        and not (note.is_mine() and note.by_stream == by_stream)])
+    window = running_window(config)
+    live = [note for note in notes if note is not None and note.alive(window)
+            and not (note.is_mine() and note.by_stream == by_stream)]
+    return max(live, key=lambda note: note.at) if live else None
 
 
 def lowered(committed: Mapping[TopicPartitionKey, int | None],
