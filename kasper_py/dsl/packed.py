@@ -4,10 +4,13 @@ repartition topics other than the app, and for tests (``unpack``, ``unpacked``).
 A DSL stage writes a turn's records for one repartition as one Kafka record per
 destination partition (several when a partition's share is larger than ``FRAME_CAP``),
 and the stage reading it expands each back into its records, in order (``_packing``).
-A packed record has no key and no value; its first header, ``kasper.packed``, holds the
-frame, so every serde reads the outer record as it is (a null key and value) and the
-loop's batching, offsets and commits see it as any other record. The frame, version 1,
-column by column (so both sides pack and unpack a column in one C call)::
+A packed record's key is ``PACKED_KEY``, bytes that no serde but ``bytes`` decodes, so a
+kasper_py older than packing fails on it instead of skipping it as a record with no key
+(docs/streams-dsl.md); its value is null and its first header, ``kasper.packed``, holds
+the frame. The loop's decoder passes such a record on undecoded, as one with no key and
+no value (what packed records were at first, still read), and its batching, offsets and
+commits see it as any other record. The frame, version 1, column by column (so both
+sides pack and unpack a column in one C call)::
 
     version     u8 (1)
     count       u32: n records
@@ -34,12 +37,11 @@ from dataclasses import dataclass
 from itertools import accumulate, repeat
 from operator import add, itemgetter
 
-from kasper_py.message import Headers, OutgoingMessage
+from kasper_py.message import PACKED, PACKED_KEY, Headers, OutgoingMessage
 
-__all__ = ["FRAME_CAP", "PACKED", "VERSION", "Columns", "frames", "unpack", "unpacked"]
+__all__ = ["FRAME_CAP", "PACKED", "PACKED_KEY", "VERSION", "Columns", "frames", "unpack",
+           "unpacked"]
 
-PACKED = "kasper.packed"
-"""The header that marks a packed record and holds its frame."""
 VERSION = 1
 FRAME_CAP = 256 * 1024
 """Bytes a frame holds at most (a record larger alone gets a frame of its own): a
