@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Producer
+
+from tests.kafka_clients import Producer
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_dsl_examples import app_module, internal_topics, kasper_run  # isort: skip  # noqa: F401 - a fixture
