@@ -274,9 +274,10 @@ class _Decoding:
 
     def failed(self, read: Message, exc: SerdeError) -> Message | None:
         """``read`` did not decode: a packed record (``PACKED_KEY``, whose key no serde
-        but bytes decodes on purpose) as its reader takes one, no key and no value;
-        else raise (``fail``) or set it aside (``None``)."""
-        if read[3] == PACKED_KEY and read[6] and read[6][0][0] == PACKED:
+        but bytes decodes on purpose, no value, its frame in its first header) as its
+        reader takes one, no key and no value; else raise (``fail``) or set it aside
+        (``None``)."""
+        if read[3] == PACKED_KEY and read[4] is None and read[6] and read[6][0][0] == PACKED:
             return read._replace(key=None, value=None)
         if not self.set_aside:
             raise _undecodable_error(read.topic, read.partition, read.offset, exc) from exc

@@ -182,15 +182,16 @@ def test_both_packed_shapes_and_plain_records_are_read_in_one_batch(key_serde: s
 def test_the_decoder_passes_a_packed_record_on_even_when_it_sets_others_aside() -> None:
     """With ``on_decode_error="skip"`` a packed record is not undecodable input: it goes
     on (no key, no value, its frame), while a record whose key does not decode is set
-    aside; the packed key without the packed header is such a record."""
+    aside; the packed key without the packed header, or with a value, is such a record."""
     messages = [packed_message([("a", 1)], 0, PACKED_KEY),
                 plain_message("b", 1)._replace(key=b"\xff"),
-                plain_message("c", 2)._replace(key=PACKED_KEY), plain_message("d", 3)]
+                plain_message("c", 2)._replace(key=PACKED_KEY), plain_message("d", 3),
+                packed_message([("e", 1)], 4, PACKED_KEY)._replace(value=b"1")]
     batch = decode_batch(messages, STRING, JSON, set_aside=True)
     passed, kept = batch.by_partition[0]
     assert (passed.key, passed.value, passed.headers) == (None, None, messages[0].headers)
     assert (kept.key, kept.value) == ('"d"', 1)
-    assert [u.offset for u in batch.undecodable] == [1, 2]
+    assert [u.offset for u in batch.undecodable] == [1, 2, 4]
     with pytest.raises(SerdeError, match=rf"cannot decode {REPARTITION}\[0\] offset 2"):
         decode_batch(messages[2:], STRING, JSON)
 
