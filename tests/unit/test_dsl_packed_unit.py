@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import random
+import struct
 from collections import Counter
 from typing import Any
 
@@ -79,10 +80,46 @@ def test_records_past_the_cap_take_several_frames_each_within_it() -> None:
         assert all(len(f) <= cap or len(unpack(f)) == 1 for f in found)
     assert len(frames(alike, 400)) > 1
     assert frames([]) == []
+    partials = [(b"k%d" % n, None, n, (("kasper.partial", b"%d" % n),)) for n in range(100)]
+    found = frames(partials, 400)
+    assert len(found) > 1 and all(len(f) <= 400 for f in found)
+    assert [r for f in found for r in unpack(f)] == partials
+
+
+def v1_frame(records: list[tuple[bytes, bytes | None, int, tuple[tuple[str, bytes], ...]]]
+             ) -> bytes:
+    """``records`` in a version 1 frame with a headers section, each record's headers
+    encoded in turn: what the first version with packing wrote (the layout in
+    ``kasper_py.dsl.packed``'s docstring)."""
+    n = len(records)
+    sections = [struct.pack("<BIB", 1, n, 1), struct.pack(f"<{n}q", *(r[2] for r in records)),
+                struct.pack(f"<{n}i", *(len(r[0]) for r in records)),
+                struct.pack(f"<{n}i", *(-1 if r[1] is None else len(r[1]) for r in records)),
+                *(r[0] for r in records), *(r[1] or b"" for r in records)]
+    for *_, headers in records:
+        sections.append(struct.pack("<H", len(headers)))
+        sections += [struct.pack("<Hi", len(name), len(value)) + name.encode() + value
+                     for name, value in headers]
+    return b"".join(sections)
+
+
+def test_a_frame_is_version_2_only_with_a_headers_column() -> None:
+    """One header a record, all of one name (a combined count's partial): version 2, a
+    headers column; no headers, or headers of several names: version 1, as the first
+    version with packing wrote and reads them. Its version 1 frames of one header a
+    record read here as they did."""
+    partials = [(b"k%d" % n, None, n, (("kasper.partial", b"%d" % n),)) for n in range(5)]
+    (column,) = frames(partials)
+    assert column[0] == 2 and unpack(column) == partials
+    assert frames([(b"k", b"v", 1, None)])[0][0] == 1
+    mixed = [*partials[:2], (b"k9", b"v", 9, (("a", b"1"), ("b", b"2")))]
+    assert frames(mixed)[0][0] == 1 and unpack(frames(mixed)[0]) == mixed
+    assert unpack(v1_frame(partials)) == partials
+    assert unpack(v1_frame(mixed)) == mixed
 
 
 @pytest.mark.parametrize(("frame", "why"), [
-    (b"\x02\x01\x00\x00\x00\x00", "frame version 2 is unknown"),
+    (b"\x03\x01\x00\x00\x00\x00", "frame version 3 is unknown"),
     (b"\x01", "shorter than its head"),
     (frames([(b"key", b"value", 1, None)])[0][:-2], "ends inside its data"),
     (frames([(b"key", b"value", 1, None)])[0][:10], "ends inside the sizes"),
