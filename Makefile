@@ -117,7 +117,7 @@ bench: stack
 	$(BIN)/python bench/bench_app.py
 	$(BIN)/python bench/bench_hop_parts.py
 	$(BIN)/python bench/bench_dsl.py
-	$(BIN)/python bench/bench_dsl.py --rows wc_dsl_packed-best,wc_dsl-best,wc_dsl_uncached_packed-best,wc_dsl_uncached-best
+	$(BIN)/python bench/bench_dsl.py --rows wc_dsl-best,wc_dsl_plain-best,wc_dsl_uncached-best,wc_dsl_uncached_plain-best,wc_dsl-default,wc_dsl_plain-default
 	$(BIN)/python bench/bench_chain.py
 
 down:

@@ -25,8 +25,9 @@ topic, which would otherwise add up to a second to a two-stage row):
 ``dsl-plain``  ``flat_map(split).repartition(name="by-word").peek(tally)
                .group_by_key().count("counts", cache=False)`` (one get_many and one
                put_many a batch, as ``count``; the ``peek`` tallies the words for the
-               stop), its repartition records packed (``pack_repartitions=True``: one
-               Kafka record per destination partition and turn) or plain (the default).
+               stop), its repartition records packed (the default with the ``str``
+               key serde: one Kafka record per destination partition and turn) or
+               plain (``pack_repartitions=False``).
 ``combined``   the two-stage app with ``split`` counting each batch's words first and
                sending a word's count once a batch (``repartition("by-word", n,
                key=word)``): what a user does when the re-keyed records, not the
@@ -190,7 +191,7 @@ class Tally:
 
 def dsl_word_count(source: str, tally: Tally, *, packed: bool) -> App:
     """The DSL rows' app: split, repartition by word (``packed`` or plain), count."""
-    builder = Builder("bench-app", stores="memory", pack_repartitions=packed)
+    builder = Builder("bench-app", stores="memory", pack_repartitions=None if packed else False)
     (builder.stream(source).flat_map(lambda _doc, line: [(w, 1) for w in line.split()])
         .repartition(name="by-word").peek(tally.add)
         .group_by_key().count("counts", cache=False))

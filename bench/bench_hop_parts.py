@@ -107,7 +107,7 @@ def batch_step(part: str, reps: int) -> Callable[[], object]:
         return lambda: (producer.produce(drained), producer.close(discard=True))
     if part == "unpack":
         sender.repartition_packed("by-word", records, packer.pack)
-        packed = [Consumed(topic="by-word", partition=r[3], offset=0, key=None, value=None,
+        packed = [Consumed(topic="by-word", partition=r[3], offset=0, key=r[2], value=r[1],
                            headers=r[7], timestamp=(1, r[6])) for r in sender.drain()]
         expander = Expander(frozenset({"by-word"}), STRING, JSON)
 

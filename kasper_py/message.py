@@ -8,14 +8,23 @@ from __future__ import annotations
 
 from typing import Any, Literal, NamedTuple
 
-__all__ = ["TIMESTAMP_CREATE_TIME", "TIMESTAMP_LOG_APPEND_TIME", "TIMESTAMP_NONE", "DeadLetter",
-           "Headers", "Message", "OutgoingMessage", "OutgoingRecord", "TopicPartitionKey",
-           "Undecodable"]
+__all__ = ["PACKED", "PACKED_KEY", "TIMESTAMP_CREATE_TIME", "TIMESTAMP_LOG_APPEND_TIME",
+           "TIMESTAMP_NONE", "DeadLetter", "Headers", "Message", "OutgoingMessage",
+           "OutgoingRecord", "TopicPartitionKey", "Undecodable"]
 
 Headers = tuple[tuple[str, bytes | None], ...]
 
 TopicPartitionKey = tuple[str, int]
 """A topic-partition, ``(topic, partition)``: the one alias every module uses."""
+
+PACKED = "kasper.packed"
+"""The first header of a packed record (the streams DSL's repartitions,
+``kasper_py.dsl.packed``): it holds the frame of the records the packed one carries."""
+PACKED_KEY = b"\xffkasper.packed: its records are in its first header"
+"""The key of a packed record: bytes no built-in serde but ``bytes`` decodes (invalid
+UTF-8, so not text nor JSON; not a schema registry's magic byte), so a kasper_py older
+than packing fails on the record, uncommitted, instead of reading it as a record with
+no key and skipping it. The decoder of this one passes it on undecoded (``kafka.batching``)."""
 
 TIMESTAMP_NONE = 0
 """``Message.timestamp_type``: the record has no timestamp (``timestamp`` is ``None``)."""

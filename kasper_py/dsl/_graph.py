@@ -14,7 +14,7 @@ from kasper_py.app import App, Operator, Repartition
 from kasper_py.dsl._chain import Chain
 from kasper_py.dsl._nodes import FromRepartition, Graph, Node, Source, Stage
 from kasper_py.dsl._ops import CachedTable, OneByOne, Op, Rec, StageContext, TableOp
-from kasper_py.dsl._packing import Expander, Packer
+from kasper_py.dsl._packing import Expander, packer_for
 from kasper_py.exceptions import TopicError
 from kasper_py.message import Message
 from kasper_py.processor import MessageProcessor, ProcessorContext
@@ -145,13 +145,10 @@ class StageProcessor(MessageProcessor):
     (runs of one topic at a time), so a join sees the table as of each record."""
 
     def __init__(self, context: ProcessorContext, sources: dict[Source, list[Node]],
-                 topic_of: Callable[[str, Source], str], *, pack: bool = False) -> None:
+                 topic_of: Callable[[str, Source], str], *, pack: bool | None = None) -> None:
         super().__init__(context)
         config = context.config
-        # packed records carry the times records had, so a stage that reads event time
-        # from its records' values (a timestamp extractor) gets plain ones
-        packer = Packer() if pack and config.timestamp_extractor is None else None
-        self._shared = StageContext(context, packer)
+        self._shared = StageContext(context, packer_for(pack, config))
         self._expander = Expander(
             frozenset(topic_of(config.name, s) for s in sources if isinstance(s, FromRepartition)),
             config.key_decoder, config.value_decoder)
@@ -238,9 +235,9 @@ def _kafka_time(message: Message) -> int | None:
 
 
 def stage_factory(sources: dict[Source, list[Node]], topic_of: Callable[[str, Source], str],
-                  *, pack: bool = False) -> Callable[[ProcessorContext], StageProcessor]:
-    """A ``ProcessorFactory`` of the stage reading ``sources`` (``pack``: what it sends
-    to repartitions goes packed, ``_packing``)."""
+                  *, pack: bool | None = None) -> Callable[[ProcessorContext], StageProcessor]:
+    """A ``ProcessorFactory`` of the stage reading ``sources`` (``pack``: whether what
+    it sends to repartitions goes packed, by default as ``_packing.packer_for`` finds)."""
 
     def factory(context: ProcessorContext) -> StageProcessor:
         return StageProcessor(context, sources, topic_of, pack=pack)

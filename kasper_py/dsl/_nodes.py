@@ -124,10 +124,12 @@ class Graph:
     table-table joins stamp their outputs, ``_times``)."""
 
     def __init__(self, owner: str, stores: StoreMaker, cache: bool,
-                 timestamps: Timestamps = "record", pack_repartitions: bool = False) -> None:
+                 timestamps: Timestamps = "record", pack_repartitions: bool | None = None
+                 ) -> None:
         self.owner, self.cache = owner, cache
         self.pack_repartitions = pack_repartitions
-        """Whether stages write their repartitions' records packed (``_packing``)."""
+        """Whether stages write their repartitions' records packed (``None``: as
+        ``_packing.packer_for`` finds from the config)."""
         self.keeps_times = timestamps == "latest"
         """Whether tables keep their times (``keep_times``), chosen once: the operators
         of either mode are made at build time (``times``, ``aggregate``, ``repartition``)."""

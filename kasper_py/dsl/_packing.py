@@ -12,14 +12,22 @@ from itertools import compress, repeat
 from operator import itemgetter
 from typing import Any
 
-from kasper_py.dsl.packed import FRAME_CAP, PACKED, Columns, columns_frames, unpack_columns
+from kasper_py.config import Config
+from kasper_py.dsl.packed import (
+    FRAME_CAP,
+    PACKED,
+    PACKED_KEY,
+    Columns,
+    columns_frames,
+    unpack_columns,
+)
 from kasper_py.exceptions import SerdeError
 from kasper_py.kafka.partitioner import murmur2_partitions
 from kasper_py.message import Headers, Message, OutgoingRecord
 from kasper_py.sender import Sender, SendRecord
-from kasper_py.serdes import Column, bound_to, column_decoder
+from kasper_py.serdes import Column, Serde, bound_to, column_decoder
 
-__all__ = ["Expander", "Packer"]
+__all__ = ["Expander", "Packer", "packer_for"]
 
 _KEYS_CACHED = 100_000
 """Keys whose partition a ``Packer`` remembers (a batch's new keys are hashed together,
@@ -64,7 +72,7 @@ class Packer:
                 mine = columns_frames(pick(keys), pick(values), times,
                                       None if headers is None else pick(headers), self._cap)
                 newest = max(times)
-            packed += [(topic, None, None, partition, None, None, newest, [(PACKED, frame)])
+            packed += [(topic, None, PACKED_KEY, partition, None, None, newest, [(PACKED, frame)])
                        for frame in mine]
         return packed
 
@@ -87,6 +95,35 @@ class Packer:
         new = list(set(keys).difference(known))
         known.update(zip(new, murmur2_partitions(new, partitions), strict=True))
         return list(map(known.__getitem__, keys))
+
+
+def packer_for(pack: bool | None, config: Config) -> Packer | None:
+    """The ``Packer`` of a stage run with ``config``, or ``None`` (plain records):
+    ``pack`` when given; by default (``None``) packed when a kasper_py older than
+    packing would stop on a packed record rather than skip it (``stops_older_readers``).
+    Never with a timestamp extractor: packed records carry the times records had, so a
+    stage that reads event time from its records' values gets plain ones."""
+    if config.timestamp_extractor is not None:
+        return None
+    if pack is None:
+        pack = stops_older_readers(config)
+    return Packer() if pack else None
+
+
+def stops_older_readers(config: Config) -> bool:
+    """Whether a kasper_py older than packing, run with ``config``, stops on a packed
+    record, its turn not committed: its key serde refuses ``PACKED_KEY`` (``str``,
+    ``json``, a schema registry's; not ``bytes``, which takes any) and a record that
+    does not decode stops the loop (``on_decode_error="fail"``, not set aside)."""
+    return config.on_decode_error == "fail" and _refuses(config.key_decoder, PACKED_KEY)
+
+
+def _refuses(serde: Serde, data: bytes) -> bool:
+    try:
+        serde.decode(data)
+    except Exception:
+        return True
+    return False
 
 
 def _packed(headers: Headers) -> bool:

@@ -50,11 +50,16 @@ class Builder:
     generated names); ``kasper app describe`` lists them per stage. Operator names are
     unique per builder (a name given twice is a ``ConfigError``). ``timestamps``: how
     aggregations and table-table joins stamp outputs (``"record"``, the default, or
-    ``"latest"``, Kafka Streams'). ``pack_repartitions=True``: one Kafka record per
-    partition and turn through a repartition, packed. See docs/streams-dsl.md for both."""
+    ``"latest"``, Kafka Streams'). ``pack_repartitions``: one Kafka record per
+    partition and turn through a repartition, packed (``True``), or a Kafka record per
+    record (``False``, for readers of the internal topics other than the app); by default
+    packed unless a kasper_py older than packing could read a packed record without
+    failing (the ``bytes`` key serde, ``on_decode_error`` other than ``"fail"``). See
+    docs/streams-dsl.md for both."""
 
     def __init__(self, name: str, *, stores: StoreKind = "rocksdb", cache: bool = True,
-                 timestamps: Timestamps = "record", pack_repartitions: bool = False) -> None:
+                 timestamps: Timestamps = "record", pack_repartitions: bool | None = None
+                 ) -> None:
         self.name = name
         self._graph = Graph(name, store_maker(stores), cache, timestamps_mode(timestamps),
                             pack_repartitions)

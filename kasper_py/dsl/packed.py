@@ -4,14 +4,18 @@ repartition topics other than the app, and for tests (``unpack``, ``unpacked``).
 A DSL stage writes a turn's records for one repartition as one Kafka record per
 destination partition (several when a partition's share is larger than ``FRAME_CAP``),
 and the stage reading it expands each back into its records, in order (``_packing``).
-A packed record has no key and no value; its first header, ``kasper.packed``, holds the
-frame, so every serde reads the outer record as it is (a null key and value) and the
-loop's batching, offsets and commits see it as any other record. The frame, version 1,
-column by column (so both sides pack and unpack a column in one C call)::
+A packed record's key is ``PACKED_KEY``, bytes that no serde but ``bytes`` decodes, so a
+kasper_py older than packing fails on it instead of skipping it as a record with no key
+(docs/streams-dsl.md); its value is null and its first header, ``kasper.packed``, holds
+the frame. The loop's decoder passes such a record on undecoded, as one with no key and
+no value (what packed records were at first, still read), and its batching, offsets and
+commits see it as any other record. The frame, column by column (so both sides pack
+and unpack a column in one C call)::
 
-    version     u8 (1)
+    version     u8: 1, or 2 when flags is 2
     count       u32: n records
-    flags       u8: 1 when a headers section ends the frame
+    flags       u8: 1 when a headers section ends the frame; 2 when a headers column
+                does (version 2)
     timestamps  n x i64 (0: the outer record's)
     key sizes   n x i32 (-1: None)
     value sizes n x i32 (-1: None)
@@ -19,8 +23,13 @@ column by column (so both sides pack and unpack a column in one C call)::
     values      the values' bytes, one after another
     headers     (flag 1) per record: u16 count; per header: u16 name size, i32 value
                 size (-1: None), the name (UTF-8), the value
+                (flag 2) every record has one header, all of one name, with a value (a
+                combined record's partial count): u16 name size, the name, n x i32
+                value sizes, the values, one after another
 
-every number little-endian.
+every number little-endian. A frame is version 2 only when it holds a headers column, so
+frames without one stay readable by a kasper_py that reads version 1 alone; one that
+holds one fails there, loudly (an unknown version).
 """
 
 from __future__ import annotations
@@ -34,13 +43,13 @@ from dataclasses import dataclass
 from itertools import accumulate, repeat
 from operator import add, itemgetter
 
-from kasper_py.message import Headers, OutgoingMessage
+from kasper_py.message import PACKED, PACKED_KEY, Headers, OutgoingMessage
 
-__all__ = ["FRAME_CAP", "PACKED", "VERSION", "Columns", "frames", "unpack", "unpacked"]
+__all__ = ["FRAME_CAP", "PACKED", "PACKED_KEY", "VERSION", "Columns", "frames", "unpack",
+           "unpacked"]
 
-PACKED = "kasper.packed"
-"""The header that marks a packed record and holds its frame."""
-VERSION = 1
+VERSION = 2
+"""The newest frame version this kasper_py writes and reads (it reads 1 too)."""
 FRAME_CAP = 256 * 1024
 """Bytes a frame holds at most (a record larger alone gets a frame of its own): a
 quarter of Kafka's default ``max.message.bytes`` (1 MiB), so a frame never nears it."""
@@ -74,17 +83,17 @@ def columns_frames(keys: Sequence[bytes | None], values: Sequence[bytes | None],
     if not keys:
         return []
     packing = _Packing(keys, values, stamps, *_sizes(keys), *_sizes(values),
-                       None if headers is None else _headers_column(headers))
-    size = packing.size()
+                       *((None, None) if headers is None else _headers_column(headers)))
+    size, room = packing.size(), cap - packing.head()
     if size <= cap:
         return [packing.frame()]
-    step = max(1, (cap - _HEAD.size) // packing.largest())  # records that surely fit
+    step = max(1, room // packing.largest())  # records that surely fit
     if len(keys) / step <= 2 * size / cap:  # about as few frames as can be: cut by count
         return [packing.cut(start, start + step).frame() for start in range(0, len(keys), step)]
     ends = packing.ends()  # sizes differ widely: the most records that fit, at least one
     found, start, before = [], 0, 0
     while start < len(keys):
-        stop = max(bisect_right(ends, before + cap - _HEAD.size), start + 1)
+        stop = max(bisect_right(ends, before + room), start + 1)
         found.append(packing.cut(start, stop).frame())
         start, before = stop, ends[stop - 1]
     return found
@@ -93,7 +102,9 @@ def columns_frames(keys: Sequence[bytes | None], values: Sequence[bytes | None],
 @dataclass
 class _Packing:
     """Records to pack, as columns, with their keys' and values' sizes (-1: None) and
-    whether some is None, and their headers encoded (``None``: no record has any)."""
+    whether some is None, and their headers encoded (``None``: no record has any), or,
+    with ``header_name``, the values of each record's one header of that name (a
+    headers column, version 2)."""
 
     keys: Sequence[bytes | None]
     values: Sequence[bytes | None]
@@ -103,6 +114,15 @@ class _Packing:
     value_sizes: list[int]
     values_missing: bool
     headers: list[bytes] | None
+    header_name: bytes | None
+
+    def head(self) -> int:
+        """The bytes of the frame's head: its first numbers, and a headers column's name."""
+        return _HEAD.size + (0 if self.header_name is None else 2 + len(self.header_name))
+
+    def per_record(self) -> int:
+        """The bytes of a record's numbers: timestamp, sizes, a header value's size."""
+        return _PER_RECORD + (0 if self.header_name is None else 4)
 
     def ends(self) -> list[int]:
         """Where each record would end in one frame, counted from the end of its head."""
@@ -110,17 +130,17 @@ class _Packing:
                                                                    repeat(0)))
         if self.headers is not None:
             sizes = map(add, sizes, map(len, self.headers))
-        return list(accumulate(map(add, sizes, repeat(_PER_RECORD))))
+        return list(accumulate(map(add, sizes, repeat(self.per_record()))))
 
     def largest(self) -> int:
         """The bytes of the largest record, at most."""
         key, value = max(self.key_sizes), max(self.value_sizes)  # -1: None
-        return (_PER_RECORD + max(key, 0) + max(value, 0)
+        return (self.per_record() + max(key, 0) + max(value, 0)
                 + (0 if self.headers is None else max(map(len, self.headers))))
 
     def size(self) -> int:
         """The frame's bytes."""
-        return (_HEAD.size + _PER_RECORD * len(self.keys)  # a None's size is -1
+        return (self.head() + self.per_record() * len(self.keys)  # a None's size is -1
                 + sum(self.key_sizes) + (self.key_sizes.count(-1) if self.keys_missing else 0)
                 + sum(self.value_sizes)
                 + (self.value_sizes.count(-1) if self.values_missing else 0)
@@ -130,20 +150,35 @@ class _Packing:
         return _Packing(self.keys[start:stop], self.values[start:stop],
                         self.stamps[start:stop], self.key_sizes[start:stop], self.keys_missing,
                         self.value_sizes[start:stop], self.values_missing,
-                        None if self.headers is None else self.headers[start:stop])
+                        None if self.headers is None else self.headers[start:stop],
+                        self.header_name)
 
     def frame(self) -> bytes:
         numbers = [array("q", self.stamps), array("i", self.key_sizes),
                    array("i", self.value_sizes)]
         if _SWAP:
             numbers = [_swapped(column) for column in numbers]
-        return b"".join([_HEAD.pack(VERSION, len(self.keys), 0 if self.headers is None else 1),
-                         *(column.tobytes() for column in numbers),
+        return b"".join([self._head(), *(column.tobytes() for column in numbers),
                          b"".join(filter(None, self.keys) if self.keys_missing
                                   else self.keys),  # type: ignore[arg-type]  # no None
                          b"".join(filter(None, self.values) if self.values_missing
                                   else self.values),  # type: ignore[arg-type]  # no None
-                         *([] if self.headers is None else self.headers)])
+                         *self._headers_section()])
+
+    def _head(self) -> bytes:
+        if self.headers is None:
+            return _HEAD.pack(1, len(self.keys), 0)
+        return _HEAD.pack(1, len(self.keys), 1) if self.header_name is None else _HEAD.pack(
+            2, len(self.keys), 2)
+
+    def _headers_section(self) -> list[bytes]:
+        if self.headers is None or self.header_name is None:
+            return self.headers or []
+        sizes = array("i", map(len, self.headers))
+        if _SWAP:
+            sizes = _swapped(sizes)
+        return [len(self.header_name).to_bytes(2, "little"), self.header_name,
+                sizes.tobytes(), *self.headers]
 
 
 def _sizes(column: Sequence[bytes | None]) -> tuple[list[int], bool]:
@@ -161,23 +196,20 @@ def _swapped(column: array[int]) -> array[int]:
 
 
 def _headers_column(headers: Sequence[Sequence[tuple[str, bytes | None]] | None]
-                    ) -> list[bytes]:
-    """Each record's headers encoded: in C loops when every record has one header, all
-    of one name, none ``None`` (a combined record's partial count), else a record at a
-    time."""
+                    ) -> tuple[list[bytes], bytes | None]:
+    """Each record's headers: when every record has one header, all of one name, none
+    ``None`` (a combined record's partial count), the values and the name (a headers
+    column, C loops); else each record's encoded, a record at a time, and ``None``."""
     try:
         ones = list(map(_FIRST, headers)) if set(map(len, headers)) == {1} else None  # type: ignore[arg-type]  # None raises
     except TypeError:  # a record has None for headers
         ones = None
     if ones is None or len(set(map(_FIRST, ones))) != 1:
-        return list(map(_headers, headers))
+        return list(map(_headers, headers)), None
     values = list(map(_SECOND, ones))
-    name = ones[0][0].encode()
     if None in values or not set(map(type, values)) <= {bytes}:
-        return list(map(_headers, headers))
-    head = b"\x01\x00" + len(name).to_bytes(2, "little")
-    return list(map(b"".join, zip(repeat(head), map(_SIZE.pack, map(len, values)),
-                                  repeat(name), values)))
+        return list(map(_headers, headers)), None
+    return values, ones[0][0].encode()
 
 
 _FIRST, _SECOND = itemgetter(0), itemgetter(1)
@@ -209,9 +241,9 @@ def unpack_columns(frame: bytes) -> Columns:
     if len(frame) < _HEAD.size:
         raise ValueError(f"a frame of {len(frame)} bytes is shorter than its head")
     version, count, flags = _HEAD.unpack_from(frame)
-    if version != VERSION:
+    if version not in {1, VERSION}:
         raise ValueError(f"frame version {version} is unknown (this kasper_py reads "
-                         f"version {VERSION}): written by a newer kasper_py?")
+                         f"versions 1 to {VERSION}): written by a newer kasper_py?")
     at = _HEAD.size + _PER_RECORD * count
     if at > len(frame):
         raise ValueError(f"the frame ends inside the sizes of its {count} records")
@@ -222,7 +254,9 @@ def unpack_columns(frame: bytes) -> Columns:
     keys, at = _column(frame, at, key_sizes)
     values, at = _column(frame, at, value_sizes)
     headers = None
-    if flags & 1:
+    if flags & 2:
+        headers, at = _headers_of_column(frame, at, count)
+    elif flags & 1:
         headers, at = _read_headers(frame, at, count)
     if at != len(frame):
         raise ValueError(f"the frame holds {len(frame) - at} bytes after its {count} records")
@@ -235,6 +269,8 @@ def _column(frame: bytes, at: int, sizes: tuple[int, ...]) -> tuple[list[bytes |
     if not sizes:
         return [], at
     low, high = min(sizes), max(sizes)
+    if high < 0:  # every item None (a combined record's value)
+        return [None] * len(sizes), at
     missing = low < 0
     layout = (_layout(tuple(map(max, sizes, repeat(0))), 0, high) if missing
               else _layout(sizes, low, high))
@@ -259,6 +295,20 @@ def _layout(sizes: tuple[int, ...], smallest: int, largest: int) -> struct.Struc
     if largest < len(_SIZE_FORMATS):
         return struct.Struct("<" + "".join(map(_SIZE_FORMATS.__getitem__, sizes)))
     return struct.Struct("<" + "".join(map("%ds".__mod__, sizes)))
+
+
+def _headers_of_column(frame: bytes, at: int, count: int) -> tuple[list[Headers], int]:
+    """A version 2 frame's headers column from ``at`` on (one header a record, all of
+    one name), and where it ends: its values cut by one ``struct`` layout."""
+    try:
+        (size,) = struct.unpack_from("<H", frame, at)
+        name = frame[at + 2:at + 2 + size].decode(errors="replace")
+        at += 2 + size
+        sizes = struct.unpack_from(f"<{count}i", frame, at)
+        values, at = _column(frame, at + 4 * count, sizes)
+    except (struct.error, ValueError):
+        raise ValueError("the frame ends inside the headers column") from None
+    return list(zip(zip(repeat(name), values))), at  # ((name, value),) a record, in C
 
 
 def _read_headers(frame: bytes, at: int, count: int) -> tuple[list[Headers], int]:

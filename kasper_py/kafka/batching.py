@@ -15,7 +15,7 @@ from typing import Any
 
 from kasper_py.exceptions import ConsumeError, OffsetError, SerdeError
 from kasper_py.kafka.alignment import UNALIGNED, Alignment, runs_until
-from kasper_py.message import Message, TopicPartitionKey, Undecodable
+from kasper_py.message import PACKED, PACKED_KEY, Message, TopicPartitionKey, Undecodable
 from kasper_py.serdes import BYTES, Serde, bound_to
 
 __all__ = ["Batch", "Collector", "OffsetRange", "build_batch", "decode_batch", "offset_range"]
@@ -272,11 +272,17 @@ class _Decoding:
             return by_tp, []
         return {tp: run for tp, run in by_tp.items() if run}, self.aside
 
-    def failed(self, read: Message, exc: SerdeError) -> None:
-        """``read`` did not decode: raise (``fail``) or set it aside."""
+    def failed(self, read: Message, exc: SerdeError) -> Message | None:
+        """``read`` did not decode: a packed record (``PACKED_KEY``, whose key no serde
+        but bytes decodes on purpose, no value, its frame in its first header) as its
+        reader takes one, no key and no value; else raise (``fail``) or set it aside
+        (``None``)."""
+        if read[3] == PACKED_KEY and read[4] is None and read[6] and read[6][0][0] == PACKED:
+            return read._replace(key=None, value=None)
         if not self.set_aside:
             raise _undecodable_error(read.topic, read.partition, read.offset, exc) from exc
         self.aside.append(Undecodable(*read, error=str(exc)))
+        return None
 
 
 def _read(records: Sequence[Any], transient: Callable[[Any], bool] | None,
@@ -316,7 +322,9 @@ def _read(records: Sequence[Any], transient: Callable[[Any], bool] | None,
                                      decode_value(record.value()), ts if ts_type else None,
                                      tuple(headers) if headers else (), ts_type)))
         except SerdeError as exc:
-            decoding.failed(_as_read(record, topic, partition), exc)
+            packed = decoding.failed(_as_read(record, topic, partition), exc)
+            if packed is not None:
+                run.append(packed)
     return (by_tp, []) if decoding is None else decoding.result(by_tp)
 
 
@@ -366,7 +374,9 @@ def _decoded(by_tp: dict[TopicPartitionKey, list[Message]], key_serde: Serde,
                                               decode_value(read[4]), read[5], read[6],
                                               read[7])))
             except SerdeError as exc:
-                decoding.failed(read, exc)
+                packed = decoding.failed(read, exc)
+                if packed is not None:
+                    messages.append(packed)
         if messages:
             decoded[(topic, partition)] = messages
     batch = _group(decoded, decoding.aside)

@@ -22,27 +22,47 @@ from test_cli import kasper_command  # isort: skip
 from test_dsl_examples import app_module, internal_topics, kasper_run, run_env  # isort: skip  # noqa: F401 - a fixture
 from test_dsl_exactly_once import kill_randomly, sample_lines  # isort: skip
 
-from kasper_py.dsl.packed import PACKED, unpack
+from kasper_py.dsl.packed import PACKED, PACKED_KEY, unpack
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("internal_topics")]
 
 APP = '''
+import sys
+
+import kasper_py
 from kasper_py.dsl import Builder
 
+print("kasper_py from", kasper_py.__file__, file=sys.stderr)
 
-def build(lines, out, pack):
-    b = Builder("packed", cache=False, pack_repartitions=pack)
+
+def build(lines, out, **options):
+    b = Builder("packed", cache=False, **options)
     (b.stream(lines).flat_map(lambda _doc, line: [(w, 1) for w in line.split()])
         .repartition(name="by-word").group_by_key().count("counts").to_stream().to(out))
     return b.build()
 
 
 def eos(lines, out, name):
-    b = Builder(name, pack_repartitions=True)
+    b = Builder(name)
     (b.stream(lines).flat_map_values(str.split).group_by(lambda _k, word: word)
         .count("counts").to_stream().map_values(str).to(out))
     return b.build()
 '''
+"""A word count through a repartition (``build``: any ``Builder`` options, none for
+a version that had none, saying which kasper_py it runs on), and one combined per word
+(``eos``), both packed by default."""
+
+
+def word_count_run(tmp_path: Path, bootstrap: str, new_topic: Callable[..., str],
+                   unique_name: Callable[[str], str], prefix: str
+                   ) -> tuple[str, str, str, dict[str, str], tuple[str, ...]]:
+    """``APP``'s word count made ready for ``kasper run`` in ``tmp_path``: its input and
+    output topics, app name, environment (JSON serdes) and flags."""
+    lines, out = new_topic(f"{prefix}-lines"), unique_name(f"{prefix}-counts")
+    name = unique_name(prefix)
+    (tmp_path / "packed_app.py").write_text(APP)
+    env = run_env(bootstrap, tmp_path / "state", key_serde="json", value_serde="json")
+    return lines, out, name, env, ("--name", name, "--create-topics", "--output-topics", out)
 
 
 def test_an_app_upgraded_to_packed_records_reads_the_plain_ones_left(
@@ -52,20 +72,17 @@ def test_an_app_upgraded_to_packed_records_reads_the_plain_ones_left(
     2, packed, counts them and its own lines: each word's last count is its total, the
     repartition holds run 1's records plain (one a word) then run 2's packed (one a
     turn), and the group committed every record of both topics."""
-    lines, out = new_topic("packed-lines"), unique_name("packed-counts")
-    name = unique_name("packed")
+    lines, out, name, env, flags = word_count_run(tmp_path, bootstrap, new_topic,
+                                                  unique_name, "packed")
     repartition = f"{name}-by-word-repartition"
-    (tmp_path / "packed_app.py").write_text(APP)
-    env = run_env(bootstrap, tmp_path / "state", key_serde="json", value_serde="json")
-    flags = ("--name", name, "--create-topics", "--output-topics", out)
     first = ["a b a", "c a"]
     kafka.produce(lines, [(b'"d1"', json.dumps(line).encode()) for line in first])
-    kasper_run(app_module(tmp_path, "packed_app", f"build({lines!r}, {out!r}, False)"), env,
-               *flags)
+    unpacked = f"build({lines!r}, {out!r}, pack_repartitions=False)"
+    kasper_run(app_module(tmp_path, "packed_app", unpacked), env, *flags)
     kafka.produce(repartition, [(b'"b"', b"1"), (b'"z"', b"1")])
     second = ["b c", "a z z"]
     kafka.produce(lines, [(b'"d2"', json.dumps(line).encode()) for line in second])
-    kasper_run(app_module(tmp_path, "packed_app", f"build({lines!r}, {out!r}, True)"), env,
+    kasper_run(app_module(tmp_path, "packed_app", f"build({lines!r}, {out!r})"), env,
                *flags)
 
     last = {json.loads(m.key()): json.loads(m.value()) for m in kafka.read_all(out)}
@@ -76,7 +93,7 @@ def test_an_app_upgraded_to_packed_records_reads_the_plain_ones_left(
                      (b'"a"', b"1"), (b'"b"', b"1"), (b'"z"', b"1")]
     packed = [m for m in written if m.headers()]
     assert [m.headers()[0][0] for m in packed] == [PACKED] * len(packed)
-    assert all(m.key() is None and m.value() is None for m in packed)
+    assert all(m.key() == PACKED_KEY and m.value() is None for m in packed)
     assert [k for m in packed for k, *_ in unpack(m.headers()[0][1])] == [
         b'"b"', b'"c"', b'"a"', b'"z"', b'"z"']
     assert kafka.committed(name, repartition) == {0: len(written)}

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from kasper_py.dsl import Builder
+from kasper_py.dsl.packed import unpacked
 from kasper_py.exceptions import SerdeError
 from kasper_py.testing import ProcessorDriver, make_message
 
@@ -35,7 +36,8 @@ def outputs(driver: ProcessorDriver, topic: str) -> list[Out]:
 
 
 def repartitioned(driver: ProcessorDriver) -> list[Any]:
-    return [m for m in driver.sent if m.topic.endswith("-repartition")]
+    """The records sent through repartitions, packed ones as the records they hold."""
+    return unpacked([m for m in driver.sent if m.topic.endswith("-repartition")])
 
 
 def word_count(cache: bool | None = None) -> Builder:

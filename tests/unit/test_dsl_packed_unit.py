@@ -1,11 +1,12 @@
 """Packed repartition records (``kasper_py.dsl.packed``): the frame round trip, a
-malformed frame's error, the reading stage taking plain and packed records in one
-batch, partitioning as the producer's, and ``pack_repartitions=False``."""
+malformed frame's error, the reading stage taking plain and packed records (of both
+shapes) in one batch, partitioning as the producer's, and ``pack_repartitions=False``."""
 
 from __future__ import annotations
 
 import json
 import random
+import struct
 from collections import Counter
 from typing import Any
 
@@ -13,11 +14,13 @@ import pytest
 
 from kasper_py.config import Config
 from kasper_py.dsl import Builder
-from kasper_py.dsl.packed import FRAME_CAP, PACKED, frames, unpack, unpacked
+from kasper_py.dsl.packed import FRAME_CAP, PACKED, PACKED_KEY, frames, unpack, unpacked
 from kasper_py.exceptions import SerdeError
+from kasper_py.kafka.batching import decode_batch
 from kasper_py.kafka.partitioner import murmur2_partition
 from kasper_py.kafka.sizing import SampledBytes
 from kasper_py.message import OutgoingMessage
+from kasper_py.serdes import JSON, STRING
 from kasper_py.testing import InMemoryBroker, ProcessorDriver, make_message
 from kasper_py.topic_processor import TopicProcessor
 
@@ -34,7 +37,7 @@ def word_count(*, pack: bool = True) -> Builder:
 
 def driver_of(builder: Builder, partitions: int = 1, **config: Any) -> ProcessorDriver:
     base = Config(name="words", bootstrap_servers="in-memory:0", input_topics=("lines",),
-                  key_serde="json", value_serde="json", **config)
+                  **{"key_serde": "json", "value_serde": "json", **config})
     return ProcessorDriver(builder.build(), config=base, partitions=partitions)
 
 
@@ -77,10 +80,46 @@ def test_records_past_the_cap_take_several_frames_each_within_it() -> None:
         assert all(len(f) <= cap or len(unpack(f)) == 1 for f in found)
     assert len(frames(alike, 400)) > 1
     assert frames([]) == []
+    partials = [(b"k%d" % n, None, n, (("kasper.partial", b"%d" % n),)) for n in range(100)]
+    found = frames(partials, 400)
+    assert len(found) > 1 and all(len(f) <= 400 for f in found)
+    assert [r for f in found for r in unpack(f)] == partials
+
+
+def v1_frame(records: list[tuple[bytes, bytes | None, int, tuple[tuple[str, bytes], ...]]]
+             ) -> bytes:
+    """``records`` in a version 1 frame with a headers section, each record's headers
+    encoded in turn: what the first version with packing wrote (the layout in
+    ``kasper_py.dsl.packed``'s docstring)."""
+    n = len(records)
+    sections = [struct.pack("<BIB", 1, n, 1), struct.pack(f"<{n}q", *(r[2] for r in records)),
+                struct.pack(f"<{n}i", *(len(r[0]) for r in records)),
+                struct.pack(f"<{n}i", *(-1 if r[1] is None else len(r[1]) for r in records)),
+                *(r[0] for r in records), *(r[1] or b"" for r in records)]
+    for *_, headers in records:
+        sections.append(struct.pack("<H", len(headers)))
+        sections += [struct.pack("<Hi", len(name), len(value)) + name.encode() + value
+                     for name, value in headers]
+    return b"".join(sections)
+
+
+def test_a_frame_is_version_2_only_with_a_headers_column() -> None:
+    """One header a record, all of one name (a combined count's partial): version 2, a
+    headers column; no headers, or headers of several names: version 1, as the first
+    version with packing wrote and reads them. Its version 1 frames of one header a
+    record read here as they did."""
+    partials = [(b"k%d" % n, None, n, (("kasper.partial", b"%d" % n),)) for n in range(5)]
+    (column,) = frames(partials)
+    assert column[0] == 2 and unpack(column) == partials
+    assert frames([(b"k", b"v", 1, None)])[0][0] == 1
+    mixed = [*partials[:2], (b"k9", b"v", 9, (("a", b"1"), ("b", b"2")))]
+    assert frames(mixed)[0][0] == 1 and unpack(frames(mixed)[0]) == mixed
+    assert unpack(v1_frame(partials)) == partials
+    assert unpack(v1_frame(mixed)) == mixed
 
 
 @pytest.mark.parametrize(("frame", "why"), [
-    (b"\x02\x01\x00\x00\x00\x00", "frame version 2 is unknown"),
+    (b"\x03\x01\x00\x00\x00\x00", "frame version 3 is unknown"),
     (b"\x01", "shorter than its head"),
     (frames([(b"key", b"value", 1, None)])[0][:-2], "ends inside its data"),
     (frames([(b"key", b"value", 1, None)])[0][:10], "ends inside the sizes"),
@@ -105,8 +144,8 @@ def test_a_turn_sends_one_packed_record_per_partition_and_counts_as_plain() -> N
         driver.process(lines(*text))
     outer = sent_to(packed, REPARTITION)
     assert sorted(m.partition for m in outer) == [0, 1, 2, 3]
-    assert all(m.key is None and m.value is None and m.headers and m.headers[0][0] == PACKED
-               for m in outer)
+    assert all(m.key == PACKED_KEY and m.value is None and m.headers
+               and m.headers[0][0] == PACKED for m in outer)
     for m in outer:
         inner = unpacked([m])
         assert {murmur2_partition(i.key or b"", 4) for i in inner} == {m.partition}
@@ -135,10 +174,13 @@ def test_a_timestamp_extractor_gets_plain_records() -> None:
     assert [m.headers for m in sent_to(driver, REPARTITION)] == [None, None]
 
 
-def packed_message(records: list[tuple[Any, Any]], offset: int) -> Any:
+def packed_message(records: list[tuple[Any, Any]], offset: int, key: bytes | None = None
+                   ) -> Any:
+    """A packed record of ``records``, its key ``key`` (``None``: as the first packing
+    version wrote them; ``PACKED_KEY``: as this one does)."""
     (frame,) = frames([(json.dumps(k).encode(), json.dumps(v).encode(), 0, None)
                        for k, v in records])
-    return make_message(REPARTITION, None, None, offset=offset, timestamp=500 + offset,
+    return make_message(REPARTITION, None, key, offset=offset, timestamp=500 + offset,
                         headers=((PACKED, frame),))
 
 
@@ -157,6 +199,38 @@ def test_plain_and_packed_records_in_one_batch_are_read_in_order() -> None:
     assert decoded(sent_to(driver, "counts")) == [
         ("a", 1, 500), ("b", 1, 501), ("a", 2, 501), ("b", 2, 502), ("c", 1, 503)]
     assert driver.committed == {(REPARTITION, 0): 4}
+
+
+@pytest.mark.parametrize("key_serde", ["json", "bytes"])
+def test_both_packed_shapes_and_plain_records_are_read_in_one_batch(key_serde: str) -> None:
+    """Plain, first-shape packed (null key) and packed (``PACKED_KEY``) records in one
+    batch: every record counted, in order, all four offsets committed, with a key serde
+    that refuses the packed key (decoded as none) and with one that takes it."""
+    driver = driver_of(word_count(), key_serde=key_serde)
+    driver.process([plain_message("a", 0), packed_message([("b", 1), ("a", 1)], 1),
+                    plain_message("b", 2),
+                    packed_message([("c", 1), ("a", 1)], 3, PACKED_KEY)], encoded=True)
+    assert decoded(sent_to(driver, "counts")) == [
+        ("a", 1, 500), ("b", 1, 501), ("a", 2, 501), ("b", 2, 502), ("c", 1, 503),
+        ("a", 3, 503)]
+    assert driver.committed == {(REPARTITION, 0): 4}
+
+
+def test_the_decoder_passes_a_packed_record_on_even_when_it_sets_others_aside() -> None:
+    """With ``on_decode_error="skip"`` a packed record is not undecodable input: it goes
+    on (no key, no value, its frame), while a record whose key does not decode is set
+    aside; the packed key without the packed header, or with a value, is such a record."""
+    messages = [packed_message([("a", 1)], 0, PACKED_KEY),
+                plain_message("b", 1)._replace(key=b"\xff"),
+                plain_message("c", 2)._replace(key=PACKED_KEY), plain_message("d", 3),
+                packed_message([("e", 1)], 4, PACKED_KEY)._replace(value=b"1")]
+    batch = decode_batch(messages, STRING, JSON, set_aside=True)
+    passed, kept = batch.by_partition[0]
+    assert (passed.key, passed.value, passed.headers) == (None, None, messages[0].headers)
+    assert (kept.key, kept.value) == ('"d"', 1)
+    assert [u.offset for u in batch.undecodable] == [1, 2, 4]
+    with pytest.raises(SerdeError, match=rf"cannot decode {REPARTITION}\[0\] offset 2"):
+        decode_batch(messages[2:], STRING, JSON)
 
 
 def test_a_malformed_packed_record_fails_the_turn_naming_it() -> None:

@@ -9,7 +9,7 @@ import random
 import pytest
 
 from kasper_py.dsl._packing import Packer
-from kasper_py.dsl.packed import PACKED, frames, unpack
+from kasper_py.dsl.packed import PACKED, PACKED_KEY, frames, unpack
 from kasper_py.kafka.partitioner import murmur2_partition
 
 
@@ -31,7 +31,7 @@ def test_each_record_goes_in_order_to_its_keys_partition(partitions: int) -> Non
         packed = packer.pack("t", sent_keys, values, stamps, None, partitions)
         assert len({record[3] for record in packed}) == len(packed)
         for topic, value, key, partition, _, _, newest, headers in packed:
-            assert (topic, value, key) == ("t", None, None)
+            assert (topic, value, key) == ("t", None, PACKED_KEY)
             assert headers[0][0] == PACKED
             wanted = [(k, v, t, ()) for k, v, t in zip(sent_keys, values, stamps, strict=True)
                       if murmur2_partition(k, partitions) == partition]

@@ -1,6 +1,7 @@
 """What the streams DSL hands the ``Sender``: a batch's records for a topic or a
-repartition in one ``send_many`` / ``repartition_many`` call, in order, with their keys,
-timestamps and headers; and a record the serde refuses fails the turn uncommitted."""
+repartition in one ``send_many`` / ``repartition_many`` (packed: ``repartition_packed``)
+call, in order, with their keys, timestamps and headers; and a record the serde refuses
+fails the turn uncommitted."""
 
 from __future__ import annotations
 
@@ -22,21 +23,23 @@ Call = tuple[str, str, list[SendRecord]]
 
 @pytest.fixture
 def calls(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Call]]:
-    """Every ``send``, ``send_many``, ``repartition`` and ``repartition_many`` call the
-    Sender received, in order; each still does what it does."""
+    """Every ``send``, ``send_many``, ``repartition``, ``repartition_many`` and
+    ``repartition_packed`` call the Sender received, in order; each still does what it
+    does."""
     received: list[Call] = []
 
     def recording(method: str) -> Any:
         real = getattr(Sender, method)
 
         def record(self: Sender, target: str, *args: Any, **kwargs: Any) -> None:
-            many = method.endswith("_many")
+            many = method.endswith(("_many", "_packed"))
             received.append((method, target, list(args[0]) if many else [args]))
             real(self, target, *args, **kwargs)
 
         return record
 
-    for method in ("send", "send_many", "repartition", "repartition_many"):
+    for method in ("send", "send_many", "repartition", "repartition_many",
+                   "repartition_packed"):
         monkeypatch.setattr(Sender, method, recording(method))
     yield received
 
@@ -115,7 +118,7 @@ def test_repartitions_get_a_batch_in_one_call(calls: list[Call]) -> None:
         driver.process(batch(1_000))
         assert [(method, target, len(records)) for method, target, records in calls
                 if method.startswith("repartition")] == [
-            ("repartition_many", "counts-by-key", sent)]
+            ("repartition_packed", "counts-by-key", sent)]
         last = {key: value for key, value, _, _ in decoded(driver, "counts")}
         assert last == {f"K{j}": len(range(j, 1_000, 7)) for j in range(7)}
 
@@ -151,9 +154,9 @@ def test_a_foreign_key_join_sends_each_batch_of_requests_in_one_call(
                                  timestamp=100 + i) for i in range(3)])
     assert [(method, target, [key for key, *_ in records])
             for method, target, records in calls if method.startswith("repartition")] == [
-        ("repartition_many", "enriched-subscription", [f"c{i % 3}" for i in range(20)]),
-        ("repartition_many", "enriched-response", [f"o{i}" for i in range(20)]),
-        ("repartition_many", "enriched-response",
+        ("repartition_packed", "enriched-subscription", [f"c{i % 3}" for i in range(20)]),
+        ("repartition_packed", "enriched-response", [f"o{i}" for i in range(20)]),
+        ("repartition_packed", "enriched-response",
          [f"o{i}" for c in range(3) for i in range(c, 20, 3)])]
     assert {key: value for key, value, _, _ in decoded(driver, "out")} == {
         f"o{i}": [i, f"N{i % 3}"] for i in range(20)}
