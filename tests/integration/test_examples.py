@@ -6,9 +6,11 @@ from __future__ import annotations
 import ast
 import importlib
 import json
+import math
 import random
 import re
 import sys
+import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -18,6 +20,11 @@ from typing import Any
 import pytest
 from confluent_kafka import TopicPartition
 
+from kasper_py import Config, TopicProcessor
+from kasper_py.kafka.alignment import SLOW_FETCH
+from kasper_py.kafka.consumer import InputConsumer
+from kasper_py.kafka.ports import KafkaClients
+from kasper_py.kafka.producer import OutputProducer
 from tests.kafka_clients import Consumer
 
 pytest.register_assert_rewrite("conftest_stores")
@@ -216,6 +223,56 @@ def test_stream_table_join_sends_each_order_with_the_profile_of_its_time(
     assert sorted(e["order"] for e in enriched) == list(range(300))
     assert [e for e in enriched if not 1 <= e["customer"]["level"] <= e["level"]] == []
     assert sum(e["customer"]["level"] == e["level"] for e in enriched) > 150
+
+
+class FirstFetchLate:
+    """The real consumer, with one topic-partition paused (librdkafka fetches nothing of
+    it, so its lag is not known) for its first ``late`` seconds: a loaded broker slow to
+    answer that partition's first fetch."""
+
+    def __init__(self, consumer: InputConsumer, key: tuple[str, int], late: float) -> None:
+        self._consumer, self._key, self._late = consumer, key, late
+        self._until: float | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._consumer, name)
+
+    def consume(self, max_count: int, timeout: float) -> list[Any]:
+        client, now = self._consumer._consumer, time.monotonic()
+        if self._until is None:
+            self._until = now + self._late
+            client.pause([TopicPartition(*self._key)])
+        elif self._until < now < self._until + 3600:
+            client.resume([TopicPartition(*self._key)])
+            self._until = -math.inf
+        return self._consumer.consume(max_count, timeout)
+
+
+def test_stream_table_join_waits_for_a_slow_first_fetch_of_the_orders(  # noqa: PLR0917
+        bootstrap: str, unique_name: Callable[[str], str], kafka: Any, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch, delete_changelogs: None) -> None:
+    """The example run while orders[1]'s first fetch answers only after the slow-fetch
+    warning's seconds (its lag not known meanwhile): no profile of partition 1 is
+    applied before the orders stamped earlier, so every order still comes out once with
+    a profile of its time or before, and every offset ends committed."""
+    module, name = example("stream_table_join"), unique_name("stjl")
+    prefix = name + "-"
+
+    def processor(config: Config, factory: Any, **kwargs: Any) -> TopicProcessor:
+        consumer = FirstFetchLate(InputConsumer(config), (prefix + "orders", 1), SLOW_FETCH + 1)
+        clients = KafkaClients(consumer, OutputProducer(config))  # type: ignore[arg-type]
+        return TopicProcessor(config, factory, clients=clients, **kwargs)
+
+    monkeypatch.setattr(module, "TopicProcessor", processor)
+    assert module.main(["--bootstrap", bootstrap, "--name", name, "--prefix", prefix,
+                        "--state-dir", str(tmp_path), "--sample", "300", "--until-caught-up"]) == 0
+
+    enriched = [json.loads(m.value()) for m in kafka.read_all(prefix + "enriched-orders")]
+    assert sorted(e["order"] for e in enriched) == list(range(300))
+    assert [e for e in enriched if not 1 <= e["customer"]["level"] <= e["level"]] == []
+    for topic in ("customers", "orders"):
+        assert kafka.committed(name, prefix + topic, 2) == {
+            p: _high(kafka, prefix + topic, p) for p in range(2)}
 
 
 def _high(kafka: Any, topic: str, partition: int) -> int:

@@ -12,10 +12,11 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Message as RawMessage
+from structlog.testing import capture_logs
 
 from kasper_py import Config, ConfigError, Message, MessageProcessor, Sender, TopicProcessor
 from kasper_py.cli.base import EXIT_CONFIG, load_config
-from kasper_py.kafka.alignment import LAG_WAIT, UNALIGNED, TimestampAlignment
+from kasper_py.kafka.alignment import SLOW_FETCH, UNALIGNED, TimestampAlignment
 from kasper_py.kafka.batching import Collector
 from kasper_py.loop.prefetch import Prefetcher
 from kasper_py.message import TopicPartitionKey
@@ -108,19 +109,56 @@ def test_a_caught_up_topic_does_not_hold_and_other_partitions_are_not_held() -> 
     assert coordinates(gathering.records) == [("clicks", 0, 0), ("clicks", 0, 1)]
 
 
-def test_the_lag_wait_is_bounded_then_the_records_go() -> None:
-    """A users partition whose records never come (a stuck fetch) holds partition 0 back
-    for LAG_WAIT seconds, then its clicks go, and later clicks are not held again."""
+def test_a_slow_first_fetch_never_lets_later_records_pass_it() -> None:
+    """The stream-table join's start on a loaded machine: users[1] (the table) is read
+    whole, clicks[1]'s first fetch has not answered (lag not known) for longer than the
+    slow-fetch warning. No users record is released before clicks[1] is read: then the
+    batch ends at the newest click, and the users stamped after it wait for the next.
+    The long wait is logged once, as a warning."""
+    users = [raw("users", 1, o, 1000 + 250 * o) for o in range(8)]  # 1000 .. 2750
+    script = Script([users])
+    script.lag[("clicks", 1)] = None
+    gathering = collector(script)
+    with capture_logs() as logs:
+        for _ in range(int(3 * SLOW_FETCH)):  # batch_wait 1.0 each
+            gathering.gather()
+            assert gathering.take() == []
+    assert gathering.held == 8
+    assert [(e["event"], e["log_level"], e["topic"], e["partition"]) for e in logs] == [
+        ("kasper.alignment_waiting", "warning", "clicks", 1)]
+    script.calls.append(clicks(1, range(5), step=200))  # 1000 .. 1800
+    script.lag[("clicks", 1)] = 0
+    gathering.gather()
+    assert coordinates(gathering.take()) == [
+        *[("users", 1, o) for o in range(4)], *[("clicks", 1, o) for o in range(5)]]
+    assert coordinates(gathering.records) == [("users", 1, o) for o in range(4, 8)]
+
+
+def test_a_lag_the_lags_leave_out_is_not_known_so_it_holds() -> None:
+    """A lags answer without a topic-partition is no answer: not known to be caught up,
+    so its partition number is held, never released as if it had no records."""
     script = Script([clicks(0, range(2))])
+    alignment = TimestampAlignment(["users", "clicks"], lambda keys: {}, script.clock, 0.0,
+                                   1000)
+    gathering = Collector(script.consume, 100, 1.0, script.clock, alignment=alignment)
+    gathering.gather()
+    assert gathering.take() == []
+    assert gathering.held == 2
+
+
+def test_a_stuck_fetch_holds_its_partition_number_and_the_others_go_on() -> None:
+    """users[0] has records on the broker that never come: partition 0 is held however
+    long (nothing committed past them), while partition 1, whose users are caught up,
+    goes on."""
+    script = Script([clicks(0, range(2)) + clicks(1, range(2))])
     script.lag[("users", 0)] = 3
     gathering = collector(script)
-    while not (batch := (gathering.gather(), gathering.take())[1]):
-        pass
-    assert coordinates(batch) == [("clicks", 0, 0), ("clicks", 0, 1)]
-    assert script.now == pytest.approx(1.0 + LAG_WAIT)  # held first at 1.0 (batch_wait)
-    script.calls.append(clicks(0, range(2, 3)))
     gathering.gather()
-    assert coordinates(gathering.take()) == [("clicks", 0, 2)]
+    assert coordinates(gathering.take()) == [("clicks", 1, 0), ("clicks", 1, 1)]
+    for _ in range(60):
+        gathering.gather()
+        assert gathering.take() == []
+    assert coordinates(gathering.records) == [("clicks", 0, 0), ("clicks", 0, 1)]
 
 
 def test_max_task_idle_holds_for_a_caught_up_topic_that_long() -> None:
@@ -135,6 +173,25 @@ def test_max_task_idle_holds_for_a_caught_up_topic_that_long() -> None:
     assert coordinates(batch) == [("clicks", 0, 0), ("clicks", 0, 1)]
     # held first at 1.0 (batch_wait), then batches of 1.0: the first 2.5 s after that
     assert script.now == pytest.approx(4.0)
+
+
+def test_the_end_of_a_max_task_idle_wait_is_logged_and_new_records_hold_again() -> None:
+    """When max_task_idle runs out for a caught-up users partition the clicks go, and
+    the log says so (Kafka Streams' enforced processing); once users[0] has records on
+    the broker again, partition 0 waits for them again."""
+    script = Script([clicks(0, range(2))])
+    gathering = collector(script, idle=1.5)
+    with capture_logs() as logs:
+        while not (batch := (gathering.gather(), gathering.take())[1]):
+            pass
+    assert coordinates(batch) == [("clicks", 0, 0), ("clicks", 0, 1)]
+    assert [(e["event"], e["log_level"], e["topic"], e["partition"], e["max_task_idle"])
+            for e in logs] == [("kasper.alignment_enforced", "info", "users", 0, 1.5)]
+    script.lag[("users", 0)] = 1
+    script.calls.append(clicks(0, range(2, 3)))
+    gathering.gather()
+    assert gathering.take() == []
+    assert gathering.held == 1
 
 
 def test_a_batch_of_held_records_still_consumes_up_to_its_size() -> None:
