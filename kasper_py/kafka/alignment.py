@@ -7,6 +7,7 @@ partition number at a common timestamp frontier, as Kafka Streams' ``PartitionGr
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any, Protocol
 
@@ -26,6 +27,26 @@ Lags = Callable[[Collection[TopicPartitionKey]], dict[TopicPartitionKey, int | N
 """Records left on the broker per topic-partition (``None``: not known yet)."""
 
 _log = structlog.get_logger("kasper_py")
+
+
+class Fetching(Protocol):
+    """Which input partitions the consumer fetches (``ports.InputPort``'s two methods)."""
+
+    def hold_back(self, keys: Collection[TopicPartitionKey]) -> None:
+        """Fetch no more of ``keys`` for now; each stays after its last record read."""
+
+    def read_on(self, keys: Collection[TopicPartitionKey]) -> None:
+        """Fetch the keys held back again, from where reading stopped."""
+
+
+class _FetchAll:
+    """Every partition fetched all along (no consumer to tell: a test's script)."""
+
+    def hold_back(self, keys: Collection[TopicPartitionKey]) -> None:
+        pass
+
+    def read_on(self, keys: Collection[TopicPartitionKey]) -> None:
+        pass
 
 
 class Alignment(Protocol):
@@ -82,15 +103,19 @@ class TimestampAlignment:
     ``max_task_idle`` seconds (0: not at all), then P goes on without it, logged
     (``kasper.alignment_enforced``), until it brings records again. A (T, P) is held
     from its first record past the frontier on, so every batch takes a contiguous run of
-    offsets of each topic-partition and commits none past a held record. More than
-    ``most`` held records are all released (memory stays bounded), logged as a
-    warning."""
+    offsets of each topic-partition and commits none past a held record. Memory stays
+    bounded as in Kafka Streams (``buffered.records.per.partition``): a topic-partition
+    with ``most`` records held or more is not fetched (``fetching.hold_back``) until
+    fewer are held; nothing is released for it."""
 
     def __init__(self, topics: Collection[str], lags: Lags, clock: Callable[[], float],
-                 max_task_idle: float, most: int) -> None:
+                 max_task_idle: float, most: int, *, fetching: Fetching | None = None) -> None:
         self._topics, self._lags, self._clock = frozenset(topics), lags, clock
         self._max_idle, self._most = max_task_idle, most
-        self._fetching: dict[TopicPartitionKey, float] = {}
+        self._fetching = fetching or _FetchAll()
+        self._held_back: set[TopicPartitionKey] = set()
+        """Topic-partitions not fetched for now: ``most`` of their records held."""
+        self._awaited: dict[TopicPartitionKey, float] = {}
         """Since when each input P waits for (nothing gathered of it) has held P back with
         records maybe on the broker (its lag above 0 or not known)."""
         self._idle: dict[TopicPartitionKey, float] = {}
@@ -111,18 +136,33 @@ class TimestampAlignment:
                 newest[key] = timestamp
         frontiers = self._frontiers(newest)
         released, held = runs_until(records, stamps, lambda key: frontiers[key[1]])
-        if len(held) > self._most:
-            _log.warning("kasper.alignment_released", held=len(held), most=self._most,
-                         reason="more held records than the largest batch")
-            return records, []
+        self._bound(held)
         return released, held
 
     def forget(self, keys: Iterable[TopicPartitionKey]) -> None:
+        keys = set(keys)
+        self._fetching.read_on(keys & self._held_back)
+        self._held_back -= keys
         for key in keys:
-            self._fetching.pop(key, None)
+            self._awaited.pop(key, None)
             self._idle.pop(key, None)
             self._expired.discard(key)
             self._warned.discard(key)
+
+    def _bound(self, held: list[Any]) -> None:
+        """Hold back the fetch of each topic-partition with ``most`` records held or
+        more; read on those held back with fewer."""
+        full: set[TopicPartitionKey] = set()
+        if len(held) >= self._most:
+            counts = Counter((record.topic(), record.partition()) for record in held)
+            full = {key for key, count in counts.items() if count >= self._most}
+        if full - self._held_back:
+            _log.info("kasper.alignment_held_back", keys=sorted(full - self._held_back),
+                      most=self._most)
+            self._fetching.hold_back(full - self._held_back)
+        if self._held_back - full:
+            self._fetching.read_on(self._held_back - full)
+        self._held_back = full
 
     def _stamps(self, records: Sequence[Any]) -> list[tuple[TopicPartitionKey, int] | None]:
         """Each record's topic-partition and timestamp; ``None`` for one that is never
@@ -150,7 +190,7 @@ class TimestampAlignment:
     def _waiting(self, missing: list[TopicPartitionKey]) -> set[TopicPartitionKey]:
         """Those of ``missing`` (nothing gathered) that hold their partition back now.
         A wait ends when its partition has no records, or the input brings some."""
-        fetching, idle, self._fetching, self._idle = self._fetching, self._idle, {}, {}
+        awaited, idle, self._awaited, self._idle = self._awaited, self._idle, {}, {}
         if not missing:
             self._warned.clear()
             return set()
@@ -159,12 +199,12 @@ class TimestampAlignment:
             lag = lags.get(key)  # not answered: not known, so not ruled out
             if lag != 0:  # records may wait on the broker: held, however long it takes
                 self._expired.discard(key)
-                self._fetching[key] = since = fetching.get(key, now)
+                self._awaited[key] = since = awaited.get(key, now)
                 waiting.add(key)
                 self._slow(key, lag, now - since)
             elif key not in self._expired and self._idle_holds(key, idle.get(key, now), now):
                 waiting.add(key)
-        self._warned.intersection_update(self._fetching)
+        self._warned.intersection_update(self._awaited)
         return waiting
 
     def _idle_holds(self, key: TopicPartitionKey, since: float, now: float) -> bool:

@@ -213,16 +213,23 @@ def test_stream_table_join_sends_each_order_with_the_profile_of_its_time(
     """Every order comes out once with a profile of its customer from the local table,
     never one stamped after the order: at most the level the customer had when the order
     was written (the sample records it in the order); most orders see exactly that one."""
-    prefix = unique_name("stj") + "-"
-
-    assert example("stream_table_join").main([
-        "--bootstrap", bootstrap, "--name", unique_name("stj"), "--prefix", prefix,
-        "--state-dir", str(tmp_path), "--sample", "300", "--until-caught-up"]) == 0
-
-    enriched = [json.loads(m.value()) for m in kafka.read_all(prefix + "enriched-orders")]
-    assert sorted(e["order"] for e in enriched) == list(range(300))
-    assert [e for e in enriched if not 1 <= e["customer"]["level"] <= e["level"]] == []
+    name = unique_name("stj")
+    enriched = _stream_table_join(example("stream_table_join"), bootstrap, name, tmp_path,
+                                  kafka, orders=300)
     assert sum(e["customer"]["level"] == e["level"] for e in enriched) > 150
+
+
+def test_stream_table_join_holds_back_orders_read_a_batch_ahead_of_the_profiles(
+        bootstrap: str, unique_name: Callable[[str], str], kafka: Any, tmp_path: Path,
+        delete_changelogs: None) -> None:
+    """2,000 orders, batches of 500: a partition's orders are read a batch or more ahead
+    of its profiles, and held, not released, until the profiles of their time are read
+    (the orders' fetch held back meanwhile), so no order meets a later profile; every
+    order comes out once and every offset ends committed."""
+    name = unique_name("stjb")
+    _stream_table_join(example("stream_table_join"), bootstrap, name, tmp_path, kafka,
+                       orders=2000)
+    _committed_to_the_end(kafka, name)
 
 
 class FirstFetchLate:
@@ -256,23 +263,34 @@ def test_stream_table_join_waits_for_a_slow_first_fetch_of_the_orders(  # noqa: 
     applied before the orders stamped earlier, so every order still comes out once with
     a profile of its time or before, and every offset ends committed."""
     module, name = example("stream_table_join"), unique_name("stjl")
-    prefix = name + "-"
 
     def processor(config: Config, factory: Any, **kwargs: Any) -> TopicProcessor:
-        consumer = FirstFetchLate(InputConsumer(config), (prefix + "orders", 1), SLOW_FETCH + 1)
+        consumer = FirstFetchLate(InputConsumer(config), (name + "-orders", 1), SLOW_FETCH + 1)
         clients = KafkaClients(consumer, OutputProducer(config))  # type: ignore[arg-type]
         return TopicProcessor(config, factory, clients=clients, **kwargs)
 
     monkeypatch.setattr(module, "TopicProcessor", processor)
-    assert module.main(["--bootstrap", bootstrap, "--name", name, "--prefix", prefix,
-                        "--state-dir", str(tmp_path), "--sample", "300", "--until-caught-up"]) == 0
+    _stream_table_join(module, bootstrap, name, tmp_path, kafka, orders=300)
+    _committed_to_the_end(kafka, name)
 
-    enriched = [json.loads(m.value()) for m in kafka.read_all(prefix + "enriched-orders")]
-    assert sorted(e["order"] for e in enriched) == list(range(300))
+
+def _stream_table_join(module: ModuleType, bootstrap: str, name: str, tmp_path: Path,
+                       kafka: Any, *, orders: int) -> list[dict[str, Any]]:
+    """Run the example on a sample of ``orders`` (topics prefixed ``name-``) until caught
+    up; check every order came out once, with a profile of its time or before; return
+    the enriched orders."""
+    assert module.main(["--bootstrap", bootstrap, "--name", name, "--prefix", name + "-",
+                        "--state-dir", str(tmp_path), "--sample", str(orders),
+                        "--until-caught-up"]) == 0
+    enriched = [json.loads(m.value()) for m in kafka.read_all(name + "-enriched-orders")]
+    assert sorted(e["order"] for e in enriched) == list(range(orders))
     assert [e for e in enriched if not 1 <= e["customer"]["level"] <= e["level"]] == []
-    for topic in ("customers", "orders"):
-        assert kafka.committed(name, prefix + topic, 2) == {
-            p: _high(kafka, prefix + topic, p) for p in range(2)}
+    return enriched
+
+
+def _committed_to_the_end(kafka: Any, name: str) -> None:
+    for topic in (name + "-customers", name + "-orders"):
+        assert kafka.committed(name, topic, 2) == {p: _high(kafka, topic, p) for p in range(2)}
 
 
 def _high(kafka: Any, topic: str, partition: int) -> int:

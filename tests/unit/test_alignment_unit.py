@@ -38,6 +38,8 @@ class Script:
     def __init__(self, calls: list[list[RawMessage]]) -> None:
         self.calls, self.now = list(calls), 0.0
         self.lag: dict[TopicPartitionKey, int | None] = {}
+        self.held_back: set[TopicPartitionKey] = set()
+        """Topic-partitions the alignment told the consumer not to fetch for now."""
 
     def clock(self) -> float:
         return self.now
@@ -51,10 +53,17 @@ class Script:
     def lags(self, keys: Collection[TopicPartitionKey]) -> dict[TopicPartitionKey, int | None]:
         return {key: self.lag.get(key, 0) for key in keys}
 
+    def hold_back(self, keys: Collection[TopicPartitionKey]) -> None:
+        self.held_back.update(keys)
+
+    def read_on(self, keys: Collection[TopicPartitionKey]) -> None:
+        self.held_back.difference_update(keys)
+
 
 def collector(script: Script, size: int = 100, idle: float = 0.0,
               most: int = 1000) -> Collector:
-    alignment = TimestampAlignment(["users", "clicks"], script.lags, script.clock, idle, most)
+    alignment = TimestampAlignment(["users", "clicks"], script.lags, script.clock, idle, most,
+                                   fetching=script)
     return Collector(script.consume, size, 1.0, script.clock, alignment=alignment)
 
 
@@ -213,13 +222,40 @@ def test_a_batch_of_held_records_still_consumes_up_to_its_size() -> None:
                                               ("users", 0, 2)]
 
 
-def test_more_held_records_than_the_largest_batch_are_released() -> None:
-    """Memory stays bounded: past ``most`` held records, everything gathered goes."""
-    script = Script([clicks(0, range(4))])
+def test_a_topic_partition_with_a_batch_of_records_held_is_not_fetched_until_released() -> None:
+    """Memory stays bounded without releasing anything early: once clicks[0] has
+    ``most`` records held (users[0] still on the broker), the consumer fetches no more
+    of it, nor releases one; users[0] arriving releases them, and clicks[0] is fetched
+    again. Nothing released passes the newest users timestamp."""
+    script = Script([clicks(0, range(3)), [], clicks(1, range(2))])
     script.lag[("users", 0)] = 1
     gathering = collector(script, most=3)
     gathering.gather()
-    assert len(gathering.take()) == 4
+    assert gathering.take() == []
+    assert script.held_back == {("clicks", 0)}
+    gathering.gather()
+    assert coordinates(gathering.take()) == [("clicks", 1, 0), ("clicks", 1, 1)]
+    assert script.held_back == {("clicks", 0)}
+    script.calls.append([raw("users", 0, 0, 1150)])
+    script.lag[("users", 0)] = 0
+    gathering.gather()
+    assert coordinates(gathering.take()) == [("clicks", 0, 0), ("clicks", 0, 1), ("users", 0, 0)]
+    assert script.held_back == set()
+    assert coordinates(gathering.records) == [("clicks", 0, 2)]
+
+
+def test_revoked_partitions_are_fetched_again_and_forgotten() -> None:
+    """A partition revoked while held back is read on (its next owner, or this loop
+    again, must be able to fetch it) and forgotten."""
+    script = Script([clicks(0, range(3))])
+    script.lag[("users", 0)] = 1
+    gathering = collector(script, most=3)
+    gathering.gather()
+    assert gathering.take() == []
+    assert script.held_back == {("clicks", 0)}
+    gathering.drop({("clicks", 0), ("users", 0)})
+    assert script.held_back == set()
+    assert gathering.records == []
 
 
 def test_revoked_partitions_lose_their_held_records() -> None:
@@ -301,7 +337,7 @@ class UsersLate:
         return self._consumer.consume(max_count, timeout)
 
 
-def enrich_run(max_task_idle: float | None) -> InMemoryBroker:
+def enrich_run(max_task_idle: float | None, batch_size: int | None = None) -> InMemoryBroker:
     broker = InMemoryBroker()
     for topic in ("users", "clicks", "enriched"):
         broker.create_topic(topic, PARTITIONS)
@@ -312,7 +348,7 @@ def enrich_run(max_task_idle: float | None) -> InMemoryBroker:
             broker.produce("clicks", f"c{j}", key="u", partition=p, timestamp=ts)
     config = Config(name="enrich", bootstrap_servers="in-memory",
                     input_topics=["users", "clicks"], value_serde="str",
-                    max_task_idle=max_task_idle)
+                    max_task_idle=max_task_idle, batch_size=batch_size)
     clients = broker.clients(config)
     clients.consumer = UsersLate(clients.consumer, late=6)
     processor = TopicProcessor(config, Enrich, clients=clients)
@@ -330,6 +366,18 @@ def test_every_click_sees_the_profile_current_at_its_timestamp() -> None:
     every click gets the profile current at its timestamp, in both partitions, and every
     offset ends committed."""
     broker = enrich_run(max_task_idle=0.0)
+    for p in range(PARTITIONS):
+        assert [m.value.decode() for m in broker.read("enriched", p)] == expected_enriched()
+    committed = broker.committed("enrich")
+    assert {tp: committed[tp] for tp in sorted(committed)} == {
+        ("clicks", 0): 10, ("clicks", 1): 10, ("users", 0): 5, ("users", 1): 5}
+
+
+def test_clicks_read_a_batch_ahead_of_the_users_are_held_back_not_released() -> None:
+    """Batches of 4: the clicks read while users is not fetched fill a batch's worth of
+    held records, so clicks stop being fetched (no record released early, none lost);
+    every click still gets the profile of its time, and every offset ends committed."""
+    broker = enrich_run(max_task_idle=0.0, batch_size=4)
     for p in range(PARTITIONS):
         assert [m.value.decode() for m in broker.read("enriched", p)] == expected_enriched()
     committed = broker.committed("enrich")
