@@ -62,7 +62,10 @@ def produce_sample(bootstrap: str, prefix: str, partitions: int, orders: int) ->
     each tenth followed 5 ms later by a new profile of its customer (level up)."""
     create_topics(bootstrap, [prefix + t for t in (CUSTOMERS, ORDERS, ENRICHED)], partitions)
     rng = random.Random(5)
-    producer = Producer({"bootstrap.servers": bootstrap, "partitioner": "murmur2_random"})
+    # idempotent: a batch retried (the topics are new, their leaders maybe not elected yet)
+    # is never written after a later one, so each partition stays in timestamp order
+    producer = Producer({"bootstrap.servers": bootstrap, "partitioner": "murmur2_random",
+                         "enable.idempotence": True})
     level = dict.fromkeys((f"c{n}" for n in range(20)), 1)
     start = int(time.time() * 1000) - orders * 10 - 60_000
     for customer in level:
