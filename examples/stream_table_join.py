@@ -4,11 +4,14 @@ RocksDB table backed by a changelog.
 `customers` (keyed by customer id, a JSON profile) and `orders` (keyed by customer id)
 are co-partitioned, so each partition's processor sees every order and every profile
 update of its customers: the profiles are kept in the table `customers`, and each order
-is sent to `enriched-orders` with the profile as the table holds it. A batch holds each
-topic's messages in turn, so they are taken in timestamp order: an order never sees a
-profile update stamped after it. The loop does not hold one topic back to wait for the
-other, so an update still unread when its order is processed is seen by later orders
-only (Kafka Streams' max.task.idle.ms trades latency for that wait).
+is sent to `enriched-orders` with the profile as the table holds it. The loop aligns
+the two topics by timestamp (docs/concepts.md): a batch ends, per partition, at the
+newest timestamp both topics have reached, and waits for a topic whose records are still
+on the broker (or not yet known: its first fetch has not answered), so no profile update
+is applied before an order stamped earlier. Within the batch the messages are taken in
+timestamp order: an order never sees a profile update stamped after it. A caught-up
+topic is not waited for (`max_task_idle`, Kafka Streams' max.task.idle.ms, would wait),
+so a profile update written after its order was processed is seen by later orders only.
 
 Delivery: at-least-once. A crash replays the last uncommitted batch: its enriched orders
 may be sent twice, with the same profiles.
@@ -59,7 +62,10 @@ def produce_sample(bootstrap: str, prefix: str, partitions: int, orders: int) ->
     each tenth followed 5 ms later by a new profile of its customer (level up)."""
     create_topics(bootstrap, [prefix + t for t in (CUSTOMERS, ORDERS, ENRICHED)], partitions)
     rng = random.Random(5)
-    producer = Producer({"bootstrap.servers": bootstrap, "partitioner": "murmur2_random"})
+    # idempotent: a batch retried (the topics are new, their leaders maybe not elected yet)
+    # is never written after a later one, so each partition stays in timestamp order
+    producer = Producer({"bootstrap.servers": bootstrap, "partitioner": "murmur2_random",
+                         "enable.idempotence": True})
     level = dict.fromkeys((f"c{n}" for n in range(20)), 1)
     start = int(time.time() * 1000) - orders * 10 - 60_000
     for customer in level:

@@ -99,10 +99,11 @@ class Config:
     """With two input topics or more (co-partitioned), each batch takes partition P's
     records in timestamp order across the topics: up to the lowest of the newest
     timestamps read of P in each topic; the rest waits for the next batch. An input of
-    P with nothing read holds P back while records are known (or not yet known) to wait
-    on the broker, 5 s at most, and while it is caught up for this many seconds (0, the
-    default: not at all; Kafka Streams' ``max.task.idle.ms``). ``None`` (``"none"``):
-    no alignment, a batch is whatever was read."""
+    P with nothing read holds P back while records of it are known (or not yet known)
+    to wait on the broker, however long that takes (a wait past 5 s is logged), and
+    while it is caught up for this many seconds (0, the default: not at all; Kafka
+    Streams' ``max.task.idle.ms``). ``None`` (``"none"``): no alignment, a batch is
+    whatever was read."""
     idle_advance: float | None = None
     """Seconds of wall clock after which a partition with no new record has its stream
     time advanced (``None``, the default: stream time moves with records only): from

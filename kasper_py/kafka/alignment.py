@@ -7,6 +7,7 @@ partition number at a common timestamp frontier, as Kafka Streams' ``PartitionGr
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any, Protocol
 
@@ -14,17 +15,38 @@ import structlog
 
 from kasper_py.message import TopicPartitionKey
 
-__all__ = ["LAG_WAIT", "UNALIGNED", "Alignment", "TimestampAlignment", "consumer_lags"]
+__all__ = ["SLOW_FETCH", "UNALIGNED", "Alignment", "TimestampAlignment", "consumer_lags"]
 
-LAG_WAIT = 5.0
-"""Seconds at most a partition number waits for an input whose lag is known (records on
-the broker, none fetched yet) or not yet known (no fetch answered): then its records go
-without it (a stuck fetch, a paused partition), until that input brings records again."""
+SLOW_FETCH = 5.0
+"""Seconds a partition number waits for an input whose lag is known (records on the
+broker, none fetched yet) or not yet known (no fetch answered) before the wait is logged
+as a warning (``kasper.alignment_waiting``). The wait itself has no bound: records that
+may be earlier than the others are never passed over (Kafka Streams' rule)."""
 
 Lags = Callable[[Collection[TopicPartitionKey]], dict[TopicPartitionKey, int | None]]
 """Records left on the broker per topic-partition (``None``: not known yet)."""
 
 _log = structlog.get_logger("kasper_py")
+
+
+class Fetching(Protocol):
+    """Which input partitions the consumer fetches (``ports.InputPort``'s two methods)."""
+
+    def hold_back(self, keys: Collection[TopicPartitionKey]) -> None:
+        """Fetch no more of ``keys`` for now; each stays after its last record read."""
+
+    def read_on(self, keys: Collection[TopicPartitionKey]) -> None:
+        """Fetch the keys held back again, from where reading stopped."""
+
+
+class _FetchAll:
+    """Every partition fetched all along (no consumer to tell: a test's script)."""
+
+    def hold_back(self, keys: Collection[TopicPartitionKey]) -> None:
+        pass
+
+    def read_on(self, keys: Collection[TopicPartitionKey]) -> None:
+        pass
 
 
 class Alignment(Protocol):
@@ -74,22 +96,35 @@ UNALIGNED: Alignment = _Unaligned()
 class TimestampAlignment:
     """Partition number P's batch ends at frontier(P): the lowest, over the aligned
     topics T, of the newest timestamp gathered of (T, P). A (T, P) with nothing gathered
-    sets it to minus infinity (all of P waits) while its lag is known or not yet known,
-    for ``LAG_WAIT`` seconds at most (or ``max_task_idle`` when longer), and while it is
-    caught up for ``max_task_idle`` seconds (0: a caught-up input never holds P back).
-    A (T, P) is held from its first record past the frontier on, so every batch takes
-    a contiguous run of offsets of each topic-partition and commits none past a held
-    record. More than ``most`` held records are all released (memory stays bounded)."""
+    sets it to minus infinity (all of P waits) as Kafka Streams' ``PartitionGroup``
+    decides: while records of it may wait on the broker (its lag is above 0, or not yet
+    known: no fetch answered), with no time bound, since they may be earlier than P's
+    others (logged once past ``SLOW_FETCH`` seconds); once it is known caught up, for
+    ``max_task_idle`` seconds (0: not at all), then P goes on without it, logged
+    (``kasper.alignment_enforced``), until it brings records again. A (T, P) is held
+    from its first record past the frontier on, so every batch takes a contiguous run of
+    offsets of each topic-partition and commits none past a held record. Memory stays
+    bounded as in Kafka Streams (``buffered.records.per.partition``): a topic-partition
+    with ``most`` records held or more is not fetched (``fetching.hold_back``) until
+    fewer are held; nothing is released for it."""
 
     def __init__(self, topics: Collection[str], lags: Lags, clock: Callable[[], float],
-                 max_task_idle: float, most: int) -> None:
+                 max_task_idle: float, most: int, *, fetching: Fetching | None = None) -> None:
         self._topics, self._lags, self._clock = frozenset(topics), lags, clock
-        self._idle, self._most = max_task_idle, most
-        self._since: dict[TopicPartitionKey, float] = {}
-        """When each input P waits for began to hold P back (nothing gathered of it)."""
+        self._max_idle, self._most = max_task_idle, most
+        self._fetching = fetching or _FetchAll()
+        self._held_back: set[TopicPartitionKey] = set()
+        """Topic-partitions not fetched for now: ``most`` of their records held."""
+        self._awaited: dict[TopicPartitionKey, float] = {}
+        """Since when each input P waits for (nothing gathered of it) has held P back with
+        records maybe on the broker (its lag above 0 or not known)."""
+        self._idle: dict[TopicPartitionKey, float] = {}
+        """Since when each input P waits for has held P back known caught up."""
         self._expired: set[TopicPartitionKey] = set()
-        """Inputs waited for to their bound: they hold nothing back until they bring
-        records again."""
+        """Caught-up inputs waited for ``max_task_idle``: they hold nothing back until
+        they bring records again, or records of them wait on the broker."""
+        self._warned: set[TopicPartitionKey] = set()
+        """Inputs whose wait for records on the broker was logged as slow."""
 
     def cut(self, records: list[Any]) -> tuple[list[Any], list[Any]]:
         if not records:
@@ -101,15 +136,33 @@ class TimestampAlignment:
                 newest[key] = timestamp
         frontiers = self._frontiers(newest)
         released, held = runs_until(records, stamps, lambda key: frontiers[key[1]])
-        if len(held) > self._most:
-            _log.debug("kasper.alignment_released", held=len(held), reason="memory bound")
-            return records, []
+        self._bound(held)
         return released, held
 
     def forget(self, keys: Iterable[TopicPartitionKey]) -> None:
+        keys = set(keys)
+        self._fetching.read_on(keys & self._held_back)
+        self._held_back -= keys
         for key in keys:
-            self._since.pop(key, None)
+            self._awaited.pop(key, None)
+            self._idle.pop(key, None)
             self._expired.discard(key)
+            self._warned.discard(key)
+
+    def _bound(self, held: list[Any]) -> None:
+        """Hold back the fetch of each topic-partition with ``most`` records held or
+        more; read on those held back with fewer."""
+        full: set[TopicPartitionKey] = set()
+        if len(held) >= self._most:
+            counts = Counter((record.topic(), record.partition()) for record in held)
+            full = {key for key, count in counts.items() if count >= self._most}
+        if full - self._held_back:
+            _log.info("kasper.alignment_held_back", keys=sorted(full - self._held_back),
+                      most=self._most)
+            self._fetching.hold_back(full - self._held_back)
+        if self._held_back - full:
+            self._fetching.read_on(self._held_back - full)
+        self._held_back = full
 
     def _stamps(self, records: Sequence[Any]) -> list[tuple[TopicPartitionKey, int] | None]:
         """Each record's topic-partition and timestamp; ``None`` for one that is never
@@ -135,26 +188,44 @@ class TimestampAlignment:
         return frontiers
 
     def _waiting(self, missing: list[TopicPartitionKey]) -> set[TopicPartitionKey]:
-        """Those of ``missing`` (nothing gathered) that hold their partition back now."""
+        """Those of ``missing`` (nothing gathered) that hold their partition back now.
+        A wait ends when its partition has no records, or the input brings some."""
+        awaited, idle, self._awaited, self._idle = self._awaited, self._idle, {}, {}
         if not missing:
-            self._since.clear()
+            self._warned.clear()
             return set()
         now, lags, waiting = self._clock(), self._lags(missing), set()
-        began, self._since = self._since, {}  # a wait ends when its partition has no records
         for key in missing:
-            if key in self._expired:
-                continue
-            lag = lags.get(key, 0)
-            bound = self._idle if lag == 0 else max(self._idle, LAG_WAIT)
-            since = began.get(key, now)
-            if now - since < bound:
+            lag = lags.get(key)  # not answered: not known, so not ruled out
+            if lag != 0:  # records may wait on the broker: held, however long it takes
+                self._expired.discard(key)
+                self._awaited[key] = since = awaited.get(key, now)
                 waiting.add(key)
-                self._since[key] = since
-            elif bound > 0:
-                self._expired.add(key)
-                _log.debug("kasper.alignment_idle_released", topic=key[0], partition=key[1],
-                           lag=lag, waited=round(now - since, 3))
+                self._slow(key, lag, now - since)
+            elif key not in self._expired and self._idle_holds(key, idle.get(key, now), now):
+                waiting.add(key)
+        self._warned.intersection_update(self._awaited)
         return waiting
+
+    def _idle_holds(self, key: TopicPartitionKey, since: float, now: float) -> bool:
+        """Whether ``key``, known caught up since ``since``, still holds its partition
+        back (``max_task_idle``). When that wait ends it is logged, and ``key`` holds
+        nothing back until it brings records again."""
+        if now - since < self._max_idle:
+            self._idle[key] = since
+            return True
+        if self._max_idle > 0:
+            self._expired.add(key)
+            _log.info("kasper.alignment_enforced", topic=key[0], partition=key[1],
+                      waited=round(now - since, 3), max_task_idle=self._max_idle)
+        return False
+
+    def _slow(self, key: TopicPartitionKey, lag: int | None, waited: float) -> None:
+        """Log once per wait that ``key``'s records were waited for ``SLOW_FETCH`` s."""
+        if waited >= SLOW_FETCH and key not in self._warned:
+            self._warned.add(key)
+            _log.warning("kasper.alignment_waiting", topic=key[0], partition=key[1],
+                         lag=lag, waited=round(waited, 3))
 
 
 def consumer_lags(positions: Callable[[], dict[TopicPartitionKey, int | None]],

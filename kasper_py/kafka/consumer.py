@@ -7,7 +7,7 @@ exceptions become kasper_py's here and nowhere else.
 from __future__ import annotations
 
 import time
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 import structlog
@@ -73,6 +73,8 @@ class InputConsumer:
         self.assigned: list[TopicPartitionKey] = []
         self.from_start: frozenset[str] = frozenset()
         self._paused: set[TopicPartitionKey] = set()
+        self._held_back: set[TopicPartitionKey] = set()
+        """Keys ``hold_back`` paused, until ``read_on`` (or they are no longer assigned)."""
         self._assigning: frozenset[TopicPartitionKey] = frozenset()
         """The keys ``on_assign`` is being told of: not assigned to the client yet."""
 
@@ -139,6 +141,7 @@ class InputConsumer:
         """Stop reading ``partitions`` (released in place); the others keep their
         positions (``incremental_unassign``)."""
         keys = [tp for tp in self.assigned if tp[1] in set(partitions)]
+        self.read_on(keys)  # librdkafka keeps a pause through an unassign and a later assign
         try:
             self._consumer.incremental_unassign([TopicPartition(*tp) for tp in keys])
         except KafkaException as exc:
@@ -186,10 +189,11 @@ class InputConsumer:
             gone = set(keys)
             # librdkafka keeps an application's pause through an unassign and a later
             # assign: a paused key given back would never be read again
-            paused = [TopicPartition(*tp) for tp in gone & self._paused]
+            paused = [TopicPartition(*tp) for tp in gone & (self._paused | self._held_back)]
             if paused:
                 self._consumer.resume(paused)
             self._paused -= gone
+            self._held_back -= gone
             self.assigned = [tp for tp in self.assigned if tp not in gone]
             self._forget_ends(keys)
 
@@ -212,11 +216,34 @@ class InputConsumer:
         self._pause([tp for tp in keys if tp not in self._assigning])
 
     def _pause(self, keys: Sequence[TopicPartitionKey]) -> None:
+        self._switch(self._consumer.pause, "pausing", keys)
+
+    def _resume_fetch(self, keys: Sequence[TopicPartitionKey]) -> None:
+        self._switch(self._consumer.resume, "resuming", keys)
+
+    @staticmethod
+    def _switch(switch: Callable[[list[TopicPartition]], None], doing: str,
+                keys: Sequence[TopicPartitionKey]) -> None:
+        """Pause or resume the fetch of ``keys`` (``switch``), in kasper_py's errors."""
         if keys:
             try:
-                self._consumer.pause([TopicPartition(*tp) for tp in keys])
+                switch([TopicPartition(*tp) for tp in keys])
             except KafkaException as exc:
-                raise ConsumeError(f"pausing {keys}: {exc.args[0]}") from exc
+                raise ConsumeError(f"{doing} {keys}: {exc.args[0]}") from exc
+
+    def hold_back(self, keys: Collection[TopicPartitionKey]) -> None:
+        """Fetch no more of ``keys`` for now: librdkafka discards what it fetched of them
+        and not yet handed out; each stays positioned after its last record read."""
+        keys = [tp for tp in keys if tp not in self._held_back]
+        self._pause(keys)
+        self._held_back.update(keys)
+
+    def read_on(self, keys: Collection[TopicPartitionKey]) -> None:
+        """Fetch the keys held back again, from where reading stopped; a key ``pause``
+        paused stays paused (``resume`` reads it again)."""
+        keys = [tp for tp in keys if tp in self._held_back]
+        self._held_back.difference_update(keys)
+        self._resume_fetch([tp for tp in keys if tp not in self._paused])
 
     def resume(self, starts: Mapping[TopicPartitionKey, int | None]) -> None:
         """Seek each paused key of ``starts`` to its start (``None``: where nothing
@@ -225,10 +252,7 @@ class InputConsumer:
             return
         for tp, offset in starts.items():
             self._seek(TopicPartition(*tp, self._start(tp, offset)))
-        try:
-            self._consumer.resume([TopicPartition(*tp) for tp in starts])
-        except KafkaException as exc:
-            raise ConsumeError(f"resuming {list(starts)}: {exc.args[0]}") from exc
+        self._resume_fetch([tp for tp in starts if tp not in self._held_back])
         self._paused -= set(starts)
 
     def _forget_ends(self, keys: Iterable[TopicPartitionKey]) -> None:

@@ -134,6 +134,15 @@ class InputPort(Protocol):
         """Read the paused keys of ``starts`` again, each from its start offset (``None``:
         nothing committed, from where ``from_start`` or ``auto_offset_reset`` points)."""
 
+    def hold_back(self, keys: Collection[TopicPartitionKey]) -> None:
+        """Fetch no more records of ``keys`` for now (aligned inputs: as many of them as
+        a batch takes are held for the other inputs); each stays positioned after its
+        last record read."""
+
+    def read_on(self, keys: Collection[TopicPartitionKey]) -> None:
+        """Fetch the keys of ``keys`` held back again, from where reading stopped (not
+        those ``pause`` paused, nor those no longer assigned)."""
+
     def consume(self, max_count: int, timeout: float) -> list[Any]:
         """Up to ``max_count`` raw records (confluent-kafka ``Message``-shaped)."""
 

@@ -154,7 +154,8 @@ def _alignment(config: Config, clients: KafkaClients, internal: Collection[str])
         return UNALIGNED
     consumer = clients.consumer
     return TimestampAlignment(topics, consumer_lags(consumer.positions, consumer.watermarks),
-                              clients.clock, config.max_task_idle, config.largest_batch)
+                              clients.clock, config.max_task_idle, config.largest_batch,
+                              fetching=consumer)
 
 
 def _sizing(config: Config) -> Sizing:

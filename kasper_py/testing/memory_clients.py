@@ -106,6 +106,8 @@ class _Consumer:
         self.from_start: frozenset[str] = frozenset()
         self.paused: set[TopicPartitionKey] = set()
         """Keys not read until resumed (``pause``)."""
+        self.held_back: set[TopicPartitionKey] = set()
+        """Keys not read until read on (``hold_back``)."""
 
     def use(self, config: Config, from_start: Collection[str] = ()) -> None:
         """As ``InputConsumer.use``: read ``config``'s input topics, ``from_start``'s
@@ -177,6 +179,14 @@ class _Consumer:
         self._start_at(starts)
         self.paused -= set(starts)
 
+    def hold_back(self, keys: Collection[TopicPartitionKey]) -> None:
+        """As ``InputConsumer.hold_back``: no record of ``keys`` is read until ``read_on``."""
+        self.held_back.update(keys)
+
+    def read_on(self, keys: Collection[TopicPartitionKey]) -> None:
+        """As ``InputConsumer.read_on``: the keys held back are read again from there."""
+        self.held_back.difference_update(keys)
+
     def consume(self, max_count: int, timeout: float) -> list[Any]:
         """Up to ``max_count`` records, a run per partition not paused, starting one
         partition further each call (fair, like fetches). Finding fewer, it does not
@@ -186,7 +196,7 @@ class _Consumer:
         start = self._rotation % max(len(self.assigned), 1)
         self._rotation += 1
         for tp in self.assigned[start:] + self.assigned[:start]:
-            if tp in self.paused:
+            if tp in self.paused or tp in self.held_back:
                 continue
             got = self._broker._fetch(tp, self._positions[tp], max_count - len(records))
             self._positions[tp] += len(got)
@@ -243,6 +253,7 @@ class _Consumer:
         """Nothing to release; positions and pauses are forgotten."""
         self._positions.clear()
         self.paused.clear()
+        self.held_back.clear()
         self.assigned = []
 
 

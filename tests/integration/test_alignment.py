@@ -142,3 +142,45 @@ def test_an_input_read_to_its_end_past_a_transaction_marker_is_caught_up(
         assert consumer.positions()[(table, 0)] == 6  # past the marker at offset 5
     finally:
         consumer.close()
+
+
+def test_a_held_back_partition_is_read_on_from_where_reading_stopped(
+        bootstrap: str, new_topic: Callable[..., str], kafka: Any,
+        unique_name: Callable[[str], str]) -> None:
+    """``hold_back`` stops the fetch of one input partition (librdkafka drops what it
+    fetched of it ahead); ``read_on`` fetches it again from after the last record read:
+    every record comes once, in offset order. A partition the group paused stays paused
+    through ``read_on``."""
+    topic, other = new_topic("held"), new_topic("held-other")
+    kafka.produce(topic, [(b"k", f"v{i}") for i in range(100)], partition=0)
+    config = Config(name=unique_name("held"), bootstrap_servers=bootstrap,
+                    input_topics=[topic, other])
+    consumer, key = InputConsumer(config), (topic, 0)
+    try:
+        consumer.partition_count()
+        consumer.assign([0])
+        offsets = _offsets_read(consumer, lambda got: len(got) >= 10, count=10)
+        consumer.hold_back([key])
+        assert _offsets_read(consumer, lambda got: False, seconds=1.0) == []
+        consumer.read_on([key])
+        offsets += _offsets_read(consumer, lambda got: len(offsets) + len(got) >= 100)
+        assert offsets == list(range(100))
+
+        consumer.pause([key])
+        consumer.hold_back([key])
+        consumer.read_on([key])
+        kafka.produce(topic, [(b"k", b"late")], partition=0)
+        assert _offsets_read(consumer, lambda got: False, seconds=1.0) == []
+    finally:
+        consumer.close()
+
+
+def _offsets_read(consumer: InputConsumer, enough: Callable[[list[int]], bool],
+                  count: int = 100, seconds: float = 30.0) -> list[int]:
+    """The offsets of the records ``consumer`` reads, at most ``count`` a consume, until
+    ``enough`` of them or ``seconds`` are over."""
+    got: list[int] = []
+    deadline = time.monotonic() + seconds
+    while not enough(got) and time.monotonic() < deadline:
+        got += [r.offset() for r in consumer.consume(count, 0.2) if r.error() is None]
+    return got

@@ -6,9 +6,11 @@ from __future__ import annotations
 import ast
 import importlib
 import json
+import math
 import random
 import re
 import sys
+import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -18,6 +20,11 @@ from typing import Any
 import pytest
 from confluent_kafka import TopicPartition
 
+from kasper_py import Config, TopicProcessor
+from kasper_py.kafka.alignment import SLOW_FETCH
+from kasper_py.kafka.consumer import InputConsumer
+from kasper_py.kafka.ports import KafkaClients
+from kasper_py.kafka.producer import OutputProducer
 from tests.kafka_clients import Consumer
 
 pytest.register_assert_rewrite("conftest_stores")
@@ -206,16 +213,84 @@ def test_stream_table_join_sends_each_order_with_the_profile_of_its_time(
     """Every order comes out once with a profile of its customer from the local table,
     never one stamped after the order: at most the level the customer had when the order
     was written (the sample records it in the order); most orders see exactly that one."""
-    prefix = unique_name("stj") + "-"
-
-    assert example("stream_table_join").main([
-        "--bootstrap", bootstrap, "--name", unique_name("stj"), "--prefix", prefix,
-        "--state-dir", str(tmp_path), "--sample", "300", "--until-caught-up"]) == 0
-
-    enriched = [json.loads(m.value()) for m in kafka.read_all(prefix + "enriched-orders")]
-    assert sorted(e["order"] for e in enriched) == list(range(300))
-    assert [e for e in enriched if not 1 <= e["customer"]["level"] <= e["level"]] == []
+    name = unique_name("stj")
+    enriched = _stream_table_join(example("stream_table_join"), bootstrap, name, tmp_path,
+                                  kafka, orders=300)
     assert sum(e["customer"]["level"] == e["level"] for e in enriched) > 150
+
+
+def test_stream_table_join_holds_back_orders_read_a_batch_ahead_of_the_profiles(
+        bootstrap: str, unique_name: Callable[[str], str], kafka: Any, tmp_path: Path,
+        delete_changelogs: None) -> None:
+    """2,000 orders, batches of 500: a partition's orders are read a batch or more ahead
+    of its profiles, and held, not released, until the profiles of their time are read
+    (the orders' fetch held back meanwhile), so no order meets a later profile; every
+    order comes out once and every offset ends committed."""
+    name = unique_name("stjb")
+    _stream_table_join(example("stream_table_join"), bootstrap, name, tmp_path, kafka,
+                       orders=2000)
+    _committed_to_the_end(kafka, name)
+
+
+class FirstFetchLate:
+    """The real consumer, with one topic-partition paused (librdkafka fetches nothing of
+    it, so its lag is not known) for its first ``late`` seconds: a loaded broker slow to
+    answer that partition's first fetch."""
+
+    def __init__(self, consumer: InputConsumer, key: tuple[str, int], late: float) -> None:
+        self._consumer, self._key, self._late = consumer, key, late
+        self._until: float | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._consumer, name)
+
+    def consume(self, max_count: int, timeout: float) -> list[Any]:
+        client, now = self._consumer._consumer, time.monotonic()
+        if self._until is None:
+            self._until = now + self._late
+            client.pause([TopicPartition(*self._key)])
+        elif self._until < now < self._until + 3600:
+            client.resume([TopicPartition(*self._key)])
+            self._until = -math.inf
+        return self._consumer.consume(max_count, timeout)
+
+
+def test_stream_table_join_waits_for_a_slow_first_fetch_of_the_orders(  # noqa: PLR0917
+        bootstrap: str, unique_name: Callable[[str], str], kafka: Any, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch, delete_changelogs: None) -> None:
+    """The example run while orders[1]'s first fetch answers only after the slow-fetch
+    warning's seconds (its lag not known meanwhile): no profile of partition 1 is
+    applied before the orders stamped earlier, so every order still comes out once with
+    a profile of its time or before, and every offset ends committed."""
+    module, name = example("stream_table_join"), unique_name("stjl")
+
+    def processor(config: Config, factory: Any, **kwargs: Any) -> TopicProcessor:
+        consumer = FirstFetchLate(InputConsumer(config), (name + "-orders", 1), SLOW_FETCH + 1)
+        clients = KafkaClients(consumer, OutputProducer(config))  # type: ignore[arg-type]
+        return TopicProcessor(config, factory, clients=clients, **kwargs)
+
+    monkeypatch.setattr(module, "TopicProcessor", processor)
+    _stream_table_join(module, bootstrap, name, tmp_path, kafka, orders=300)
+    _committed_to_the_end(kafka, name)
+
+
+def _stream_table_join(module: ModuleType, bootstrap: str, name: str, tmp_path: Path,
+                       kafka: Any, *, orders: int) -> list[dict[str, Any]]:
+    """Run the example on a sample of ``orders`` (topics prefixed ``name-``) until caught
+    up; check every order came out once, with a profile of its time or before; return
+    the enriched orders."""
+    assert module.main(["--bootstrap", bootstrap, "--name", name, "--prefix", name + "-",
+                        "--state-dir", str(tmp_path), "--sample", str(orders),
+                        "--until-caught-up"]) == 0
+    enriched = [json.loads(m.value()) for m in kafka.read_all(name + "-enriched-orders")]
+    assert sorted(e["order"] for e in enriched) == list(range(orders))
+    assert [e for e in enriched if not 1 <= e["customer"]["level"] <= e["level"]] == []
+    return enriched
+
+
+def _committed_to_the_end(kafka: Any, name: str) -> None:
+    for topic in (name + "-customers", name + "-orders"):
+        assert kafka.committed(name, topic, 2) == {p: _high(kafka, topic, p) for p in range(2)}
 
 
 def _high(kafka: Any, topic: str, partition: int) -> int:

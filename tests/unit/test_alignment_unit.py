@@ -12,10 +12,11 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Message as RawMessage
+from structlog.testing import capture_logs
 
 from kasper_py import Config, ConfigError, Message, MessageProcessor, Sender, TopicProcessor
 from kasper_py.cli.base import EXIT_CONFIG, load_config
-from kasper_py.kafka.alignment import LAG_WAIT, UNALIGNED, TimestampAlignment
+from kasper_py.kafka.alignment import SLOW_FETCH, UNALIGNED, TimestampAlignment
 from kasper_py.kafka.batching import Collector
 from kasper_py.loop.prefetch import Prefetcher
 from kasper_py.message import TopicPartitionKey
@@ -37,6 +38,8 @@ class Script:
     def __init__(self, calls: list[list[RawMessage]]) -> None:
         self.calls, self.now = list(calls), 0.0
         self.lag: dict[TopicPartitionKey, int | None] = {}
+        self.held_back: set[TopicPartitionKey] = set()
+        """Topic-partitions the alignment told the consumer not to fetch for now."""
 
     def clock(self) -> float:
         return self.now
@@ -50,10 +53,17 @@ class Script:
     def lags(self, keys: Collection[TopicPartitionKey]) -> dict[TopicPartitionKey, int | None]:
         return {key: self.lag.get(key, 0) for key in keys}
 
+    def hold_back(self, keys: Collection[TopicPartitionKey]) -> None:
+        self.held_back.update(keys)
+
+    def read_on(self, keys: Collection[TopicPartitionKey]) -> None:
+        self.held_back.difference_update(keys)
+
 
 def collector(script: Script, size: int = 100, idle: float = 0.0,
               most: int = 1000) -> Collector:
-    alignment = TimestampAlignment(["users", "clicks"], script.lags, script.clock, idle, most)
+    alignment = TimestampAlignment(["users", "clicks"], script.lags, script.clock, idle, most,
+                                   fetching=script)
     return Collector(script.consume, size, 1.0, script.clock, alignment=alignment)
 
 
@@ -108,19 +118,56 @@ def test_a_caught_up_topic_does_not_hold_and_other_partitions_are_not_held() -> 
     assert coordinates(gathering.records) == [("clicks", 0, 0), ("clicks", 0, 1)]
 
 
-def test_the_lag_wait_is_bounded_then_the_records_go() -> None:
-    """A users partition whose records never come (a stuck fetch) holds partition 0 back
-    for LAG_WAIT seconds, then its clicks go, and later clicks are not held again."""
+def test_a_slow_first_fetch_never_lets_later_records_pass_it() -> None:
+    """The stream-table join's start on a loaded machine: users[1] (the table) is read
+    whole, clicks[1]'s first fetch has not answered (lag not known) for longer than the
+    slow-fetch warning. No users record is released before clicks[1] is read: then the
+    batch ends at the newest click, and the users stamped after it wait for the next.
+    The long wait is logged once, as a warning."""
+    users = [raw("users", 1, o, 1000 + 250 * o) for o in range(8)]  # 1000 .. 2750
+    script = Script([users])
+    script.lag[("clicks", 1)] = None
+    gathering = collector(script)
+    with capture_logs() as logs:
+        for _ in range(int(3 * SLOW_FETCH)):  # batch_wait 1.0 each
+            gathering.gather()
+            assert gathering.take() == []
+    assert gathering.held == 8
+    assert [(e["event"], e["log_level"], e["topic"], e["partition"]) for e in logs] == [
+        ("kasper.alignment_waiting", "warning", "clicks", 1)]
+    script.calls.append(clicks(1, range(5), step=200))  # 1000 .. 1800
+    script.lag[("clicks", 1)] = 0
+    gathering.gather()
+    assert coordinates(gathering.take()) == [
+        *[("users", 1, o) for o in range(4)], *[("clicks", 1, o) for o in range(5)]]
+    assert coordinates(gathering.records) == [("users", 1, o) for o in range(4, 8)]
+
+
+def test_a_lag_the_lags_leave_out_is_not_known_so_it_holds() -> None:
+    """A lags answer without a topic-partition is no answer: not known to be caught up,
+    so its partition number is held, never released as if it had no records."""
     script = Script([clicks(0, range(2))])
+    alignment = TimestampAlignment(["users", "clicks"], lambda keys: {}, script.clock, 0.0,
+                                   1000)
+    gathering = Collector(script.consume, 100, 1.0, script.clock, alignment=alignment)
+    gathering.gather()
+    assert gathering.take() == []
+    assert gathering.held == 2
+
+
+def test_a_stuck_fetch_holds_its_partition_number_and_the_others_go_on() -> None:
+    """users[0] has records on the broker that never come: partition 0 is held however
+    long (nothing committed past them), while partition 1, whose users are caught up,
+    goes on."""
+    script = Script([clicks(0, range(2)) + clicks(1, range(2))])
     script.lag[("users", 0)] = 3
     gathering = collector(script)
-    while not (batch := (gathering.gather(), gathering.take())[1]):
-        pass
-    assert coordinates(batch) == [("clicks", 0, 0), ("clicks", 0, 1)]
-    assert script.now == pytest.approx(1.0 + LAG_WAIT)  # held first at 1.0 (batch_wait)
-    script.calls.append(clicks(0, range(2, 3)))
     gathering.gather()
-    assert coordinates(gathering.take()) == [("clicks", 0, 2)]
+    assert coordinates(gathering.take()) == [("clicks", 1, 0), ("clicks", 1, 1)]
+    for _ in range(60):
+        gathering.gather()
+        assert gathering.take() == []
+    assert coordinates(gathering.records) == [("clicks", 0, 0), ("clicks", 0, 1)]
 
 
 def test_max_task_idle_holds_for_a_caught_up_topic_that_long() -> None:
@@ -135,6 +182,25 @@ def test_max_task_idle_holds_for_a_caught_up_topic_that_long() -> None:
     assert coordinates(batch) == [("clicks", 0, 0), ("clicks", 0, 1)]
     # held first at 1.0 (batch_wait), then batches of 1.0: the first 2.5 s after that
     assert script.now == pytest.approx(4.0)
+
+
+def test_the_end_of_a_max_task_idle_wait_is_logged_and_new_records_hold_again() -> None:
+    """When max_task_idle runs out for a caught-up users partition the clicks go, and
+    the log says so (Kafka Streams' enforced processing); once users[0] has records on
+    the broker again, partition 0 waits for them again."""
+    script = Script([clicks(0, range(2))])
+    gathering = collector(script, idle=1.5)
+    with capture_logs() as logs:
+        while not (batch := (gathering.gather(), gathering.take())[1]):
+            pass
+    assert coordinates(batch) == [("clicks", 0, 0), ("clicks", 0, 1)]
+    assert [(e["event"], e["log_level"], e["topic"], e["partition"], e["max_task_idle"])
+            for e in logs] == [("kasper.alignment_enforced", "info", "users", 0, 1.5)]
+    script.lag[("users", 0)] = 1
+    script.calls.append(clicks(0, range(2, 3)))
+    gathering.gather()
+    assert gathering.take() == []
+    assert gathering.held == 1
 
 
 def test_a_batch_of_held_records_still_consumes_up_to_its_size() -> None:
@@ -156,13 +222,40 @@ def test_a_batch_of_held_records_still_consumes_up_to_its_size() -> None:
                                               ("users", 0, 2)]
 
 
-def test_more_held_records_than_the_largest_batch_are_released() -> None:
-    """Memory stays bounded: past ``most`` held records, everything gathered goes."""
-    script = Script([clicks(0, range(4))])
+def test_a_topic_partition_with_a_batch_of_records_held_is_not_fetched_until_released() -> None:
+    """Memory stays bounded without releasing anything early: once clicks[0] has
+    ``most`` records held (users[0] still on the broker), the consumer fetches no more
+    of it, nor releases one; users[0] arriving releases them, and clicks[0] is fetched
+    again. Nothing released passes the newest users timestamp."""
+    script = Script([clicks(0, range(3)), [], clicks(1, range(2))])
     script.lag[("users", 0)] = 1
     gathering = collector(script, most=3)
     gathering.gather()
-    assert len(gathering.take()) == 4
+    assert gathering.take() == []
+    assert script.held_back == {("clicks", 0)}
+    gathering.gather()
+    assert coordinates(gathering.take()) == [("clicks", 1, 0), ("clicks", 1, 1)]
+    assert script.held_back == {("clicks", 0)}
+    script.calls.append([raw("users", 0, 0, 1150)])
+    script.lag[("users", 0)] = 0
+    gathering.gather()
+    assert coordinates(gathering.take()) == [("clicks", 0, 0), ("clicks", 0, 1), ("users", 0, 0)]
+    assert script.held_back == set()
+    assert coordinates(gathering.records) == [("clicks", 0, 2)]
+
+
+def test_revoked_partitions_are_fetched_again_and_forgotten() -> None:
+    """A partition revoked while held back is read on (its next owner, or this loop
+    again, must be able to fetch it) and forgotten."""
+    script = Script([clicks(0, range(3))])
+    script.lag[("users", 0)] = 1
+    gathering = collector(script, most=3)
+    gathering.gather()
+    assert gathering.take() == []
+    assert script.held_back == {("clicks", 0)}
+    gathering.drop({("clicks", 0), ("users", 0)})
+    assert script.held_back == set()
+    assert gathering.records == []
 
 
 def test_revoked_partitions_lose_their_held_records() -> None:
@@ -244,7 +337,7 @@ class UsersLate:
         return self._consumer.consume(max_count, timeout)
 
 
-def enrich_run(max_task_idle: float | None) -> InMemoryBroker:
+def enrich_run(max_task_idle: float | None, batch_size: int | None = None) -> InMemoryBroker:
     broker = InMemoryBroker()
     for topic in ("users", "clicks", "enriched"):
         broker.create_topic(topic, PARTITIONS)
@@ -255,7 +348,7 @@ def enrich_run(max_task_idle: float | None) -> InMemoryBroker:
             broker.produce("clicks", f"c{j}", key="u", partition=p, timestamp=ts)
     config = Config(name="enrich", bootstrap_servers="in-memory",
                     input_topics=["users", "clicks"], value_serde="str",
-                    max_task_idle=max_task_idle)
+                    max_task_idle=max_task_idle, batch_size=batch_size)
     clients = broker.clients(config)
     clients.consumer = UsersLate(clients.consumer, late=6)
     processor = TopicProcessor(config, Enrich, clients=clients)
@@ -273,6 +366,18 @@ def test_every_click_sees_the_profile_current_at_its_timestamp() -> None:
     every click gets the profile current at its timestamp, in both partitions, and every
     offset ends committed."""
     broker = enrich_run(max_task_idle=0.0)
+    for p in range(PARTITIONS):
+        assert [m.value.decode() for m in broker.read("enriched", p)] == expected_enriched()
+    committed = broker.committed("enrich")
+    assert {tp: committed[tp] for tp in sorted(committed)} == {
+        ("clicks", 0): 10, ("clicks", 1): 10, ("users", 0): 5, ("users", 1): 5}
+
+
+def test_clicks_read_a_batch_ahead_of_the_users_are_held_back_not_released() -> None:
+    """Batches of 4: the clicks read while users is not fetched fill a batch's worth of
+    held records, so clicks stop being fetched (no record released early, none lost);
+    every click still gets the profile of its time, and every offset ends committed."""
+    broker = enrich_run(max_task_idle=0.0, batch_size=4)
     for p in range(PARTITIONS):
         assert [m.value.decode() for m in broker.read("enriched", p)] == expected_enriched()
     committed = broker.committed("enrich")
