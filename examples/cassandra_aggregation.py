@@ -62,7 +62,8 @@ def produce_sample(bootstrap: str, topic: str, partitions: int, purchases: int) 
     """Create `topic`, write `purchases` purchases by 20 customers; return their sum."""
     create_topics(bootstrap, [topic], partitions)
     rng = random.Random(7)
-    producer = Producer({"bootstrap.servers": bootstrap, "partitioner": "murmur2_random"})
+    producer = Producer({"bootstrap.servers": bootstrap, "partitioner": "murmur2_random",
+                         "enable.idempotence": True})
     spent = 0.0
     for n in range(purchases):
         amount = round(rng.uniform(1, 100), 2)

@@ -221,7 +221,7 @@ class Sample:
         create_topics(bootstrap, [prefix + PROFILES], partitions, {"cleanup.policy": "compact"})
         # murmur2, as the app's repartition: a user's profile and counts share a partition
         self.producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5,
-                                  "partitioner": "murmur2_random"})
+                                  "partitioner": "murmur2_random", "enable.idempotence": True})
 
     def write(self, count: int) -> None:
         """The profiles, then ``count`` views and the broken events."""

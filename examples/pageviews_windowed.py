@@ -98,7 +98,8 @@ def produce_sample(bootstrap: str, topic: str, partitions: int, count: int) -> N
     start = sample_start(count)
     print("sample start:", start)
     create_topics(bootstrap, [topic], partitions)
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5,
+                         "enable.idempotence": True})
     for user, at, page in sample_views(count, start):
         producer.produce(topic, f'"{page}"', key=user, timestamp=at)
         producer.poll(0)

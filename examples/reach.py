@@ -86,7 +86,8 @@ def produce_sample(bootstrap: str, prefix: str, partitions: int, tweets: int) ->
         future.result(30)
     rng = random.Random(7)
     followers = {f"user{i}": rng.randint(0, 10_000) for i in range(50)}
-    producer = Producer({"bootstrap.servers": bootstrap, "partitioner": "murmur2_random"})
+    producer = Producer({"bootstrap.servers": bootstrap, "partitioner": "murmur2_random",
+                         "enable.idempotence": True})
     for user, count in followers.items():
         producer.produce(prefix + FOLLOWERS, json.dumps({"user": user, "followers": count}),
                          key=user)

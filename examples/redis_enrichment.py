@@ -53,7 +53,8 @@ def produce_sample(bootstrap: str, prefix: str, partitions: int, clicks: int) ->
     """Create the topics, write 100 user profiles, then `clicks` clicks by those users."""
     create_topics(bootstrap, [prefix + t for t in (USERS, CLICKS, ENRICHED)], partitions)
     rng = random.Random(7)
-    producer = Producer({"bootstrap.servers": bootstrap, "partitioner": "murmur2_random"})
+    producer = Producer({"bootstrap.servers": bootstrap, "partitioner": "murmur2_random",
+                         "enable.idempotence": True})
     for n in range(100):
         profile = {"name": f"user {n}", "country": rng.choice(["fr", "de", "jp", "br"])}
         producer.produce(prefix + USERS, json.dumps(profile), key=f"u{n}")

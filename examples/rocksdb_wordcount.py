@@ -59,7 +59,7 @@ def produce_sample(bootstrap: str, topic: str, partitions: int, lines: int) -> N
     """Create `topic` and write `lines` random lines of five words."""
     create_topics(bootstrap, [topic], partitions)
     rng = random.Random(7)
-    producer = Producer({"bootstrap.servers": bootstrap})
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
     for n in range(lines):
         producer.produce(topic, " ".join(rng.choices(VOCABULARY, k=5)))
         if n % 10_000 == 0:

@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _produce_sample(bootstrap: str, topic: str) -> None:
     create_topics(bootstrap, [topic], 1)
-    producer = Producer({"bootstrap.servers": bootstrap})
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
     for line in SAMPLE:
         producer.produce(topic, line.encode())
     producer.flush(30)
