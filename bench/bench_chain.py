@@ -12,9 +12,11 @@ Rows, on --messages messages of 10,000 keys (``bytes``, value ``b"1"``), in batc
 ``dsl_chain``    ``stream(t).filter(keep).map_values(bytes).to(out)`` (its stage's
                  processor, inside the app's)
 ``dsl_branch``   ``stream(t).branch(keep, rest)``, each branch ``to`` a topic
+``dsl_to``       ``stream(t).to(out)``: the DSL's own cost, no function of the user's
 
-Each round runs every row in a child process, rows in an order turned by one each
-round, and with ``--before DIR`` the same rows on the kasper_py in DIR right after (an
+Each round runs every row in a child process, the collector paced as the loop paces it
+(``kasper_py._support.gc.paced_for``), rows in an order turned by one each round, and
+with ``--before DIR`` the same rows on the kasper_py in DIR right after (an
 A/B in one run). Prints each round's CPU (``time.process_time``, the least of
 --repeats passes) and the ratios of the least of each row's rounds; the target
 (``dsl_chain`` within 0.95x of ``passthrough``) is printed, never asserted.
@@ -35,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-ROWS = ("passthrough", "chain_hand", "dsl_chain", "dsl_branch")
+ROWS = ("passthrough", "chain_hand", "dsl_chain", "dsl_branch", "dsl_to")
 
 
 def processor(row: str) -> Any:
@@ -54,6 +56,8 @@ def processor(row: str) -> Any:
     stream = builder.stream("in")
     if row == "dsl_chain":
         stream.filter(keep).map_values(bytes).to("out")
+    elif row == "dsl_to":
+        stream.to("out")
     else:
         kept, rest = stream.branch(keep, lambda _k, _v: True)
         kept.to("out")
@@ -66,6 +70,7 @@ def processor(row: str) -> Any:
 def child(rows: list[str], args: argparse.Namespace) -> dict[str, float]:
     """Each row's least CPU a record, in µs, over ``args.repeats`` passes."""
     from kasper_py import Message, Sender
+    from kasper_py._support.gc import paced_for
 
     messages = [Message("in", 0, i, b"w%d" % (i % 10_000), b"1", 1_700_000_000_000 + i,
                         (), 1) for i in range(args.messages)]
@@ -74,14 +79,15 @@ def child(rows: list[str], args: argparse.Namespace) -> dict[str, float]:
     found = {}
     for row in rows:
         target, least = processor(row), float("inf")
-        for _ in range(args.repeats):
-            started = time.process_time()
-            for batch in batches:
-                sender = Sender()
-                sender.timestamp = batch[-1].timestamp
-                target.process(batch, sender)
-                sender.drain()
-            least = min(least, time.process_time() - started)
+        with paced_for(args.batch_size):  # the collector's pace in the loop
+            for _ in range(args.repeats):
+                started = time.process_time()
+                for batch in batches:
+                    sender = Sender()
+                    sender.timestamp = batch[-1].timestamp
+                    target.process(batch, sender)
+                    sender.drain()
+                least = min(least, time.process_time() - started)
         found[row] = least / len(messages) * 1e6
     return found
 
@@ -109,6 +115,10 @@ def report(results: dict[str, list[float]]) -> None:
                   f"(by round {rounds})")
         if hand and chain:
             print(f"  dsl_chain{suffix} / chain_hand{suffix}: CPU {min(chain) / min(hand):.2f}x")
+        bare = results.get("dsl_to" + suffix)
+        if base and bare:
+            print(f"  dsl_to{suffix} / passthrough{suffix}: CPU {min(bare) / min(base):.2f}x "
+                  "(the DSL's own cost: no function of the user's)")
     for row in ROWS:
         if row in results and row + "@before" in results:
             now, before = min(results[row]), min(results[row + "@before"])

@@ -15,7 +15,7 @@ from kasper_py.exceptions import SerdeError
 from kasper_py.message import OutgoingMessage, OutgoingRecord
 from kasper_py.serdes import BYTES, Serde, bound_to, column_encoder
 
-__all__ = ["Routes", "SendRecord", "Sender"]
+__all__ = ["Routes", "SendRecord", "Sender", "producer_headers"]
 
 HeaderInput = Mapping[str, bytes | str | None] | Iterable[tuple[str, bytes | str | None]]
 SendRecord = tuple[Any, Any, "int | None", "HeaderInput | None"]
@@ -123,7 +123,7 @@ class Sender:
                 raise _timestamp_error("send", timestamp)
             # the producer's arguments by position (see OutgoingRecord)
             record: OutgoingRecord = (topic, value, key, partition, None, None, timestamp)
-            if headers is not None and (pairs := _headers(headers)):
+            if headers is not None and (pairs := producer_headers(headers)):
                 record = (*record, pairs)
         except SerdeError as exc:
             raise self._refused(topic, exc) from exc
@@ -152,7 +152,7 @@ class Sender:
                           value if type(value) is bytes or value is None else encode_value(value),
                           key if type(key) is bytes or key is None else encode_key(key),
                           -1, None, None, inherited if timestamp is None else timestamp)
-                append((*record, _headers(headers)) if headers else record)
+                append((*record, producer_headers(headers)) if headers else record)
         except SerdeError as exc:
             raise self._refused(topic, exc) from exc
         except ValueError:
@@ -173,13 +173,18 @@ class Sender:
         """Buffer ``records`` for ``topic``, made by the caller in the producer's
         positional form (``(topic, value, key, -1, None, None, timestamp)``, keys and
         values bytes or ``None``, encoded with ``encoders``, the timestamp an int, 0 for
-        the producer's time), in order: the messages ``send_many`` would buffer, with no
-        loop of its own. ``ValueError`` for a bad topic name."""
+        the producer's time; headers, when any, converted by ``producer_headers``), in
+        order: the messages ``send_many`` would buffer, with no loop of its own. The
+        Sender takes ``records`` over (an empty buffer becomes that list): the caller
+        keeps no hold on it. ``ValueError`` for a bad topic name."""
         if not records:
             return
         if topic is not self._topic:
             self._switch_to(topic)
-        self._buffer += records
+        if self._buffer:
+            self._buffer += records
+        else:  # the batch's first output: the list as it is, no copy
+            self._buffer = records
 
     def refused(self, topic: str, exc: SerdeError) -> SerdeError:
         """The error to raise when an encoder of ``topic`` (``encoders``) refused a key
@@ -284,7 +289,7 @@ class Sender:
         """``records``' headers as the producer takes them; ``None`` when none has any."""
         if not any(map(_HEADERS, records)):
             return None
-        return [_headers(h) if h else None for h in map(_HEADERS, records)]
+        return [producer_headers(h) if h else None for h in map(_HEADERS, records)]
 
     def channel(self, name: str, value: Any, key: Any = None, *,
                 headers: HeaderInput | None = None, timestamp: int | None = None) -> None:
@@ -301,7 +306,7 @@ class Sender:
             timestamp = self._timestamp or None
         elif type(timestamp) is not int or timestamp < 0:
             raise _timestamp_error("channel", timestamp)
-        pairs = tuple(_headers(headers)) if headers is not None else ()
+        pairs = tuple(producer_headers(headers)) if headers is not None else ()
         self._routes.to_channel(name, key, value, timestamp, pairs)
 
     @property
@@ -347,7 +352,7 @@ def _no_key(name: str) -> ValueError:
     return ValueError(f"repartition {name!r} needs a key: records are partitioned by it")
 
 
-def _headers(headers: HeaderInput) -> list[tuple[str, bytes | None]]:
+def producer_headers(headers: HeaderInput) -> list[tuple[str, bytes | None]]:
     """``headers`` as the producer takes them: a list of (name, bytes or None)."""
     pairs = headers.items() if isinstance(headers, Mapping) else headers
     result = []

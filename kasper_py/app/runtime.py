@@ -17,7 +17,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import groupby
-from operator import attrgetter
+from operator import attrgetter, countOf, itemgetter
 from typing import Any
 
 from kasper_py.app.topology import App, Channel, Node, Repartition
@@ -29,6 +29,8 @@ from kasper_py.sender import Sender
 __all__ = ["AppFactory", "AppProcessor", "AppRoutes", "NodeStats"]
 
 _topic_of = attrgetter("topic")
+_TOPIC = itemgetter(0)
+"""A ``Message``'s topic, by position: cheaper than by name."""
 
 
 @dataclass
@@ -218,9 +220,17 @@ class AppFactory:
 
 def _by_topic(messages: list[Message]) -> list[tuple[str, list[Message]]]:
     """``messages`` as one run per topic, in the order the topics first come (a
-    partition's batch comes topic by topic, so usually one run per topic; runs are
-    found with ``groupby``, in C, not with a look-up or a test in Python per message:
-    a check that the batch is of one topic alone cost more than the grouping)."""
+    partition's batch comes topic by topic, so usually one run per topic). A batch of
+    one topic, the common case, is its own run, found by one C count of its first
+    message's topic (identity first: the loop's messages of a topic share its name),
+    the list as it is: 74 instructions a message fewer than the grouping
+    (callgrind); other batches' runs are found with ``groupby``, in C, not with a
+    look-up or a test in Python per message."""
+    if not messages:
+        return []
+    topic = messages[0].topic
+    if countOf(map(_TOPIC, messages), topic) == len(messages):
+        return [(topic, messages)]
     runs: dict[str, list[Message]] = {}
     for topic, run in groupby(messages, _topic_of):
         found = runs.get(topic)

@@ -7,10 +7,11 @@ between.
 Only fixed templates and step numbers go into the compiled source; the user's
 functions are values of its namespace, never text. A sink's records go to the
 ``Sender`` in one call per batch, not one a record: a chain reading a topic's messages
-(without headers) and ending in ``to`` makes the producer's records themselves, each
-key and value that is not bytes encoded in place by the topic's serde
-(``Sender.encoders``, ``send_encoded``: no record of its own, no second loop, no pass
-over the batch to check types); other sinks go through ``send_many``. Each clause of
+and ending in ``to`` makes the producer's records themselves, each key and value that
+is not bytes encoded in place by the topic's serde (``Sender.encoders``,
+``send_encoded``) and a message's headers, when it has any, converted as ``send`` does
+(``producer_headers``): no record of its own, no second loop, no pass over the batch
+to check types or look for headers; other sinks go through ``send_many``. Each clause of
 the comprehension is a line of its own, so a step that raises is found from the
 traceback's line, and the error is noted with the operator's name and the record's
 topic, partition and offset (``where``).
@@ -19,7 +20,6 @@ topic, partition and offset (``where``).
 from __future__ import annotations
 
 import functools
-import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import CodeType, FrameType
@@ -28,6 +28,7 @@ from typing import Any, Literal
 from kasper_py.dsl._ops import Op, Records, StageContext
 from kasper_py.exceptions import SerdeError
 from kasper_py.message import Message
+from kasper_py.sender import producer_headers
 
 StepKind = Literal["pass", "filter", "filter_not", "map", "map_values", "select_key",
                    "flat_map", "flat_map_values", "peek"]
@@ -69,11 +70,11 @@ class Sink:
 Form = Literal["records", "messages", "send"]
 """What a compiled chain reads and makes: ``records`` (key, value, timestamp, headers)
 into records; ``messages``: ``Message``s into records; ``send``: ``Message``s into the
-producer's records for ``topic`` (``OutgoingRecord``, no headers), a record without
-a timestamp taking ``inherited``."""
+producer's records for ``topic`` (``OutgoingRecord``: headers only when the message
+has some), a record without a timestamp taking ``inherited``."""
 
 _UNPACK = {"records": "k, v, t, h", "messages": "tp, pa, o, k, v, t, h, _",
-           "send": "tp, pa, o, k, v, t, _, _"}
+           "send": "tp, pa, o, k, v, t, h, _"}
 """A record's or a message's parts as the comprehension names them (a message's topic,
 partition and offset too: ``where`` reads them from the failed frame)."""
 _MADE, _FIRST_CLAUSE = 2, 4
@@ -83,7 +84,8 @@ step's clause."""
 
 def compile_chain(steps: Sequence[Step], *, form: Form = "records"
                   ) -> Callable[..., Records]:
-    """``run(records)`` (``run(messages, topic, inherited)`` for ``send``): what the
+    """``run(records)`` (``run(messages, topic, inherited, ek, ev, eh)`` for ``send``,
+    the key, value and headers encoders of ``topic``): what the
     steps make of the batch, in order, from one list comprehension (the sink's records
     too: they go on in one call). ``messages`` and ``send`` read ``Message``s, taking
     their key, value, timestamp and headers as they are (no record built per message)."""
@@ -110,10 +112,12 @@ def _code(kinds: tuple[StepKind, ...], form: Form) -> CodeType:
     body = "\n        ".join(clauses)
     if form == "send":  # OutgoingRecord's positions, encoded as send() does them
         key, value = names["k"], names["v"]
-        head, made = "run(records, topic, inherited, ek, ev)", (
-            f"(topic, {value} if type({value}) is bytes or {value} is None else ev({value}), "
-            f"{key} if type({key}) is bytes or {key} is None else ek({key}), "
-            "-1, None, None, inherited if t is None else t)")
+        record = (f"topic, {value} if type({value}) is bytes or {value} is None else "
+                  f"ev({value}), {key} if type({key}) is bytes or {key} is None else "
+                  f"ek({key}), -1, None, None, inherited if t is None else t")
+        # one test of the headers a record, in the pass: none is the common case
+        head, made = ("run(records, topic, inherited, ek, ev, eh)",
+                      f"({record}) if not h else ({record}, eh(h))")
     else:
         head, made = "run(records)", f"({names['k']}, {names['v']}, t, h)"
     source = f"def {head}:\n    return [{made}\n        {body}]"
@@ -153,9 +157,12 @@ def _raised_in(exc: BaseException) -> tuple[FrameType | None, int]:
 class Chain(Op):
     """A run of stateless steps as one operator: one loop per batch; ``serial``: its
     records go on one at a time (its children's paths meet again: ``_graph``).
-    ``operators``: the steps' names, for errors."""
+    ``operators``: the steps' names, for errors. ``push_messages``, for a source's
+    messages, is chosen once: to a topic, the producer's records made in the pass
+    (``send_messages``); else records made from the messages and handed on."""
 
-    __slots__ = ("operators", "run", "run_messages", "run_send", "serial", "sink", "stage")
+    __slots__ = ("operators", "push_messages", "run", "run_messages", "run_send", "serial",
+                 "sink", "stage")
 
     def __init__(self, stage: StageContext, steps: Sequence[Step], sink: Sink | None, *,
                  serial: bool = False, operators: Sequence[str] = ()) -> None:
@@ -164,23 +171,29 @@ class Chain(Op):
         self.operators = [*operators, *(f"#{i}" for i in range(len(operators), len(steps)))]
         self.run = compile_chain(steps)
         self.run_messages = compile_chain(steps, form="messages")
-        self.run_send = (compile_chain(steps, form="send")
-                         if sink is not None and sink.kind == "topic" else None)
+        self.run_send = compile_chain(steps, form="send")
+        self.push_messages: Callable[[list[Message]], None] = (
+            self.send_messages if self.to_topic else self._push_messages)
+
+    @property
+    def to_topic(self) -> bool:
+        """Whether the chain ends in ``to`` a topic (``send_messages`` serves it)."""
+        return self.sink is not None and self.sink.kind == "topic"
 
     def push(self, records: Records) -> None:
         self._loop(self.run, records)
 
-    def push_messages(self, messages: list[Message]) -> None:
-        """``push`` for a source's messages, the chain's first operator reading them: to
-        a topic, the producer's records made at once when none has headers."""
-        if self.run_send is None or any(map(_HEADERS, messages)):
-            self._loop(self.run_messages, messages)
-            return
+    def _push_messages(self, messages: list[Message]) -> None:
+        self._loop(self.run_messages, messages)
+
+    def send_messages(self, messages: list[Message]) -> None:
+        """A source's ``messages`` through a chain ending in ``to``: the producer's
+        records made in the one pass and buffered at once (``Sender.send_encoded``)."""
         assert self.sink is not None
         sender, topic = self.stage.sender, self.sink.target
         try:
             made = self.run_send(messages, topic, sender.timestamp or 0,
-                                 *sender.encoders(topic))
+                                 *sender.encoders(topic), producer_headers)
         except SerdeError as exc:
             if _raised_in(exc)[1] == _MADE:  # the topic's serde refused a key or value
                 raise sender.refused(topic, exc) from exc
@@ -216,10 +229,6 @@ class Chain(Op):
         note = where(exc, self.operators)
         if note is not None:
             exc.add_note(note)
-
-
-_HEADERS = operator.itemgetter(6)
-"""A ``Message``'s headers."""
 
 
 class Branch(Op):

@@ -161,13 +161,43 @@ class StageProcessor(MessageProcessor):
         """The topics one chain alone reads (``Chain.push_messages``)."""
         extractor = context.config.timestamp_extractor
         self._time = context.event_time if extractor is not None else _kafka_time
+        self._direct = self._direct_chain(sources)
+        """The one chain to a topic that is all the stage is, if it is (``_to_chain``)."""
+        self._batch: Callable[[list[Message]], None] = (
+            self._through_stage if self._direct is None else self._to_chain)
+        """How a batch goes through the stage, chosen once."""
+
+    def _direct_chain(self, sources: dict[Source, list[Node]]) -> tuple[str, Chain] | None:
+        """The topic and chain of a stage that is one stateless chain from one topic to
+        a topic, on Kafka's timestamps, with no table (nor a repartition to read): its
+        batches need none of the stage's bookkeeping (``_to_chain``)."""
+        if (len(self._chains) != 1 or len(self._sources) != 1 or self._shared.cached
+                or self._time is not _kafka_time
+                or any(isinstance(source, FromRepartition) for source in sources)):
+            return None
+        ((topic, chain),) = self._chains.items()
+        return (topic, chain) if isinstance(chain, Chain) and chain.to_topic else None
 
     def process(self, messages: list[Message], sender: Sender) -> None:
         """Push the batch through the stage; then the tables emit what they held."""
         self._shared.sender = sender
+        self._batch(messages)
+
+    def _through_stage(self, messages: list[Message]) -> None:
         self._shared.start()
         self._push_batch(messages)
         self._shared.end()
+
+    def _to_chain(self, messages: list[Message]) -> None:
+        """A stage that is one chain to a topic: a batch of its topic (its ends name it,
+        and a partition's batch comes topic by topic) goes straight to the chain's pass;
+        anything else takes the checked path."""
+        assert self._direct is not None
+        topic, chain = self._direct
+        if messages and messages[0].topic == topic == messages[-1].topic:
+            chain.send_messages(messages)
+        else:
+            self._through_stage(messages)
 
     def _push_batch(self, messages: list[Message]) -> None:
         if (len(self._sources) == 1 and self._time is _kafka_time and messages

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from kasper_py import Config, Message, ProcessingError, Sender
+from kasper_py import Config, Message, ProcessingError, Sender, SerdeError, TopicError
 from kasper_py.dsl import Builder
 from kasper_py.testing import ProcessorDriver, make_message
 
@@ -58,8 +58,8 @@ def encoded_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 def test_filter_map_values_to_sends_each_kept_record_in_order(
         monkeypatch: pytest.MonkeyPatch, timestamps: str, headers: bool) -> None:
     """``filter → map_values → to`` over a batch: each kept record once, in order, with
-    its key, mapped value, timestamp and headers, in either timestamps mode; without
-    headers the batch goes to the Sender in one ``send_encoded`` call."""
+    its key, mapped value, timestamp and headers, in either timestamps mode; with
+    headers or without, the batch goes to the Sender in one ``send_encoded`` call."""
     calls = encoded_calls(monkeypatch)
     builder = Builder("chains", stores="memory", timestamps=timestamps)  # type: ignore[arg-type]
     builder.stream("in").filter(lambda _k, v: v % 3 != 0).map_values(lambda v: v * 10).to("out")
@@ -67,7 +67,7 @@ def test_filter_map_values_to_sends_each_kept_record_in_order(
     driver.process(numbers(100, headers=headers))
     assert sent(driver) == [(f"k{i % 5}", i * 10, 500 + i, (("n", b"%d" % i),) if headers
                              else None) for i in range(100) if i % 3]
-    assert calls == ([] if headers else [66])
+    assert calls == [66]
     assert driver.committed == {("in", 0): 100}
 
 
@@ -226,3 +226,47 @@ def test_a_branch_routes_each_record_to_its_first_holding_predicate_in_order() -
     with pytest.raises(ProcessingError, match="in operator split"):
         driver.process([make_message("in", None, "k", offset=10, timestamp=1)])
     assert driver.committed == {("in", 0): 10}
+
+
+def test_messages_with_and_without_headers_in_one_batch_keep_their_own(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A batch where only some messages carry headers (one a ``None`` value): each
+    output has its own message's headers or none, in order, from one pass
+    (``send_encoded`` once)."""
+    calls = encoded_calls(monkeypatch)
+    builder = Builder("chains", stores="memory")
+    builder.stream("in").filter(lambda _k, v: v != 4).map_values(lambda v: -v).to("out")
+    driver = driver_of(builder)
+    marked = {1: (("n", b"1"),), 3: (("a", b"x"), ("b", None)), 4: (("gone", b"4"),)}
+    batch = [make_message("in", i, f"k{i}", offset=i, timestamp=900 + i,
+                          headers=marked.get(i, ())) for i in range(6)]
+    driver.process(batch)
+    assert sent(driver) == [(f"k{i}", -i, 900 + i, marked.get(i)) for i in range(6) if i != 4]
+    assert calls == [5]
+
+
+def test_a_message_of_a_topic_the_chain_does_not_read_fails_the_turn() -> None:
+    """A stray message in the middle of a chain app's batch (its ends of the chain's
+    topic): ``TopicError`` naming the stray topic, nothing sent, nothing committed:
+    never passed through the chain as one of its topic's."""
+    builder = Builder("chains", stores="memory")
+    builder.stream("in").map_values(lambda v: v + 1).to("out")
+    driver = driver_of(builder)
+    stray = make_message("elsewhere", 7, "k", offset=0, timestamp=5)
+    first, last = numbers(2)
+    with pytest.raises(TopicError, match="'elsewhere', which no processor of the app reads"):
+        driver.process([first, stray, last])
+    assert driver.sent == [] and driver.committed == {}
+
+
+def test_a_value_the_topics_serde_refuses_names_the_topic_with_headers_too() -> None:
+    """A chain to a topic whose serde cannot encode a mapped value (a set, JSON):
+    ``SerdeError`` naming the topic, with and without headers; nothing sent or
+    committed."""
+    builder = Builder("chains", stores="memory")
+    builder.stream("in").map_values(lambda v: {v} if v == 3 else v).to("out")
+    for headers in (False, True):
+        driver = driver_of(builder)
+        with pytest.raises(SerdeError, match="cannot encode message for topic 'out'"):
+            driver.process(numbers(5, headers=headers))
+        assert driver.sent == [] and driver.committed == {}

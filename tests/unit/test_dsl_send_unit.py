@@ -1,7 +1,7 @@
 """What the streams DSL hands the ``Sender``: a batch's records for a topic or a
-repartition in one ``send_many`` / ``repartition_many`` (packed: ``repartition_packed``)
-call, in order, with their keys, timestamps and headers; and a record the serde refuses
-fails the turn uncommitted."""
+repartition in one ``send_encoded`` / ``send_many`` / ``repartition_many`` (packed:
+``repartition_packed``) call, in order, with their keys, timestamps and headers; and a
+record the serde refuses fails the turn uncommitted."""
 
 from __future__ import annotations
 
@@ -23,22 +23,22 @@ Call = tuple[str, str, list[SendRecord]]
 
 @pytest.fixture
 def calls(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Call]]:
-    """Every ``send``, ``send_many``, ``repartition``, ``repartition_many`` and
-    ``repartition_packed`` call the Sender received, in order; each still does what it
-    does."""
+    """Every ``send``, ``send_many``, ``send_encoded``, ``repartition``,
+    ``repartition_many`` and ``repartition_packed`` call the Sender received, in order;
+    each still does what it does."""
     received: list[Call] = []
 
     def recording(method: str) -> Any:
         real = getattr(Sender, method)
 
         def record(self: Sender, target: str, *args: Any, **kwargs: Any) -> None:
-            many = method.endswith(("_many", "_packed"))
+            many = method.endswith(("_many", "_packed", "_encoded"))
             received.append((method, target, list(args[0]) if many else [args]))
             real(self, target, *args, **kwargs)
 
         return record
 
-    for method in ("send", "send_many", "repartition", "repartition_many",
+    for method in ("send", "send_many", "send_encoded", "repartition", "repartition_many",
                    "repartition_packed"):
         monkeypatch.setattr(Sender, method, recording(method))
     yield received
@@ -76,15 +76,15 @@ def decoded(driver: ProcessorDriver, topic: str) -> list[tuple[Any, Any, int | N
 
 
 def test_a_chain_sends_a_batch_to_its_topic_in_one_call_in_order(calls: list[Call]) -> None:
-    """N records through ``filter → map_values → to``: one ``send_many`` for the
-    batch, no ``send``; the outputs exact, in order, with their keys, timestamps and
-    headers."""
+    """N records with headers through ``filter → map_values → to``: the producer's
+    records made in the chain's pass, one ``send_encoded`` for the batch, no ``send``;
+    the outputs exact, in order, with their keys, timestamps and headers."""
     driver = driver_of(chain())
     driver.process(batch(1_000))
     expected = [(f"k{i % 7}", i + 100, 1_000 + i, (("n", b"%d" % i),))
                 for i in range(1_000) if i % 3]
     assert [(method, target, len(records)) for method, target, records in calls] == [
-        ("send_many", "out", len(expected))]
+        ("send_encoded", "out", len(expected))]
     assert decoded(driver, "out") == expected
     assert driver.committed == {("in", 0): 1_000}
 

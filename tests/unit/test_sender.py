@@ -257,3 +257,21 @@ def test_send_many_is_send_record_by_record_whatever_the_records(
         refused.append(f"{type(exc).__name__}: {exc}")
     assert len(refused) in (0, 2) and refused[:1] == refused[1:]
     assert many.drain() == each.drain()
+
+
+def test_send_encoded_records_go_first_then_later_sends_in_order() -> None:
+    """``send_encoded`` into an empty buffer, then ``send`` and ``send_encoded`` again:
+    every record drained once, in the order sent, and a truncate back to the first
+    call's records keeps exactly those (the Sender took the first list over)."""
+    sender = Sender(value_serde=STRING)
+    first = [("out", b"a", b"k", -1, None, None, 5), ("out", None, None, -1, None, None, 0,
+                                                    [("h", b"1")])]
+    sender.send_encoded("out", first)
+    sender.send("out", "b", b"k2", timestamp=7)
+    sender.send_encoded("other", [("other", b"c", None, -1, None, None, 9)])
+    assert len(sender) == 4 and sender.topics == {"out", "other"}
+    sender.truncate(2)
+    assert sender.topics == {"out"}
+    assert sender.drain() == [("out", b"a", b"k", -1, None, None, 5),
+                              ("out", None, None, -1, None, None, 0, [("h", b"1")])]
+    assert sender.drain() == []
