@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 
+from tests.kafka_clients import Producer
+
 sys.path.insert(0, str(Path(__file__).parent))
 from test_cli import kasper_command  # isort: skip
 from test_dsl_examples import run_env  # isort: skip
@@ -93,8 +95,6 @@ def test_a_chain_keeps_each_records_headers_timestamp_and_key_partition(
     record out once with its key, mapped value, own timestamp and own headers (none
     when it had none), on the partition its key hashes to (murmur2, the input's), in
     its partition's order; every input offset committed."""
-    from confluent_kafka import Producer
-
     source, sink = new_topic("chain-h-in", partitions=2), new_topic("chain-h-out", partitions=2)
     name = unique_name("chain-h")
     (tmp_path / "dsl_app.py").write_text(HEADERS_APP.format(name=name, source=source, sink=sink))
