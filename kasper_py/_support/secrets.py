@@ -11,6 +11,7 @@ error strings included).
 
 from __future__ import annotations
 
+import functools
 import re
 import threading
 from collections.abc import Mapping
@@ -82,9 +83,11 @@ _SECRET_MARKERS = ("password", "secret", "jaas", ".pem", "token", "credentials",
 _MIN_SCRUBBED = 6  # shorter values ("true", "1") would blank out ordinary log text
 _remembered: tuple[str, ...] = ()  # longest first, so a secret holding another goes whole
 _lock = threading.Lock()
+_ASSIGNMENT_WORDS = ("password", "secret", "token", "jaas")
+"""The words one of which the key of a ``key=value`` secret holds."""
 # a secret written as `key=value` inside text (an error string, a client's log line)
 _SECRET_ASSIGNMENT = re.compile(
-    r"""(?P<key>[\w.\-]*(?:password|secret|token|jaas)[\w.\-]*)(?P<sep>["']?\s*[=:]\s*)"""
+    rf"""(?P<key>[\w.\-]*(?:{"|".join(_ASSIGNMENT_WORDS)})[\w.\-]*)(?P<sep>["']?\s*[=:]\s*)"""
     r"""(?P<value>"[^"]*"|'[^']*'|[^\s,;}\]]+)""",
     re.IGNORECASE,
 )
@@ -95,6 +98,7 @@ def is_harmless(key: str) -> bool:
     return key in HARMLESS_PROPERTIES and key not in SENSITIVE_PROPERTIES
 
 
+@functools.lru_cache(maxsize=4096)
 def is_secret_field(name: str) -> bool:
     """True for a log field or mapping key whose value must not be printed: a sensitive
     or unlisted SSL/SASL client setting, or a name that suggests a credential. (Values
@@ -137,14 +141,29 @@ def masked_fields(fields: Mapping[str, Any]) -> dict[str, Any]:
             for key, value in fields.items()}
 
 
+def _names_secret(text: str) -> bool:
+    """True when ``text`` holds a word ``_SECRET_ASSIGNMENT``'s key needs (a cheap test
+    before the pattern, which is slow to fail on text without one)."""
+    folded = text.casefold()  # as the pattern's IGNORECASE matches
+    return any(word in folded for word in _ASSIGNMENT_WORDS)
+
+
+_PLAIN = frozenset({int, float, bool, type(None)})
+"""Types of a log field's value that hold no text, so nothing in them to mask."""
+
+
 def _masked(key: str, value: Any) -> Any:
     if is_secret_field(key):
         return MASK
+    if type(value) in _PLAIN:  # a turn's counts and timings: most fields of a busy log
+        return value
     if isinstance(value, Mapping):
         return {k: _masked(str(k), v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         masked = [_masked("", item) for item in value]
         return masked if isinstance(value, list) else tuple(masked)
     if isinstance(value, str) and value:
-        return scrub(_SECRET_ASSIGNMENT.sub(lambda m: f"{m['key']}{m['sep']}{MASK}", value))
+        if ("=" in value or ":" in value) and _names_secret(value):  # as the pattern needs
+            value = _SECRET_ASSIGNMENT.sub(lambda m: f"{m['key']}{m['sep']}{MASK}", value)
+        return scrub(value)
     return value

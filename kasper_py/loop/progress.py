@@ -79,8 +79,8 @@ def turn_stats(batch: Batch, result: TurnResult, consumer: InputPort, offsets: O
 def report(observer: LoopObserver, stats: TurnStats, processor: str) -> None:
     """Hand a committed turn to ``observer``; log it, one line per input partition."""
     observer.on_turn(stats)
+    timings = {f"{step}_ms": round(s * 1000, 2) for step, s in stats.durations.items()}
     for (topic, partition), offsets in stats.batch.ranges.items():
         _log.info("kasper.batch", processor=processor, topic=topic, partition=partition,
                   first_offset=offsets.first, last_offset=offsets.last,
-                  consumed=offsets.count, turn_produced=stats.produced,
-                  **{f"{step}_ms": round(s * 1000, 2) for step, s in stats.durations.items()})
+                  consumed=offsets.count, turn_produced=stats.produced, **timings)

@@ -8,12 +8,16 @@ import json
 
 import pytest
 import structlog
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from kasper_py._support.secrets import (
+    _SECRET_ASSIGNMENT,
     HARMLESS_PROPERTIES,
     MASK,
     SENSITIVE_PROPERTIES,
     is_harmless,
+    masked_fields,
     masked_settings,
     scrub,
 )
@@ -90,3 +94,26 @@ def test_log_lines_never_carry_a_masked_value(renderer: str) -> None:
     assert "command failed" in output
     if renderer == "json":
         assert json.loads(output.splitlines()[0])["detail"] == MASK
+
+
+@given(st.lists(st.sampled_from(["password", "PassWord", "pa\u017f\u017fword", "token", "jaas",
+                                 "secret", "sasl.", "=", ":", " = ", '"', "'", "x", " ",
+                                 "12:00", ",", "\u00e9", "\u212a"]), max_size=12).map("".join))
+@example("pa\u017f\u017fword=x")  # the long s folds to s, as IGNORECASE matches it
+@example("PassWord : 'y', token=z")
+@example("at 12:00 the secret")
+@settings(max_examples=400, deadline=None)
+def test_text_fields_are_masked_as_the_key_value_pattern_says(text: str) -> None:
+    """A log field's text goes through the ``key=value`` pattern only when it could
+    match (a separator and a key word, case-folded): the result is the pattern's."""
+    by_pattern = _SECRET_ASSIGNMENT.sub(lambda m: f"{m['key']}{m['sep']}{MASK}", text)
+
+    assert masked_fields({"event": text}) == {"event": scrub(by_pattern) if text else text}
+
+
+def test_counts_and_timings_pass_as_they_are_and_secret_names_are_masked() -> None:
+    fields = {"partition": 3, "commit_ms": 1.25, "caught_up": True, "note": None,
+              "sasl.password": 7, "api_token": 1.5}
+
+    assert masked_fields(fields) == {"partition": 3, "commit_ms": 1.25, "caught_up": True,
+                                     "note": None, "sasl.password": MASK, "api_token": MASK}
