@@ -213,12 +213,15 @@ class TimestampAlignment:
 
     def _tally(self, waits: dict[TopicPartitionKey, str], now: float | None) -> None:
         """Count the seconds from the last cut to this one (at ``now``, read here when
-        ``None``) to each wait the last cut found; keep this cut's ``waits``."""
+        ``None``) to each wait the last cut found; keep this cut's ``waits``, counted
+        from 0 s."""
         if self._waits:
             now = self._clock() if now is None else now
             elapsed = now - self._waits_at
             for key, reason in self._waits.items():
                 self._waited[key, reason] += elapsed
+        for key, reason in waits.items():  # shown from the cut that finds it on
+            self._waited.setdefault((key, reason), 0.0)
         self._waits = waits
         if now is not None:
             self._waits_at = now

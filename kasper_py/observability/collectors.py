@@ -287,7 +287,8 @@ class AlignmentCollector:
         held = GaugeMetricFamily(
             f"{NAMESPACE}_alignment_held_records", "Records read of an input (topic, "
             "partition) that the last batch held back for the next.", labels=tp)
-        for key in sorted(report.held.keys() | report.enforced.keys()):
+        inputs = report.held.keys() | report.enforced.keys() | {k for k, _ in report.waited}
+        for key in sorted(inputs):
             labels = [processor, key[0], str(key[1])]
             enforced.add_metric(labels, report.enforced.get(key, 0))
             if key in report.held:
