@@ -91,10 +91,10 @@ def test_kasper_run_shows_an_enforced_wait_on_its_metrics_endpoint(
         bootstrap: str, new_topic: Callable[..., str], kafka: Any,
         unique_name: Callable[[str], str], tmp_path: Path) -> None:
     """An empty table and three events, max_task_idle 1 s: the metrics endpoint of
-    `kasper run` shows one enforced processing past the table's partition, at least
-    the idle second waited (reason max_task_idle), no event left held and no fetch
-    held back; the events went without a table value and are committed, and SIGTERM
-    ends the run cleanly."""
+    `kasper run` shows one enforced processing past the table's partition, the seconds
+    waited (reason max_task_idle) that its log line says, at least the idle second, no
+    event left held and no fetch held back; the events went without a table value and
+    are committed, and SIGTERM ends the run cleanly."""
     table, events = new_topic("alignm-table", 1), new_topic("alignm-events", 1)
     output = new_topic("alignm-joined", 1)
     kafka.produce(events, [(b"k", f"e{j}", BASE + 100 * j) for j in range(3)], partition=0)
@@ -121,7 +121,11 @@ def test_kasper_run_shows_an_enforced_wait_on_its_metrics_endpoint(
             run.kill()
         log.close()
 
-    assert seen[("kasper_alignment_wait_seconds_total", table, "0", "max_task_idle")] >= 1.0
+    [ended] = [json.loads(line) for line in (tmp_path / "run.log").read_text().splitlines()
+               if "kasper.alignment_enforced" in line]
+    waited = seen[("kasper_alignment_wait_seconds_total", table, "0", "max_task_idle")]
+    assert waited == pytest.approx(ended["waited"], abs=0.001)  # the log line's, rounded
+    assert waited >= 1.0
     assert seen[("kasper_alignment_enforced_total", table, "0")] == 1
     assert seen[("kasper_alignment_held_records", events, "0")] == 0
     assert seen[("kasper_alignment_held_back_partitions",)] == 0
