@@ -85,6 +85,8 @@ class TopicProcessor:
         self._consumer, self._producer = clients.consumer, clients.producer
         self._consumer.use(config, [topic.name for topic in plan.internal])
         self._prefetcher = Prefetcher(config, clients, [topic.name for topic in plan.internal])
+        if self._prefetcher.alignment is not None:
+            observer.watch_alignment(self._prefetcher.alignment.report)
         self._committer = committer = committer_for(
             config, clients, observer, holding=self._prefetcher.holding,
             endpoint=lambda: self._servers.endpoint,

@@ -1,7 +1,7 @@
 """What the dashboard tests share: the PromQL expressions of grafana/dashboards/kasper.json,
 the metric names they read, and every metric the library exports, read from the code
-that registers them (the loop's observer, running an app, the stream runner's, the
-supervisor's)."""
+that registers them (the loop's observer, running an app and aligned inputs, the stream
+runner's, the supervisor's)."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from kasper_py import Config
+from kasper_py.kafka.alignment import AlignmentReport
 from kasper_py.observability.metrics import PrometheusObserver
 from kasper_py.stream._metrics import StreamMetrics
 from kasper_py.supervisor import Supervisor, WorkerSpec
@@ -61,6 +62,8 @@ def exported_metrics() -> dict[str, str]:
     config = Config(name="dashboard", bootstrap_servers="127.0.0.1:1", input_topics=["in"])
     observer = PrometheusObserver(config, registry=CollectorRegistry())
     observer.watch_processors(lambda: {"split": (1, 0.5)})  # what an app adds
+    observer.watch_alignment(lambda: AlignmentReport(  # what aligned inputs add
+        {("t", 0): 1}, {(("t", 0), "max_task_idle"): 1.0}, {("u", 0): 2}, frozenset()))
     try:
         texts = [generate_latest(observer.registry).decode()]
     finally:

@@ -1,21 +1,24 @@
 """Co-partitioned inputs aligned by timestamp: which gathered records a batch takes and
 which it holds for the next one. Chosen once at start: ``UNALIGNED`` (one input topic,
 or ``Config.max_task_idle=None``) takes everything; ``TimestampAlignment`` cuts each
-partition number at a common timestamp frontier, as Kafka Streams' ``PartitionGroup``.
+partition number at a common timestamp frontier, as Kafka Streams' ``PartitionGroup``,
+and reports what it waited for and holds (``AlignmentReport``) to whoever reads it.
 """
 
 from __future__ import annotations
 
 import math
-from collections import Counter
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections import Counter, defaultdict
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import structlog
 
 from kasper_py.message import TopicPartitionKey
 
-__all__ = ["SLOW_FETCH", "UNALIGNED", "Alignment", "TimestampAlignment", "consumer_lags"]
+__all__ = ["SLOW_FETCH", "UNALIGNED", "WAIT_REASONS", "Alignment", "AlignmentReport",
+           "TimestampAlignment", "consumer_lags"]
 
 SLOW_FETCH = 5.0
 """Seconds a partition number waits for an input whose lag is known (records on the
@@ -26,7 +29,34 @@ may be earlier than the others are never passed over (Kafka Streams' rule)."""
 Lags = Callable[[Collection[TopicPartitionKey]], dict[TopicPartitionKey, int | None]]
 """Records left on the broker per topic-partition (``None``: not known yet)."""
 
+WAIT_REASONS = ("records_on_broker", "lag_unknown", "max_task_idle")
+"""Why a partition number waits for an input with nothing gathered: records of it are
+known to wait on the broker (its lag is above 0), its lag is not known yet (no fetch
+answered), or it is caught up and ``max_task_idle`` is not over."""
+
 _log = structlog.get_logger("kasper_py")
+
+
+@dataclass(frozen=True)
+class AlignmentReport:
+    """What a ``TimestampAlignment`` waited for and holds, as of its last cut. Made anew
+    by each cut and never changed, so another thread (a metrics scrape) may read it."""
+
+    enforced: Mapping[TopicPartitionKey, int]
+    """Per input, the ``max_task_idle`` waits on it that ended with its partition number
+    going on without it (Kafka Streams' enforced processing)."""
+    waited: Mapping[tuple[TopicPartitionKey, str], float]
+    """Seconds its partition number waited for each input with nothing gathered, by
+    reason (``WAIT_REASONS``): from the cut that found the wait to the cut that found it
+    over (or the last cut, while it lasts)."""
+    held: Mapping[TopicPartitionKey, int]
+    """Records of each aligned topic-partition read so far that the last cut held for the
+    next batch (0 once none are)."""
+    held_back: frozenset[TopicPartitionKey]
+    """Topic-partitions not fetched for now: a batch's worth of their records held."""
+
+
+NO_REPORT = AlignmentReport({}, {}, {}, frozenset())
 
 
 class Fetching(Protocol):
@@ -106,7 +136,8 @@ class TimestampAlignment:
     offsets of each topic-partition and commits none past a held record. Memory stays
     bounded as in Kafka Streams (``buffered.records.per.partition``): a topic-partition
     with ``most`` records held or more is not fetched (``fetching.hold_back``) until
-    fewer are held; nothing is released for it."""
+    fewer are held; nothing is released for it. What it waited for and holds is in
+    ``report()``."""
 
     def __init__(self, topics: Collection[str], lags: Lags, clock: Callable[[], float],
                  max_task_idle: float, most: int, *, fetching: Fetching | None = None) -> None:
@@ -125,9 +156,18 @@ class TimestampAlignment:
         they bring records again, or records of them wait on the broker."""
         self._warned: set[TopicPartitionKey] = set()
         """Inputs whose wait for records on the broker was logged as slow."""
+        self._waits: dict[TopicPartitionKey, str] = {}
+        """The inputs the last cut found holding their partition back, and why."""
+        self._waits_at = 0.0
+        """When the last cut found ``_waits`` (on ``clock``)."""
+        self._enforced: Counter[TopicPartitionKey] = Counter()
+        self._waited: defaultdict[tuple[TopicPartitionKey, str], float] = defaultdict(float)
+        self._report = NO_REPORT
 
     def cut(self, records: list[Any]) -> tuple[list[Any], list[Any]]:
         if not records:
+            self._tally({}, None)
+            self._publish({}, {})
             return records, []
         stamps = self._stamps(records)
         newest: dict[TopicPartitionKey, float] = {}
@@ -136,7 +176,9 @@ class TimestampAlignment:
                 newest[key] = timestamp
         frontiers = self._frontiers(newest)
         released, held = runs_until(records, stamps, lambda key: frontiers[key[1]])
-        self._bound(held)
+        counts = Counter((record.topic(), record.partition()) for record in held)
+        self._bound(counts)
+        self._publish(newest, counts)
         return released, held
 
     def forget(self, keys: Iterable[TopicPartitionKey]) -> None:
@@ -148,14 +190,46 @@ class TimestampAlignment:
             self._idle.pop(key, None)
             self._expired.discard(key)
             self._warned.discard(key)
+            self._waits.pop(key, None)
+        report = self._report
+        self._report = AlignmentReport(
+            report.enforced, report.waited,
+            {key: count for key, count in report.held.items() if key not in keys},
+            frozenset(self._held_back))
 
-    def _bound(self, held: list[Any]) -> None:
+    def report(self) -> AlignmentReport:
+        """What was waited for so far, and what the last cut held (any thread)."""
+        return self._report
+
+    def _publish(self, gathered: Iterable[TopicPartitionKey],
+                 counts: Mapping[TopicPartitionKey, int]) -> None:
+        """The report of this cut: every topic-partition gathered now or held before
+        shows what it holds now (0: nothing)."""
+        held = dict.fromkeys(self._report.held, 0)
+        held.update(dict.fromkeys(gathered, 0))
+        held.update(counts)
+        self._report = AlignmentReport(dict(self._enforced), dict(self._waited), held,
+                                       frozenset(self._held_back))
+
+    def _tally(self, waits: dict[TopicPartitionKey, str], now: float | None) -> None:
+        """Count the seconds from the last cut to this one (at ``now``, read here when
+        ``None``) to each wait the last cut found; keep this cut's ``waits``, counted
+        from 0 s."""
+        if self._waits:
+            now = self._clock() if now is None else now
+            elapsed = now - self._waits_at
+            for key, reason in self._waits.items():
+                self._waited[key, reason] += elapsed
+        for key, reason in waits.items():  # shown from the cut that finds it on
+            self._waited.setdefault((key, reason), 0.0)
+        self._waits = waits
+        if now is not None:
+            self._waits_at = now
+
+    def _bound(self, counts: Mapping[TopicPartitionKey, int]) -> None:
         """Hold back the fetch of each topic-partition with ``most`` records held or
-        more; read on those held back with fewer."""
-        full: set[TopicPartitionKey] = set()
-        if len(held) >= self._most:
-            counts = Counter((record.topic(), record.partition()) for record in held)
-            full = {key for key, count in counts.items() if count >= self._most}
+        more (``counts``); read on those held back with fewer."""
+        full = {key for key, count in counts.items() if count >= self._most}
         if full - self._held_back:
             _log.info("kasper.alignment_held_back", keys=sorted(full - self._held_back),
                       most=self._most)
@@ -187,24 +261,27 @@ class TimestampAlignment:
             frontiers[partition] = -math.inf
         return frontiers
 
-    def _waiting(self, missing: list[TopicPartitionKey]) -> set[TopicPartitionKey]:
-        """Those of ``missing`` (nothing gathered) that hold their partition back now.
-        A wait ends when its partition has no records, or the input brings some."""
+    def _waiting(self, missing: list[TopicPartitionKey]) -> dict[TopicPartitionKey, str]:
+        """Those of ``missing`` (nothing gathered) that hold their partition back now,
+        and why (``WAIT_REASONS``). A wait ends when its partition has no records, or the
+        input brings some."""
         awaited, idle, self._awaited, self._idle = self._awaited, self._idle, {}, {}
         if not missing:
             self._warned.clear()
-            return set()
-        now, lags, waiting = self._clock(), self._lags(missing), set()
+            self._tally({}, None)
+            return {}
+        now, lags, waiting = self._clock(), self._lags(missing), {}
         for key in missing:
             lag = lags.get(key)  # not answered: not known, so not ruled out
             if lag != 0:  # records may wait on the broker: held, however long it takes
                 self._expired.discard(key)
                 self._awaited[key] = since = awaited.get(key, now)
-                waiting.add(key)
+                waiting[key] = "lag_unknown" if lag is None else "records_on_broker"
                 self._slow(key, lag, now - since)
             elif key not in self._expired and self._idle_holds(key, idle.get(key, now), now):
-                waiting.add(key)
+                waiting[key] = "max_task_idle"
         self._warned.intersection_update(self._awaited)
+        self._tally(waiting, now)
         return waiting
 
     def _idle_holds(self, key: TopicPartitionKey, since: float, now: float) -> bool:
@@ -216,6 +293,7 @@ class TimestampAlignment:
             return True
         if self._max_idle > 0:
             self._expired.add(key)
+            self._enforced[key] += 1
             _log.info("kasper.alignment_enforced", topic=key[0], partition=key[1],
                       waited=round(now - since, 3), max_task_idle=self._max_idle)
         return False

@@ -13,7 +13,7 @@ from typing import Protocol
 
 from kasper_py.config import Config
 from kasper_py.exceptions import KasperError
-from kasper_py.kafka.alignment import UNALIGNED, Alignment, TimestampAlignment, consumer_lags
+from kasper_py.kafka.alignment import UNALIGNED, TimestampAlignment, consumer_lags
 from kasper_py.kafka.batching import Batch, Collector, build_batch
 from kasper_py.kafka.ports import KafkaClients
 from kasper_py.kafka.sizing import BatchController, FixedBatches, SampledBytes, Sizing
@@ -55,10 +55,13 @@ class Prefetcher:
                                                        clients.clock)
         self._sizing = _sizing(config)
         """Sizes each batch (and its linger); with ``max_latency``, from the last turns."""
+        self.alignment = _alignment(config, clients, internal)
+        """The timestamp alignment of co-partitioned inputs (its ``report()`` is what the
+        metrics show of it); ``None``: not aligned, every record read goes."""
         self._collector = Collector(
             clients.consumer.consume, self._sizing.size, config.batch_wait, clients.clock,
             weigh=None if config.max_latency is None else SampledBytes(),
-            alignment=_alignment(config, clients, internal))
+            alignment=self.alignment or UNALIGNED)
         self._ahead_step = (_AHEAD_STEP if config.max_latency is None
                             else min(_AHEAD_STEP, config.max_latency / 50))
         self._handed_out = clients.clock()
@@ -145,13 +148,14 @@ class Prefetcher:
         return self._producer.outstanding() == 0
 
 
-def _alignment(config: Config, clients: KafkaClients, internal: Collection[str]) -> Alignment:
+def _alignment(config: Config, clients: KafkaClients,
+               internal: Collection[str]) -> TimestampAlignment | None:
     """With two input topics or more (not counting ``internal`` ones) and
     ``max_task_idle`` set, batches cut at a common timestamp frontier per partition
-    number (``alignment.TimestampAlignment``); else every record read goes."""
+    number (``alignment.TimestampAlignment``); else none: every record read goes."""
     topics = [t for t in config.input_topics if t not in internal]
     if len(topics) < 2 or config.max_task_idle is None:
-        return UNALIGNED
+        return None
     consumer = clients.consumer
     return TimestampAlignment(topics, consumer_lags(consumer.positions, consumer.watermarks),
                               clients.clock, config.max_task_idle, config.largest_batch,

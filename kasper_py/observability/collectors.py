@@ -1,11 +1,13 @@
 """The Prometheus collectors of one processor (``Collectors``): its counters, histograms
-and gauges, in one registry, and how a turn, a dead letter and a store operation count.
-``metrics.py`` builds them for an observer and serves them; prometheus_client is imported
-only when they are built.
+and gauges, in one registry, and how a turn, a dead letter and a store operation count;
+and ``AlignmentCollector``, the alignment of its inputs read when scraped. ``metrics.py``
+builds them for an observer and serves them; prometheus_client is imported only when
+they are built.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from kasper_py import exceptions
@@ -14,10 +16,12 @@ from kasper_py.steps import TIMED
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
+    from prometheus_client.metrics_core import Metric
 
+    from kasper_py.kafka.alignment import AlignmentReport
     from kasper_py.message import DeadLetter
 
-__all__ = ["INSTALL_HINT", "NAMESPACE", "Collectors", "import_prometheus"]
+__all__ = ["INSTALL_HINT", "NAMESPACE", "AlignmentCollector", "Collectors", "import_prometheus"]
 
 NAMESPACE = "kasper"
 INSTALL_HINT = "pip install 'kasper-py[prometheus]'"
@@ -249,3 +253,51 @@ class Collectors:
         labels = (self.processor, store, str(partition))
         self.restore_ratio.labels(*labels).set(restored / total if total > 0 else 1.0)
         self.restore_remaining.labels(*labels).set(max(total - restored, 0))
+
+
+class AlignmentCollector:
+    """The alignment of co-partitioned inputs (``Config.max_task_idle``), read from its
+    report when scraped: the loop makes a new report each cut, so a scrape costs the
+    loop nothing, and a wait with no turn (nothing released) still shows."""
+
+    def __init__(self, processor: str, read: Callable[[], AlignmentReport]) -> None:
+        self._processor, self._read = processor, read
+
+    def describe(self) -> list[Metric]:
+        """Nothing: collected on scrape only."""
+        return []
+
+    def collect(self) -> Iterable[Metric]:
+        """Enforced processing and seconds waited per input, records held per input, and
+        the topic-partitions whose fetch is held back."""
+        from prometheus_client.core import (  # noqa: PLC0415 - optional extra
+            CounterMetricFamily,
+            GaugeMetricFamily,
+        )
+
+        report, processor = self._read(), self._processor
+        tp = ["processor", "topic", "partition"]
+        enforced = CounterMetricFamily(
+            f"{NAMESPACE}_alignment_enforced", "Partitions processed past a caught-up input "
+            "(topic, partition) with nothing read once max_task_idle was over.", labels=tp)
+        waited = CounterMetricFamily(
+            f"{NAMESPACE}_alignment_wait_seconds", "Seconds a partition number was held back "
+            "waiting for an input (topic, partition) with nothing read, by reason: "
+            "records_on_broker, lag_unknown, max_task_idle.", labels=[*tp, "reason"])
+        held = GaugeMetricFamily(
+            f"{NAMESPACE}_alignment_held_records", "Records read of an input (topic, "
+            "partition) that the last batch held back for the next.", labels=tp)
+        inputs = report.held.keys() | report.enforced.keys() | {k for k, _ in report.waited}
+        for key in sorted(inputs):
+            labels = [processor, key[0], str(key[1])]
+            enforced.add_metric(labels, report.enforced.get(key, 0))
+            if key in report.held:
+                held.add_metric(labels, report.held[key])
+        for (key, reason), seconds in sorted(report.waited.items()):
+            waited.add_metric([processor, key[0], str(key[1]), reason], seconds)
+        held_back = GaugeMetricFamily(
+            f"{NAMESPACE}_alignment_held_back_partitions", "Input topic-partitions not "
+            "fetched for now: a batch's worth of their records held back.",
+            labels=["processor"])
+        held_back.add_metric([processor], len(report.held_back))
+        return [enforced, waited, held, held_back]

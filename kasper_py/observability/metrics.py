@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from kasper_py.kafka.client_log import count_lines_with
 from kasper_py.message import TopicPartitionKey
-from kasper_py.observability.collectors import Collectors
+from kasper_py.observability.collectors import AlignmentCollector, Collectors
 from kasper_py.observability.http import Handler, HttpServer, Request, Response
 from kasper_py.observability.observe import (
     LoopObserver,
@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
 
     from kasper_py.config import Config
+    from kasper_py.kafka.alignment import AlignmentReport
 
 __all__ = ["METRICS_PATHS", "MetricsServer", "PrometheusObserver", "count_client_log",
            "metrics_app", "observer_for"]
@@ -278,6 +279,10 @@ class PrometheusObserver(LoopObserver, StoreObserver):
     def watch_processors(self, read: Callable[[], Mapping[str, tuple[int, float]]]) -> None:
         """Export the app's per-processor counters (``kasper_app_processor_*``)."""
         self.registry.register(_AppCollector(self.processor, read))
+
+    def watch_alignment(self, read: Callable[[], AlignmentReport]) -> None:
+        """Export the alignment of the inputs (``kasper_alignment_*``)."""
+        self.registry.register(AlignmentCollector(self.processor, read))
 
     def on_query_rejected(self, reason: str) -> None:
         """Count a query request refused with 401 (``missing`` or ``wrong`` token)."""

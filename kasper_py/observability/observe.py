@@ -1,6 +1,7 @@
 """The ports the loop and its stores report through, and their no-op defaults:
-``LoopObserver`` (turns, idling, errors, the lead) and ``StoreObserver`` (store operations,
-changelog restores, late records dropped by windows, records a DSL operator skipped).
+``LoopObserver`` (turns, idling, errors, the lead, the alignment of inputs) and
+``StoreObserver`` (store operations, changelog restores, late records dropped by windows,
+records a DSL operator skipped).
 Prometheus lives in ``metrics.py`` and is imported only there.
 """
 
@@ -13,6 +14,7 @@ from typing import TYPE_CHECKING, Protocol
 from kasper_py.message import TopicPartitionKey
 
 if TYPE_CHECKING:
+    from kasper_py.kafka.alignment import AlignmentReport
     from kasper_py.kafka.batching import Batch
     from kasper_py.message import DeadLetter
 
@@ -230,6 +232,11 @@ class LoopObserver(Protocol):
         """The loop runs an app: ``read()`` gives, per processor of the app, the messages
         handed to it and the seconds it spent in ``process()`` so far."""
 
+    def watch_alignment(self, read: Callable[[], AlignmentReport]) -> None:
+        """The loop aligns co-partitioned inputs by timestamp (``Config.max_task_idle``):
+        ``read()``, from any thread, gives what the alignment waited for so far and holds
+        now (``kafka.alignment.AlignmentReport``)."""
+
 
 class NoopObserver:
     """Observes nothing: the default when metrics are disabled."""
@@ -262,6 +269,9 @@ class NoopObserver:
         return NOOP_STORE_OBSERVER
 
     def watch_processors(self, read: Callable[[], Mapping[str, tuple[int, float]]]) -> None:
+        pass
+
+    def watch_alignment(self, read: Callable[[], AlignmentReport]) -> None:
         pass
 
 
@@ -301,6 +311,9 @@ class _WithStoreObserver:
 
     def watch_processors(self, read: Callable[[], Mapping[str, tuple[int, float]]]) -> None:
         self._loop.watch_processors(read)
+
+    def watch_alignment(self, read: Callable[[], AlignmentReport]) -> None:
+        self._loop.watch_alignment(read)
 
 
 def with_store_observer(loop: LoopObserver, extra: StoreObserver) -> LoopObserver:

@@ -36,13 +36,14 @@ ROOT = Path(__file__).parents[2]
 HERE = Path(__file__).parent
 N = 25
 PARSED_ONLY = re.compile(
-    r"kasper_(stream|supervisor|app|standby)_.*|kasper_messages_skipped_total|kasper_leader"
-    r"|kasper_store_keys_expired_total|kasper_store_keys")
+    r"kasper_(stream|supervisor|app|standby|alignment)_.*|kasper_messages_skipped_total"
+    r"|kasper_leader|kasper_store_keys_expired_total|kasper_store_keys")
 """Series the test's `kasper run` does not produce: the Spark stream runner's (a
 streaming query takes a Spark session, too slow for this suite), the supervisor's
 (`--processes N`), an app's (``kasper_py.app``; tests/unit/test_app_unit.py reads them
-from a loop running one), skipped messages (an undecodable input), the lead (a
-leader-only task) and standbys' (a second process keeping partitions warm;
+from a loop running one), aligned inputs' (two input topics;
+tests/integration/test_alignment_cli.py reads them), skipped messages (an undecodable
+input), the lead (a leader-only task) and standbys' (a second process keeping partitions warm;
 tests/integration/test_standby.py reads them) and expired keys and keys per table partition
 (a table with a ttl; a RocksDB table: tests/integration/test_standby.py reads the
 latter; this processor has neither). Their panels must parse."""
