@@ -30,8 +30,9 @@ def progress(consumer: InputPort, offsets: OffsetTracker, auto_offset_reset: str
     ``auto_offset_reset`` starts) and cached high watermarks of the assigned partitions."""
     committed: dict[TopicPartitionKey, int] = {}
     highs: dict[TopicPartitionKey, int] = {}
+    known = offsets.all()
     for tp in consumer.assigned:
-        offset = offsets.committed(*tp)
+        offset = known.get(tp)
         low, high = consumer.watermarks(tp, cached=True)
         if offset is None and low >= 0 and high >= 0:
             # nothing committed yet: the loop starts there (lag is not "no data")
