@@ -71,7 +71,7 @@ def library_calls(stats: pstats.Stats) -> tuple[int, Counter[str]]:
     """Calls of the library's functions (not the in-memory broker's) and structlog's,
     and of the builtins they call; by function."""
     def ours(path: str) -> bool:
-        return ("kasper_py/" in path and "kasper_py/testing" not in path
+        return (("kasper_py/" in path and "kasper_py/testing" not in path)
                 or "structlog" in path)
     total, named = 0, Counter[str]()
     for (path, _, name), (_, calls, _, _, callers) in stats.stats.items():  # type: ignore[attr-defined]
@@ -97,7 +97,8 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
         return {"turns": feed.turns, "records": feed.consumed,
                 "calls": stats.total_calls / feed.turns,  # type: ignore[attr-defined]
                 "library_calls": library / feed.turns,
-                "top": [(name, round(n / feed.turns, 2)) for name, n in named.most_common(args.top)]}
+                "top": [(name, round(n / feed.turns, 2))
+                        for name, n in named.most_common(args.top)]}
     started = time.process_time()
     processor.run_loop(until_caught_up=True)
     seconds = time.process_time() - started

@@ -152,7 +152,7 @@ class TimeKeeper:
     def advance(self, partition: int, millis: int) -> None:
         """Records (or the testing driver) moved ``partition``'s stream time to ``millis``
         if later; its stream-time timers are checked when the turn fires them."""
-        clock = self.clock(partition)
+        clock = self._clocks.get(partition) or self.clock(partition)  # a lookup a batch
         if clock.stream_time is None or millis > clock.stream_time:
             clock.stream_time = millis
             self._advanced.add(partition)
