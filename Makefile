@@ -114,6 +114,7 @@ bench: stack
 	$(BIN)/python bench/bench_failover.py
 	$(BIN)/python bench/bench_warm_owner.py
 	$(BIN)/python bench/bench_latency.py
+	$(BIN)/python bench/bench_turn.py
 	$(BIN)/python bench/bench_app.py
 	$(BIN)/python bench/bench_hop_parts.py
 	$(BIN)/python bench/bench_dsl.py

@@ -46,7 +46,7 @@ class Batch:
     topic-partition, in offset order, for dead letters of decoded messages."""
 
     def __len__(self) -> int:
-        return sum(r.count for r in self.ranges.values())
+        return sum(map(_COUNT, self.ranges.values()))
 
     def describe(self, partition: int | None = None) -> str:
         """``topic[p] offsets a..b`` for every range (or one partition's), for error text."""
@@ -70,8 +70,8 @@ class Batch:
     def without(self, partitions: set[int]) -> Batch:
         """This batch less the records of ``partitions`` (released before its turn: not
         processed, nor committed, so their new owner reads them)."""
-        if not partitions.intersection(self.by_partition) and not any(
-                p in partitions for _, p in self.ranges):
+        if not partitions or (not partitions.intersection(self.by_partition) and not any(
+                p in partitions for _, p in self.ranges)):
             return self
         return Batch({p: m for p, m in self.by_partition.items() if p not in partitions},
                      {tp: r for tp, r in self.ranges.items() if tp[1] not in partitions},
@@ -220,6 +220,9 @@ def _earliest(records: list[Any], size: int) -> tuple[list[Any], list[Any]]:
     cutoff = sorted(stamp for _, stamp in stamps)[size - 1]
     taken, rest = runs_until(records, stamps, lambda _key: cutoff, size)
     return (taken, rest) if taken else (records[:size], records[size:])
+
+
+_COUNT = operator.attrgetter("count")
 
 
 def _weightless(_records: Sequence[Any]) -> int:

@@ -165,6 +165,8 @@ class StaticAssignment(Assignment):
         ``/standby/release``) are served (a static set holds every topic of its
         partitions: nothing else to check). Returns ``batch`` less the records of the
         partitions released, which their next owner reads from the committed offsets."""
+        if not self._promotions.waiting():  # the common case: nothing to serve
+            return batch
         owned = set(self._owned())
         self._promotions.serve({"promote": self._promote, "release": self._release})
         return batch.without(owned - set(self._owned()))

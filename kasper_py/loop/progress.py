@@ -6,6 +6,9 @@ report of a turn (the observer, a log line per partition).
 
 from __future__ import annotations
 
+import logging
+from typing import Any
+
 import structlog
 
 from kasper_py.kafka.batching import Batch
@@ -27,8 +30,9 @@ def progress(consumer: InputPort, offsets: OffsetTracker, auto_offset_reset: str
     ``auto_offset_reset`` starts) and cached high watermarks of the assigned partitions."""
     committed: dict[TopicPartitionKey, int] = {}
     highs: dict[TopicPartitionKey, int] = {}
+    known = offsets.all()
     for tp in consumer.assigned:
-        offset = offsets.committed(*tp)
+        offset = known.get(tp)
         low, high = consumer.watermarks(tp, cached=True)
         if offset is None and low >= 0 and high >= 0:
             # nothing committed yet: the loop starts there (lag is not "no data")
@@ -65,7 +69,10 @@ def behind(committed: dict[TopicPartitionKey, int],
     cached high watermarks; ``None`` when no partition has one yet."""
     if not high_watermarks:
         return None
-    return sum(max(0, high - committed.get(tp, high)) for tp, high in high_watermarks.items())
+    waiting = 0
+    for tp, high in high_watermarks.items():  # a loop, not a generator: once a turn
+        waiting += max(0, high - committed.get(tp, high))
+    return waiting
 
 
 def turn_stats(batch: Batch, result: TurnResult, consumer: InputPort, offsets: OffsetTracker,
@@ -79,8 +86,22 @@ def turn_stats(batch: Batch, result: TurnResult, consumer: InputPort, offsets: O
 def report(observer: LoopObserver, stats: TurnStats, processor: str) -> None:
     """Hand a committed turn to ``observer``; log it, one line per input partition."""
     observer.on_turn(stats)
+    if not stats.batch.ranges:
+        return
+    # structlog's lazy proxy binds a logger on every call: bind one for the turn's lines,
+    # and skip them when its level filters them out
+    log = _log.bind()
+    if not _enabled(log, logging.INFO):
+        return
     timings = {f"{step}_ms": round(s * 1000, 2) for step, s in stats.durations.items()}
     for (topic, partition), offsets in stats.batch.ranges.items():
-        _log.info("kasper.batch", processor=processor, topic=topic, partition=partition,
+        log.info("kasper.batch", processor=processor, topic=topic, partition=partition,
                   first_offset=offsets.first, last_offset=offsets.last,
                   consumed=offsets.count, turn_produced=stats.produced, **timings)
+
+
+def _enabled(log: Any, level: int) -> bool:
+    """Whether ``log`` emits ``level``: asked of a filtering bound logger (structlog's
+    default); any other logger is taken to emit it."""
+    is_enabled_for = getattr(log, "is_enabled_for", None)
+    return True if is_enabled_for is None else bool(is_enabled_for(level))

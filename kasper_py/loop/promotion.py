@@ -88,6 +88,10 @@ class Promotions:
         loop ends within ``_WAKE_STEP`` of one; as it is when no request can come."""
         return _Waking(schedule, self._waiting) if self._served else schedule
 
+    def waiting(self) -> bool:
+        """True when a request waits to be served (a look, without taking it)."""
+        return not self._waiting.empty()
+
     def serve(self, handovers: dict[str, Handover]) -> None:
         """On the loop's thread, between turns: each waiting request served by the
         handover its action names (``promote``, ``release``). A refusal

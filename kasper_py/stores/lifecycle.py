@@ -119,6 +119,8 @@ class AppliedInput:
 
     def forget(self, next_offsets: Mapping[TopicPartitionKey, int]) -> None:
         """A turn committed ``next_offsets``: what they pass needs no skipping."""
+        if not self.below:  # the common case: nothing is skipped
+            return
         for tp, next_offset in next_offsets.items():
             if next_offset >= self.below.get(tp, next_offset + 1):
                 del self.below[tp]

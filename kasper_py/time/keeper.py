@@ -143,15 +143,16 @@ class TimeKeeper:
         batch_time = newest(messages, self.extractor)
         if batch_time is not None:
             self.advance(partition, batch_time)
-        now, stream_time = self.now(), self.clock(partition).stream_time
-        if self._idle_ms is not None and now is not None and stream_time is not None:
-            self._last_input[partition] = (now, stream_time)
+        if self._idle_ms is not None:  # only idle_advance reads when input last came
+            now, stream_time = self.now(), self.clock(partition).stream_time
+            if now is not None and stream_time is not None:
+                self._last_input[partition] = (now, stream_time)
         return batch_time
 
     def advance(self, partition: int, millis: int) -> None:
         """Records (or the testing driver) moved ``partition``'s stream time to ``millis``
         if later; its stream-time timers are checked when the turn fires them."""
-        clock = self.clock(partition)
+        clock = self._clocks.get(partition) or self.clock(partition)  # a lookup a batch
         if clock.stream_time is None or millis > clock.stream_time:
             clock.stream_time = millis
             self._advanced.add(partition)
@@ -164,7 +165,8 @@ class TimeKeeper:
         if now is None:
             return
         self._advance_idle(now)
-        for partition in sorted(self._clocks):
+        timed = [p for p, clock in self._clocks.items() if clock.timers]
+        for partition in sorted(timed) if timed else ():
             self._fire_timers(self._clocks[partition], "wall_clock", now, sender)
         for scheduled in self._tasks:
             if scheduled.due <= now and (not scheduled.task.on_leader or self.leader()):
@@ -205,13 +207,15 @@ class TimeKeeper:
         """Run the stream-time timers due of ``partition`` (or of every partition) whose
         stream time advanced in this turn, each stamping its output with the stream
         time. The turn calls this right after a partition's batch is processed."""
+        if not self._advanced:  # the common case: nothing moved, or fired already
+            return
         advanced = [partition] if partition is not None else sorted(self._advanced)
         for number in advanced:
             if number not in self._advanced:
                 continue
             self._advanced.discard(number)
             clock = self._clocks.get(number)
-            if clock is not None and clock.stream_time is not None:
+            if clock is not None and clock.timers and clock.stream_time is not None:
                 self._fire_timers(clock, "stream_time", clock.stream_time, sender)
 
     def _fire_timers(self, clock: PartitionClock, kind: str, now: int, sender: Sender) -> None:

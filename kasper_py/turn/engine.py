@@ -34,7 +34,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, TypeVar
 
 from kasper_py.config import Config
 from kasper_py.dead_letters import DeadLetter, DeadLetterLimits, send_aside
@@ -60,8 +59,6 @@ from kasper_py.turn.poison import Bisection, ProcessRaisedError
 from kasper_py.turn.topics import TopicCheck
 
 __all__ = ["Commit", "TurnEngine", "TurnResult"]
-
-T = TypeVar("T")
 
 Commit = Callable[[dict[TopicPartitionKey, int]], None]
 """A runner's commit of a turn's next offsets (with exactly-once: of its transaction)."""
@@ -221,10 +218,12 @@ class TurnEngine:
         durations: dict[str, float] = {}
         self._committed = False
         saved = self.time.save()
+        stores = self.stores()  # opened and closed between turns only
         try:
             for partition, millis in (stream_times or {}).items():
                 self.time.advance(partition, millis)
-            produced, letters, next_offsets = self._steps(batch, meanwhile, durations)
+            produced, letters, next_offsets = self._steps(batch, meanwhile, durations,
+                                                          stores)
         except BaseException as exc:
             self._discard_pending()
             self.time.restore(saved)
@@ -232,15 +231,14 @@ class TurnEngine:
             raise
         self._next.update(next_offsets)
         self._once.committed(next_offsets)
-        self._limits.record(sum(1 for letter in letters if letter.reason == "process"),
-                            _input_count(batch))
+        self._limits.record(_process_letters(letters), _input_count(batch))
         # Committed: a local table that fails to apply now is behind its changelog, and
         # its next open reads the difference back.
-        self._after_delivery()
+        self._after_delivery(stores)
         return TurnResult(next_offsets, produced, letters, durations)
 
     def _steps(self, batch: Batch, meanwhile: Callable[[], object] | None,
-               durations: dict[str, float]
+               durations: dict[str, float], stores: list[OpenStore]
                ) -> tuple[int, list[DeadLetter], dict[TopicPartitionKey, int]]:
         """The turn's steps 1 to 5 (``steps.STEPS``; what comes before step 1 first),
         each timed in ``durations``: the messages produced, the dead letters and the
@@ -250,28 +248,47 @@ class TurnEngine:
         if self._transactions is not None:
             self._transactions.begin()
         self._on_step("before_process")
-        sender, letters = _timed(durations, "process", self._process, batch)
+        # each step's seconds run from the end of the one before (a failed turn's
+        # durations are never read)
+        started = time.perf_counter()
+        sender, letters = self._process(batch)
+        started = _lap(durations, "process", started)
         produced = len(sender)
         self._on_step("after_process")
         next_offsets = batch.next_offsets()
         if self._once.outputs_first:
             # Effectively-once stores skip replayed input, so its output must be
             # acked (exactly-once: committed) before the store records the offsets.
-            _timed(durations, "produce", self._produce, sender.drain())
-            if self._transactions is not None:
-                _timed(durations, "commit", self._commit, next_offsets)
-                self._committed = True
-        _timed(durations, "flush", self._flush, next_offsets)
+            started = self._produce_first(sender, next_offsets, durations)
+        self._flush(next_offsets, stores)
+        started = _lap(durations, "flush", started)
         self._on_step("after_flush")
-        _timed(durations, "produce", self._hand_over, sender.drain())
+        self._hand_over(sender.drain())
+        started = _lap(durations, "produce", started)
         if meanwhile is not None:
-            _timed(durations, "read_ahead", meanwhile)
-        _timed(durations, "produce", self._port.wait_for_acks, self._waiting)
+            meanwhile()
+            started = _lap(durations, "read_ahead", started)
+        self._port.wait_for_acks(self._waiting)
+        started = _lap(durations, "produce", started)
         self._on_step("after_produce")
         if not self._committed:
-            _timed(durations, "commit", self._commit, next_offsets)
+            self._commit(next_offsets)
+            _lap(durations, "commit", started)
         self._on_step("after_commit")
         return produced, letters, next_offsets
+
+    def _produce_first(self, sender: Sender, next_offsets: dict[TopicPartitionKey, int],
+                       durations: dict[str, float]) -> float:
+        """Effectively-once stores: the output acked (exactly-once: its transaction
+        committed) before the stores flush. Returns when it ended."""
+        started = time.perf_counter()
+        self._produce(sender.drain())
+        started = _lap(durations, "produce", started)
+        if self._transactions is not None:
+            self._commit(next_offsets)
+            self._committed = True
+            started = _lap(durations, "commit", started)
+        return started
 
     def _failed(self, exc: BaseException, batch: Batch) -> None:
         """A failed turn (its stores' writes dropped, its time put back): the
@@ -351,8 +368,9 @@ class TurnEngine:
             raise ProcessingError(f"timestamp_extractor raised {type(exc).__name__}: {exc} "
                                   f"({batch.describe(partition)})", partition=partition) from exc
 
-    def _flush(self, next_offsets: dict[TopicPartitionKey, int]) -> None:
-        for partition, name, store in self.stores():
+    def _flush(self, next_offsets: dict[TopicPartitionKey, int],
+               stores: list[OpenStore]) -> None:
+        for partition, name, store in stores:
             mine = {tp: o for tp, o in next_offsets.items() if tp[1] == partition}
             store_call(name, partition, store.flush, mine)
 
@@ -364,8 +382,8 @@ class TurnEngine:
         if messages:
             self._port.produce(messages)
 
-    def _after_delivery(self) -> None:
-        for partition, name, store in self.stores():
+    def _after_delivery(self, stores: list[OpenStore]) -> None:
+        for partition, name, store in stores:
             store_call(name, partition, store.after_delivery)
 
     def _discard_pending(self) -> None:
@@ -376,15 +394,19 @@ class TurnEngine:
 
 def _input_count(batch: Batch) -> int:
     """Messages the batch hands to ``process()``."""
-    return sum(len(messages) for messages in batch.by_partition.values())
+    return sum(map(len, batch.by_partition.values()))
 
 
-def _timed(durations: dict[str, float], step: str, fn: Callable[..., T], *args: Any) -> T:
-    started = time.perf_counter()
-    try:
-        return fn(*args)
-    finally:
-        durations[step] = durations.get(step, 0.0) + time.perf_counter() - started
+def _process_letters(letters: list[DeadLetter]) -> int:
+    """Dead letters of messages ``process()`` failed on."""
+    return sum(1 for letter in letters if letter.reason == "process") if letters else 0
+
+
+def _lap(durations: dict[str, float], step: str, started: float) -> float:
+    """Add the seconds since ``started`` to ``step``'s; return now."""
+    now = time.perf_counter()
+    durations[step] = durations.get(step, 0.0) + now - started
+    return now
 
 
 def _no_step(_step: str) -> None:
