@@ -96,8 +96,8 @@ def report(observer: LoopObserver, stats: TurnStats, processor: str) -> None:
     timings = {f"{step}_ms": round(s * 1000, 2) for step, s in stats.durations.items()}
     for (topic, partition), offsets in stats.batch.ranges.items():
         log.info("kasper.batch", processor=processor, topic=topic, partition=partition,
-                  first_offset=offsets.first, last_offset=offsets.last,
-                  consumed=offsets.count, turn_produced=stats.produced, **timings)
+                 first_offset=offsets.first, last_offset=offsets.last,
+                 consumed=offsets.count, turn_produced=stats.produced, **timings)
 
 
 def _enabled(log: Any, level: int) -> bool:
