@@ -204,8 +204,11 @@ def placement(config: Config, group: GroupState, rows: list[PartitionProgress]
     """Who runs each input partition and who keeps each partition warm (``None``: no
     standbys anywhere): in group mode, the group's members and ``group_standbys``; with
     static partition sets, what the loops' commit notes on ``rows`` say now
-    (``loop_placement``)."""
-    if config.group_mode:
+    (``loop_placement``). A group with members is in group mode whatever ``config``
+    says (``kasper run --assignment group`` given on the command line, not in the file
+    ``kasper lag`` reads): static loops never join it, and its members' notes lag a
+    rebalance."""
+    if config.group_mode or group.members:
         return group.owners(), group_standbys(config, group)
     return loop_placement(config, rows)
 

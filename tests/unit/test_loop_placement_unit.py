@@ -11,7 +11,8 @@ import pytest
 
 from kasper_py import Config
 from kasper_py.cli.app import render, standby_listing
-from kasper_py.cli.offsets import loop_placement
+from kasper_py.cli.offsets import loop_placement, placement
+from kasper_py.kafka.admin import GroupMember, GroupState
 from kasper_py.kafka.offsets import CommitNote, NoteState, PartitionProgress
 from kasper_py.loop.committer import OffsetCommitter
 from kasper_py.observability.observe import NoopObserver
@@ -99,3 +100,19 @@ def test_a_committer_notes_the_partitions_kept_warm_at_each_commit(
     second = CommitNote.decode(broker.commits("wc")[-1].metadata)
     assert first is not None and second is not None
     assert (first.standbys, second.standbys) == ((5,), warm)
+
+
+def test_a_group_with_members_places_partitions_by_its_members_not_the_notes() -> None:
+    """Workers run with ``--assignment group`` on the command line, ``kasper lag`` read
+    a file without it: the group's members own the partitions; the notes still name
+    the member that committed before a rebalance moved the partition."""
+    members = (GroupMember("wc-consumer-1", "/10.0.0.1", (("in", 0),)),
+               GroupMember("wc-consumer-2", "/10.0.0.2", (("in", 1),)))
+    stale = rows(note("running", "host-a", 1, 1), note("running", "host-a", 1, 1))
+
+    owners, warm = placement(CONFIG, GroupState("STABLE", members), stale)
+
+    assert (owners, warm) == ({("in", 0): "wc-consumer-1@10.0.0.1",
+                               ("in", 1): "wc-consumer-2@10.0.0.2"}, None)
+    assert placement(CONFIG, GroupState("EMPTY", ()), stale)[0] == {("in", 0): A,
+                                                                   ("in", 1): A}
