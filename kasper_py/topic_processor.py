@@ -16,7 +16,7 @@ import structlog
 
 from kasper_py._support.closing import close_all
 from kasper_py._support.gc import paced_for
-from kasper_py.app import App, plan_for
+from kasper_py.app import App, Plan, plan_for
 from kasper_py.config import Config
 from kasper_py.exceptions import KasperError, SimulatedCrash
 from kasper_py.kafka.batching import Batch
@@ -78,15 +78,12 @@ class TopicProcessor:
         config = plan.config
         self._servers = LoopServers(config, observer, store_observer)
         self._observer = observer = self._servers.observer
-        if plan.stats is not None:
-            observer.watch_processors(plan.stats.snapshot)
         real_clients = clients is None
         clients = clients or KafkaClients(InputConsumer(config), OutputProducer(config))
         self._consumer, self._producer = clients.consumer, clients.producer
         self._consumer.use(config, [topic.name for topic in plan.internal])
         self._prefetcher = Prefetcher(config, clients, [topic.name for topic in plan.internal])
-        if self._prefetcher.alignment is not None:
-            observer.watch_alignment(self._prefetcher.alignment.report)
+        _watch(observer, plan, self._prefetcher)
         self._committer = committer = committer_for(
             config, clients, observer, holding=self._prefetcher.holding,
             endpoint=lambda: self._servers.endpoint,
@@ -273,3 +270,12 @@ class TopicProcessor:
                    self._tracing.close],  # a tracer provider built from Config.tracing
                   self.config.name)
         _log.info("kasper.closed", processor=self.config.name)
+
+
+def _watch(observer: LoopObserver, plan: Plan, prefetcher: Prefetcher) -> None:
+    """Hand ``observer`` what it reads at scrape time: the app's processor stats, and
+    alignment's waits when the loop aligns its inputs."""
+    if plan.stats is not None:
+        observer.watch_processors(plan.stats.snapshot)
+    if prefetcher.alignment is not None:
+        observer.watch_alignment(prefetcher.alignment.report)

@@ -38,24 +38,19 @@ __all__ = ["Builder", "GlobalTable", "Grouped", "Stream", "Table", "WindowedGrou
 class Builder:
     """Declares a pipeline of streams and tables; ``build()`` makes the ``App``.
 
-    ``cache`` (Kafka Streams' record cache): a table emits each key it changed once
-    per batch, with its latest value, and an aggregation after a re-keying combines
-    each batch's records per key before the repartition (count and sum always,
-    ``reduce``/``aggregate`` when they can merge). ``cache=False``: one update per
-    record, every record through the repartition. Operators that make a table take
-    ``cache=`` too, overriding the builder's.
+    ``cache`` (Kafka Streams' record cache): a table emits each key it changed once a
+    batch, with its latest value, and an aggregation after a re-keying combines each
+    batch's records per key before the repartition (count and sum always, ``reduce``
+    and ``aggregate`` when they can merge); ``False``: one update and one repartitioned
+    record per record. An operator's own ``cache=`` overrides the builder's.
 
     Every operator is a node named ``name=`` or, by default, as Kafka Streams names it
-    (``KSTREAM-MAPVALUES-0000000003``: the kind, then a counter of the builder's
-    generated names); ``kasper app describe`` lists them per stage. Operator names are
-    unique per builder (a name given twice is a ``ConfigError``). ``timestamps``: how
-    aggregations and table-table joins stamp outputs (``"record"``, the default, or
-    ``"latest"``, Kafka Streams'). ``pack_repartitions``: one Kafka record per
-    partition and turn through a repartition, packed (``True``), or a Kafka record per
-    record (``False``, for readers of the internal topics other than the app); by default
-    packed unless a kasper_py older than packing could read a packed record without
-    failing (the ``bytes`` key serde, ``on_decode_error`` other than ``"fail"``). See
-    docs/streams-dsl.md for both."""
+    (``KSTREAM-MAPVALUES-0000000003``); ``kasper app describe`` lists them per stage,
+    and a name given twice is a ``ConfigError``. ``timestamps``: how aggregations and
+    table-table joins stamp outputs (``"record"``, the default, or ``"latest"``, Kafka
+    Streams'). ``pack_repartitions``: ``True`` packs a turn's records of a repartition
+    partition into one Kafka record, ``False`` sends one each; by default packed where a
+    kasper_py older than packing would fail on a packed record, not skip it (see docs)."""
 
     def __init__(self, name: str, *, stores: StoreKind = "rocksdb", cache: bool = True,
                  timestamps: Timestamps = "record", pack_repartitions: bool | None = None
