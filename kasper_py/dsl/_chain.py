@@ -171,7 +171,7 @@ class Chain(Op):
         self.operators = [*operators, *(f"#{i}" for i in range(len(operators), len(steps)))]
         self.run = compile_chain(steps)
         self.run_messages = compile_chain(steps, form="messages")
-        self.run_send = compile_chain(steps, form="send")
+        self.run_send = compile_chain(steps, form="send") if self.to_topic else None
         self.push_messages: Callable[[list[Message]], None] = (
             self.send_messages if self.to_topic else self._push_messages)
 
@@ -189,7 +189,7 @@ class Chain(Op):
     def send_messages(self, messages: list[Message]) -> None:
         """A source's ``messages`` through a chain ending in ``to``: the producer's
         records made in the one pass and buffered at once (``Sender.send_encoded``)."""
-        assert self.sink is not None
+        assert self.sink is not None and self.run_send is not None
         sender, topic = self.stage.sender, self.sink.target
         try:
             made = self.run_send(messages, topic, sender.timestamp or 0,

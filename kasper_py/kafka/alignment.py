@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections import Counter, defaultdict
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 import structlog
@@ -191,11 +191,8 @@ class TimestampAlignment:
             self._expired.discard(key)
             self._warned.discard(key)
             self._waits.pop(key, None)
-        report = self._report
-        self._report = AlignmentReport(
-            report.enforced, report.waited,
-            {key: count for key, count in report.held.items() if key not in keys},
-            frozenset(self._held_back))
+        held = {key: count for key, count in self._report.held.items() if key not in keys}
+        self._report = replace(self._report, held=held, held_back=frozenset(self._held_back))
 
     def report(self) -> AlignmentReport:
         """What was waited for so far, and what the last cut held (any thread)."""

@@ -166,7 +166,7 @@ class TimeKeeper:
             return
         self._advance_idle(now)
         timed = [p for p, clock in self._clocks.items() if clock.timers]
-        for partition in sorted(timed) if timed else ():
+        for partition in sorted(timed):
             self._fire_timers(self._clocks[partition], "wall_clock", now, sender)
         for scheduled in self._tasks:
             if scheduled.due <= now and (not scheduled.task.on_leader or self.leader()):
