@@ -43,6 +43,8 @@ class OutputProducer:
         self._producer = Producer({**conf, "on_delivery": self._on_delivery})
         self._error: KasperError | None = None
         self._in_transaction = False
+        self._probe_topic = config.input_topics[0]
+        """A topic whose metadata is asked for before a transactional id is taken."""
 
     def produce(self, messages: Sequence[OutgoingRecord]) -> None:
         """Enqueue ``messages`` in the order given, so in send order per output partition;
@@ -148,6 +150,7 @@ class OutputProducer:
     def init_transactions(self) -> None:
         """Take over the transactional id: a producer that held it is fenced, and its
         open transaction aborted, before this returns."""
+        _await_broker(self._producer, self._probe_topic, self._delivery_timeout)
         self._transaction_call("taking over the transactional id",
                                self._producer.init_transactions, self._delivery_timeout)
 
@@ -161,6 +164,7 @@ class OutputProducer:
         conf = {k: v for k, v in self._conf.items() if k != "on_delivery"}
         fencer = Producer({**conf, "transactional.id": transactional_id})
         try:
+            _await_broker(fencer, self._probe_topic, self._delivery_timeout)
             fencer.init_transactions(self._delivery_timeout)
         except KafkaException as exc:
             raise CommitError(f"exactly-once: fencing transactional id {transactional_id!r} "
@@ -246,6 +250,21 @@ class OutputProducer:
         error, self._error = self._error, None
         if error is not None:
             raise error
+
+
+def _await_broker(producer: Producer, topic: str, timeout: float) -> None:
+    """Return once ``producer`` is connected to a broker it knows by id, so that taking a
+    transactional id starts at once. librdkafka's transaction manager looks only for such
+    a broker; a new client is still on its bootstrap connection, which the first metadata
+    answer replaces by one to the broker it names, and finding none the manager retries
+    on its 500 ms coordinator timer (``init_transactions`` took 3-4 ms or 505 ms at random
+    on one local broker). The first metadata request learns the brokers; the second is
+    answered by one of them, once connected. A failure here is left to the call after."""
+    try:
+        for _ in range(2):
+            producer.list_topics(topic, timeout=timeout)
+    except KafkaException:
+        return
 
 
 def _produce_error(doing: str, error: Any) -> ProduceError:
