@@ -121,10 +121,10 @@ class Prefetcher:
 
     def observe(self, stats: TurnStats) -> None:
         """A turn is done: the sizing rule learns from it (its batch, the records known
-        to wait, its seconds since the batch was handed out); ``stats`` gets the size
-        the next batch may take."""
+        to wait, its seconds since the batch was handed out, its outputs); ``stats``
+        gets the size the next batch may take."""
         self._sizing.observe(len(stats.batch), behind(stats.committed, stats.high_watermarks),
-                             self._clock() - self._handed_out)
+                             self._clock() - self._handed_out, stats.produced)
         self._resize()
         stats.batch_size_target = self._collector.size
 

@@ -15,7 +15,13 @@ import pytest
 from kasper_py import Config, ConfigError
 from kasper_py.cli.base import CliError, add_config_flags, config_from_args, load_config
 from kasper_py.kafka.batching import Collector
-from kasper_py.kafka.sizing import BACKLOG_TURN, BatchController, FixedBatches
+from kasper_py.kafka.sizing import (
+    BACKLOG_TURN,
+    LOCALITY_BYTES,
+    RECORD_OVERHEAD,
+    BatchController,
+    FixedBatches,
+)
 
 TARGET = 0.05
 PACE = 1e-6
@@ -88,6 +94,81 @@ def test_records_larger_than_the_bytes_allow_go_under_the_smallest_batch() -> No
         controller.weigh(10, 10 * 8 * 2**20)
     assert controller.observe(100, 1_000_000, turn(100)) == 2
     assert controller.observe(1, 0, FAST) == 2
+
+
+def backlog(record_bytes: int, largest: int = 20_000) -> BatchController:
+    """A controller with records of ``record_bytes`` weighed, grown to its ceiling
+    (``largest``, or 16 MiB of records) by a backlog (a turn that reports no outputs,
+    which the probe does not count)."""
+    controller = BatchController(TARGET, largest=largest, largest_bytes=16 * 2**20)
+    controller.weigh(1_000, 1_000 * record_bytes)
+    controller.observe(100, 1_000_000, turn(100))
+    assert controller.size == min(largest, 16 * 2**20 // record_bytes)
+    return controller
+
+
+def drain(controller: BatchController, outputs: Any, turns: int) -> list[int]:
+    """``turns`` backlog turns, each taking the size asked and sending
+    ``outputs(taken)``; the sizes asked after each."""
+    sizes = []
+    for _ in range(turns):
+        taken = controller.size
+        sizes.append(controller.observe(taken, 1_000_000, turn(taken), outputs(taken)))
+    return sizes
+
+
+def test_a_backlog_that_does_not_coalesce_stops_at_the_locality_bound() -> None:
+    """A passthrough's backlog (one output per input) of 100-byte records: two turns
+    at the largest batch, two at what LOCALITY_BYTES holds, then that bound."""
+    controller = backlog(100)
+    local = LOCALITY_BYTES // (100 + RECORD_OVERHEAD)
+    assert controller.locality == local == 10_485
+    sizes = drain(controller, lambda taken: taken, 10)
+    assert sizes == [20_000, local, local] + [local] * 7
+
+
+def test_a_backlog_that_coalesces_keeps_the_largest_batch() -> None:
+    """A count over a bounded vocabulary (outputs grow slower than the batch): after
+    the two sizes are counted, batches go back to the largest and stay there."""
+    controller = backlog(50)
+    local = controller.locality
+    assert local is not None and local < 20_000
+    sizes = drain(controller, lambda taken: min(taken, 9_000) + taken // 20, 10)
+    assert sizes == [20_000, local, local] + [20_000] * 7
+
+
+def test_the_two_sizes_are_counted_again_after_a_hundred_backlog_turns() -> None:
+    """A processor that coalesced and no longer does (its input changed) is held to
+    the locality bound once the probe runs again, a hundred backlog turns later."""
+    controller = backlog(100)
+    local = controller.locality
+    coalescing = drain(controller, lambda taken: min(taken, 5_000), 100)
+    assert coalescing[3:] == [20_000] * 97
+    plain = drain(controller, lambda taken: taken, 10)
+    assert plain[-3:] == [local] * 3 and 20_000 in plain
+
+
+def test_the_locality_bound_follows_the_bytes_of_a_record() -> None:
+    """Records of 1,000 bytes: the bound holds fewer of them; records so small that the
+    bound is about the largest batch: no probe, batches stay the largest."""
+    controller = backlog(1_000)
+    local = LOCALITY_BYTES // (1_000 + RECORD_OVERHEAD)
+    assert controller.locality == local == 4_194
+    assert drain(controller, lambda taken: taken, 6) == [16_777, local] + [local] * 4
+    small = backlog(100, largest=12_000)  # bound 10,485: within a quarter of 12,000
+    assert drain(small, lambda taken: taken, 6) == [12_000] * 6
+
+
+def test_a_batch_of_another_size_than_asked_is_not_counted() -> None:
+    """A batch read ahead was sized before the turn that asked: a turn that took
+    neither size (nor the size asked) does not count toward the probe."""
+    controller = backlog(100)
+    local = controller.locality
+    assert local is not None
+    controller.observe(5_000, 1_000_000, turn(5_000), 5_000)  # neither size
+    controller.observe(local, 1_000_000, turn(local), local)  # the bound, not asked yet
+    assert controller.size == 20_000
+    assert drain(controller, lambda taken: taken, 4) == [20_000, local, local, local]
 
 
 def test_light_input_shrinks_the_batch_toward_twice_what_arrives() -> None:

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from kasper_py import Config, Message, MessageProcessor, Sender, TopicProcessor
-from kasper_py.kafka.sizing import BACKLOG_TURN
+from kasper_py.kafka.sizing import BACKLOG_TURN, LOCALITY_BYTES, RECORD_OVERHEAD
 from kasper_py.observability.observe import NoopObserver, TurnStats
 from kasper_py.testing import InMemoryBroker
 
@@ -85,6 +85,15 @@ class Work(MessageProcessor):
             sender.send("out", m.value)
 
 
+class Latest(Work):
+    """Sends each batch's last value once per partition (records of one value): a
+    count's coalescing, at its most."""
+
+    def process(self, messages: list[Message], sender: Sender) -> None:
+        self.clock.now += self.cost * len(messages)
+        sender.send("out", messages[-1].value)
+
+
 class Turns(NoopObserver):
     """Every turn's batch length, bytes and target, and each message's latency (its
     arrival to its turn's commit, on the clock); closes the loop once ``total`` are in."""
@@ -109,9 +118,10 @@ class Turns(NoopObserver):
 
 
 def run(times: Sequence[float], cost: float, value: bytes = b"v" * 100,
-        **settings: Any) -> tuple[Turns, InMemoryBroker]:
-    """A copying loop over records arriving at ``times``, each costing ``cost`` seconds,
-    with ``settings`` (else the defaults), until every record is committed."""
+        work: type[Work] = Work, **settings: Any) -> tuple[Turns, InMemoryBroker]:
+    """A copying loop (or another ``work``) over records arriving at ``times``, each
+    costing ``cost`` seconds, with ``settings`` (else the defaults), until every record
+    is committed."""
     broker, clock = InMemoryBroker(), Clock()
     broker.create_topic("in", partitions=PARTITIONS)
     broker.create_topic("out", partitions=PARTITIONS)
@@ -120,12 +130,13 @@ def run(times: Sequence[float], cost: float, value: bytes = b"v" * 100,
     clients = broker.clients(config)
     arrivals = Arrivals(broker, clients.consumer, clock, times, value)
     observer = Turns(clock, arrivals, len(times))
-    processor = TopicProcessor(config, lambda _c: Work(clock, cost), observer=observer,
+    processor = TopicProcessor(config, lambda _c: work(clock, cost), observer=observer,
                                clients=dataclasses.replace(clients, consumer=arrivals,
                                                            clock=clock))
     observer.processor = processor
     processor.run_loop()
-    assert len(broker.read("out")) == len(times)  # every record copied once
+    if work is Work:
+        assert len(broker.read("out")) == len(times)  # every record copied once
     assert broker.committed("sizing") == {("in", p): len(times) // PARTITIONS
                                           for p in range(PARTITIONS)}
     return observer, broker
@@ -143,6 +154,26 @@ def test_a_backlog_grows_batches_past_kaspers_1000_to_the_largest_batch() -> Non
         name="n", bootstrap_servers="b", input_topics=["t"]).largest_batch
     assert all(target is not None and 100 <= target <= 20_000 for target in turns.targets)
     assert len(turns.lengths) <= 5
+
+
+def test_a_backlog_copied_one_for_one_settles_at_the_locality_bound() -> None:
+    """200,000 records of 100 bytes, each copied: two batches of 20,000, two of what
+    LOCALITY_BYTES holds, compared by their outputs per input (equal: nothing
+    coalesces), and from then on batches of the bound, not 20,000."""
+    turns, _ = run([0.0] * 200_000, cost=1e-6)
+    local = LOCALITY_BYTES // (100 + RECORD_OVERHEAD)
+    assert turns.lengths[:3] == [100, 20_000, 20_000]
+    assert set(turns.lengths[6:-1]) == {local}
+
+
+def test_a_backlog_that_coalesces_keeps_the_largest_batch() -> None:
+    """The same backlog into a processor with one output a partition and batch: the
+    batches of the bound send more outputs per input, so after them batches go back
+    to 20,000 and stay there."""
+    turns, _ = run([0.0] * 200_000, cost=1e-6, work=Latest)
+    local = LOCALITY_BYTES // (100 + RECORD_OVERHEAD)
+    assert local in turns.lengths[3:6]
+    assert set(turns.lengths[6:-1]) == {20_000}
 
 
 def test_a_backlog_of_large_records_is_bounded_in_bytes() -> None:
