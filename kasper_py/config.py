@@ -86,7 +86,9 @@ class Config:
     is released a little after its first message (at most a tenth of the target, less as
     turns take longer); when input backs up it doubles, or jumps to what waits, for as
     long as a turn stays within ten targets (0.5 s), up to ``batch_size`` messages and
-    ``batch_bytes``. The producer's ``linger.ms`` is lowered to suit (see
+    ``batch_bytes``, and past what 6 MiB of the loop's memory holds only where larger
+    batches send fewer outputs per input (``sizing.CoalescingProbe``). The producer's
+    ``linger.ms`` is lowered to suit (see
     ``to_producer_conf``). ``None`` (``"none"`` in TOML, flags and variables): Kasper's
     classic batches of ``batch_size`` or ``batch_wait``, the fewest turns under light
     input (docs/performance.md compares)."""

@@ -92,7 +92,7 @@ class TopicProcessor:
         self._election = election_for(config, plan.tasks, observer, kafka=real_clients)
         self._engine = engine = TurnEngine(
             config, tracing.port(clients.producer), commit=committer.commit,
-            transactions=committer.transactions, waiting=observer.on_idle,
+            stage=committer.stage, transactions=committer.transactions, waiting=observer.on_idle,
             on_step=tracing.on_step(clients.on_step), wall_clock=clients.wall_clock,
             tasks=plan.tasks, routes=plan.routes, leading=self._election.leading)
         partitions = Partitions(config, clients, engine, factory=plan.factory,

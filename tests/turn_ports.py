@@ -29,6 +29,9 @@ class ListPort:
     def begin(self) -> None:
         self.log.append("begin")
 
+    def add_offsets(self, next_offsets: Any, note: Any = None, group: Any = None) -> None:
+        self.log.append("add offsets")
+
     def commit(self, next_offsets: Any, note: Any = None, group: Any = None) -> None:
         self.log.append("commit transaction")
 

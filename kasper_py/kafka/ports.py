@@ -53,11 +53,17 @@ class Transactions(Protocol):
     def begin(self) -> None:
         """Open the turn's transaction."""
 
+    def add_offsets(self, next_offsets: dict[TopicPartitionKey, int], note: str | None,
+                    group: object) -> None:
+        """Add the input offsets (``note`` as their metadata) for the consumer group
+        ``group`` (the consumer's ``group_metadata()``) to the open transaction: they
+        are committed with it, or never. Raises as ``commit`` does."""
+
     def commit(self, next_offsets: dict[TopicPartitionKey, int], note: str | None,
                group: object) -> None:
-        """Add the input offsets (``note`` as their metadata) for the consumer group
-        ``group`` (the consumer's ``group_metadata()``) and commit the transaction.
-        Raises ``FencedError`` when a newer process took over the transactional id."""
+        """Add the input offsets as ``add_offsets`` does (none: only those added before)
+        and commit the transaction. Raises ``FencedError`` when a newer process took
+        over the transactional id."""
 
     def abort(self) -> bool:
         """Abort the open transaction, if any; True when one was open. Never raises (a

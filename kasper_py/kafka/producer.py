@@ -178,16 +178,24 @@ class OutputProducer:
         self._transaction_call("beginning a transaction", self._producer.begin_transaction)
         self._in_transaction = True
 
-    def commit(self, next_offsets: dict[TopicPartitionKey, int], note: str | None,
-               group: object) -> None:
-        """Add the input offsets (``note`` as metadata) and commit: the turn's outputs,
-        changelog records and offsets become visible together. The acks were awaited
-        before (``wait_for_acks``), so this costs the commit round trips only."""
+    def add_offsets(self, next_offsets: dict[TopicPartitionKey, int], note: str | None,
+                    group: object) -> None:
+        """Add the input offsets (``note`` as metadata) to the open transaction: two round
+        trips (the transaction coordinator, then the group's), which the loop makes while
+        the turn's acks are still arriving."""
         offsets = [TopicPartition(t, p, o, note) for (t, p), o in next_offsets.items()]
         if offsets:
             self._transaction_call("adding the input offsets to the transaction",
                                    self._producer.send_offsets_to_transaction, offsets, group,
                                    self._delivery_timeout)
+
+    def commit(self, next_offsets: dict[TopicPartitionKey, int], note: str | None,
+               group: object) -> None:
+        """Add the input offsets (``add_offsets``; none: only those added before) and
+        commit: the turn's outputs, changelog records and offsets become visible
+        together. The acks were awaited before (``wait_for_acks``), so this costs the
+        commit round trips only."""
+        self.add_offsets(next_offsets, note, group)
         self._transaction_call("committing the transaction", self._producer.commit_transaction,
                                self._delivery_timeout)
         self._in_transaction = False

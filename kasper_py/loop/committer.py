@@ -144,6 +144,11 @@ class OffsetCommitter:
 
     # -- turns ----------------------------------------------------------------------
 
+    def stage(self, next_offsets: Offsets) -> None:
+        """The engine's turn handed its outputs over and reads no further ahead: nothing
+        to do before its acks are in (exactly-once adds the offsets to the transaction
+        then)."""
+
     def commit(self, next_offsets: Offsets) -> None:
         """The engine's commit: the input offsets (moved past transaction markers), with
         a running note. A turn of timers and tasks alone has no input to commit."""
@@ -241,6 +246,9 @@ class TransactionCommitter(OffsetCommitter):
                          warm=warm, force=force)
         self._producer = producer
         self.transactions = producer
+        self._staged: Offsets | None = None
+        """The turn's offsets already in its transaction (``stage``), until it commits."""
+        self._staged_at = 0.0
 
     def begin(self) -> None:
         """Take over this loop's transactional id: fences an older loop with it and
@@ -285,9 +293,31 @@ class TransactionCommitter(OffsetCommitter):
         except FencedError as exc:
             raise self.fenced(exc) from exc
 
+    def stage(self, next_offsets: Offsets) -> None:
+        """Add the turn's input offsets (past transaction markers, with a running note)
+        to its transaction while its acks arrive: the two round trips overlap the wait
+        (measured ~1.5-2 ms a turn on one local broker), and they become visible only
+        when ``commit`` commits the transaction, or never."""
+        offsets = self._past_markers(next_offsets)
+        self.offsets.check(offsets)
+        started = time.perf_counter()
+        self._producer.add_offsets(offsets, self._note("running"),
+                                   self._consumer.group_metadata())
+        self._staged, self._staged_at = offsets, time.perf_counter() - started
+
     def commit(self, next_offsets: Offsets) -> None:
-        """The engine's commit: the turn's transaction, with the input offsets if any."""
-        self._commit_turn(next_offsets)
+        """The engine's commit: the turn's transaction, with the input offsets if any
+        (added already when ``stage``d)."""
+        staged, self._staged = self._staged, None
+        if staged is None:
+            self._commit_turn(next_offsets)
+            return
+        started = time.perf_counter()
+        self._producer.commit({}, None, self._consumer.group_metadata())
+        self._observer.on_transaction(
+            "committed", self._staged_at + time.perf_counter() - started)
+        self.offsets.mark_committed(staged)
+        self._last_commit = time.monotonic()
 
     def _commit(self, next_offsets: Offsets, state: LoopState, *,
                 own: bool = False) -> None:

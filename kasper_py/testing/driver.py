@@ -288,6 +288,10 @@ class _AckedList:
     def begin(self) -> None:
         self._transaction = []
 
+    def add_offsets(self, next_offsets: dict[TopicPartitionKey, int], note: str | None = None,
+                    group: object = None) -> None:
+        """The driver commits no offsets: nothing to add."""
+
     def commit(self, next_offsets: dict[TopicPartitionKey, int], note: str | None = None,
                group: object = None) -> None:
         self.wait_for_acks()

@@ -282,6 +282,8 @@ class _Producer:
         self._owner: Owner | None = None
         self._transaction: list[Queued] | None = None
         """The acked records of the open transaction; ``None`` when none is open."""
+        self._offsets: dict[TopicPartitionKey, tuple[int, str | None]] = {}
+        """Input offsets added to the open transaction (``add_offsets``), with notes."""
 
     def produce(self, messages: Sequence[OutgoingRecord]) -> None:
         """Queue ``messages``; ``ProduceError`` for an unknown topic or partition, or
@@ -349,6 +351,15 @@ class _Producer:
         """Open a transaction."""
         self._check_transaction("beginning a transaction", open_=False)
         self._transaction = []
+        self._offsets = {}
+
+    def add_offsets(self, next_offsets: dict[TopicPartitionKey, int], note: str | None,
+                    group: object) -> None:
+        """Keep ``next_offsets`` (``note`` as metadata) for the open transaction's commit;
+        ``group`` as ``commit`` checks it."""
+        self._check_transaction("adding the input offsets to the transaction", open_=True)
+        _check_group(group)
+        self._offsets.update({tp: (offset, note) for tp, offset in next_offsets.items()})
 
     def commit(self, next_offsets: dict[TopicPartitionKey, int], note: str | None,
                group: object) -> None:
@@ -357,15 +368,16 @@ class _Producer:
         ``group``, all at once. When a ``fail_commit`` fault fires, ``CommitError`` and
         the transaction stays open, for ``abort``."""
         self._check_transaction("committing the transaction", open_=True)
-        if not isinstance(group, _GroupMetadata):
-            raise TypeError(f"group must be the consumer's group_metadata(), got {group!r}")
+        group = _check_group(group)
         fault = self._broker.faults._fired("commit")
         if fault is not None:
             raise CommitError(f"exactly-once: committing the transaction failed: {INJECTED}",
                               retriable=fault.retriable)
         self.wait_for_acks()
         assert self._owner is not None and self._transaction is not None  # checked above
-        commits = [Commit(t, p, offset, note) for (t, p), offset in next_offsets.items()]
+        self._offsets.update({tp: (offset, note) for tp, offset in next_offsets.items()})
+        commits = [Commit(t, p, offset, text)
+                   for (t, p), (offset, text) in self._offsets.items()]
         if not self._broker._commit_transaction(self._owner, self._transaction, group.group,
                                                 commits):
             raise self._fenced()
@@ -377,6 +389,7 @@ class _Producer:
         if self._transaction is None:
             return False
         self._transaction = None
+        self._offsets = {}
         self._queue.clear()
         return True
 
@@ -432,3 +445,10 @@ class _Producer:
                 self._broker._append(q.partition, q.message)
         failed = [q for q in queued if q.fails]
         return failed[0] if failed else None
+
+
+def _check_group(group: object) -> _GroupMetadata:
+    """``group``, which must be the consumer's ``group_metadata()``."""
+    if not isinstance(group, _GroupMetadata):
+        raise TypeError(f"group must be the consumer's group_metadata(), got {group!r}")
+    return group

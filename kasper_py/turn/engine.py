@@ -84,15 +84,19 @@ class TurnEngine:
     """Runs turns over a set of partitions, each with its processor and stores."""
 
     def __init__(self, config: Config, port: OutputPort, *,
-                 commit: Commit | None = None, transactions: Transactions | None = None,
+                 commit: Commit | None = None, stage: Commit | None = None,
+                 transactions: Transactions | None = None,
                  waiting: Callable[[], None] | None = None,
                  on_step: Callable[[str], None] | None = None,
                  wall_clock: Callable[[], float] | None = time.time,
                  tasks: Sequence[Task] = (), routes: Routes | None = None,
                  leading: Callable[[], bool] | None = None) -> None:
         """``transactions`` (exactly-once) wraps every turn in a transaction of ``port``,
-        which ``commit`` must commit. ``wall_clock`` (seconds since the epoch) drives
-        wall-clock timers and ``tasks``; ``None`` runs neither (the Spark task).
+        which ``commit`` must commit. ``stage`` gets the turn's offsets once its outputs
+        are handed over and the runner's ``meanwhile`` is done, before the acks are
+        awaited (exactly-once adds them to the transaction then). ``wall_clock``
+        (seconds since the epoch) drives wall-clock timers and ``tasks``; ``None`` runs
+        neither (the Spark task).
         ``leading`` says whether this process leads its app's processes now (tasks
         ``on_leader`` run only then; by default it always does). ``on_step`` is called
         at each of ``steps.BOUNDARIES``. Raises ``ConfigError`` when the timestamp
@@ -109,6 +113,7 @@ class TurnEngine:
         self.partitions: dict[int, PartitionState] = {}
         self._port = port
         self._commit = commit or _no_commit
+        self._stage = stage or _no_commit
         self._transactions = transactions
         self._waiting = waiting
         self._on_step = on_step or _no_step
@@ -268,6 +273,8 @@ class TurnEngine:
         if meanwhile is not None:
             meanwhile()
             started = _lap(durations, "read_ahead", started)
+        if not self._committed:
+            self._stage(next_offsets)
         self._port.wait_for_acks(self._waiting)
         started = _lap(durations, "produce", started)
         self._on_step("after_produce")

@@ -155,7 +155,10 @@ def turn_log(config: Config, store_applied: Mapping[TopicPartitionKey, int]
         else:
             log.append(f"commit {sorted(next_offsets.items())}")
 
-    engine = TurnEngine(config, port, commit=commit,
+    def stage(next_offsets: dict[TopicPartitionKey, int]) -> None:
+        log.append(f"stage {sorted(next_offsets.items())}")
+
+    engine = TurnEngine(config, port, commit=commit, stage=stage,
                         transactions=port if exactly_once else None,  # type: ignore[arg-type]
                         wall_clock=None)
     store = Recording(store_applied, log)
@@ -168,13 +171,14 @@ def test_at_least_once_acks_the_outputs_before_the_store_records_the_turns_offse
     """1, 3, 4, 2, 5: produce and wait, then the flush with the offsets, then commit; the
     replayed input the store applied (offsets 0 and 1) is skipped."""
     log, processed = turn_log(CONFIG, {("in", 0): 2})
-    assert log == ["produce 2", "acks", "flush [(('in', 0), 4)]", "acks",
-                   "commit [(('in', 0), 4)]"]
+    assert log == ["produce 2", "acks", "flush [(('in', 0), 4)]",
+                   "stage [(('in', 0), 4)]", "acks", "commit [(('in', 0), 4)]"]
     assert processed == [2, 3]
 
 
 def test_exactly_once_commits_the_transaction_before_the_store_records_its_offsets() -> None:
-    """1, 3, 4, 5, 2: the transaction with the outputs and offsets, then the flush."""
+    """1, 3, 4, 5, 2: the transaction with the outputs and offsets, then the flush (the
+    offsets are not staged: the transaction is committed before the flush)."""
     log, _ = turn_log(EOS, {("in", 0): 0})
     assert log == ["begin", "produce 4", "acks", "commit transaction",
                    "flush [(('in', 0), 4)]", "acks"]
