@@ -16,6 +16,7 @@ from rocksdict import Options, Rdict, WriteBatch  # rocksdb.py says which extra 
 
 from kasper_py.exceptions import QueryUnavailableError, StoreError
 from kasper_py.stores.query import Scan, next_key
+from kasper_py.stores.ttl import changelog_date
 
 __all__ = ["LocalDB"]
 
@@ -142,18 +143,21 @@ class LocalDB:
 
     def apply_records(self, partition: int, records: list[Any]) -> None:
         """Apply changelog records (confluent-kafka messages) and their next offset in
-        one ``WriteBatch``; a ``None`` value is a tombstone."""
+        one ``WriteBatch``; a ``None`` value is a tombstone. With a ttl, each key's expiry
+        counts from its last record's date (``ttl.changelog_date``)."""
         batch = WriteBatch(raw_mode=True)
-        latest: dict[bytes, tuple[bytes, bytes | None, int]] = {}
         for record in records:
             key, value = record.key(), record.value()
             if value is None:
                 batch.delete(key)
             else:
                 batch.put(key, value)
-            latest[key] = (key, value, record.timestamp()[1])
-        self._index(batch, list(latest.values()))
-        self._date(batch, max(record.timestamp()[1] for record in records))
+        if self.ttl_ms is not None:
+            dates = [changelog_date(record) for record in records]
+            latest = {record.key(): (record.key(), record.value(), date)
+                      for record, date in zip(records, dates, strict=True)}
+            self._index(batch, list(latest.values()))
+            self._date(batch, max(dates))
         next_offset = records[-1].offset() + 1
         batch.put(_offset_key(partition), str(next_offset).encode(), self._meta)
         self.round_trips += 1

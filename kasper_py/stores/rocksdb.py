@@ -33,7 +33,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
 from kasper_py.config import Config
 from kasper_py.exceptions import StoreError
 from kasper_py.kafka.topics import changelog_topic
-from kasper_py.message import TopicPartitionKey
+from kasper_py.message import OutgoingRecord, TopicPartitionKey
 from kasper_py.serdes import Serde, serde_for
 from kasper_py.stores.base import (
     BufferedStore,
@@ -52,7 +52,7 @@ from kasper_py.stores.changelog import (
 )
 from kasper_py.stores.localdb import LocalDB
 from kasper_py.stores.query import Scan, ScanPage
-from kasper_py.stores.ttl import Ttl
+from kasper_py.stores.ttl import DATE_HEADER, Ttl
 
 __all__ = ["GlobalTableStore", "LocalDB", "RocksDBStore", "RocksDBTable"]
 
@@ -109,8 +109,13 @@ class RocksDBStore(BufferedStore):
             self.db.write(writes, written_ms=written)
             return
         topic, partition = self.changelog_topic, self.partition
-        self._producer.produce([(topic, value, key, partition, None, None, written)
-                                for key, value in writes.items()])  # OutgoingRecords
+        records: list[OutgoingRecord] = [(topic, value, key, partition, None, None, written)
+                                         for key, value in writes.items()]
+        if written == 0 and self._clock is not None:
+            # The producer would stamp timestamp 0 with its wall clock, and a restore would
+            # date the keys (and the table's time) with that: the header keeps the 0.
+            records = [(*record, [(DATE_HEADER, b"0")]) for record in records]
+        self._producer.produce(records)
         self._in_flight.update(writes)
         self._in_flight_count += len(writes)
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
-__all__ = ["Clock", "EventTime", "ExpiryClock", "StreamTime", "Ttl", "TtlBy", "WriteTime",
-           "now_ms"]
+__all__ = ["DATE_HEADER", "Clock", "EventTime", "ExpiryClock", "StreamTime", "Ttl", "TtlBy",
+           "WriteTime", "changelog_date", "now_ms"]
 
 Clock = Callable[[], float]
 """Seconds since the epoch: ``time.time``, or a test driver's wall clock."""
@@ -25,6 +25,11 @@ TtlBy = Literal["write", "event"]
 wrote it; ``"event"``, the partition's stream time at that turn."""
 
 _SWEEP_LIMIT = 10_000
+
+DATE_HEADER = "kasper.date"
+"""The header (ASCII milliseconds) of a table's changelog record whose date its timestamp
+cannot carry: a date of 0 (a stream time of 0, or an event-time table's write before any
+record), since a Kafka producer reads timestamp 0 as "now" and stamps its wall clock."""
 
 
 @dataclass(frozen=True)
@@ -125,3 +130,12 @@ class EventTime:
 def now_ms(clock: Clock = time.time) -> int:
     """``clock()`` in whole milliseconds."""
     return int(clock() * 1000)
+
+
+def changelog_date(record: Any) -> int:
+    """The date a table's changelog record (confluent-kafka's accessors) was written
+    with: its ``DATE_HEADER`` when it has one, else its timestamp."""
+    for name, value in record.headers() or ():
+        if name == DATE_HEADER and value is not None:
+            return int(value)
+    return int(record.timestamp()[1])

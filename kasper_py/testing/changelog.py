@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from kasper_py.message import Headers
 from kasper_py.observability.observe import StoreObserver
 
 __all__ = ["MemoryChangelogs"]
@@ -24,6 +25,7 @@ class _Record:
     _value: bytes | None
     _offset: int
     _timestamp: int = 0
+    _headers: tuple[tuple[str, bytes | None], ...] = ()
 
     def key(self) -> bytes | None:
         return self._key
@@ -38,6 +40,10 @@ class _Record:
         """(create time, milliseconds), as the producer set it."""
         return 1, self._timestamp
 
+    def headers(self) -> list[tuple[str, bytes | None]] | None:
+        """The headers as produced, ``None`` without any (as confluent-kafka returns)."""
+        return list(self._headers) if self._headers else None
+
 
 _MARKER = None
 """A transaction's commit marker: it takes an offset, and no reader returns it."""
@@ -50,10 +56,10 @@ class MemoryChangelogs:
         self._topics: dict[str, dict[int, list[_Record | None]]] = {}
 
     def append(self, topic: str, partition: int, key: bytes | None, value: bytes | None,
-               timestamp: int = 0) -> None:
+               timestamp: int = 0, *, headers: Headers | None = None) -> None:
         """One record at the end of ``topic``'s ``partition`` (``timestamp`` in ms)."""
         log = self._log(topic, partition)
-        log.append(_Record(key, value, len(log), timestamp))
+        log.append(_Record(key, value, len(log), timestamp, headers or ()))
 
     def mark(self, topic: str, partition: int) -> None:
         """A transaction's commit marker at the end of ``topic``'s ``partition``."""

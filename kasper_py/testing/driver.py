@@ -313,7 +313,8 @@ class _AckedList:
             if message.topic in self._changelog_topics:
                 partition = message.partition or 0
                 self._changelogs.append(message.topic, partition, message.key, message.value,
-                                        message.timestamp or int(self._wall_clock() * 1000))
+                                        message.timestamp or int(self._wall_clock() * 1000),
+                                        headers=message.headers)
                 written.add((message.topic, partition))
             else:
                 self.acked.append(message)
