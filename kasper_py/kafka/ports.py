@@ -57,7 +57,8 @@ class Transactions(Protocol):
                     group: object) -> None:
         """Add the input offsets (``note`` as their metadata) for the consumer group
         ``group`` (the consumer's ``group_metadata()``) to the open transaction: they
-        are committed with it, or never. Raises as ``commit`` does."""
+        are committed with it, or never. It may return before they are added: then
+        ``commit`` waits for them and raises what adding them raised."""
 
     def commit(self, next_offsets: dict[TopicPartitionKey, int], note: str | None,
                group: object) -> None:

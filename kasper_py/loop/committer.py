@@ -248,7 +248,6 @@ class TransactionCommitter(OffsetCommitter):
         self.transactions = producer
         self._staged: Offsets | None = None
         """The turn's offsets already in its transaction (``stage``), until it commits."""
-        self._staged_at = 0.0
 
     def begin(self) -> None:
         """Take over this loop's transactional id: fences an older loop with it and
@@ -295,15 +294,15 @@ class TransactionCommitter(OffsetCommitter):
 
     def stage(self, next_offsets: Offsets) -> None:
         """Add the turn's input offsets (past transaction markers, with a running note)
-        to its transaction while its acks arrive: the two round trips overlap the wait
-        (measured ~1.5-2 ms a turn on one local broker), and they become visible only
-        when ``commit`` commits the transaction, or never."""
+        to its transaction as soon as its outputs are handed over: the round trips run
+        while the loop reads ahead and the acks arrive (``Transactions.add_offsets``),
+        and the offsets become visible only when ``commit`` commits the transaction, or
+        never."""
         offsets = self._past_markers(next_offsets)
         self.offsets.check(offsets)
-        started = time.perf_counter()
         self._producer.add_offsets(offsets, self._note("running"),
                                    self._consumer.group_metadata())
-        self._staged, self._staged_at = offsets, time.perf_counter() - started
+        self._staged = offsets
 
     def commit(self, next_offsets: Offsets) -> None:
         """The engine's commit: the turn's transaction, with the input offsets if any
@@ -314,8 +313,7 @@ class TransactionCommitter(OffsetCommitter):
             return
         started = time.perf_counter()
         self._producer.commit({}, None, self._consumer.group_metadata())
-        self._observer.on_transaction(
-            "committed", self._staged_at + time.perf_counter() - started)
+        self._observer.on_transaction("committed", time.perf_counter() - started)
         self.offsets.mark_committed(staged)
         self._last_commit = time.monotonic()
 

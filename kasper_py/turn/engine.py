@@ -93,8 +93,8 @@ class TurnEngine:
                  leading: Callable[[], bool] | None = None) -> None:
         """``transactions`` (exactly-once) wraps every turn in a transaction of ``port``,
         which ``commit`` must commit. ``stage`` gets the turn's offsets once its outputs
-        are handed over and the runner's ``meanwhile`` is done, before the acks are
-        awaited (exactly-once adds them to the transaction then). ``wall_clock``
+        are handed over, before the runner's ``meanwhile`` and the wait for the acks
+        (exactly-once starts adding them to the transaction then). ``wall_clock``
         (seconds since the epoch) drives wall-clock timers and ``tasks``; ``None`` runs
         neither (the Spark task).
         ``leading`` says whether this process leads its app's processes now (tasks
@@ -269,12 +269,12 @@ class TurnEngine:
         started = _lap(durations, "flush", started)
         self._on_step("after_flush")
         self._hand_over(sender.drain())
+        if not self._committed:
+            self._stage(next_offsets)
         started = _lap(durations, "produce", started)
         if meanwhile is not None:
             meanwhile()
             started = _lap(durations, "read_ahead", started)
-        if not self._committed:
-            self._stage(next_offsets)
         self._port.wait_for_acks(self._waiting)
         started = _lap(durations, "produce", started)
         self._on_step("after_produce")
