@@ -188,6 +188,8 @@ class CoalescingProbe:
         """Turns, inputs and outputs counted at each size (``capped``)."""
         self._until_probe = 0
         """Backlog turns until the two sizes are counted again (0: counting now)."""
+        self.outputs_per_input: tuple[float, float] | None = None
+        """The last comparison's outputs per input at the ceiling and at the bound."""
 
     def record(self, taken: int, produced: int, local: int, ceiling: int) -> None:
         """A backlog turn took ``taken`` records and sent ``produced`` outputs, the
@@ -212,6 +214,7 @@ class CoalescingProbe:
             self.capped = True
             return
         (_, full_in, full_out), (_, local_in, local_out) = self._counts.values()
+        self.outputs_per_input = (full_out / full_in, local_out / local_in)
         self.capped = not full_out * local_in < _COALESCES * local_out * full_in
         self._counts = {False: [0, 0, 0], True: [0, 0, 0]}
         self._until_probe = _REPROBE_TURNS

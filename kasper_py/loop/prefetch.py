@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable
 from typing import Protocol
 
+import structlog
+
 from kasper_py.config import Config
 from kasper_py.exceptions import KasperError
 from kasper_py.kafka.alignment import UNALIGNED, TimestampAlignment, consumer_lags
@@ -22,6 +24,8 @@ from kasper_py.message import TopicPartitionKey
 from kasper_py.observability.observe import TurnStats
 
 __all__ = ["Prefetcher", "Schedule"]
+
+_log = structlog.get_logger("kasper_py")
 
 _AHEAD_STEP = 0.005
 """Longest a consume waits while reading ahead: acks that arrive meanwhile delay the
@@ -55,6 +59,7 @@ class Prefetcher:
                                                        clients.clock)
         self._sizing = _sizing(config)
         """Sizes each batch (and its linger); with ``max_latency``, from the last turns."""
+        self._controller = self._sizing if isinstance(self._sizing, BatchController) else None
         self.alignment = _alignment(config, clients, internal)
         """The timestamp alignment of co-partitioned inputs (its ``report()`` is what the
         metrics show of it); ``None``: not aligned, every record read goes."""
@@ -123,10 +128,25 @@ class Prefetcher:
         """A turn is done: the sizing rule learns from it (its batch, the records known
         to wait, its seconds since the batch was handed out, its outputs); ``stats``
         gets the size the next batch may take."""
+        counted = self._controller and self._controller.probe.outputs_per_input
         self._sizing.observe(len(stats.batch), behind(stats.committed, stats.high_watermarks),
                              self._clock() - self._handed_out, stats.produced)
+        if self._controller and self._controller.probe.outputs_per_input is not counted:
+            self._report_bound(self._controller)
         self._resize()
         stats.batch_size_target = self._collector.size
+
+    def _report_bound(self, controller: BatchController) -> None:
+        """The backlog's batch sizes were just compared: say which one drains it."""
+        probe = controller.probe
+        assert probe.outputs_per_input is not None  # set by the comparison
+        at_largest, at_bound = probe.outputs_per_input
+        _log.info("kasper.batch_bound", processor=self.config.name,
+                  batches=controller.locality if probe.capped else controller.ceiling,
+                  bound=controller.locality, largest=controller.ceiling,
+                  outputs_per_input_largest=float(f"{at_largest:.3g}"),
+                  outputs_per_input_bound=float(f"{at_bound:.3g}"),
+                  coalesces=not probe.capped)
 
     def _resize(self) -> None:
         """The next batch's size, bytes and linger, from the sizing rule."""

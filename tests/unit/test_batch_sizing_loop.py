@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
+from structlog.testing import capture_logs
 
 from kasper_py import Config, Message, MessageProcessor, Sender, TopicProcessor
 from kasper_py.kafka.sizing import BACKLOG_TURN, LOCALITY_BYTES, RECORD_OVERHEAD
@@ -160,20 +161,30 @@ def test_a_backlog_copied_one_for_one_settles_at_the_locality_bound() -> None:
     """200,000 records of 100 bytes, each copied: two batches of 20,000, two of what
     LOCALITY_BYTES holds, compared by their outputs per input (equal: nothing
     coalesces), and from then on batches of the bound, not 20,000."""
-    turns, _ = run([0.0] * 200_000, cost=1e-6)
+    with capture_logs() as logs:
+        turns, _ = run([0.0] * 200_000, cost=1e-6)
     local = LOCALITY_BYTES // (100 + RECORD_OVERHEAD)
     assert turns.lengths[:3] == [100, 20_000, 20_000]
     assert set(turns.lengths[6:-1]) == {local}
+    bounds = [e for e in logs if e["event"] == "kasper.batch_bound"]
+    assert bounds == [{"event": "kasper.batch_bound", "log_level": "info",
+                       "processor": "sizing", "batches": local, "bound": local,
+                       "largest": 20_000, "outputs_per_input_largest": 1.0,
+                       "outputs_per_input_bound": 1.0, "coalesces": False}]
 
 
 def test_a_backlog_that_coalesces_keeps_the_largest_batch() -> None:
     """The same backlog into a processor with one output a partition and batch: the
     batches of the bound send more outputs per input, so after them batches go back
     to 20,000 and stay there."""
-    turns, _ = run([0.0] * 200_000, cost=1e-6, work=Latest)
+    with capture_logs() as logs:
+        turns, _ = run([0.0] * 200_000, cost=1e-6, work=Latest)
     local = LOCALITY_BYTES // (100 + RECORD_OVERHEAD)
     assert local in turns.lengths[3:6]
     assert set(turns.lengths[6:-1]) == {20_000}
+    [bound] = [e for e in logs if e["event"] == "kasper.batch_bound"]
+    assert bound["coalesces"] is True and bound["batches"] == 20_000
+    assert bound["outputs_per_input_largest"] < bound["outputs_per_input_bound"]
 
 
 def test_a_backlog_of_large_records_is_bounded_in_bytes() -> None:
