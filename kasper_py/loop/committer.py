@@ -246,8 +246,9 @@ class TransactionCommitter(OffsetCommitter):
                          warm=warm, force=force)
         self._producer = producer
         self.transactions = producer
-        self._staged: Offsets | None = None
-        """The turn's offsets already in its transaction (``stage``), until it commits."""
+        self._staged: tuple[Offsets, Offsets] | None = None
+        """The offsets ``stage`` was handed and those it added to the transaction (moved
+        past markers), until the commit of that same turn."""
 
     def begin(self) -> None:
         """Take over this loop's transactional id: fences an older loop with it and
@@ -300,21 +301,24 @@ class TransactionCommitter(OffsetCommitter):
         never."""
         offsets = self._past_markers(next_offsets)
         self.offsets.check(offsets)
+        self._staged = None
         self._producer.add_offsets(offsets, self._note("running"),
                                    self._consumer.group_metadata())
-        self._staged = offsets
+        self._staged = (next_offsets, offsets)
 
     def commit(self, next_offsets: Offsets) -> None:
         """The engine's commit: the turn's transaction, with the input offsets if any
-        (added already when ``stage``d)."""
+        (added already when this turn's were ``stage``d: the engine hands both calls the
+        same mapping; offsets staged by a turn that failed went with its aborted
+        transaction and are never taken for another's)."""
         staged, self._staged = self._staged, None
-        if staged is None:
+        if staged is None or staged[0] is not next_offsets:
             self._commit_turn(next_offsets)
             return
         started = time.perf_counter()
         self._producer.commit({}, None, self._consumer.group_metadata())
         self._observer.on_transaction("committed", time.perf_counter() - started)
-        self.offsets.mark_committed(staged)
+        self.offsets.mark_committed(staged[1])
         self._last_commit = time.monotonic()
 
     def _commit(self, next_offsets: Offsets, state: LoopState, *,

@@ -276,6 +276,41 @@ def test_exactly_once_commits_the_turns_transaction_with_its_offsets() -> None:
     assert seen.ended == ["committed"]
 
 
+def test_exactly_once_stages_a_turns_offsets_and_commits_them_with_it() -> None:
+    """Staged while the acks arrive, the offsets are in the transaction but not
+    committed; the commit of the same turn commits them with their running note."""
+    broker = broker_with()
+    seen = Transactions()
+    offsets, clients = eos_committer(broker, seen)
+    clients.producer.begin()
+    turn = {IN0: 3}
+
+    offsets.stage(turn)
+    assert broker.committed(GROUP) == {} and offsets.offsets.all() == {}
+    offsets.commit(turn)
+
+    assert broker.committed(GROUP) == {IN0: 3}
+    assert notes(broker)[-1].state == "running"
+    assert offsets.offsets.all() == {IN0: 3} and seen.ended == ["committed"]
+
+
+def test_offsets_staged_by_a_failed_turn_are_not_taken_for_the_next() -> None:
+    """A turn staged its offsets and failed (its transaction aborted); the next turn,
+    committed without staging, commits its own offsets, not the failed turn's."""
+    broker = broker_with()
+    seen = Transactions()
+    offsets, clients = eos_committer(broker, seen)
+    clients.producer.begin()
+    offsets.stage({IN0: 5})
+    clients.producer.abort()
+    clients.producer.begin()
+
+    offsets.commit({IN0: 2})
+
+    assert broker.committed(GROUP) == {IN0: 2}
+    assert offsets.offsets.all() == {IN0: 2}
+
+
 def test_exactly_once_commits_a_turn_of_timers_alone() -> None:
     """A turn with no input still has a transaction (its timers' outputs) to commit."""
     broker = broker_with()
