@@ -8,7 +8,6 @@ from __future__ import annotations
 import collections
 import dataclasses
 import re
-from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -256,7 +255,7 @@ def test_a_retriable_commit_failure_runs_the_turn_again(monkeypatch: pytest.Monk
     assert broker.faults.armed() == []
     assert sorted(builds) == [0, 0, 0, 1, 1, 1]
     assert_exactly_once(broker)
-    ends = Counter(m.partition for m in broker.read("in"))
+    ends = collections.Counter(m.partition for m in broker.read("in"))
     assert broker.committed(GROUP) == {("in", p): end for p, end in ends.items()}
     if effectively_once:  # a plain table is written again by each retry
         assert broker.table("counts") == exact_counts(broker)
