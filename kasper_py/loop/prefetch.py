@@ -18,7 +18,14 @@ from kasper_py.exceptions import KasperError
 from kasper_py.kafka.alignment import UNALIGNED, TimestampAlignment, consumer_lags
 from kasper_py.kafka.batching import Batch, Collector, build_batch
 from kasper_py.kafka.ports import KafkaClients
-from kasper_py.kafka.sizing import BatchController, FixedBatches, SampledBytes, Sizing
+from kasper_py.kafka.sizing import (
+    EXACTLY_ONCE_LOCALITY,
+    LOCALITY_BYTES,
+    BatchController,
+    FixedBatches,
+    SampledBytes,
+    Sizing,
+)
 from kasper_py.loop.progress import behind
 from kasper_py.message import TopicPartitionKey
 from kasper_py.observability.observe import TurnStats
@@ -186,5 +193,6 @@ def _sizing(config: Config) -> Sizing:
     """Kasper's fixed batches without ``max_latency``; a controller with it."""
     if config.max_latency is None:
         return FixedBatches(config.largest_batch)
+    locality = LOCALITY_BYTES * (EXACTLY_ONCE_LOCALITY if config.exactly_once else 1)
     return BatchController(config.max_latency, config.largest_batch,
-                           largest_bytes=config.batch_bytes)
+                           largest_bytes=config.batch_bytes, locality_bytes=locality)

@@ -16,7 +16,12 @@ import pytest
 from structlog.testing import capture_logs
 
 from kasper_py import Config, Message, MessageProcessor, Sender, TopicProcessor
-from kasper_py.kafka.sizing import BACKLOG_TURN, LOCALITY_BYTES, RECORD_OVERHEAD
+from kasper_py.kafka.sizing import (
+    BACKLOG_TURN,
+    EXACTLY_ONCE_LOCALITY,
+    LOCALITY_BYTES,
+    RECORD_OVERHEAD,
+)
 from kasper_py.observability.observe import NoopObserver, TurnStats
 from kasper_py.testing import InMemoryBroker
 
@@ -171,6 +176,19 @@ def test_a_backlog_copied_one_for_one_settles_at_the_locality_bound() -> None:
                        "processor": "sizing", "batches": local, "bound": local,
                        "largest": 20_000, "outputs_per_input_largest": 1.0,
                        "outputs_per_input_bound": 1.0, "coalesces": False}]
+
+
+def test_exactly_once_holds_twice_the_locality_bound() -> None:
+    """Under exactly-once a turn carries a transaction's fixed cost, so the bound holds
+    twice the memory: the same copied backlog settles at twice as many records."""
+    turns, _ = run([0.0] * 200_000, cost=1e-6, processing_guarantee="exactly_once")
+    local = EXACTLY_ONCE_LOCALITY * LOCALITY_BYTES // (100 + RECORD_OVERHEAD)
+    assert local == 20_971  # past the largest batch (20,000): no probe
+    assert set(turns.lengths[2:-1]) == {20_000}
+    small, _ = run([0.0] * 60_000, cost=1e-6, processing_guarantee="exactly_once",
+                   value=b"v" * 400)
+    held = EXACTLY_ONCE_LOCALITY * LOCALITY_BYTES // (400 + RECORD_OVERHEAD)
+    assert held in small.lengths
 
 
 def test_a_backlog_that_coalesces_keeps_the_largest_batch() -> None:
