@@ -193,17 +193,19 @@ class OutputProducer:
         the loop reads ahead and the acks arrive. ``commit`` waits for them and raises
         what they raised; ``abort`` waits for them too (librdkafka refuses a second
         transactional call while one is in flight)."""
-        offsets = [TopicPartition(t, p, o, note) for (t, p), o in next_offsets.items()]
+        offsets = _partitions(next_offsets, note)
         if not offsets:
             return
         self._settle()
         if self._worker is None:
             raise CommitError("exactly-once: no transactional id: the producer was built for "
                               "at-least-once", code=KafkaError._NOT_CONFIGURED)
-        self._adding = self._worker.submit(
-            self._transaction_call, "adding the input offsets to the transaction",
-            self._producer.send_offsets_to_transaction, offsets, group,
-            self._delivery_timeout)
+        self._adding = self._worker.submit(self._send_offsets, offsets, group)
+
+    def _send_offsets(self, offsets: list[TopicPartition], group: object) -> None:
+        self._transaction_call("adding the input offsets to the transaction",
+                               self._producer.send_offsets_to_transaction, offsets, group,
+                               self._delivery_timeout)
 
     def _settle(self) -> None:
         """Wait for the offsets being added, if any; raise what adding them raised."""
@@ -217,8 +219,10 @@ class OutputProducer:
         commit: the turn's outputs, changelog records and offsets become visible
         together. The acks were awaited before (``wait_for_acks``), so this costs the
         commit round trips only."""
-        self.add_offsets(next_offsets, note, group)
         self._settle()
+        offsets = _partitions(next_offsets, note)
+        if offsets:  # on this thread: the commit waits for them anyway
+            self._send_offsets(offsets, group)
         self._transaction_call("committing the transaction", self._producer.commit_transaction,
                                self._delivery_timeout)
         self._in_transaction = False
@@ -285,6 +289,12 @@ class OutputProducer:
         error, self._error = self._error, None
         if error is not None:
             raise error
+
+
+def _partitions(next_offsets: dict[TopicPartitionKey, int],
+                note: str | None) -> list[TopicPartition]:
+    """``next_offsets`` as the client takes them, each with ``note`` as its metadata."""
+    return [TopicPartition(t, p, o, note) for (t, p), o in next_offsets.items()]
 
 
 def _await_broker(producer: Producer, topic: str, timeout: float) -> None:

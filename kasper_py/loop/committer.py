@@ -156,10 +156,18 @@ class OffsetCommitter:
             self._commit_turn(next_offsets)
 
     def _commit_turn(self, next_offsets: Offsets) -> None:
-        next_offsets = self._past_markers(next_offsets)
-        self.offsets.check(next_offsets)
-        self._commit(next_offsets, "running")
-        self.offsets.mark_committed(next_offsets)
+        offsets = self._turn_offsets(next_offsets)
+        self._commit(offsets, "running")
+        self._committed_turn(offsets)
+
+    def _turn_offsets(self, next_offsets: Offsets) -> Offsets:
+        """A turn's offsets to commit: moved past transaction markers, never backwards."""
+        offsets = self._past_markers(next_offsets)
+        self.offsets.check(offsets)
+        return offsets
+
+    def _committed_turn(self, offsets: Offsets) -> None:
+        self.offsets.mark_committed(offsets)
         self._last_commit = time.monotonic()
 
     def _commit(self, next_offsets: Offsets, state: LoopState, *,
@@ -299,8 +307,7 @@ class TransactionCommitter(OffsetCommitter):
         while the loop reads ahead and the acks arrive (``Transactions.add_offsets``),
         and the offsets become visible only when ``commit`` commits the transaction, or
         never."""
-        offsets = self._past_markers(next_offsets)
-        self.offsets.check(offsets)
+        offsets = self._turn_offsets(next_offsets)
         self._staged = None
         self._producer.add_offsets(offsets, self._note("running"),
                                    self._consumer.group_metadata())
@@ -315,17 +322,14 @@ class TransactionCommitter(OffsetCommitter):
         if staged is None or staged[0] is not next_offsets:
             self._commit_turn(next_offsets)
             return
-        started = time.perf_counter()
-        self._producer.commit({}, None, self._consumer.group_metadata())
-        self._observer.on_transaction("committed", time.perf_counter() - started)
-        self.offsets.mark_committed(staged[1])
-        self._last_commit = time.monotonic()
+        self._commit({}, "running")  # the offsets are in the transaction already
+        self._committed_turn(staged[1])
 
     def _commit(self, next_offsets: Offsets, state: LoopState, *,
                 own: bool = False) -> None:
         """Commit through the turn's transaction, or with ``own`` one opened for this
-        commit alone."""
-        note = self._note(state)
+        commit alone. A note goes with offsets only: none is built without them."""
+        note = self._note(state) if next_offsets else None
         started = time.perf_counter()
         try:
             if own:
